@@ -1,0 +1,187 @@
+"""The node's local HTTP + WebSocket API (aiohttp).
+
+Every error is JSON ``{"error": "..."}`` with a 4xx status; an unexpected
+failure is logged and answered 500 with no stack trace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import WSMsgType, web
+
+from ..config import parse_hostport
+from ..errors import ConfigError, LocalProtocolError
+from ..ids import NodeId
+from ..protocol import Event, PeerInfo
+from ..wire import MAX_BODY
+
+if TYPE_CHECKING:
+    from ..node import Node
+
+__all__ = ["make_app", "start_api"]
+
+log = logging.getLogger("huddle.api")
+
+NODE_KEY: web.AppKey[Node] = web.AppKey("node")
+SUBSCRIBER_QUEUE = 10_000
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        reason = exc.text if exc.text and not exc.text.startswith(f"{exc.status}:") else exc.reason
+        if exc.status == 404:
+            reason = f"no such endpoint: {request.method} {request.path}"
+        elif exc.status == 405:
+            reason = f"method {request.method} not allowed on {request.path}"
+        return _error(exc.status, reason)
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("API handler failed on %s %s", request.method, request.path)
+        return _error(500, "internal error (see the node's log)")
+
+
+def _peer_json(p: PeerInfo) -> dict[str, Any]:
+    return {
+        "uuid": str(p.uuid),
+        "name": p.name,
+        "endpoint": p.endpoint,
+        "group": p.group,
+        "state": p.state,
+        "last_seen": p.last_seen,
+        "rtt_ms": None if p.rtt is None else round(p.rtt * 1000.0, 3),
+    }
+
+
+async def _get_node(request: web.Request) -> web.Response:
+    node = request.app[NODE_KEY]
+    return web.json_response(node.info())
+
+
+async def _get_peers(request: web.Request) -> web.Response:
+    node = request.app[NODE_KEY]
+    return web.json_response([_peer_json(p) for p in node.peers()])
+
+
+async def _read_json(request: web.Request) -> dict[str, Any]:
+    if request.content_length is not None and request.content_length > MAX_BODY + 4096:
+        raise web.HTTPRequestEntityTooLarge(max_size=MAX_BODY, actual_size=request.content_length,
+                                            text=f"request body larger than {MAX_BODY} octets")
+    raw = await request.read()
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise web.HTTPBadRequest(text="request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise web.HTTPBadRequest(text="request body must be a JSON object")
+    return body
+
+
+async def _post_chat(request: web.Request) -> web.Response:
+    node = request.app[NODE_KEY]
+    body = await _read_json(request)
+    unknown = set(body) - {"text", "to"}
+    if unknown:
+        return _error(400, f"unknown field(s): {', '.join(sorted(unknown))}; expected 'text' and optional 'to'")
+    text = body.get("text")
+    if not isinstance(text, str):
+        return _error(400, "'text' must be a string")
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_BODY:
+        return _error(413, f"'text' is longer than {MAX_BODY} octets")
+    to_raw = body.get("to")
+    to: NodeId | None = None
+    if to_raw is not None:
+        if not isinstance(to_raw, str):
+            return _error(400, "'to' must be a peer's UUID (32 hex digits)")
+        try:
+            to = NodeId.from_hex(to_raw)
+        except ValueError as exc:
+            return _error(400, f"'to': {exc}")
+    try:
+        count = await node.send_chat(text, to)
+    except LocalProtocolError as exc:
+        return _error(404, str(exc))
+    except UnicodeEncodeError:
+        return _error(400, "'text' is not valid Unicode")
+    return web.json_response({"sent_to": count}, status=202)
+
+
+async def _events(request: web.Request) -> web.StreamResponse:
+    node = request.app[NODE_KEY]
+    ws = web.WebSocketResponse(heartbeat=20.0)
+    if not ws.can_prepare(request).ok:
+        return _error(400, "this endpoint speaks WebSocket: connect with a WebSocket client")
+    await ws.prepare(request)
+    queue: asyncio.Queue[Event] = asyncio.Queue(SUBSCRIBER_QUEUE)
+    closing: list[asyncio.Task[bool]] = []
+
+    def listener(event: Event) -> None:
+        try:
+            queue.put_nowait(event)
+        except asyncio.QueueFull:
+            # A subscriber that cannot keep up is cut off rather than slowing the node.
+            remove()
+            if not closing:
+                closing.append(asyncio.ensure_future(
+                    ws.close(code=1013, message=b"too slow: event queue overflowed")))
+
+    remove = node.add_listener(listener)
+
+    async def pump() -> None:
+        while True:
+            event = await queue.get()
+            await ws.send_str(json.dumps(event.to_json(), ensure_ascii=False))
+
+    sender = asyncio.create_task(pump())
+    try:
+        async for msg in ws:  # we ignore what the client sends; this notices a close
+            if msg.type == WSMsgType.ERROR:
+                break
+    finally:
+        remove()
+        sender.cancel()
+    return ws
+
+
+def make_app(node: Node) -> web.Application:
+    app = web.Application(middlewares=[_errors], client_max_size=MAX_BODY + 4096)
+    app[NODE_KEY] = node
+    app.router.add_get("/api/v1/node", _get_node)
+    app.router.add_get("/api/v1/peers", _get_peers)
+    app.router.add_post("/api/v1/chat", _post_chat)
+    app.router.add_get("/api/v1/events", _events)
+    return app
+
+
+async def start_api(node: Node, address: str) -> tuple[web.AppRunner, str]:
+    """Serve the API on ``HOST:PORT`` (port 0 picks one); returns the runner and URL."""
+    host, port = parse_hostport(address, "api")
+    runner = web.AppRunner(make_app(node), access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise ConfigError(f"cannot serve the API on {address}: {exc.strerror}") from None
+    bound = port
+    for sock in runner.addresses:
+        bound = int(sock[1])
+        break
+    shown = f"[{host}]" if ":" in host else host
+    return runner, f"http://{shown}:{bound}"

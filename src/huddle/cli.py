@@ -1,0 +1,237 @@
+"""The ``huddle`` command: argument parsing only; the work is done elsewhere."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .config import DEFAULT_API, DEFAULT_BEACON_PORT, NodeConfig, load_config
+from .errors import ConfigError, HuddleError
+
+__all__ = ["main"]
+
+NODE_EPILOG = """\
+examples:
+  # three nodes on this machine, finding each other by UDP beacons on loopback
+  huddle node --name alice --group derby --data-dir /tmp/alice --interface lo --api 127.0.0.1:0
+  # a node on the LAN that also dials a known peer (a "seed"); no beacons
+  huddle node --name bob --group derby --data-dir ~/bob --no-beacon --seed 192.168.1.20:50123
+  # everything from a TOML file (keys as the long flags, dashes or underscores); flags win
+  huddle node --config node.toml --name carol
+
+The first line the node prints on standard output is "api http://HOST:PORT";
+logs go to standard error.  SIGINT or SIGTERM make it say goodbye (GBYE) and stop.
+"""
+
+CLIENT_EPILOG = f"""\
+The API address comes from --api, else $HUDDLE_API, else http://{DEFAULT_API}.
+"""
+
+
+def _port_range(text: str) -> tuple[int, int]:
+    lo, sep, hi = text.partition("-")
+    if not sep or not lo.isdigit() or not hi.isdigit():
+        raise argparse.ArgumentTypeError(f"expected LOW-HIGH, e.g. 49152-65535, got {text!r}")
+    return int(lo), int(hi)
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
+    return value
+
+
+def _add_client_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--api", metavar="URL", help=f"the node's API (default: $HUDDLE_API or http://{DEFAULT_API})")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="huddle",
+        description="huddle: a brokerless peer-to-peer event mesh for small groups of machines on one network.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Run 'huddle COMMAND --help' for the options of one command.",
+    )
+    parser.add_argument("--version", action="version", version=f"huddle {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    node = sub.add_parser(
+        "node", help="run a node in the foreground",
+        description="Run a huddle node: join GROUP on this network, serve the local API.",
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=NODE_EPILOG,
+    )
+    node.add_argument("--config", type=Path, metavar="FILE.toml", help="read settings from a TOML file first")
+    node.add_argument("--name", help="a name for humans (default: the host name)")
+    node.add_argument("--group", help="the group (bout) to join; nodes of other groups are refused (default: '')")
+    node.add_argument("--data-dir", type=Path, metavar="DIR", help="keeps this node's UUID; one node per directory")
+    node.add_argument("--port", type=int, help="ROUTER port; 0 picks a free one in --port-range (default: 0)")
+    node.add_argument("--port-range", type=_port_range, metavar="LOW-HIGH", help="default: 49152-65535")
+    node.add_argument("--api", metavar="HOST:PORT", help=f"serve the HTTP API here; port 0 picks one (default: {DEFAULT_API})")
+    node.add_argument("--seed", action="append", metavar="HOST:PORT", dest="seeds",
+                      help="a peer's ROUTER endpoint to dial, retried until it answers (repeatable)")
+    beacon = node.add_mutually_exclusive_group()
+    beacon.add_argument("--beacon", dest="beacon", action="store_true", default=None,
+                        help="discover peers with UDP beacons (the default)")
+    beacon.add_argument("--no-beacon", dest="beacon", action="store_false", help="no UDP beacons: seeds only")
+    node.add_argument("--beacon-address", metavar="A", help="where beacons go (default: the interface's broadcast address)")
+    node.add_argument("--beacon-port", type=int, metavar="PORT", help=f"UDP port of beacons (default: {DEFAULT_BEACON_PORT})")
+    node.add_argument("--beacon-interval", type=_positive, metavar="SECONDS", help="default: 1")
+    node.add_argument("--interface", metavar="IF",
+                      help="interface (name or IPv4) to advertise and beacon on; 'lo' keeps everything on 127.0.0.1")
+    node.add_argument("--heartbeat-interval", type=_positive, metavar="SECONDS", help="BEAT period (default: 1)")
+    node.add_argument("--suspect-after", type=_positive, metavar="SECONDS", help="silence before 'suspect' (default: 2.5)")
+    node.add_argument("--gone-after", type=_positive, metavar="SECONDS", help="silence before 'gone' (default: 5)")
+    node.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="default: info")
+
+    peers = sub.add_parser("peers", help="list a node's peers", epilog=CLIENT_EPILOG)
+    _add_client_options(peers)
+
+    chat = sub.add_parser("chat", help="send a chat line to the group, or to one peer", epilog=CLIENT_EPILOG)
+    chat.add_argument("text", help="the text to send")
+    chat.add_argument("--to", metavar="UUID", help="send to this peer only")
+    _add_client_options(chat)
+
+    tail = sub.add_parser("tail", help="print the node's events as they happen", epilog=CLIENT_EPILOG)
+    tail.add_argument("--count", type=int, metavar="N", help="stop after N events")
+    _add_client_options(tail)
+
+    info = sub.add_parser("info", help="show the node's identity, clock and counters", epilog=CLIENT_EPILOG)
+    _add_client_options(info)
+
+    demo = sub.add_parser("demo", help="start 3 nodes on loopback, chat, show the mesh, stop them")
+    demo.add_argument("--nodes", type=int, default=3, help="how many nodes (default: 3)")
+    return parser
+
+
+def _node_config(args: argparse.Namespace) -> NodeConfig:
+    base = load_config(args.config)
+    return base.with_overrides(
+        name=args.name, group=args.group, data_dir=args.data_dir, port=args.port,
+        port_range=args.port_range, api=args.api,
+        seeds=tuple(args.seeds) if args.seeds else None, beacon=args.beacon,
+        beacon_address=args.beacon_address, beacon_port=args.beacon_port,
+        beacon_interval=args.beacon_interval, interface=args.interface,
+        heartbeat_interval=args.heartbeat_interval, suspect_after=args.suspect_after,
+        gone_after=args.gone_after, log_level=args.log_level,
+    )
+
+
+def _cmd_node(args: argparse.Namespace) -> int:
+    from .node import Node, run_node
+
+    config = _node_config(args)
+    logging.basicConfig(
+        level=config.log_level.upper(), stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+    def ready(node: Node) -> None:
+        print(f"api {node.api_url}", flush=True)
+
+    run_node(config, ready)
+    return 0
+
+
+def _api_url(args: argparse.Namespace) -> str:
+    url: str = args.api or os.environ.get("HUDDLE_API") or f"http://{DEFAULT_API}"
+    if "://" not in url:
+        url = "http://" + url
+    return url.rstrip("/")
+
+
+def _print(args: argparse.Namespace, data: Any, text: str) -> None:
+    print(json.dumps(data, indent=2, ensure_ascii=False) if args.json else text)
+
+
+def _peers_text(peers: list[dict[str, Any]]) -> str:
+    if not peers:
+        return "no peers"
+    rows = [("NAME", "UUID", "STATE", "ENDPOINT", "RTT ms")]
+    for p in peers:
+        rtt = "-" if p.get("rtt_ms") is None else f"{p['rtt_ms']:.2f}"
+        rows.append((p["name"], p["uuid"][:8], p["state"], p["endpoint"], rtt))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+
+
+def event_text(e: dict[str, Any]) -> str:
+    kind = e.get("type")
+    who = e.get("name") or (e.get("peer") or e.get("from") or "")[:8]
+    if kind == "chat":
+        return f"<{who}> {e.get('text')}"
+    if kind == "peer_joined":
+        return f"* {who} joined from {e.get('endpoint')}"
+    if kind == "peer_left":
+        return f"* {who} left ({e.get('reason')})"
+    if kind == "peer_state":
+        return f"* {who} is {e.get('state')}"
+    if kind == "peer_refused":
+        return f"! refused {e.get('endpoint')}: {e.get('reason')}"
+    if kind == "clock_synced":
+        return f"* clock synced to {who}: offset {e.get('offset', 0):+.6f} s, rtt {e.get('rtt_ms', 0):.2f} ms"
+    return json.dumps(e, ensure_ascii=False)
+
+
+def _client(args: argparse.Namespace) -> int:
+    from .client import ApiClient, ApiError
+
+    async def run() -> int:
+        async with ApiClient(_api_url(args)) as api:
+            if args.command == "peers":
+                peers = await api.peers()
+                _print(args, peers, _peers_text(peers))
+            elif args.command == "info":
+                info = await api.node()
+                text = "\n".join(f"{k}: {v}" for k, v in info.items() if k != "stats")
+                _print(args, info, text)
+            elif args.command == "chat":
+                result = await api.chat(args.text, args.to)
+                _print(args, result, f"sent to {result['sent_to']} peer(s)")
+            elif args.command == "tail":
+                async for event in api.events(args.count):
+                    print(json.dumps(event, ensure_ascii=False) if args.json else event_text(event), flush=True)
+        return 0
+
+    try:
+        return asyncio.run(run())
+    except ApiError as exc:
+        print(f"huddle {args.command}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        if args.command == "node":
+            return _cmd_node(args)
+        if args.command == "demo":
+            from .demo import run_demo
+
+            return run_demo(args.nodes)
+        return _client(args)
+    except HuddleError as exc:
+        print(f"huddle {args.command}: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, ConfigError) else 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""``huddle demo``: start nodes on loopback, chat, show each one's peers, stop them.
+
+It drives real ``huddle node`` processes through their HTTP API exactly as a
+user would, and uses only 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from .cli import _peers_text, event_text
+from .client import ApiClient
+
+__all__ = ["NodeProcess", "run_demo"]
+
+
+class NodeProcess:
+    """A ``huddle node`` child process; ``api`` is known once it serves."""
+
+    def __init__(self, name: str, data_dir: Path, *extra: str, group: str = "demo") -> None:
+        self.name = name
+        cmd = [
+            sys.executable, "-m", "huddle", "node", "--name", name, "--group", group,
+            "--data-dir", str(data_dir), "--interface", "lo", "--api", "127.0.0.1:0", *extra,
+        ]
+        self.log_path = data_dir.with_suffix(".log")
+        data_dir.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in wait()
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log)
+        self.api = ""
+
+    def wait_api(self, timeout: float = 20.0) -> str:
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        os.set_blocking(self.proc.stdout.fileno(), False)
+        buf = b""
+        while time.monotonic() < deadline:
+            chunk = self.proc.stdout.readline()
+            if chunk:
+                buf += chunk
+                if buf.endswith(b"\n"):
+                    line = buf.decode().strip()
+                    if line.startswith("api "):
+                        self.api = line[4:]
+                        return self.api
+                    buf = b""
+            elif self.proc.poll() is not None:
+                raise RuntimeError(f"node {self.name} exited with {self.proc.returncode}; see {self.log_path}")
+            else:
+                time.sleep(0.02)
+        raise TimeoutError(f"node {self.name} did not print its API address within {timeout} s")
+
+    def signal(self, sig: int) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
+    def wait(self, timeout: float = 10.0) -> int:
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self._log.close()
+
+
+async def _wait_mesh(nodes: list[NodeProcess], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    want = len(nodes) - 1
+    while True:
+        counts = []
+        for n in nodes:
+            async with ApiClient(n.api) as api:
+                counts.append(sum(1 for p in await api.peers() if p["state"] == "alive"))
+        if all(c == want for c in counts):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"mesh did not form within {timeout} s: alive peers per node {counts}")
+        await asyncio.sleep(0.1)
+
+
+async def _demo(nodes: list[NodeProcess]) -> None:
+    print(f"waiting for {len(nodes)} nodes to find each other (UDP beacons on 127.255.255.255)...")
+    await _wait_mesh(nodes, 20.0)
+    print("full mesh formed.\n")
+    received: dict[str, list[dict[str, Any]]] = {n.name: [] for n in nodes}
+
+    async def listen(n: NodeProcess) -> None:
+        async with ApiClient(n.api) as api:
+            async for event in api.events():
+                if event.get("type") == "chat":
+                    received[n.name].append(event)
+
+    listeners = [asyncio.create_task(listen(n)) for n in nodes]
+    await asyncio.sleep(0.3)  # let the WebSocket subscriptions open
+    for n in nodes:
+        async with ApiClient(n.api) as api:
+            await api.chat(f"hello from {n.name}")
+    deadline = time.monotonic() + 10
+    while any(len(v) < len(nodes) - 1 for v in received.values()) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    for t in listeners:
+        t.cancel()
+    for n in nodes:
+        print(f"== {n.name} ({n.api}) received:")
+        for e in received[n.name]:
+            print("   " + event_text(e))
+        async with ApiClient(n.api) as api:
+            peers = await api.peers()
+        print("   peers:")
+        print("\n".join("     " + line for line in _peers_text(peers).splitlines()))
+        print()
+
+
+def run_demo(count: int = 3) -> int:
+    names = ["alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi"]
+    count = max(2, min(count, len(names)))
+    port = random.randint(20000, 40000)
+    with tempfile.TemporaryDirectory(prefix="huddle-demo-") as tmp:
+        nodes = [
+            NodeProcess(names[i], Path(tmp) / names[i], "--beacon-port", str(port), "--beacon-interval", "0.2")
+            for i in range(count)
+        ]
+        ok = False
+        try:
+            for n in nodes:
+                n.wait_api()
+            asyncio.run(_demo(nodes))
+            ok = True
+        except Exception as exc:
+            print(f"demo failed: {exc}", file=sys.stderr)
+        finally:
+            print("stopping the nodes (SIGTERM: each says GBYE to the others)...")
+            for n in nodes:
+                n.signal(signal.SIGTERM)
+            codes = [n.wait() for n in nodes]
+            print(f"all stopped, exit codes {codes}")
+            if not ok:
+                for n in nodes:
+                    print(f"--- log of {n.name}:\n{n.log_path.read_text()[-2000:]}", file=sys.stderr)
+        return 0 if ok and all(c == 0 for c in codes) else 1

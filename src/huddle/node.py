@@ -1,0 +1,320 @@
+"""The composition root: one node = mesh state machine + ZeroMQ + discovery + API.
+
+The driver is thin: it turns socket readiness and timers into calls on
+:class:`~huddle.protocol.Mesh` and carries out the actions it returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .config import NodeConfig, parse_hostport
+from .discovery import BeaconService, Interface, resolve_interface
+from .errors import ConfigError, DataDirLocked, LocalProtocolError
+from .ids import NodeId
+from .protocol import Connect, Disconnect, Event, Mesh, Notify, PeerInfo, Send
+from .transport.zmq_transport import ZmqTransport
+from .wire import encode
+
+__all__ = ["DataDir", "Node", "run_node"]
+
+log = logging.getLogger("huddle.node")
+
+# A sender waits (async) while a peer's overflow queue is above this many messages.
+BACKPRESSURE = 20_000
+
+
+class DataDir:
+    """A node's directory: its persistent UUID and a lock against sharing."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock_fd: int | None = None
+
+    def lock(self) -> None:
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot create data dir {self.path}: {exc.strerror}") from None
+        lock_path = self.path / "lock"
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise DataDirLocked(
+                f"data dir {self.path} is in use by another huddle node (pid {holder}); "
+                "give each node its own --data-dir"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._lock_fd = fd
+
+    def unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def node_id(self) -> NodeId:
+        """The UUID kept in ``node-id``; created on first use."""
+        path = self.path / "node-id"
+        if path.exists():
+            text = path.read_text().strip()
+            try:
+                return NodeId.from_hex(text)
+            except ValueError:
+                raise ConfigError(f"{path} is corrupt ({text[:40]!r}); remove it to take a new UUID") from None
+        node_id = NodeId.random()
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(f"{node_id}\n")
+        os.replace(tmp, path)
+        return node_id
+
+
+Listener = Callable[[Event], None]
+
+
+class Node:
+    """A running huddle node.  Create, then ``await node.run()``."""
+
+    def __init__(self, config: NodeConfig) -> None:
+        self.config = config
+        self.data_dir = DataDir(config.data_dir)
+        self.uuid: NodeId | None = None
+        self._mesh: Mesh | None = None
+        self._transport: ZmqTransport | None = None
+        self._beacon: BeaconService | None = None
+        self.interface: Interface | None = None
+        self.api_url: str | None = None
+        self._listeners: list[Listener] = []
+        self._stop = asyncio.Event()
+        self._ready = asyncio.Event()
+        self._base = time.time() - time.monotonic()
+        self.started_at = 0.0
+
+    # ----------------------------------------------------------------- clock
+
+    def local_now(self) -> float:
+        """Local clock: monotonic, aligned with the wall clock at start-up."""
+        return time.monotonic() + self._base
+
+    def mesh_time(self) -> float:
+        return self.mesh.mesh_time(self.local_now())
+
+    @property
+    def mesh(self) -> Mesh:
+        if self._mesh is None:
+            raise LocalProtocolError("the node is not running")
+        return self._mesh
+
+    # ------------------------------------------------------------ public API
+
+    def add_listener(self, fn: Listener) -> Callable[[], None]:
+        """Call ``fn(event)`` for every event; returns a function that removes it."""
+        self._listeners.append(fn)
+        return lambda: self._listeners.remove(fn) if fn in self._listeners else None
+
+    def peers(self) -> list[PeerInfo]:
+        return self.mesh.peers(self.local_now())
+
+    def info(self) -> dict[str, Any]:
+        mesh = self.mesh
+        stats: dict[str, Any] = dict(mesh.stats.as_dict())
+        if self._transport is not None:
+            stats["send_dropped"] = self._transport.send_dropped
+        if self._beacon is not None:
+            stats["beacons"] = dict(self._beacon.stats)
+        return {
+            "uuid": str(mesh.uuid),
+            "name": mesh.name,
+            "group": mesh.group,
+            "endpoint": mesh.endpoint,
+            "time": self.mesh_time(),
+            "clock_offset": mesh.offset,
+            "clock_source": None if mesh.synced_with is None else str(mesh.synced_with),
+            "started_at": self.started_at,
+            "stats": stats,
+        }
+
+    def chat(self, text: str, to: NodeId | None = None) -> int:
+        """Send a chat line now; returns the number of peers it went to."""
+        n = self.mesh.chat(text, self.local_now(), to)
+        self._execute()
+        return n
+
+    async def send_chat(self, text: str, to: NodeId | None = None, timeout: float = 5.0) -> int:
+        """Like :meth:`chat`, but waits while a peer's send queue is long, so a
+        fast sender loses nothing; a peer that stays full for ``timeout`` is skipped."""
+        n = self.chat(text, to)
+        transport = self._transport
+        if transport is not None:
+            targets = [to] if to is not None else self.mesh.alive_peers()
+            for peer in targets:
+                conn = self.mesh.conn_of(peer)
+                if conn is not None and transport.backlog(conn) >= BACKPRESSURE:
+                    await transport.wait_drained(conn, BACKPRESSURE // 2, timeout)
+        return n
+
+    def stop(self) -> None:
+        """Ask the node to leave the mesh gracefully (GBYE) and stop."""
+        self._stop.set()
+
+    async def wait_ready(self) -> None:
+        await self._ready.wait()
+
+    # ------------------------------------------------------------------- run
+
+    async def run(self, on_ready: Callable[[Node], None] | None = None) -> None:
+        cfg = self.config
+        self.data_dir.lock()
+        try:
+            await self._run(cfg, on_ready)
+        finally:
+            self.data_dir.unlock()
+
+    async def _run(self, cfg: NodeConfig, on_ready: Callable[[Node], None] | None) -> None:
+        self.uuid = uuid = self.data_dir.node_id()
+        self.interface = iface = resolve_interface(cfg.interface)
+        transport = ZmqTransport(uuid, on_frames=self._on_frames)
+        self._transport = transport
+        api_runner = None
+        try:
+            try:
+                port = transport.bind(iface.ip, cfg.port, cfg.port_range)
+            except Exception as exc:  # zmq.ZMQError: address in use, no free port
+                raise ConfigError(f"cannot bind the ROUTER on {iface.ip}:{cfg.port or cfg.port_range}: {exc}") from None
+            endpoint = f"tcp://{iface.ip}:{port}"
+            self.started_at = time.time()
+            self._mesh = Mesh(
+                uuid, name=cfg.name, group=cfg.group, endpoint=endpoint,
+                incarnation=os.urandom(8).hex(), now=self.local_now(), timing=cfg.timing(),
+            )
+            loop = asyncio.get_running_loop()
+            transport.start(loop)
+            for seed in cfg.seeds:
+                self._mesh.add_seed(_resolve_seed(seed), self.local_now())
+            if cfg.beacon:
+                self._beacon = BeaconService(
+                    uuid=uuid, group=cfg.group, router_port=port, interface=iface,
+                    address=cfg.beacon_address, port=cfg.beacon_port, interval=cfg.beacon_interval,
+                    on_peer=self._discovered,
+                )
+                try:
+                    await self._beacon.start()
+                except OSError as exc:
+                    raise ConfigError(f"cannot open the beacon socket on port {cfg.beacon_port}: {exc.strerror}") from None
+            from .api.http import start_api  # local import: aiohttp is only needed here
+
+            api_runner, self.api_url = await start_api(self, cfg.api)
+            self._execute()
+            log.info(
+                "node %s (%s) in group %r at %s, api %s",
+                uuid.short, cfg.name, cfg.group, endpoint, self.api_url,
+            )
+            self._ready.set()
+            if on_ready is not None:
+                on_ready(self)
+            async with asyncio.TaskGroup() as tg:
+                tasks = [tg.create_task(self._ticker())]
+                if self._beacon is not None:
+                    tasks.append(tg.create_task(self._beacon.run()))
+                await self._stop.wait()
+                for task in tasks:
+                    task.cancel()
+        finally:
+            if self._mesh is not None:
+                self._mesh.leave(self.local_now())
+                self._execute()
+            if self._beacon is not None:
+                self._beacon.close()
+            if api_runner is not None:
+                await api_runner.cleanup()
+            transport.close()
+
+    async def _ticker(self) -> None:
+        mesh = self.mesh
+        transport = self._transport
+        assert transport is not None
+        while True:
+            now = self.local_now()
+            transport.poll()
+            mesh.tick(now)
+            self._execute()
+            await asyncio.sleep(max(0.0, mesh.next_deadline(now) - self.local_now()))
+
+    # ---------------------------------------------------------------- wiring
+
+    def _on_frames(self, batch: list[list[bytes]]) -> None:
+        mesh = self._mesh
+        if mesh is None:
+            return
+        now = self.local_now()
+        for frames in batch:
+            mesh.receive(frames, now)
+        self._execute()
+
+    def _discovered(self, peer: NodeId, endpoint: str) -> None:
+        if self._mesh is not None:
+            self._mesh.discovered(peer, endpoint, self.local_now())
+            self._execute()
+
+    def _execute(self) -> None:
+        mesh = self._mesh
+        transport = self._transport
+        if mesh is None or transport is None:
+            return
+        for action in mesh.take_actions():
+            if isinstance(action, Send):
+                transport.send(action.conn, encode(action.message)[1:])
+            elif isinstance(action, Notify):
+                self._publish(action.event)
+            elif isinstance(action, Connect):
+                transport.connect(action.conn, action.endpoint)
+            elif isinstance(action, Disconnect):
+                transport.disconnect(action.conn, action.flush)
+
+    def _publish(self, event: Event) -> None:
+        for fn in list(self._listeners):
+            try:
+                fn(event)
+            except Exception:  # a listener's bug must not stop the node
+                log.exception("event listener failed")
+
+
+def _resolve_seed(seed: str) -> str:
+    """``HOST:PORT`` -> ``tcp://IP:PORT`` (peers are kept by IP octets)."""
+    host, port = parse_hostport(seed, "seed")
+    if port == 0:
+        raise ConfigError(f"seed {seed!r} needs a port")
+    try:
+        infos = socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise ConfigError(f"cannot resolve seed host {host!r}: {exc.strerror}") from None
+    ip = str(infos[0][4][0])
+    return f"tcp://{ip}:{port}"
+
+
+def run_node(config: NodeConfig, on_ready: Callable[[Node], None] | None = None) -> None:
+    """Run a node in the foreground until SIGINT / SIGTERM."""
+    import signal
+
+    async def main() -> None:
+        node = Node(config)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, node.stop)
+        await node.run(on_ready)
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(main())
+

@@ -1,0 +1,144 @@
+"""What the protocol core tells the outside world: actions for the driver to
+perform and events for applications.  All frozen dataclasses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..ids import NodeId
+from ..wire import Message
+
+__all__ = [
+    "Action",
+    "ChatReceived",
+    "ClockSynced",
+    "Connect",
+    "Disconnect",
+    "Event",
+    "Notify",
+    "PeerJoined",
+    "PeerLeft",
+    "PeerRefused",
+    "PeerStateChanged",
+    "Send",
+]
+
+
+# ----------------------------------------------------------------------- actions
+
+
+@dataclass(frozen=True, slots=True)
+class Connect:
+    """Open an outgoing connection (a DEALER) numbered ``conn`` to ``endpoint``."""
+
+    conn: int
+    endpoint: str
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Send ``message`` on connection ``conn``."""
+
+    conn: int
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class Disconnect:
+    """Close connection ``conn``; with ``flush`` give queued messages a moment to leave."""
+
+    conn: int
+    flush: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Notify:
+    """Hand ``event`` to the applications."""
+
+    event: Event
+
+
+Action = Connect | Send | Disconnect | Notify
+
+
+# ------------------------------------------------------------------------ events
+
+
+@dataclass(frozen=True, slots=True)
+class PeerJoined:
+    peer: NodeId
+    name: str
+    endpoint: str
+    time: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": "peer_joined", "peer": str(self.peer), "name": self.name,
+                "endpoint": self.endpoint, "time": self.time}
+
+
+@dataclass(frozen=True, slots=True)
+class PeerLeft:
+    peer: NodeId
+    name: str
+    reason: str
+    time: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": "peer_left", "peer": str(self.peer), "name": self.name,
+                "reason": self.reason, "time": self.time}
+
+
+@dataclass(frozen=True, slots=True)
+class PeerStateChanged:
+    peer: NodeId
+    name: str
+    state: str
+    time: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": "peer_state", "peer": str(self.peer), "name": self.name,
+                "state": self.state, "time": self.time}
+
+
+@dataclass(frozen=True, slots=True)
+class PeerRefused:
+    """A session was refused, by us or by them; ``reason`` says why."""
+
+    peer: NodeId | None
+    endpoint: str
+    reason: str
+    by_us: bool
+    time: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": "peer_refused", "peer": None if self.peer is None else str(self.peer),
+                "endpoint": self.endpoint, "reason": self.reason, "by_us": self.by_us,
+                "time": self.time}
+
+
+@dataclass(frozen=True, slots=True)
+class ChatReceived:
+    peer: NodeId
+    name: str
+    text: str
+    time: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": "chat", "from": str(self.peer), "name": self.name,
+                "text": self.text, "time": self.time}
+
+
+@dataclass(frozen=True, slots=True)
+class ClockSynced:
+    peer: NodeId
+    offset: float
+    rtt: float
+    time: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": "clock_synced", "peer": str(self.peer), "offset": self.offset,
+                "rtt_ms": self.rtt * 1000.0, "time": self.time}
+
+
+Event = PeerJoined | PeerLeft | PeerStateChanged | PeerRefused | ChatReceived | ClockSynced

@@ -1,0 +1,604 @@
+"""The mesh state machine: sessions with peers, groups, liveness and time.
+
+Sans-I/O: the driver feeds it received frames, discoveries and the passage of
+time (``now``, the node's local clock in seconds), and collects the actions it
+returns (connect, send, disconnect, notify).  Nothing here touches a socket or
+reads a clock, so whole meshes run deterministically in one process.
+
+A session with a peer goes through these phases::
+
+    CONNECTING --HELO--> HANDSHAKE --BOUT(same group)--> ALIVE <--> SUSPECT
+        |                    |                              |
+        +----- timeout ------+--- BOUT(other group) ---+    +-- silence / GBYE --> (removed)
+                                                       v
+                                                 refused (GBYE sent)
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final
+
+from ..errors import DecodeError, LocalProtocolError
+from ..ids import NodeId
+from ..wire import PROTOCOL_VERSION, Beat, Bout, Chat, Gbye, Helo, Message, Peer, Time
+from ..wire import decode as _decode
+from .events import (
+    Action,
+    ChatReceived,
+    ClockSynced,
+    Connect,
+    Disconnect,
+    Event,
+    Notify,
+    PeerJoined,
+    PeerLeft,
+    PeerRefused,
+    PeerStateChanged,
+    Send,
+)
+
+__all__ = ["Mesh", "PeerInfo", "Phase", "Timing"]
+
+log = logging.getLogger("huddle.mesh")
+
+_SEED_BACKOFF_MAX: Final = 10.0
+
+
+class Phase(enum.Enum):
+    CONNECTING = "connecting"  # we sent HELO, have not heard theirs
+    HANDSHAKE = "handshake"  # we have their HELO, wait for their BOUT
+    ALIVE = "alive"
+    SUSPECT = "suspect"
+
+
+ADMITTED: Final = frozenset({Phase.ALIVE, Phase.SUSPECT})
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """Liveness and retry timings, in seconds."""
+
+    heartbeat_interval: float = 1.0
+    suspect_after: float = 2.5
+    gone_after: float = 5.0
+    handshake_timeout: float = 5.0
+    seed_retry: float = 1.0
+    rtt_probe_interval: float = 5.0
+    gone_retention: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.heartbeat_interval <= 0:
+            raise ValueError("heartbeat interval must be positive")
+        if not 0 < self.suspect_after <= self.gone_after:
+            raise ValueError("suspect_after must be positive and not above gone_after")
+        if self.gone_after <= self.heartbeat_interval:
+            raise ValueError("gone_after must exceed the heartbeat interval")
+        for name in ("handshake_timeout", "seed_retry", "rtt_probe_interval", "gone_retention"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+
+
+@dataclass(slots=True)
+class _Session:
+    uuid: NodeId
+    conn: int
+    endpoint: str
+    phase: Phase
+    created: float
+    last_heard: float
+    name: str = ""
+    incarnation: str | None = None
+    introducer: NodeId | None = None
+    helo_peers: int = 0
+    rtt: float | None = None
+    probe_t0: float | None = None
+    sync_pending: bool = False
+    next_probe: float = 0.0
+    seed: str | None = None
+
+
+@dataclass(slots=True)
+class _Seed:
+    endpoint: str
+    conn: int | None = None
+    opened: float = 0.0
+    next_try: float = 0.0
+    backoff: float = 0.0
+    peer: NodeId | None = None
+    refused: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PeerInfo:
+    """A snapshot of one peer, as the API reports it."""
+
+    uuid: NodeId
+    name: str
+    endpoint: str
+    group: str
+    state: str
+    last_seen: float
+    rtt: float | None
+
+
+@dataclass(slots=True)
+class Stats:
+    received: int = 0
+    decode_errors: int = 0
+    dropped_unintroduced: int = 0
+    refused: int = 0
+    sent: int = 0
+    chats_received: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {k: getattr(self, k) for k in self.__slots__}
+
+
+@dataclass(slots=True)
+class _Gone:
+    info: PeerInfo
+    until: float
+
+
+class Mesh:
+    """One node's view of its group: the peer sessions and the clock offset."""
+
+    def __init__(
+        self,
+        uuid: NodeId,
+        *,
+        name: str,
+        group: str,
+        endpoint: str,
+        incarnation: str,
+        now: float,
+        timing: Timing | None = None,
+    ) -> None:
+        # Constructing our own HELO validates name, endpoint and incarnation.
+        Helo(sender=uuid, endpoint=endpoint, name=name, incarnation=incarnation)
+        Bout(sender=uuid, group=group)
+        self.uuid: Final = uuid
+        self.name: Final = name
+        self.group: Final = group
+        self.endpoint: Final = endpoint
+        self.incarnation: Final = incarnation
+        self.timing: Final = timing or Timing()
+        self.offset = 0.0
+        self.synced_with: NodeId | None = None
+        self.stats = Stats()
+        self._sessions: dict[NodeId, _Session] = {}
+        self._seeds: dict[str, _Seed] = {}
+        self._gone: dict[NodeId, _Gone] = {}
+        self._refused: dict[NodeId, str] = {}  # uuid -> incarnation refused
+        self._actions: list[Action] = []
+        self._next_conn = 1
+        self._next_beat = now
+        self._closed = False
+
+    # ------------------------------------------------------------------ queries
+
+    def mesh_time(self, now: float) -> float:
+        return now + self.offset
+
+    def take_actions(self) -> list[Action]:
+        actions, self._actions = self._actions, []
+        return actions
+
+    def peers(self, now: float) -> list[PeerInfo]:
+        """Every admitted peer, then recently gone ones (state ``gone``)."""
+        infos = [self._info(s, now) for s in self._sessions.values() if s.phase in ADMITTED]
+        infos.sort(key=lambda p: (p.name, p.uuid))
+        gone = [g.info for uuid, g in self._gone.items() if uuid not in self._sessions and g.until > now]
+        return infos + sorted(gone, key=lambda p: (p.name, p.uuid))
+
+    def alive_peers(self) -> list[NodeId]:
+        return [s.uuid for s in self._sessions.values() if s.phase in ADMITTED]
+
+    def conn_of(self, peer: NodeId) -> int | None:
+        s = self._sessions.get(peer)
+        return None if s is None or s.phase not in ADMITTED else s.conn
+
+    def _info(self, s: _Session, now: float) -> PeerInfo:
+        return PeerInfo(
+            uuid=s.uuid,
+            name=s.name,
+            endpoint=s.endpoint,
+            group=self.group,
+            state=s.phase.value,
+            last_seen=self.mesh_time(s.last_heard),
+            rtt=s.rtt,
+        )
+
+    # ------------------------------------------------------------- discovery
+
+    def add_seed(self, endpoint: str, now: float) -> None:
+        """Keep trying ``endpoint`` (``tcp://IP:PORT``) until a peer answers there."""
+        if endpoint == self.endpoint or endpoint in self._seeds:
+            return
+        self._seeds[endpoint] = _Seed(endpoint=endpoint, next_try=now)
+        self._retry_seeds(now)
+
+    def discovered(self, uuid: NodeId, endpoint: str, now: float) -> None:
+        """A discovery mechanism saw ``uuid`` listening at ``endpoint``."""
+        if self._closed or uuid == self.uuid or uuid in self._sessions or uuid in self._refused:
+            return
+        if self._endpoint_known(endpoint):
+            return
+        self._open(uuid, endpoint, now, introducer=None)
+
+    # ---------------------------------------------------------------- commands
+
+    def chat(self, text: str, now: float, to: NodeId | None = None) -> int:
+        """Send a CHAT to one admitted peer, or to every one.  Returns how many."""
+        msg = Chat(sender=self.uuid, text=text)
+        if to is not None:
+            s = self._sessions.get(to)
+            if s is None or s.phase not in ADMITTED:
+                raise LocalProtocolError(f"no alive peer {to}")
+            self._send(s.conn, msg)
+            return 1
+        n = 0
+        for s in self._sessions.values():
+            if s.phase in ADMITTED:
+                self._send(s.conn, msg)
+                n += 1
+        return n
+
+    def leave(self, now: float) -> None:
+        """Say GBYE to everyone and close every connection."""
+        self._closed = True
+        bye = Gbye(sender=self.uuid, reason="")
+        for s in list(self._sessions.values()):
+            if s.phase is not Phase.CONNECTING:
+                self._send(s.conn, bye)
+            self._actions.append(Disconnect(s.conn, flush=True))
+        for seed in self._seeds.values():
+            if seed.conn is not None and seed.peer is None:
+                self._actions.append(Disconnect(seed.conn))
+            seed.conn = None
+        self._sessions.clear()
+
+    # ----------------------------------------------------------------- receive
+
+    def receive(self, frames: list[bytes], now: float) -> Message | None:
+        """Handle the frames of one message from the ROUTER.  Returns the
+        message if it was accepted, ``None`` if it was dropped."""
+        self.stats.received += 1
+        try:
+            msg = _decode(frames)
+        except DecodeError as exc:
+            self.stats.decode_errors += 1
+            if self.stats.decode_errors <= 10 or self.stats.decode_errors % 10000 == 0:
+                log.warning("dropped undecodable message (%d so far): %s", self.stats.decode_errors, exc)
+            return None
+        return msg if self.handle(msg, now) else None
+
+    def handle(self, msg: Message, now: float) -> bool:
+        """Handle a decoded message.  True if it was accepted."""
+        if self._closed:
+            return False
+        if isinstance(msg, Helo):
+            return self._on_helo(msg, now)
+        if isinstance(msg, Gbye):
+            return self._on_gbye(msg, now)
+        s = self._sessions.get(msg.sender)
+        if s is None or s.phase is Phase.CONNECTING:
+            self.stats.dropped_unintroduced += 1
+            return False
+        self._heard(s, now)
+        if isinstance(msg, Bout):
+            return self._on_bout(s, msg, now)
+        if isinstance(msg, Time):
+            return self._on_time(s, msg, now)
+        if s.phase not in ADMITTED:
+            self.stats.dropped_unintroduced += 1
+            return False
+        if isinstance(msg, Beat):
+            return True
+        if isinstance(msg, Chat):
+            self.stats.chats_received += 1
+            self._notify(ChatReceived(s.uuid, s.name, msg.text, self.mesh_time(now)))
+            return True
+        if isinstance(msg, Peer):
+            self._on_peer(s, msg, now)
+            return True
+        return False  # pragma: no cover - every type is handled above
+
+    def _on_helo(self, m: Helo, now: float) -> bool:
+        if m.sender == self.uuid:
+            self._drop_self_seed(m.endpoint)
+            return False
+        if m.version != PROTOCOL_VERSION:
+            reason = f"incompatible protocol version {m.version}: this node speaks version {PROTOCOL_VERSION}"
+            self._refuse_endpoint(m.sender, m.endpoint, m.incarnation, reason, now)
+            return False
+        if self._refused.get(m.sender) == m.incarnation:
+            self.stats.dropped_unintroduced += 1
+            return False
+        self._refused.pop(m.sender, None)
+        s = self._sessions.get(m.sender)
+        if s is not None and s.incarnation is not None and s.incarnation != m.incarnation:
+            # The peer restarted: end the old session, start afresh.
+            self._end(s, "restarted", now)
+            s = None
+        if s is None:
+            conn = self._adopt_seed_conn(m.sender, m.endpoint)
+            if conn is None:
+                s = self._open(m.sender, m.endpoint, now, introducer=None, send_helo=False)
+            else:
+                s = self._new_session(m.sender, conn, m.endpoint, now, introducer=None)
+                s.seed = m.endpoint
+            if not m.reply or conn is None:
+                self._send_hello(s.conn, reply=m.reply is False)
+        elif not m.reply:
+            # The peer (re)opens a session with us: answer it.
+            if s.endpoint != m.endpoint and s.phase not in ADMITTED:
+                self._actions.append(Disconnect(s.conn))
+                s.conn = self._connect(m.endpoint)
+                s.endpoint = m.endpoint
+            self._send_hello(s.conn, reply=True)
+        s.incarnation = m.incarnation
+        s.name = m.name
+        s.helo_peers = m.peers
+        self._heard(s, now)
+        if s.phase is Phase.CONNECTING:
+            s.phase = Phase.HANDSHAKE
+        return True
+
+    def _on_bout(self, s: _Session, m: Bout, now: float) -> bool:
+        if m.group != self.group:
+            reason = f"group mismatch: peer is in {m.group!r}, this node is in {self.group!r}"
+            self._send(s.conn, Gbye(sender=self.uuid, reason=reason))
+            self._actions.append(Disconnect(s.conn, flush=True))
+            self._forget(s)
+            self._refused[s.uuid] = s.incarnation or ""
+            self.stats.refused += 1
+            if s.seed is not None and s.seed in self._seeds:
+                self._seeds[s.seed].refused = reason
+                log.warning("seed %s refused: %s (not retrying it)", s.seed, reason)
+            self._notify(PeerRefused(s.uuid, s.endpoint, reason, True, self.mesh_time(now)))
+            return True
+        if s.phase is Phase.HANDSHAKE:
+            self._admit(s, now)
+        return True
+
+    def _on_gbye(self, m: Gbye, now: float) -> bool:
+        s = self._sessions.get(m.sender)
+        if s is None or (s.phase is Phase.CONNECTING and s.incarnation is None and not m.reason):
+            self.stats.dropped_unintroduced += 1
+            if s is None and m.reason:
+                log.info("peer %s refused us: %s", m.sender.short, m.reason)
+            return False
+        if s.phase in ADMITTED and not m.reason:
+            self._end(s, "left", now)
+            return True
+        # A refusal during the handshake: remember it, do not retry in a loop.
+        self._actions.append(Disconnect(s.conn))
+        self._forget(s)
+        reason = m.reason or "peer said goodbye during the handshake"
+        self._refused[s.uuid] = s.incarnation or ""
+        if s.seed is not None and s.seed in self._seeds:
+            self._seeds[s.seed].refused = reason
+            log.warning("seed %s refused us: %s (not retrying it)", s.seed, reason)
+        if s.phase in ADMITTED:
+            self._notify(PeerLeft(s.uuid, s.name, f"left: {reason}", self.mesh_time(now)))
+        else:
+            self._notify(PeerRefused(s.uuid, s.endpoint, reason, False, self.mesh_time(now)))
+        return True
+
+    def _on_peer(self, s: _Session, m: Peer, now: float) -> None:
+        if m.peer == self.uuid or m.peer in self._sessions or m.peer in self._refused:
+            return
+        if m.endpoint == self.endpoint or self._endpoint_known(m.endpoint):
+            return
+        self._open(m.peer, m.endpoint, now, introducer=s.uuid)
+
+    def _on_time(self, s: _Session, m: Time, now: float) -> bool:
+        if m.t1 is None:
+            self._send(s.conn, Time(sender=self.uuid, t0=m.t0, t1=self.mesh_time(now)))
+            return True
+        if s.probe_t0 is None or m.t0 != s.probe_t0:
+            return False  # not the answer to our outstanding probe
+        s.probe_t0 = None
+        rtt = max(0.0, now - m.t0)
+        s.rtt = rtt
+        if s.sync_pending:
+            s.sync_pending = False
+            self.offset = m.t1 - (m.t0 + now) / 2.0
+            self.synced_with = s.uuid
+            self._notify(ClockSynced(s.uuid, self.offset, rtt, self.mesh_time(now)))
+        return True
+
+    # -------------------------------------------------------------------- time
+
+    def tick(self, now: float) -> None:
+        """Advance timers: heartbeats, liveness, handshakes, seeds, probes."""
+        if self._closed:
+            return
+        t = self.timing
+        for s in list(self._sessions.values()):
+            silence = now - s.last_heard
+            if s.phase in ADMITTED:
+                if silence >= t.gone_after:
+                    self._end(s, "timeout", now)
+                    continue
+                if silence >= t.suspect_after and s.phase is Phase.ALIVE:
+                    s.phase = Phase.SUSPECT
+                    self._notify(PeerStateChanged(s.uuid, s.name, s.phase.value, self.mesh_time(now)))
+                if now >= s.next_probe:
+                    self._probe(s, now)
+            elif now - s.created >= t.handshake_timeout and silence >= t.handshake_timeout:
+                self._actions.append(Disconnect(s.conn))
+                self._forget(s)
+        for seed in self._seeds.values():
+            if seed.conn is not None and seed.peer is None and now - seed.opened >= t.handshake_timeout:
+                # No answer: drop the queued HELO; the next retry dials afresh.
+                self._actions.append(Disconnect(seed.conn))
+                seed.conn = None
+        if now >= self._next_beat:
+            beat = Beat(sender=self.uuid)
+            for s in self._sessions.values():
+                if s.phase in ADMITTED:
+                    self._send(s.conn, beat)
+            self._next_beat = max(self._next_beat + t.heartbeat_interval, now)
+        for uuid in [u for u, g in self._gone.items() if g.until <= now]:
+            del self._gone[uuid]
+        self._retry_seeds(now)
+
+    def next_deadline(self, now: float) -> float:
+        """The latest time by which :meth:`tick` should be called again."""
+        return min(self._next_beat, now + 0.1)
+
+    # ---------------------------------------------------------------- internals
+
+    def _notify(self, event: Event) -> None:
+        self._actions.append(Notify(event))
+
+    def _send(self, conn: int, msg: Message) -> None:
+        self.stats.sent += 1
+        self._actions.append(Send(conn, msg))
+
+    def _connect(self, endpoint: str) -> int:
+        conn = self._next_conn
+        self._next_conn += 1
+        self._actions.append(Connect(conn, endpoint))
+        return conn
+
+    def _send_hello(self, conn: int, *, reply: bool) -> None:
+        admitted = sum(1 for x in self._sessions.values() if x.phase in ADMITTED)
+        self._send(
+            conn,
+            Helo(
+                sender=self.uuid,
+                endpoint=self.endpoint,
+                name=self.name,
+                incarnation=self.incarnation,
+                reply=reply,
+                peers=admitted,
+            ),
+        )
+        self._send(conn, Bout(sender=self.uuid, group=self.group))
+
+    def _new_session(
+        self, uuid: NodeId, conn: int, endpoint: str, now: float, introducer: NodeId | None
+    ) -> _Session:
+        s = _Session(
+            uuid=uuid, conn=conn, endpoint=endpoint, phase=Phase.CONNECTING,
+            created=now, last_heard=now, introducer=introducer,
+        )
+        self._sessions[uuid] = s
+        return s
+
+    def _open(
+        self, uuid: NodeId, endpoint: str, now: float, introducer: NodeId | None, send_helo: bool = True
+    ) -> _Session:
+        s = self._new_session(uuid, self._connect(endpoint), endpoint, now, introducer)
+        if send_helo:
+            self._send_hello(s.conn, reply=False)
+        return s
+
+    def _heard(self, s: _Session, now: float) -> None:
+        s.last_heard = now
+        if s.phase is Phase.SUSPECT:
+            s.phase = Phase.ALIVE
+            self._notify(PeerStateChanged(s.uuid, s.name, s.phase.value, self.mesh_time(now)))
+
+    def _admit(self, s: _Session, now: float) -> None:
+        others = [x for x in self._sessions.values() if x.phase in ADMITTED and x is not s]
+        s.phase = Phase.ALIVE
+        self._gone.pop(s.uuid, None)
+        if s.seed is None:
+            for seed in self._seeds.values():
+                if seed.endpoint == s.endpoint and seed.peer is None:
+                    if seed.conn is not None and seed.conn != s.conn:
+                        self._actions.append(Disconnect(seed.conn))
+                    seed.conn = s.conn
+                    seed.peer = s.uuid
+                    s.seed = seed.endpoint
+        self._notify(PeerJoined(s.uuid, s.name, s.endpoint, self.mesh_time(now)))
+        intro = Peer(sender=self.uuid, peer=s.uuid, endpoint=s.endpoint)
+        for x in others:
+            if x.uuid != s.introducer:
+                self._send(x.conn, intro)
+        # Time: a node alone takes its clock from the first peer it meets.  When
+        # two lone nodes meet, the one with the smaller UUID is the reference.
+        s.sync_pending = not others and (s.helo_peers > 0 or s.uuid < self.uuid)
+        self._probe(s, now)
+
+    def _probe(self, s: _Session, now: float) -> None:
+        s.probe_t0 = now
+        s.next_probe = now + self.timing.rtt_probe_interval
+        self._send(s.conn, Time(sender=self.uuid, t0=now))
+
+    def _end(self, s: _Session, reason: str, now: float) -> None:
+        self._actions.append(Disconnect(s.conn))
+        self._forget(s)
+        if s.phase in ADMITTED:
+            info = self._info(s, now)
+            gone = PeerInfo(info.uuid, info.name, info.endpoint, info.group, "gone", info.last_seen, info.rtt)
+            self._gone[s.uuid] = _Gone(gone, now + self.timing.gone_retention)
+            self._notify(PeerLeft(s.uuid, s.name, reason, self.mesh_time(now)))
+
+    def _forget(self, s: _Session) -> None:
+        if self._sessions.get(s.uuid) is s:
+            del self._sessions[s.uuid]
+        if s.seed is not None:
+            seed = self._seeds.get(s.seed)
+            if seed is not None and seed.peer == s.uuid:
+                seed.peer = None
+                seed.conn = None
+                seed.backoff = 0.0
+
+    def _refuse_endpoint(self, uuid: NodeId, endpoint: str, incarnation: str, reason: str, now: float) -> None:
+        log.warning("refusing %s at %s: %s", uuid.short, endpoint, reason)
+        self.stats.refused += 1
+        old = self._sessions.get(uuid)
+        if old is not None:
+            self._actions.append(Disconnect(old.conn))
+            self._forget(old)
+        if self._refused.get(uuid) != incarnation:
+            self._refused[uuid] = incarnation
+            conn = self._connect(endpoint)
+            self._send(conn, Gbye(sender=self.uuid, reason=reason))
+            self._actions.append(Disconnect(conn, flush=True))
+            self._notify(PeerRefused(uuid, endpoint, reason, True, self.mesh_time(now)))
+
+    def _endpoint_known(self, endpoint: str) -> bool:
+        return any(s.endpoint == endpoint for s in self._sessions.values())
+
+    # seeds -------------------------------------------------------------------
+
+    def _retry_seeds(self, now: float) -> None:
+        for seed in self._seeds.values():
+            if seed.refused is not None or seed.peer is not None or now < seed.next_try:
+                continue
+            if self._endpoint_known(seed.endpoint):
+                continue
+            if seed.conn is None:
+                seed.conn = self._connect(seed.endpoint)
+                seed.opened = now
+            self._send_hello(seed.conn, reply=False)
+            seed.backoff = min(_SEED_BACKOFF_MAX, max(self.timing.seed_retry, seed.backoff * 2))
+            seed.next_try = now + seed.backoff
+
+    def _adopt_seed_conn(self, uuid: NodeId, endpoint: str) -> int | None:
+        seed = self._seeds.get(endpoint)
+        if seed is None or seed.conn is None or seed.peer is not None:
+            return None
+        seed.peer = uuid
+        return seed.conn
+
+    def _drop_self_seed(self, endpoint: str) -> None:
+        seed = self._seeds.get(endpoint)
+        if seed is not None:
+            seed.refused = "that is this node's own endpoint"
+            if seed.conn is not None:
+                self._actions.append(Disconnect(seed.conn))
+                seed.conn = None
+
+    def seeds(self) -> Iterable[tuple[str, NodeId | None, str | None]]:
+        return [(s.endpoint, s.peer, s.refused) for s in self._seeds.values()]

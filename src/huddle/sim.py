@@ -1,0 +1,143 @@
+"""A deterministic in-memory network for :class:`~huddle.protocol.Mesh` nodes.
+
+Every node's actions are carried out on a simulated network with a simulated
+clock: a ``Send`` is encoded to frames exactly as the ZeroMQ driver would and
+delivered to the ROUTER of the node listening at the connection's endpoint
+after ``latency`` seconds.  Nodes can be crashed, partitioned and restarted.
+Used by the tests; no sockets, no sleeping.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from dataclasses import dataclass, field
+
+from .ids import NodeId
+from .protocol import Connect, Disconnect, Event, Mesh, Notify, Send, Timing
+from .wire import encode
+
+__all__ = ["SimNetwork", "SimNode"]
+
+
+@dataclass
+class SimNode:
+    mesh: Mesh
+    events: list[Event] = field(default_factory=list)
+    conns: dict[int, str] = field(default_factory=dict)
+    up: bool = True
+    clock_skew: float = 0.0
+
+
+class SimNetwork:
+    def __init__(self, *, latency: float = 0.001, seed: int = 0) -> None:
+        self.now = 1_000_000.0
+        self.latency = latency
+        self.rng = random.Random(seed)
+        self.nodes: dict[str, SimNode] = {}  # by endpoint
+        self._queue: list[tuple[float, int, str, list[bytes]]] = []
+        self._counter = 0
+        self.cut: set[frozenset[str]] = set()
+        self._next_port = 50000
+
+    # ------------------------------------------------------------------ nodes
+
+    def add(
+        self,
+        name: str,
+        group: str = "",
+        *,
+        uuid: NodeId | None = None,
+        timing: Timing | None = None,
+        skew: float = 0.0,
+        endpoint: str | None = None,
+    ) -> SimNode:
+        if endpoint is None:
+            endpoint = f"tcp://10.0.0.1:{self._next_port}"
+            self._next_port += 1
+        node_id = uuid or NodeId(self.rng.randbytes(16))
+        mesh = Mesh(
+            node_id, name=name, group=group, endpoint=endpoint,
+            incarnation=self.rng.randbytes(8).hex(), now=self.now + skew, timing=timing,
+        )
+        node = SimNode(mesh=mesh, clock_skew=skew)
+        self.nodes[endpoint] = node
+        return node
+
+    def local(self, node: SimNode) -> float:
+        return self.now + node.clock_skew
+
+    def crash(self, node: SimNode) -> None:
+        """The process dies: no GBYE, queued messages lost."""
+        node.up = False
+        del self.nodes[node.mesh.endpoint]
+
+    def stop(self, node: SimNode) -> None:
+        """Graceful stop: GBYE to everyone."""
+        node.mesh.leave(self.local(node))
+        self._run_actions(node)
+        node.up = False
+        del self.nodes[node.mesh.endpoint]
+
+    def partition(self, a: SimNode, b: SimNode) -> None:
+        self.cut.add(frozenset((a.mesh.endpoint, b.mesh.endpoint)))
+
+    def heal(self) -> None:
+        self.cut.clear()
+
+    # -------------------------------------------------------------- stepping
+
+    def deliver_raw(self, endpoint: str, frames: list[bytes], delay: float = 0.0) -> None:
+        self._counter += 1
+        heapq.heappush(self._queue, (self.now + delay, self._counter, endpoint, frames))
+
+    def _run_actions(self, node: SimNode) -> None:
+        for action in node.mesh.take_actions():
+            if isinstance(action, Connect):
+                node.conns[action.conn] = action.endpoint
+            elif isinstance(action, Disconnect):
+                node.conns.pop(action.conn, None)
+            elif isinstance(action, Send):
+                target = node.conns.get(action.conn)
+                if target is None:
+                    continue
+                if frozenset((node.mesh.endpoint, target)) in self.cut:
+                    continue
+                self.deliver_raw(target, encode(action.message), self.latency)
+            elif isinstance(action, Notify):
+                node.events.append(action.event)
+
+    def run(self, seconds: float, step: float = 0.05) -> None:
+        """Advance the clock by ``seconds``, delivering messages and ticking nodes."""
+        end = self.now + seconds
+        for node in list(self.nodes.values()):
+            self._run_actions(node)
+        next_tick = self.now
+        while True:
+            next_msg = self._queue[0][0] if self._queue else end + 1
+            t = min(next_msg, next_tick)
+            if t > end:
+                break
+            self.now = t
+            if next_msg <= next_tick:
+                _, _, endpoint, frames = heapq.heappop(self._queue)
+                target = self.nodes.get(endpoint)
+                if target is not None and target.up:
+                    target.mesh.receive(frames, self.local(target))
+                    self._run_actions(target)
+            else:
+                for node in list(self.nodes.values()):
+                    node.mesh.tick(self.local(node))
+                    self._run_actions(node)
+                next_tick = t + step
+        self.now = end
+
+    def settle(self, timeout: float, predicate: object) -> bool:
+        """Run until ``predicate()`` is true or ``timeout`` simulated seconds pass."""
+        assert callable(predicate)
+        deadline = self.now + timeout
+        while self.now < deadline:
+            if predicate():
+                return True
+            self.run(0.05)
+        return bool(predicate())

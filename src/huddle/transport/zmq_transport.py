@@ -1,0 +1,226 @@
+"""The only module that imports zmq: one ROUTER inbox, one DEALER per connection.
+
+Sending never blocks the node.  Each DEALER has a send high-water mark and a
+zero send timeout; when ZeroMQ's queue is full, messages wait in a bounded
+overflow queue of our own and are flushed when the socket becomes writable.
+When that overflow is full too, the peer is "not responding": further
+messages to it are dropped and counted, and the other peers are unaffected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import cast
+
+import zmq
+
+from ..ids import NodeId
+
+__all__ = ["Conn", "ZmqTransport"]
+
+log = logging.getLogger("huddle.transport")
+
+RECV_BATCH = 4096
+
+
+def _events(sock: zmq.Socket[bytes]) -> int:
+    return cast(int, sock.getsockopt(zmq.EVENTS))
+
+
+@dataclass(slots=True)
+class Conn:
+    sock: zmq.Socket[bytes]
+    endpoint: str
+    overflow: deque[list[bytes]] = field(default_factory=deque)
+    dropped: int = 0
+    drained: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class ZmqTransport:
+    """Owns the ZeroMQ context and sockets.  Call from one asyncio thread."""
+
+    def __init__(
+        self,
+        identity: NodeId,
+        *,
+        sndhwm: int = 10_000,
+        overflow_limit: int = 100_000,
+        on_frames: Callable[[list[list[bytes]]], None],
+    ) -> None:
+        self.identity = identity
+        self.sndhwm = sndhwm
+        self.overflow_limit = overflow_limit
+        self._on_frames = on_frames
+        self.ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        self.router: zmq.Socket[bytes] = self.ctx.socket(zmq.ROUTER)
+        self.router.setsockopt(zmq.LINGER, 0)
+        self.router.setsockopt(zmq.RCVHWM, 100_000)
+        # A restarted peer reconnects with the same identity: let it take over.
+        self.router.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        self._fd = cast(int, self.router.getsockopt(zmq.FD))
+        self.conns: dict[int, Conn] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._flush_scheduled = False
+        self.send_dropped = 0
+
+    # ----------------------------------------------------------------- inbox
+
+    def bind(self, host: str, port: int, port_range: tuple[int, int]) -> int:
+        """Bind the ROUTER; ``port`` 0 picks a free port in ``port_range``."""
+        if port:
+            self.router.bind(f"tcp://{host}:{port}")
+            return port
+        lo, hi = port_range
+        rng = random.SystemRandom()
+        last: zmq.ZMQError | None = None
+        for _ in range(200):
+            candidate = rng.randint(lo, hi)
+            try:
+                self.router.bind(f"tcp://{host}:{candidate}")
+                return candidate
+            except zmq.ZMQError as exc:  # in use: try another
+                last = exc
+        raise zmq.ZMQError(msg=f"no free port in {lo}-{hi} after 200 tries ({last})")
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        loop.add_reader(self._fd, self._readable)
+        loop.call_soon(self._readable)
+
+    def _readable(self) -> None:
+        """Drain the ROUTER (its FD is edge-triggered: read until EAGAIN)."""
+        batch: list[list[bytes]] = []
+        router = self.router
+        try:
+            while len(batch) < RECV_BATCH:
+                try:
+                    batch.append(router.recv_multipart(zmq.NOBLOCK))
+                except zmq.Again:
+                    break
+        except zmq.ZMQError as exc:  # socket closed under us during shutdown
+            log.debug("router read stopped: %s", exc)
+            return
+        if batch:
+            self._on_frames(batch)
+        if len(batch) >= RECV_BATCH or _events(router) & zmq.POLLIN:
+            assert self._loop is not None
+            self._loop.call_soon(self._readable)
+
+    def poll(self) -> None:
+        """Safety net against a missed edge; called from the node's timer."""
+        if _events(self.router) & zmq.POLLIN:
+            self._readable()
+        self._flush()
+
+    # ---------------------------------------------------------------- outbox
+
+    def connect(self, conn: int, endpoint: str) -> None:
+        sock: zmq.Socket[bytes] = self.ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.IDENTITY, bytes(self.identity))
+        sock.setsockopt(zmq.SNDHWM, self.sndhwm)
+        sock.setsockopt(zmq.SNDTIMEO, 0)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RECONNECT_IVL, 100)
+        sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
+        sock.setsockopt(zmq.TCP_KEEPALIVE, 1)
+        try:
+            sock.connect(endpoint)
+        except zmq.ZMQError as exc:
+            log.warning("cannot connect to %s: %s", endpoint, exc)
+        self.conns[conn] = Conn(sock=sock, endpoint=endpoint)
+
+    def send(self, conn: int, frames: list[bytes]) -> bool:
+        """Queue ``frames`` (type and body; the identity is implicit) on ``conn``.
+
+        Returns False if the message was dropped because the peer is not
+        responding (its queues are full) or the connection is closed.
+        """
+        c = self.conns.get(conn)
+        if c is None:
+            return False
+        if not c.overflow:
+            try:
+                c.sock.send_multipart(frames, zmq.NOBLOCK, copy=False)
+                return True
+            except zmq.Again:
+                pass
+        if len(c.overflow) >= self.overflow_limit:
+            c.dropped += 1
+            self.send_dropped += 1
+            if c.dropped == 1 or c.dropped % 10_000 == 0:
+                log.warning("peer at %s is not responding: %d messages dropped", c.endpoint, c.dropped)
+            return False
+        c.overflow.append(frames)
+        c.drained.clear()
+        self._schedule_flush()
+        return True
+
+    def backlog(self, conn: int) -> int:
+        c = self.conns.get(conn)
+        return 0 if c is None else len(c.overflow)
+
+    async def wait_drained(self, conn: int, below: int, timeout: float) -> bool:
+        """Wait until ``conn``'s overflow is below ``below`` messages."""
+        c = self.conns.get(conn)
+        if c is None or len(c.overflow) < below:
+            return True
+        try:
+            async with asyncio.timeout(timeout):
+                while conn in self.conns and len(c.overflow) >= below:
+                    c.drained.clear()
+                    await c.drained.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled and self._loop is not None:
+            self._flush_scheduled = True
+            self._loop.call_later(0.0005, self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        pending = False
+        for c in self.conns.values():
+            q = c.overflow
+            while q:
+                try:
+                    c.sock.send_multipart(q[0], zmq.NOBLOCK, copy=False)
+                except zmq.Again:
+                    break
+                q.popleft()
+            if q:
+                pending = True
+            if len(q) < self.overflow_limit // 2:
+                c.drained.set()
+        if pending:
+            self._schedule_flush()
+
+    def disconnect(self, conn: int, flush: bool = False) -> None:
+        c = self.conns.pop(conn, None)
+        if c is None:
+            return
+        if flush:
+            for frames in c.overflow:
+                try:
+                    c.sock.send_multipart(frames, zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+            c.sock.setsockopt(zmq.LINGER, 500)
+        c.drained.set()
+        c.sock.close()
+
+    def close(self) -> None:
+        if self._loop is not None:
+            with contextlib.suppress(zmq.ZMQError, ValueError):
+                self._loop.remove_reader(self._fd)
+        for conn in list(self.conns):
+            self.disconnect(conn)
+        self.router.close(linger=0)
+        self.ctx.term()

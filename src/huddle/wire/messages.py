@@ -1,0 +1,343 @@
+"""The huddle message codec: frames <-> typed messages.
+
+A message on the wire is a ZeroMQ multipart of exactly three frames as the
+receiving ROUTER socket sees them::
+
+    frame 1  sender   16 octets, the sender's UUID (its DEALER routing identity)
+    frame 2  type     4 ASCII capital letters
+    frame 3  body     UTF-8 text, at most MAX_BODY octets
+
+This module is pure: no sockets, no clock.  :func:`decode` raises
+:class:`~huddle.errors.DecodeError` for any malformed input and nothing else;
+:func:`encode` is its inverse.  See ``docs/protocol.md`` for the grammar.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from ..errors import DecodeError, LocalProtocolError
+from ..ids import NodeId
+
+__all__ = [
+    "MAX_BODY",
+    "MAX_GROUP",
+    "MAX_NAME",
+    "PROTOCOL_VERSION",
+    "RESERVED_TYPES",
+    "Beat",
+    "Bout",
+    "Chat",
+    "Gbye",
+    "Helo",
+    "Message",
+    "Peer",
+    "Time",
+    "decode",
+    "encode",
+    "valid_endpoint",
+]
+
+PROTOCOL_VERSION: Final = 1
+MAX_BODY: Final = 1024 * 1024
+MAX_NAME: Final = 255
+MAX_GROUP: Final = 255
+MAX_REASON: Final = 1024
+RESERVED_TYPES: Final = frozenset({b"XMSG", b"GSIP"})
+
+_ENDPOINT_RE: Final = re.compile(r"tcp://([A-Za-z0-9.\-]{1,253}|\[[0-9A-Fa-f:.]{2,45}\]):([0-9]{1,5})")
+_DECIMAL_RE: Final = re.compile(r"-?[0-9]{1,20}(\.[0-9]{1,20})?([eE][-+]?[0-9]{1,3})?")
+_INCARNATION_RE: Final = re.compile(r"[0-9a-f]{16}")
+
+
+def valid_endpoint(text: str) -> bool:
+    """True if ``text`` is ``tcp://HOST:PORT`` with a port in 1..65535."""
+    m = _ENDPOINT_RE.fullmatch(text)
+    return m is not None and 1 <= int(m.group(2)) <= 65535
+
+
+def _check(ok: bool, what: str) -> None:
+    if not ok:
+        raise LocalProtocolError(what)
+
+
+def _check_text(value: object, field: str, limit: int, *, empty: bool = True) -> None:
+    _check(isinstance(value, str), f"{field} must be a string")
+    assert isinstance(value, str)
+    _check(empty or value != "", f"{field} must not be empty")
+    _check(len(value.encode("utf-8", "surrogatepass")) <= limit, f"{field} is longer than {limit} octets")
+    _check(_encodable(value), f"{field} is not valid Unicode text")
+
+
+def _encodable(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class Helo:
+    """Introduction: who I am and where my ROUTER listens.
+
+    ``reply`` is false when a node opens a session and true when it answers
+    one; a HELO with ``reply`` false is always answered, one with ``reply``
+    true never is, so two nodes cannot echo HELOs forever.
+    """
+
+    sender: NodeId
+    endpoint: str
+    name: str
+    incarnation: str
+    reply: bool = False
+    peers: int = 0
+    version: int = PROTOCOL_VERSION
+
+    def __post_init__(self) -> None:
+        _check(isinstance(self.version, int) and 0 <= self.version < 2**31, "version must be a small integer")
+        _check(isinstance(self.endpoint, str) and valid_endpoint(self.endpoint), f"bad endpoint {self.endpoint!r}")
+        _check_text(self.name, "name", MAX_NAME, empty=False)
+        _check(
+            isinstance(self.incarnation, str) and _INCARNATION_RE.fullmatch(self.incarnation) is not None,
+            "incarnation must be 16 lowercase hex digits",
+        )
+        _check(isinstance(self.reply, bool), "reply must be a boolean")
+        _check(isinstance(self.peers, int) and 0 <= self.peers < 2**31, "peers must be a non-negative integer")
+
+
+@dataclass(frozen=True, slots=True)
+class Peer:
+    """Introduction of a third node: "have you met this one?"."""
+
+    sender: NodeId
+    peer: NodeId
+    endpoint: str
+
+    def __post_init__(self) -> None:
+        _check(isinstance(self.peer, NodeId), "peer must be a NodeId")
+        _check(isinstance(self.endpoint, str) and valid_endpoint(self.endpoint), f"bad endpoint {self.endpoint!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Bout:
+    """The sender's group ("bout") name; the empty string is a group too."""
+
+    sender: NodeId
+    group: str
+
+    def __post_init__(self) -> None:
+        _check_text(self.group, "group", MAX_GROUP)
+
+
+@dataclass(frozen=True, slots=True)
+class Gbye:
+    """The sender is leaving, or refuses this session (reason says why)."""
+
+    sender: NodeId
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        _check_text(self.reason, "reason", MAX_REASON)
+
+
+@dataclass(frozen=True, slots=True)
+class Chat:
+    """A line of text for humans."""
+
+    sender: NodeId
+    text: str
+
+    def __post_init__(self) -> None:
+        _check_text(self.text, "text", MAX_BODY)
+
+
+@dataclass(frozen=True, slots=True)
+class Beat:
+    """Heartbeat: the sender is alive.  Its body is empty."""
+
+    sender: NodeId
+
+
+@dataclass(frozen=True, slots=True)
+class Time:
+    """Clock probe.  A request carries ``t0`` (opaque to the responder); the
+    reply echoes ``t0`` and adds ``t1``, the responder's mesh time on receipt."""
+
+    sender: NodeId
+    t0: float
+    t1: float | None = None
+
+    def __post_init__(self) -> None:
+        _check(isinstance(self.t0, float) and math.isfinite(self.t0), "t0 must be a finite float")
+        _check(
+            self.t1 is None or (isinstance(self.t1, float) and math.isfinite(self.t1)),
+            "t1 must be a finite float or None",
+        )
+
+
+Message = Helo | Peer | Bout | Gbye | Chat | Beat | Time
+
+
+# --------------------------------------------------------------------------- encode
+
+
+def _json(obj: dict[str, Any]) -> bytes:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def _encode_body(msg: Message) -> tuple[bytes, bytes]:
+    if isinstance(msg, Chat):
+        return b"CHAT", msg.text.encode("utf-8")
+    if isinstance(msg, Beat):
+        return b"BEAT", b""
+    if isinstance(msg, Helo):
+        body = {
+            "version": msg.version,
+            "endpoint": msg.endpoint,
+            "name": msg.name,
+            "incarnation": msg.incarnation,
+            "reply": msg.reply,
+            "peers": msg.peers,
+        }
+        return b"HELO", _json(body)
+    if isinstance(msg, Peer):
+        return b"PEER", _json({"uuid": msg.peer.hex(), "endpoint": msg.endpoint})
+    if isinstance(msg, Bout):
+        return b"BOUT", msg.group.encode("utf-8")
+    if isinstance(msg, Gbye):
+        return b"GBYE", msg.reason.encode("utf-8")
+    if isinstance(msg, Time):
+        text = repr(msg.t0) if msg.t1 is None else f"{msg.t0!r} {msg.t1!r}"
+        return b"TIME", text.encode("ascii")
+    raise LocalProtocolError(f"not a huddle message: {msg!r}")
+
+
+def encode(msg: Message) -> list[bytes]:
+    """Encode ``msg`` as the three frames a ROUTER receives: sender, type, body.
+
+    A DEALER whose identity is the sender's UUID sends only frames 2 and 3;
+    ZeroMQ supplies frame 1.
+    """
+    kind, body = _encode_body(msg)
+    if len(body) > MAX_BODY:
+        raise LocalProtocolError(f"{kind.decode()} body of {len(body)} octets exceeds {MAX_BODY}")
+    return [bytes(msg.sender), kind, body]
+
+
+# --------------------------------------------------------------------------- decode
+
+
+def _object(body: str, kind: str) -> dict[str, Any]:
+    try:
+        obj = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise DecodeError(f"{kind} body is not JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise DecodeError(f"{kind} body must be a JSON object")
+    return obj
+
+
+def _field(obj: dict[str, Any], key: str, kind: str, typ: type) -> Any:
+    if key not in obj:
+        raise DecodeError(f"{kind} body lacks {key!r}")
+    value = obj[key]
+    if not isinstance(value, typ) or (typ is int and isinstance(value, bool)):
+        raise DecodeError(f"{kind} field {key!r} must be {typ.__name__}")
+    return value
+
+
+def _decimal(text: str, kind: str) -> float:
+    if _DECIMAL_RE.fullmatch(text) is None:
+        raise DecodeError(f"{kind} value {text[:40]!r} is not a decimal number")
+    value = float(text)
+    if not math.isfinite(value):
+        raise DecodeError(f"{kind} value {text[:40]!r} is out of range")
+    return value
+
+
+def _d_helo(sender: NodeId, body: str) -> Message:
+    obj = _object(body, "HELO")
+    return Helo(
+        sender=sender,
+        version=_field(obj, "version", "HELO", int),
+        endpoint=_field(obj, "endpoint", "HELO", str),
+        name=_field(obj, "name", "HELO", str),
+        incarnation=_field(obj, "incarnation", "HELO", str),
+        reply=_field(obj, "reply", "HELO", bool) if "reply" in obj else False,
+        peers=_field(obj, "peers", "HELO", int) if "peers" in obj else 0,
+    )
+
+
+def _d_peer(sender: NodeId, body: str) -> Message:
+    obj = _object(body, "PEER")
+    try:
+        peer = NodeId.from_hex(_field(obj, "uuid", "PEER", str))
+    except ValueError as exc:
+        raise DecodeError(f"PEER uuid: {exc}") from None
+    return Peer(sender=sender, peer=peer, endpoint=_field(obj, "endpoint", "PEER", str))
+
+
+def _d_time(sender: NodeId, body: str) -> Message:
+    parts = body.split(" ")
+    if len(parts) == 1:
+        return Time(sender=sender, t0=_decimal(parts[0], "TIME"))
+    if len(parts) == 2:
+        return Time(sender=sender, t0=_decimal(parts[0], "TIME"), t1=_decimal(parts[1], "TIME"))
+    raise DecodeError("TIME body is one or two decimal numbers separated by a space")
+
+
+def _d_beat(sender: NodeId, body: str) -> Message:
+    if body:
+        raise DecodeError("BEAT body must be empty")
+    return Beat(sender=sender)
+
+
+_DECODERS: Final[dict[bytes, Callable[[NodeId, str], Message]]] = {
+    b"HELO": _d_helo,
+    b"PEER": _d_peer,
+    b"BOUT": lambda s, b: Bout(sender=s, group=b),
+    b"GBYE": lambda s, b: Gbye(sender=s, reason=b),
+    b"CHAT": lambda s, b: Chat(sender=s, text=b),
+    b"BEAT": _d_beat,
+    b"TIME": _d_time,
+}
+
+
+def decode(frames: Sequence[bytes]) -> Message:
+    """Decode the frames a ROUTER received into a message.
+
+    Raises :class:`DecodeError` (and nothing else) if the frames are not a
+    valid huddle message.
+    """
+    try:
+        count = len(frames)
+    except TypeError:
+        raise DecodeError("frames must be a sequence of byte strings") from None
+    if count != 3:
+        raise DecodeError(f"a message has 3 frames, got {count}")
+    raw_sender, kind, raw_body = frames[0], frames[1], frames[2]
+    if not all(isinstance(f, bytes) for f in (raw_sender, kind, raw_body)):
+        raise DecodeError("frames must be byte strings")
+    if len(raw_sender) != 16:
+        raise DecodeError(f"sender UUID must be 16 octets, got {len(raw_sender)}")
+    if len(raw_body) > MAX_BODY:
+        raise DecodeError(f"body of {len(raw_body)} octets exceeds {MAX_BODY}")
+    decoder = _DECODERS.get(kind)
+    if decoder is None:
+        if kind in RESERVED_TYPES:
+            raise DecodeError(f"message type {kind.decode()} is reserved and not spoken by this version")
+        raise DecodeError(f"unknown message type {kind[:8]!r}")
+    try:
+        body = raw_body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DecodeError(f"{kind.decode()} body is not UTF-8: {exc.reason} at octet {exc.start}") from None
+    try:
+        return decoder(NodeId(raw_sender), body)
+    except LocalProtocolError as exc:
+        raise DecodeError(f"{kind.decode()}: {exc}") from None
