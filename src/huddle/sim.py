@@ -9,13 +9,15 @@ Used by the tests; no sockets, no sleeping.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import random
 from dataclasses import dataclass, field
 
 from .ids import NodeId
 from .protocol import Connect, Disconnect, Event, Mesh, Notify, Send, Timing
-from .wire import encode
+from .errors import DecodeError
+from .wire import Message, decode, encode
 
 __all__ = ["SimNetwork", "SimNode"]
 
@@ -38,6 +40,7 @@ class SimNetwork:
         self._queue: list[tuple[float, int, str, list[bytes]]] = []
         self._counter = 0
         self.cut: set[frozenset[str]] = set()
+        self.trace: list[tuple[str, str, Message]] | None = None  # (from, to, message) delivered, when recording
         self._next_port = 50000
 
     # ------------------------------------------------------------------ nodes
@@ -123,6 +126,10 @@ class SimNetwork:
                 _, _, endpoint, frames = heapq.heappop(self._queue)
                 target = self.nodes.get(endpoint)
                 if target is not None and target.up:
+                    if self.trace is not None:
+                        with contextlib.suppress(DecodeError):
+                            msg = decode(frames)
+                            self.trace.append((self._name_of(msg.sender), target.mesh.name, msg))
                     target.mesh.receive(frames, self.local(target))
                     self._run_actions(target)
             else:
@@ -131,6 +138,12 @@ class SimNetwork:
                     self._run_actions(node)
                 next_tick = t + step
         self.now = end
+
+    def _name_of(self, uuid: bytes) -> str:
+        for node in self.nodes.values():
+            if node.mesh.uuid == uuid:
+                return node.mesh.name
+        return "?"
 
     def settle(self, timeout: float, predicate: object) -> bool:
         """Run until ``predicate()`` is true or ``timeout`` simulated seconds pass."""

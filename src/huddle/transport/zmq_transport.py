@@ -21,6 +21,7 @@ from typing import cast
 import zmq
 
 from ..ids import NodeId
+from ..wire import MAX_BODY
 
 __all__ = ["Conn", "ZmqTransport"]
 
@@ -61,6 +62,10 @@ class ZmqTransport:
         self.router: zmq.Socket[bytes] = self.ctx.socket(zmq.ROUTER)
         self.router.setsockopt(zmq.LINGER, 0)
         self.router.setsockopt(zmq.RCVHWM, 100_000)
+        # A peer sending a frame far beyond the codec's limit is disconnected by
+        # ZeroMQ before the frame is buffered; up to twice the limit reaches the
+        # codec, which rejects and counts it.
+        self.router.setsockopt(zmq.MAXMSGSIZE, 2 * MAX_BODY)
         # A restarted peer reconnects with the same identity: let it take over.
         self.router.setsockopt(zmq.ROUTER_HANDOVER, 1)
         self._fd = cast(int, self.router.getsockopt(zmq.FD))

@@ -1,0 +1,101 @@
+"""Shared helpers: real node processes on 127.0.0.1, and waiting with deadlines."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from huddle.demo import NodeProcess
+
+
+def free_port(kind: int = socket.SOCK_STREAM) -> int:
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.02) -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        last = predicate()
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
+        time.sleep(interval)
+
+
+def http(api: str, path: str, body: Any = None, method: str | None = None, raw: bytes | None = None) -> tuple[int, Any]:
+    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    req = urllib.request.Request(api + path, data=data, method=method or ("POST" if data is not None else "GET"))
+    req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"null")
+
+
+def get(api: str, path: str) -> Any:
+    status, data = http(api, path)
+    assert status == 200, (status, data)
+    return data
+
+
+def alive_names(api: str) -> set[str]:
+    return {p["name"] for p in get(api, "/api/v1/peers") if p["state"] in ("alive", "suspect")}
+
+
+class Cluster:
+    """Starts node processes for one test; all are killed at the end."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.beacon_port = free_port(socket.SOCK_DGRAM)
+        self.nodes: list[NodeProcess] = []
+
+    def start(self, name: str, *extra: str, group: str = "test", beacon: bool = True,
+              data_dir: Path | None = None, wait: bool = True) -> NodeProcess:
+        args = list(extra)
+        if beacon:
+            args += ["--beacon-port", str(self.beacon_port), "--beacon-interval", "0.25"]
+        else:
+            args += ["--no-beacon"]
+        node = NodeProcess(name, data_dir or self.tmp / name, *args, group=group)
+        self.nodes.append(node)
+        if wait:
+            node.wait_api()
+        return node
+
+    def mesh_complete(self, nodes: list[NodeProcess]) -> bool:
+        names = {n.name for n in nodes}
+        return all(alive_names(n.api) == names - {n.name} for n in nodes)
+
+    def close(self) -> None:
+        for n in self.nodes:
+            n.signal(signal.SIGKILL)
+        for n in self.nodes:
+            try:
+                n.wait(10)
+            except Exception:  # noqa: BLE001 - best effort cleanup
+                pass
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path)
+    try:
+        yield c
+    finally:
+        c.close()

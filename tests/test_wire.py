@@ -1,0 +1,182 @@
+"""The codec: round trips for every type, and arbitrary input gives a message or DecodeError."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from huddle import DecodeError, NodeId, decode, encode
+from huddle.errors import LocalProtocolError
+from huddle.wire import MAX_BODY, Beacon, Beat, Bout, Chat, Gbye, Helo, Peer, Time, group_hash, pack, unpack
+
+node_ids = st.binary(min_size=16, max_size=16).map(NodeId)
+hosts = st.sampled_from(["127.0.0.1", "10.99.0.3", "192.168.1.250", "laptop-7.local"])
+endpoints = st.builds(lambda h, p: f"tcp://{h}:{p}", hosts, st.integers(1, 65535))
+texts = st.text(max_size=300)
+names = st.text(min_size=1, max_size=60)
+finite = st.floats(allow_nan=False, allow_infinity=False, width=64)
+
+messages = st.one_of(
+    st.builds(Helo, sender=node_ids, endpoint=endpoints, name=names,
+              incarnation=st.binary(min_size=8, max_size=8).map(bytes.hex),
+              reply=st.booleans(), peers=st.integers(0, 1000), version=st.integers(0, 5)),
+    st.builds(Peer, sender=node_ids, peer=node_ids, endpoint=endpoints),
+    st.builds(Bout, sender=node_ids, group=st.text(max_size=80)),
+    st.builds(Gbye, sender=node_ids, reason=texts),
+    st.builds(Chat, sender=node_ids, text=texts),
+    st.builds(Beat, sender=node_ids),
+    st.builds(Time, sender=node_ids, t0=finite, t1=st.none() | finite),
+)
+
+
+@given(messages)
+def test_round_trip(msg: object) -> None:
+    frames = encode(msg)  # type: ignore[arg-type]
+    assert len(frames) == 3
+    assert frames[0] == bytes(msg.sender)  # type: ignore[attr-defined]
+    assert len(frames[1]) == 4 and frames[1].isalpha() and frames[1].isupper()
+    assert decode(frames) == msg
+
+
+@given(st.lists(st.binary(max_size=64), max_size=5))
+def test_arbitrary_frames_decode_or_raise_decode_error(frames: list[bytes]) -> None:
+    try:
+        decode(frames)
+    except DecodeError:
+        pass
+
+
+kinds = st.sampled_from([b"HELO", b"PEER", b"BOUT", b"GBYE", b"CHAT", b"BEAT", b"TIME", b"XMSG", b"GSIP", b"NOPE"])
+
+
+@settings(max_examples=500)
+@given(node_ids, kinds, st.one_of(st.binary(max_size=200), st.text(max_size=200).map(str.encode),
+                                  st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=10),
+                                               lambda c: st.lists(c) | st.dictionaries(st.text(max_size=12), c),
+                                               max_leaves=8).map(lambda v: json.dumps(v).encode())))
+def test_arbitrary_bodies_decode_or_raise_decode_error(sender: NodeId, kind: bytes, body: bytes) -> None:
+    try:
+        decode([bytes(sender), kind, body])
+    except DecodeError:
+        pass
+
+
+@given(st.dictionaries(st.sampled_from(["version", "endpoint", "name", "incarnation", "reply", "peers", "x"]),
+                       st.none() | st.booleans() | st.integers(-5, 2**40) | st.text(max_size=30) | st.floats()))
+def test_helo_with_arbitrary_fields(obj: dict[str, object]) -> None:
+    try:
+        msg = decode([b"u" * 16, b"HELO", json.dumps(obj).encode()])
+    except DecodeError:
+        return
+    assert isinstance(msg, Helo)
+
+
+SENDER = b"\x01" * 16
+
+
+@pytest.mark.parametrize(
+    ("frames", "complaint"),
+    [
+        ([SENDER, b"CHAT"], "3 frames"),
+        ([SENDER, b"CHAT", b"hi", b"extra"], "3 frames"),
+        ([b"short", b"CHAT", b"hi"], "16 octets"),
+        ([b"\x00" * 17, b"CHAT", b"hi"], "16 octets"),
+        ([SENDER, b"WHAT", b""], "unknown message type"),
+        ([SENDER, b"chat", b"hi"], "unknown message type"),
+        ([SENDER, b"XMSG", b"<add/>"], "reserved"),
+        ([SENDER, b"CHAT", b"\xff\xfe"], "not UTF-8"),
+        ([SENDER, b"CHAT", b"x" * (MAX_BODY + 1)], "exceeds"),
+        ([SENDER, b"HELO", b"{}"], "lacks 'version'"),
+        ([SENDER, b"HELO", b"[1,2]"], "JSON object"),
+        ([SENDER, b"HELO", b"{not json"], "not JSON"),
+        ([SENDER, b"HELO", b'{"version": true, "endpoint": "tcp://1.2.3.4:5", "name": "a", "incarnation": "00"}'],
+         "must be int"),
+        ([SENDER, b"HELO",
+          b'{"version":1,"endpoint":"http://1.2.3.4:5","name":"a","incarnation":"0011223344556677"}'], "endpoint"),
+        ([SENDER, b"HELO",
+          b'{"version":1,"endpoint":"tcp://1.2.3.4:70000","name":"a","incarnation":"0011223344556677"}'], "endpoint"),
+        ([SENDER, b"HELO",
+          b'{"version":1,"endpoint":"tcp://1.2.3.4:5","name":"","incarnation":"0011223344556677"}'], "name"),
+        ([SENDER, b"PEER", b'{"uuid": "abc", "endpoint": "tcp://1.2.3.4:5"}'], "32 hex"),
+        ([SENDER, b"BEAT", b"x"], "must be empty"),
+        ([SENDER, b"TIME", b"nan"], "decimal"),
+        ([SENDER, b"TIME", b"1e999"], "out of range"),
+        ([SENDER, b"TIME", b"1 2 3"], "one or two"),
+        ([SENDER, b"TIME", b""], "decimal"),
+        ([SENDER, b"HELO", b"[" * 100_000], "not JSON"),
+        ("not frames", "3 frames"),
+        ([SENDER, "CHAT", b"hi"], "byte strings"),
+    ],
+)
+def test_malformed_input_says_what_is_wrong(frames: list[bytes], complaint: str) -> None:
+    with pytest.raises(DecodeError, match=complaint):
+        decode(frames)
+
+
+def test_time_body_is_decimal_text_as_in_the_source() -> None:
+    sender = NodeId(SENDER)
+    assert encode(Time(sender, 1700000000.25))[2] == b"1700000000.25"
+    assert encode(Time(sender, 1.5, 1700000000.125))[2] == b"1.5 1700000000.125"
+    assert decode([SENDER, b"TIME", b"1700000000"]) == Time(sender, 1700000000.0)
+
+
+def test_bodies_of_chat_and_bout_are_plain_utf8() -> None:
+    sender = NodeId(SENDER)
+    assert encode(Chat(sender, "jam 3 is over ✓")) == [SENDER, b"CHAT", "jam 3 is over ✓".encode()]
+    assert encode(Bout(sender, "")) == [SENDER, b"BOUT", b""]
+
+
+def test_invalid_messages_cannot_be_built() -> None:
+    sender = NodeId(SENDER)
+    with pytest.raises(LocalProtocolError, match="endpoint"):
+        Helo(sender, endpoint="127.0.0.1:5000", name="a", incarnation="0" * 16)
+    with pytest.raises(LocalProtocolError, match="group"):
+        Bout(sender, group="g" * 256)
+    with pytest.raises(LocalProtocolError, match="finite"):
+        Time(sender, float("inf"))
+    with pytest.raises(LocalProtocolError, match="Unicode"):
+        Chat(sender, "\udc80")
+
+
+# ------------------------------------------------------------------- beacons
+
+
+@given(node_ids, st.integers(1, 65535), st.text(max_size=50))
+def test_beacon_round_trip(sender: NodeId, port: int, group: str) -> None:
+    b = Beacon(sender, port, group_hash(group))
+    data = pack(b)
+    assert len(data) == 30
+    assert unpack(data) == b
+
+
+@given(st.binary(max_size=64))
+def test_beacon_arbitrary_bytes(data: bytes) -> None:
+    try:
+        unpack(data)
+    except DecodeError:
+        pass
+
+
+def test_beacon_rejects_other_protocols() -> None:
+    good = pack(Beacon(NodeId(SENDER), 5000, group_hash("g")))
+    with pytest.raises(DecodeError, match="magic"):
+        unpack(b"ZRE" + good[3:])
+    with pytest.raises(DecodeError, match="version 2"):
+        unpack(good[:3] + b"\x02" + good[4:])
+    with pytest.raises(DecodeError, match="30 octets"):
+        unpack(good + b"x")
+    assert group_hash("a") != group_hash("b")
+    assert group_hash("") == group_hash("")
+
+
+def test_node_id_text_forms() -> None:
+    nid = NodeId.from_hex("0123456789abcdef0123456789ABCDEF")
+    assert str(nid) == "0123456789abcdef0123456789abcdef"
+    assert NodeId.from_hex("01234567-89ab-cdef-0123-456789abcdef") == nid
+    with pytest.raises(ValueError, match="32 hex"):
+        NodeId.from_hex("xyz")
+    with pytest.raises(ValueError, match="16 octets"):
+        NodeId(b"abc")
