@@ -18,7 +18,7 @@ demo: $(VENV)/.installed
 	$(BIN)/huddle demo
 
 lint: $(VENV)/.installed
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff check src tests $(wildcard bench)
 
 typecheck: $(VENV)/.installed
 	$(BIN)/mypy

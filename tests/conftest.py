@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import socket
@@ -86,10 +87,8 @@ class Cluster:
         for n in self.nodes:
             n.signal(signal.SIGKILL)
         for n in self.nodes:
-            try:
+            with contextlib.suppress(Exception):
                 n.wait(10)
-            except Exception:  # noqa: BLE001 - best effort cleanup
-                pass
 
 
 @pytest.fixture

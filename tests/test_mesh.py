@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from huddle import NodeId
@@ -72,7 +74,7 @@ def test_introduction_follows_the_alice_bob_charlie_dialogue() -> None:
 def test_eight_nodes_on_a_chain_of_seeds_form_a_full_mesh() -> None:
     net = SimNetwork()
     nodes = [net.add(f"n{i}", "g") for i in range(8)]
-    for prev, node in zip(nodes, nodes[1:], strict=False):
+    for prev, node in itertools.pairwise(nodes):
         node.mesh.add_seed(prev.mesh.endpoint, net.now)
     assert net.settle(2.0, lambda: meshed(net, *nodes))
     for node in nodes:
@@ -227,7 +229,7 @@ def test_lone_node_takes_the_clock_of_the_first_peer() -> None:
 
 def test_rtt_is_measured() -> None:
     net = SimNetwork(latency=0.003)
-    alice, bob = pair(net)
+    alice, _bob = pair(net)
     net.run(0.5)
     assert alice.mesh.peers(net.now)[0].rtt == pytest.approx(0.006, abs=1e-6)
 
@@ -251,7 +253,7 @@ def test_chat_to_all_and_to_one() -> None:
 
 def test_frames_from_unintroduced_senders_are_dropped_and_counted() -> None:
     net = SimNetwork()
-    alice, bob = pair(net)
+    alice, _bob = pair(net)
     stranger = NodeId(b"\x07" * 16)
     for _ in range(100):
         net.deliver_raw(alice.mesh.endpoint, encode(Chat(stranger, "let me in")))

@@ -14,9 +14,9 @@ import heapq
 import random
 from dataclasses import dataclass, field
 
+from .errors import DecodeError
 from .ids import NodeId
 from .protocol import Connect, Disconnect, Event, Mesh, Notify, Send, Timing
-from .errors import DecodeError
 from .wire import Message, decode, encode
 
 __all__ = ["SimNetwork", "SimNode"]
