@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import itertools
+import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from huddle import NodeId
 from huddle.errors import LocalProtocolError
@@ -303,3 +306,53 @@ def test_custom_timing_is_honoured() -> None:
     start = net.now
     assert net.settle(2.0, lambda: bool(events_of(a, PeerLeft)))
     assert net.now - start <= 0.6
+
+
+def test_full_send_buffer_makes_the_peer_suspect_until_heard_again() -> None:
+    net = SimNetwork()
+    alice, bob = pair(net)
+    conn = alice.mesh.conn_of(bob.mesh.uuid)
+    assert conn is not None
+    alice.mesh.not_responding(conn, net.now)
+    alice.mesh.take_actions()
+    assert [p.state for p in alice.mesh.peers(net.now)] == ["suspect"]
+    net.run(1.5)  # bob's next BEAT arrives
+    assert [p.state for p in alice.mesh.peers(net.now)] == ["alive"]
+
+
+def test_fifty_nodes_mesh_and_do_not_flap() -> None:
+    net = SimNetwork(latency=0.002)
+    nodes = [net.add(f"n{i:02}", "big") for i in range(50)]
+    for i, node in enumerate(nodes[1:], 1):
+        node.mesh.discovered(nodes[i // 2].mesh.uuid, nodes[i // 2].mesh.endpoint, net.now)
+    assert net.settle(5.0, lambda: meshed(net, *nodes))
+    net.run(60.0)
+    assert meshed(net, *nodes)
+    for node in nodes:
+        assert not events_of(node, PeerLeft)
+        assert not events_of(node, PeerStateChanged)
+        assert len(events_of(node, PeerJoined)) == 49
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(2, 9), st.randoms(use_true_random=False), st.floats(0.0005, 0.05))
+def test_any_discovery_order_gives_a_full_mesh(n: int, rnd: random.Random, latency: float) -> None:
+    net = SimNetwork(latency=latency, seed=rnd.randint(0, 2**32))
+    nodes = [net.add(f"n{i}", "g") for i in range(n)]
+    # Each node learns of one random other node, by a random mechanism, at a random time.
+    for i, node in enumerate(nodes):
+        other = nodes[rnd.choice([j for j in range(n) if j != i])]
+        if rnd.random() < 0.5:
+            node.mesh.add_seed(other.mesh.endpoint, net.now)
+        else:
+            node.mesh.discovered(other.mesh.uuid, other.mesh.endpoint, net.now)
+        net.run(rnd.random() * 0.05)
+    # Discovery knowledge may form several islands; beacons (everyone hears everyone) join them.
+    for node in nodes:
+        for other in nodes:
+            if other is not node:
+                node.mesh.discovered(other.mesh.uuid, other.mesh.endpoint, net.now)
+    assert net.settle(3.0, lambda: meshed(net, *nodes))
+    for node in nodes:
+        assert len(events_of(node, PeerJoined)) == n - 1
+        assert not events_of(node, PeerLeft)

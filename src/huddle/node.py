@@ -185,7 +185,7 @@ class Node:
     async def _run(self, cfg: NodeConfig, on_ready: Callable[[Node], None] | None) -> None:
         self.uuid = uuid = self.data_dir.node_id()
         self.interface = iface = resolve_interface(cfg.interface)
-        transport = ZmqTransport(uuid, on_frames=self._on_frames)
+        transport = ZmqTransport(uuid, on_frames=self._on_frames, on_stalled=self._on_stalled)
         self._transport = transport
         api_runner = None
         try:
@@ -262,6 +262,11 @@ class Node:
         for frames in batch:
             mesh.receive(frames, now)
         self._execute()
+
+    def _on_stalled(self, conn: int) -> None:
+        if self._mesh is not None:
+            self._mesh.not_responding(conn, self.local_now())
+            self._execute()
 
     def _discovered(self, peer: NodeId, endpoint: str) -> None:
         if self._mesh is not None:

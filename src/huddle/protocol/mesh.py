@@ -230,6 +230,14 @@ class Mesh:
             return
         self._open(uuid, endpoint, now, introducer=None)
 
+    def not_responding(self, conn: int, now: float) -> None:
+        """The driver could not queue another message on ``conn``: its send
+        buffers are full.  The peer is suspect until it is heard from again."""
+        for s in self._sessions.values():
+            if s.conn == conn and s.phase is Phase.ALIVE:
+                s.phase = Phase.SUSPECT
+                self._notify(PeerStateChanged(s.uuid, s.name, s.phase.value, self.mesh_time(now)))
+
     # ---------------------------------------------------------------- commands
 
     def chat(self, text: str, now: float, to: NodeId | None = None) -> int:

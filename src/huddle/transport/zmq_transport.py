@@ -40,6 +40,7 @@ class Conn:
     endpoint: str
     overflow: deque[list[bytes]] = field(default_factory=deque)
     dropped: int = 0
+    responding: bool = True
     drained: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -53,11 +54,13 @@ class ZmqTransport:
         sndhwm: int = 10_000,
         overflow_limit: int = 100_000,
         on_frames: Callable[[list[list[bytes]]], None],
+        on_stalled: Callable[[int], None] = lambda conn: None,
     ) -> None:
         self.identity = identity
         self.sndhwm = sndhwm
         self.overflow_limit = overflow_limit
         self._on_frames = on_frames
+        self._on_stalled = on_stalled
         self.ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self.router: zmq.Socket[bytes] = self.ctx.socket(zmq.ROUTER)
         self.router.setsockopt(zmq.LINGER, 0)
@@ -160,6 +163,9 @@ class ZmqTransport:
             self.send_dropped += 1
             if c.dropped == 1 or c.dropped % 10_000 == 0:
                 log.warning("peer at %s is not responding: %d messages dropped", c.endpoint, c.dropped)
+            if c.responding:
+                c.responding = False
+                self._on_stalled(conn)
             return False
         c.overflow.append(frames)
         c.drained.clear()
@@ -202,6 +208,8 @@ class ZmqTransport:
                 q.popleft()
             if q:
                 pending = True
+            else:
+                c.responding = True
             if len(q) < self.overflow_limit // 2:
                 c.drained.set()
         if pending:
