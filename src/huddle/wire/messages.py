@@ -70,16 +70,14 @@ def _check_text(value: object, field: str, limit: int, *, empty: bool = True) ->
     _check(isinstance(value, str), f"{field} must be a string")
     assert isinstance(value, str)
     _check(empty or value != "", f"{field} must not be empty")
-    _check(len(value.encode("utf-8", "surrogatepass")) <= limit, f"{field} is longer than {limit} octets")
-    _check(_encodable(value), f"{field} is not valid Unicode text")
-
-
-def _encodable(value: str) -> bool:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    if value.isascii():  # fast path: one octet per character, nothing to encode
+        size = len(value)
+    else:
+        try:
+            size = len(value.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise LocalProtocolError(f"{field} is not valid Unicode text") from None
+    _check(size <= limit, f"{field} is longer than {limit} octets")
 
 
 @dataclass(frozen=True, slots=True)
