@@ -25,7 +25,7 @@ from huddle.protocol import (
     Timing,
 )
 from huddle.sim import SimNetwork, SimNode
-from huddle.wire import Bout, Chat, Gbye, Helo, Peer, encode
+from huddle.wire import Beat, Bout, Chat, Gbye, Helo, Peer, encode
 
 
 def alive(node: SimNode, net: SimNetwork) -> set[str]:
@@ -356,3 +356,41 @@ def test_any_discovery_order_gives_a_full_mesh(n: int, rnd: random.Random, laten
     for node in nodes:
         assert len(events_of(node, PeerJoined)) == n - 1
         assert not events_of(node, PeerLeft)
+
+
+def test_hostile_group_name_cannot_break_the_refusal() -> None:
+    """A 255-octet group of control characters makes a long repr; the GBYE must still be valid."""
+    net = SimNetwork()
+    alice = net.add("alice", "derby")
+    mallory = net.add("mallory", "\x00" * 255)
+    mallory.mesh.discovered(alice.mesh.uuid, alice.mesh.endpoint, net.now)
+    net.run(1.0)
+    refused = events_of(alice, PeerRefused)
+    assert len(refused) == 1 and "group mismatch" in refused[0].reason
+    assert len(refused[0].reason.encode()) <= 1024
+
+
+def test_goodbye_with_a_reason_from_an_admitted_peer_is_a_leave() -> None:
+    net = SimNetwork()
+    alice, bob = pair(net)
+    net.deliver_raw(alice.mesh.endpoint, encode(Gbye(bob.mesh.uuid, "switching bouts")))
+    net.run(0.01)
+    assert [e.reason for e in events_of(alice, PeerLeft)] == ["left: switching bouts"]
+    assert [p.state for p in alice.mesh.peers(net.now)] == ["gone"]
+    # Not a refusal: bob may come back.
+    alice.mesh.discovered(bob.mesh.uuid, bob.mesh.endpoint, net.now)
+    assert net.settle(1.0, lambda: meshed(net, alice, bob))
+
+
+def test_handshake_does_not_last_forever_on_beats() -> None:
+    """A peer that sends BEATs but never its BOUT is dropped after the handshake timeout."""
+    mesh = Mesh(NodeId(b"\x01" * 16), name="a", group="", endpoint="tcp://10.0.0.1:5000",
+                incarnation="00" * 8, now=0.0)
+    other = NodeId(b"\x02" * 16)
+    mesh.receive(encode(Helo(other, endpoint="tcp://10.0.0.2:5000", name="b", incarnation="22" * 8)), 0.0)
+    for t in range(1, 8):
+        mesh.receive(encode(Beat(other)), float(t))
+        mesh.tick(float(t))
+    assert mesh.peers(8.0) == []
+    assert mesh.stats.dropped_unintroduced == 7
+    assert not any(isinstance(a, Notify) and isinstance(a.event, PeerJoined) for a in mesh.take_actions())

@@ -133,6 +133,7 @@ class Stats:
     refused: int = 0
     sent: int = 0
     chats_received: int = 0
+    stale_time_replies: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return {k: getattr(self, k) for k in self.__slots__}
@@ -142,6 +143,11 @@ class Stats:
 class _Gone:
     info: PeerInfo
     until: float
+
+
+def _quote(text: str, limit: int = 60) -> str:
+    """A group name for a reason text: quoted, and cut short so reasons stay small."""
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + "..."
 
 
 class Mesh:
@@ -297,14 +303,17 @@ class Mesh:
         if s is None or s.phase is Phase.CONNECTING:
             self.stats.dropped_unintroduced += 1
             return False
-        self._heard(s, now)
         if isinstance(msg, Bout):
+            self._heard(s, now)
             return self._on_bout(s, msg, now)
         if isinstance(msg, Time):
+            self._heard(s, now)
             return self._on_time(s, msg, now)
         if s.phase not in ADMITTED:
+            # Before its BOUT, nothing else counts (not even as a sign of life).
             self.stats.dropped_unintroduced += 1
             return False
+        self._heard(s, now)
         if isinstance(msg, Beat):
             return True
         if isinstance(msg, Chat):
@@ -318,7 +327,8 @@ class Mesh:
 
     def _on_helo(self, m: Helo, now: float) -> bool:
         if m.sender == self.uuid:
-            self._drop_self_seed(m.endpoint)
+            # We dialled ourselves (a seed that is another name for our own
+            # endpoint).  Which seed cannot be told; it is retried with backoff.
             return False
         if m.version != PROTOCOL_VERSION:
             reason = f"incompatible protocol version {m.version}: this node speaks version {PROTOCOL_VERSION}"
@@ -359,7 +369,7 @@ class Mesh:
 
     def _on_bout(self, s: _Session, m: Bout, now: float) -> bool:
         if m.group != self.group:
-            reason = f"group mismatch: peer is in {m.group!r}, this node is in {self.group!r}"
+            reason = f"group mismatch: peer is in {_quote(m.group)}, this node is in {_quote(self.group)}"
             self._send(s.conn, Gbye(sender=self.uuid, reason=reason))
             self._actions.append(Disconnect(s.conn, flush=True))
             self._forget(s)
@@ -381,8 +391,8 @@ class Mesh:
             if s is None and m.reason:
                 log.info("peer %s refused us: %s", m.sender.short, m.reason)
             return False
-        if s.phase in ADMITTED and not m.reason:
-            self._end(s, "left", now)
+        if s.phase in ADMITTED:
+            self._end(s, f"left: {m.reason}" if m.reason else "left", now)
             return True
         # A refusal during the handshake: remember it, do not retry in a loop.
         self._actions.append(Disconnect(s.conn))
@@ -392,10 +402,7 @@ class Mesh:
         if s.seed is not None and s.seed in self._seeds:
             self._seeds[s.seed].refused = reason
             log.warning("seed %s refused us: %s (not retrying it)", s.seed, reason)
-        if s.phase in ADMITTED:
-            self._notify(PeerLeft(s.uuid, s.name, f"left: {reason}", self.mesh_time(now)))
-        else:
-            self._notify(PeerRefused(s.uuid, s.endpoint, reason, False, self.mesh_time(now)))
+        self._notify(PeerRefused(s.uuid, s.endpoint, reason, False, self.mesh_time(now)))
         return True
 
     def _on_peer(self, s: _Session, m: Peer, now: float) -> None:
@@ -410,7 +417,8 @@ class Mesh:
             self._send(s.conn, Time(sender=self.uuid, t0=m.t0, t1=self.mesh_time(now)))
             return True
         if s.probe_t0 is None or m.t0 != s.probe_t0:
-            return False  # not the answer to our outstanding probe
+            self.stats.stale_time_replies += 1  # not the answer to our outstanding probe
+            return False
         s.probe_t0 = None
         rtt = max(0.0, now - m.t0)
         s.rtt = rtt
@@ -562,13 +570,12 @@ class Mesh:
                 seed.backoff = 0.0
 
     def _refuse_endpoint(self, uuid: NodeId, endpoint: str, incarnation: str, reason: str, now: float) -> None:
-        log.warning("refusing %s at %s: %s", uuid.short, endpoint, reason)
-        self.stats.refused += 1
         old = self._sessions.get(uuid)
         if old is not None:
-            self._actions.append(Disconnect(old.conn))
-            self._forget(old)
+            self._end(old, f"refused: {reason}", now)
         if self._refused.get(uuid) != incarnation:
+            log.warning("refusing %s at %s: %s", uuid.short, endpoint, reason)
+            self.stats.refused += 1
             self._refused[uuid] = incarnation
             conn = self._connect(endpoint)
             self._send(conn, Gbye(sender=self.uuid, reason=reason))
@@ -599,14 +606,6 @@ class Mesh:
             return None
         seed.peer = uuid
         return seed.conn
-
-    def _drop_self_seed(self, endpoint: str) -> None:
-        seed = self._seeds.get(endpoint)
-        if seed is not None:
-            seed.refused = "that is this node's own endpoint"
-            if seed.conn is not None:
-                self._actions.append(Disconnect(seed.conn))
-                seed.conn = None
 
     def seeds(self) -> Iterable[tuple[str, NodeId | None, str | None]]:
         return [(s.endpoint, s.peer, s.refused) for s in self._seeds.values()]
