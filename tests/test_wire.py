@@ -11,7 +11,23 @@ from hypothesis import strategies as st
 
 from huddle import DecodeError, NodeId, decode, encode
 from huddle.errors import LocalProtocolError
-from huddle.wire import MAX_BODY, Beacon, Beat, Bout, Chat, Gbye, Helo, Peer, Time, group_hash, pack, unpack
+from huddle.wire import (
+    MAX_BODY,
+    Beacon,
+    Beat,
+    Bout,
+    Chat,
+    Gbye,
+    Gsip,
+    Helo,
+    LogRecord,
+    Peer,
+    Time,
+    Xmsg,
+    group_hash,
+    pack,
+    unpack,
+)
 
 node_ids = st.binary(min_size=16, max_size=16).map(NodeId)
 hosts = st.sampled_from(["127.0.0.1", "10.99.0.3", "192.168.1.250", "laptop-7.local"])
@@ -19,6 +35,21 @@ endpoints = st.builds(lambda h, p: f"tcp://{h}:{p}", hosts, st.integers(1, 65535
 texts = st.text(max_size=300)
 names = st.text(min_size=1, max_size=60)
 finite = st.floats(allow_nan=False, allow_infinity=False, width=64)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=20),
+    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4),
+    max_leaves=10,
+)
+records = st.builds(
+    LogRecord, source=node_ids, seq=st.integers(1, 2**63 - 1), timestamp=finite,
+    kind=st.text(min_size=1, max_size=30),
+    body=json_values.map(lambda v: json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False)),
+    hops=st.integers(0, 100),
+)
+ranges = st.lists(
+    st.integers(1, 10**9).flatmap(lambda a: st.tuples(st.just(a), st.sampled_from([0, a]) | st.integers(a, a + 1000))),
+    min_size=1, max_size=4,
+).map(tuple)
 
 messages = st.one_of(
     st.builds(Helo, sender=node_ids, endpoint=endpoints, name=names,
@@ -30,6 +61,10 @@ messages = st.one_of(
     st.builds(Chat, sender=node_ids, text=texts),
     st.builds(Beat, sender=node_ids),
     st.builds(Time, sender=node_ids, t0=finite, t1=st.none() | finite),
+    st.builds(Xmsg, sender=node_ids, records=st.lists(records, min_size=1, max_size=5).map(tuple)),
+    st.builds(Gsip, sender=node_ids,
+              vv=st.dictionaries(node_ids, st.integers(0, 2**63 - 1), max_size=5).map(lambda d: tuple(d.items())),
+              ask=st.dictionaries(node_ids, ranges, max_size=3).map(lambda d: tuple(d.items()))),
 )
 
 
@@ -49,6 +84,16 @@ def test_arbitrary_frames_decode_or_raise_decode_error(frames: list[bytes]) -> N
 
 
 kinds = st.sampled_from([b"HELO", b"PEER", b"BOUT", b"GBYE", b"CHAT", b"BEAT", b"TIME", b"XMSG", b"GSIP", b"NOPE"])
+
+
+@settings(max_examples=300)
+@given(st.sampled_from(["vv", "ask", "records"]), json_values)
+def test_log_bodies_with_arbitrary_json(key: str, value: object) -> None:
+    for kind in (b"XMSG", b"GSIP"):
+        try:
+            decode([SENDER, kind, json.dumps({key: value, "vv": {}}).encode()])
+        except DecodeError:
+            pass
 
 
 @settings(max_examples=500)
@@ -83,7 +128,18 @@ SENDER = b"\x01" * 16
         ([b"\x00" * 17, b"CHAT", b"hi"], "16 octets"),
         ([SENDER, b"WHAT", b""], "unknown message type"),
         ([SENDER, b"chat", b"hi"], "unknown message type"),
-        ([SENDER, b"XMSG", b"<add/>"], "reserved"),
+        ([SENDER, b"XMSG", b"<add/>"], "not JSON"),
+        ([SENDER, b"XMSG", b'{"records": []}'], "at least one"),
+        ([SENDER, b"XMSG", b'{"records": [[1,2,3]]}'], "source, seq"),
+        ([SENDER, b"XMSG", b'{"records": [["' + b"ab" * 16 + b'", 0, 1.0, "k", "1", 0]]}'], "seq must be"),
+        ([SENDER, b"XMSG", b'{"records": [["' + b"AB" * 16 + b'", 1, 1.0, "k", "1", 0]]}'], "lowercase hex"),
+        ([SENDER, b"XMSG", b'{"records": [["' + b"ab" * 16 + b'", 1, 1.0, "k", "{oops", 0]]}'], "not valid JSON"),
+        ([SENDER, b"XMSG", b'{"records": [["' + b"ab" * 16 + b'", 1, 1.0, "", "1", 0]]}'], "kind"),
+        ([SENDER, b"XMSG", b'{"records": [["' + b"ab" * 16 + b'", 1, 1.0, "k", "1", -1]]}'], "hops"),
+        ([SENDER, b"GSIP", b'{"vv": {"x": 1}}'], "hex"),
+        ([SENDER, b"GSIP", b'{"vv": {}, "ask": {"' + b"ab" * 16 + b'": [[5, 2]]}}'], "last < first"),
+        ([SENDER, b"GSIP", b'{"vv": {}, "ask": {"' + b"ab" * 16 + b'": []}}'], "non-empty"),
+        ([SENDER, b"GSIP", b"[]"], "JSON object"),
         ([SENDER, b"CHAT", b"\xff\xfe"], "not UTF-8"),
         ([SENDER, b"CHAT", b"x" * (MAX_BODY + 1)], "exceeds"),
         ([SENDER, b"HELO", b"{}"], "lacks 'version'"),

@@ -108,6 +108,30 @@ def build_parser() -> argparse.ArgumentParser:
     tail.add_argument("--count", type=int, metavar="N", help="stop after N events")
     _add_client_options(tail)
 
+    emit = sub.add_parser(
+        "emit", help="record an event in the group's replicated log", epilog=CLIENT_EPILOG,
+        description="Record an event: persisted on this node, then replicated to every node of the group.",
+    )
+    emit.add_argument("kind", help="what kind of event, e.g. 'penalty' or 'jam.start'")
+    emit.add_argument("body", help="the event's body as JSON, e.g. '{\"skater\": 12}' or '\"text\"'")
+    _add_client_options(emit)
+
+    log_p = sub.add_parser("log", help="list events of the replicated log", epilog=CLIENT_EPILOG)
+    log_p.add_argument("--source", metavar="UUID", help="only this source's events")
+    log_p.add_argument("--after", type=int, default=0, metavar="SEQ", help="with --source: events after this sequence")
+    log_p.add_argument("--limit", type=int, default=100, metavar="N", help="at most N events (default 100, max 10000)")
+    log_p.add_argument("--summary", action="store_true", help="print the version vector, counts and gaps instead")
+    _add_client_options(log_p)
+
+    export = sub.add_parser(
+        "export", help="write a node's log to Parquet or JSON Lines (the pipeline's input)",
+        description="Read a data directory (the node may be running) and write one row per held event "
+        "with its receipt metadata. See docs/export.md for the schema.",
+    )
+    export.add_argument("--data-dir", type=Path, required=True, metavar="DIR", help="the node's data directory")
+    export.add_argument("--out", type=Path, required=True, metavar="PATH", help="output file (or directory for parquet)")
+    export.add_argument("--format", choices=["parquet", "jsonl"], default="parquet", help="default: parquet")
+
     info = sub.add_parser("info", help="show the node's identity, clock and counters", epilog=CLIENT_EPILOG)
     _add_client_options(info)
 
@@ -180,6 +204,9 @@ def event_text(e: dict[str, Any]) -> str:
         return f"* {who} is {e.get('state')}"
     if kind == "peer_refused":
         return f"! refused {e.get('endpoint')}: {e.get('reason')}"
+    if kind == "event":
+        body = json.dumps(e.get("body"), ensure_ascii=False)
+        return f"+ {e.get('source', '')[:8]}#{e.get('seq')} {e.get('kind')} {body}"
     if kind == "clock_synced":
         return f"* clock synced to {who}: offset {e.get('offset', 0):+.6f} s, rtt {e.get('rtt_ms', 0):.2f} ms"
     return json.dumps(e, ensure_ascii=False)
@@ -200,6 +227,29 @@ def _client(args: argparse.Namespace) -> int:
             elif args.command == "chat":
                 result = await api.chat(args.text, args.to)
                 _print(args, result, f"sent to {result['sent_to']} peer(s)")
+            elif args.command == "emit":
+                try:
+                    body = json.loads(args.body)
+                except ValueError as exc:
+                    raise ApiError(f"the body is not JSON ({exc}); quote text as '\"text\"'") from None
+                result = await api.emit(args.kind, body)
+                _print(args, result, f"recorded {result['source'][:8]}#{result['seq']}")
+            elif args.command == "log":
+                if args.summary:
+                    summary = await api.log_summary()
+                    text = "\n".join(
+                        [f"events: {summary['events']}"]
+                        + [f"{s[:8]}  up to {q}" for s, q in sorted(summary["version_vector"].items())]
+                        + [f"{s[:8]}  missing {r}" for s, r in sorted(summary["gaps"].items())]
+                    )
+                    _print(args, summary, text)
+                else:
+                    events = await api.log(args.source, args.after, args.limit)
+                    text = "\n".join(
+                        f"{e['source'][:8]}#{e['seq']:<6} {e['kind']:<16} {json.dumps(e['body'], ensure_ascii=False)}"
+                        for e in events
+                    ) or "no events"
+                    _print(args, events, text)
             elif args.command == "tail":
                 async for event in api.events(args.count):
                     print(json.dumps(event, ensure_ascii=False) if args.json else event_text(event), flush=True)
@@ -227,10 +277,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .demo import run_demo
 
             return run_demo(args.nodes)
+        if args.command == "export":
+            from .log.export import export
+
+            count = export(args.data_dir, args.out, args.format)
+            print(f"exported {count} events to {args.out}")
+            return 0
         return _client(args)
     except HuddleError as exc:
         print(f"huddle {args.command}: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, ConfigError) else 1
+    except BrokenPipeError:  # e.g. `huddle log | head`: the reader left, which is fine
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -73,6 +73,22 @@ class ApiClient:
         result: dict[str, Any] = await self._request("POST", "/api/v1/chat", body)
         return result
 
+    async def emit(self, kind: str, body: Any) -> dict[str, Any]:
+        result: dict[str, Any] = await self._request("POST", "/api/v1/events", {"kind": kind, "body": body})
+        return result
+
+    async def log(self, source: str | None = None, after: int = 0, limit: int = 100) -> list[dict[str, Any]]:
+        query = f"?limit={limit}"
+        if source:
+            query += f"&source={source}&after={after}"
+        result: dict[str, Any] = await self._request("GET", "/api/v1/log" + query)
+        events: list[dict[str, Any]] = result["events"]
+        return events
+
+    async def log_summary(self) -> dict[str, Any]:
+        result: dict[str, Any] = await self._request("GET", "/api/v1/log/summary")
+        return result
+
     async def events(self, count: int | None = None) -> AsyncIterator[dict[str, Any]]:
         url = self.base_url + "/api/v1/events"
         seen = 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import json
 import logging
 import os
 import socket
@@ -21,9 +22,12 @@ from .config import NodeConfig, parse_hostport
 from .discovery import BeaconService, Interface, resolve_interface
 from .errors import ConfigError, DataDirLocked, LocalProtocolError
 from .ids import NodeId
-from .protocol import Connect, Disconnect, Event, Mesh, Notify, PeerInfo, Send
+from .log import SqliteStore
+from .protocol import ChatReceived, Connect, Disconnect, Event, Mesh, Notify, PeerInfo, Send
+from .protocol.events import LogAppended
+from .protocol.replication import Replicator, canonical_json
 from .transport.zmq_transport import ZmqTransport
-from .wire import encode
+from .wire import LogRecord, encode
 
 __all__ = ["DataDir", "Node", "run_node"]
 
@@ -31,6 +35,8 @@ log = logging.getLogger("huddle.node")
 
 # A sender waits (async) while a peer's overflow queue is above this many messages.
 BACKPRESSURE = 20_000
+# How often the node writes a snapshot of its counters to its statistics rows.
+STATS_INTERVAL = 10.0
 
 
 class DataDir:
@@ -92,6 +98,8 @@ class Node:
         self.data_dir = DataDir(config.data_dir)
         self.uuid: NodeId | None = None
         self._mesh: Mesh | None = None
+        self._store: SqliteStore | None = None
+        self._log: Replicator | None = None
         self._transport: ZmqTransport | None = None
         self._beacon: BeaconService | None = None
         self.interface: Interface | None = None
@@ -165,6 +173,43 @@ class Node:
                     await transport.wait_drained(conn, BACKPRESSURE // 2, timeout)
         return n
 
+    # ---------------------------------------------------------- the event log
+
+    @property
+    def log(self) -> Replicator:
+        if self._log is None:
+            raise LocalProtocolError("the node is not running")
+        return self._log
+
+    @property
+    def store(self) -> SqliteStore:
+        if self._store is None:
+            raise LocalProtocolError("the node is not running")
+        return self._store
+
+    def emit(self, kind: str, body: Any) -> LogRecord:
+        """Record an event of this node: persisted, then sent to every peer.
+        ``body`` is any JSON value.  Returns the record (source, seq, ...)."""
+        record = self.log.append(kind, canonical_json(body), self.local_now(), self.mesh_time())
+        self._execute()  # commits before anything is sent or returned
+        return record
+
+    def emit_many(self, events: list[tuple[str, Any]]) -> list[LogRecord]:
+        """Record several events in one transaction and as few messages as possible."""
+        now, stamp = self.local_now(), self.mesh_time()
+        records = [self.log.append(kind, canonical_json(body), now, stamp) for kind, body in events]
+        self._execute()
+        return records
+
+    def log_summary(self) -> dict[str, Any]:
+        log = self.log
+        return {
+            "version_vector": {str(s): q for s, q in log.version_vector().items()},
+            "events": log.held(),
+            "gaps": {str(s): [list(r) for r in ranges] for s, ranges in log.gaps().items()},
+            "stats": log.stats.as_dict(),
+        }
+
     def stop(self) -> None:
         """Ask the node to leave the mesh gracefully (GBYE) and stop."""
         self._stop.set()
@@ -199,6 +244,9 @@ class Node:
                 uuid, name=cfg.name, group=cfg.group, endpoint=endpoint,
                 incarnation=os.urandom(8).hex(), now=self.local_now(), timing=cfg.timing(),
             )
+            self._store = SqliteStore(self.data_dir.path / "log.sqlite", cfg.group)
+            self._log = Replicator(uuid, self._store, now=self.local_now())
+            self._mesh.replication = self._log
             loop = asyncio.get_running_loop()
             transport.start(loop)
             for seed in cfg.seeds:
@@ -240,13 +288,30 @@ class Node:
             if api_runner is not None:
                 await api_runner.cleanup()
             transport.close()
+            if self._store is not None:
+                self._store.close()
+
+    def _snapshot(self) -> None:
+        """A statistics row with the node's counters and each peer's state and RTT."""
+        if self._store is None or self._mesh is None:
+            return
+        detail = self.info()["stats"] | {"log": self.log.stats.as_dict(), "peers": [
+            {"uuid": str(p.uuid), "state": p.state, "rtt_ms": None if p.rtt is None else p.rtt * 1000}
+            for p in self.peers()
+        ]}
+        self._store.add_stat(self.mesh_time(), "snapshot", None, json.dumps(detail))
+        self._store.commit()
 
     async def _ticker(self) -> None:
         mesh = self.mesh
         transport = self._transport
         assert transport is not None
+        next_snapshot = self.local_now()
         while True:
             now = self.local_now()
+            if now >= next_snapshot:
+                self._snapshot()
+                next_snapshot = now + STATS_INTERVAL
             transport.poll()
             mesh.tick(now)
             self._execute()
@@ -289,6 +354,12 @@ class Node:
                 transport.disconnect(action.conn, action.flush)
 
     def _publish(self, event: Event) -> None:
+        if self._store is not None and not isinstance(event, (LogAppended, ChatReceived)):
+            detail = event.to_json()
+            peer = getattr(event, "peer", None)
+            self._store.add_stat(detail.pop("time"), str(detail.pop("type")), peer,
+                                 json.dumps(detail, ensure_ascii=False))
+            self._store.commit()
         for fn in list(self._listeners):
             try:
                 fn(event)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from .errors import DecodeError
 from .ids import NodeId
 from .protocol import Connect, Disconnect, Event, Mesh, Notify, Send, Timing
+from .protocol.replication import MemoryStore, ReplicationTiming, Replicator
 from .wire import Message, decode, encode
 
 __all__ = ["SimNetwork", "SimNode"]
@@ -29,12 +30,33 @@ class SimNode:
     conns: dict[int, str] = field(default_factory=dict)
     up: bool = True
     clock_skew: float = 0.0
+    store: MemoryStore | None = None
+
+    @property
+    def log(self) -> Replicator:
+        assert self.mesh.replication is not None, "node was added without log=True"
+        return self.mesh.replication
 
 
 class SimNetwork:
-    def __init__(self, *, latency: float = 0.001, seed: int = 0) -> None:
+    def __init__(
+        self,
+        *,
+        latency: float = 0.001,
+        seed: int = 0,
+        loss: float = 0.0,
+        duplicate: float = 0.0,
+        jitter: float = 0.0,
+    ) -> None:
+        """``loss``, ``duplicate`` and ``jitter`` (extra random delay, which
+        reorders) apply to the log's messages (XMSG, GSIP): ZeroMQ over TCP
+        keeps one connection's messages in order and loses them only when a
+        connection breaks or a queue fills, which these model."""
         self.now = 1_000_000.0
         self.latency = latency
+        self.loss = loss
+        self.duplicate = duplicate
+        self.jitter = jitter
         self.rng = random.Random(seed)
         self.nodes: dict[str, SimNode] = {}  # by endpoint
         self._queue: list[tuple[float, int, str, list[bytes]]] = []
@@ -54,6 +76,9 @@ class SimNetwork:
         timing: Timing | None = None,
         skew: float = 0.0,
         endpoint: str | None = None,
+        log: bool = False,
+        store: MemoryStore | None = None,
+        log_timing: ReplicationTiming | None = None,
     ) -> SimNode:
         if endpoint is None:
             endpoint = f"tcp://10.0.0.1:{self._next_port}"
@@ -64,8 +89,26 @@ class SimNetwork:
             incarnation=self.rng.randbytes(8).hex(), now=self.now + skew, timing=timing,
         )
         node = SimNode(mesh=mesh, clock_skew=skew)
+        if log or store is not None:
+            node.store = store if store is not None else MemoryStore()
+            mesh.replication = Replicator(node_id, node.store, now=self.now + skew, timing=log_timing)
         self.nodes[endpoint] = node
         return node
+
+    def restart(self, node: SimNode, *, lose_data: bool = False, rejoin: SimNode | None = None) -> SimNode:
+        """Start a crashed node again: same UUID and store, or (``lose_data``) a
+        new UUID and an empty store.  ``rejoin`` is a node to discover at once."""
+        if node.up:
+            self.crash(node)
+        fresh = self.add(
+            node.mesh.name, node.mesh.group,
+            uuid=None if lose_data else node.mesh.uuid, timing=node.mesh.timing, skew=node.clock_skew,
+            log=node.store is not None, store=None if lose_data else node.store,
+            log_timing=None if node.mesh.replication is None else node.mesh.replication.timing,
+        )
+        if rejoin is not None:
+            fresh.mesh.discovered(rejoin.mesh.uuid, rejoin.mesh.endpoint, self.local(fresh))
+        return fresh
 
     def local(self, node: SimNode) -> float:
         return self.now + node.clock_skew
@@ -106,7 +149,16 @@ class SimNetwork:
                     continue
                 if frozenset((node.mesh.endpoint, target)) in self.cut:
                     continue
-                self.deliver_raw(target, encode(action.message), self.latency)
+                frames = encode(action.message)
+                delay = self.latency
+                if frames[1] in (b"XMSG", b"GSIP"):
+                    if self.loss and self.rng.random() < self.loss:
+                        continue
+                    if self.jitter:
+                        delay += self.rng.random() * self.jitter
+                    if self.duplicate and self.rng.random() < self.duplicate:
+                        self.deliver_raw(target, frames, delay + self.rng.random() * max(self.jitter, self.latency))
+                self.deliver_raw(target, frames, delay)
             elif isinstance(action, Notify):
                 node.events.append(action.event)
 

@@ -18,6 +18,7 @@ from ..config import parse_hostport
 from ..errors import ConfigError, LocalProtocolError
 from ..ids import NodeId
 from ..protocol import Event, PeerInfo
+from ..protocol.events import LogAppended, record_json
 from ..wire import MAX_BODY
 
 if TYPE_CHECKING:
@@ -121,6 +122,62 @@ async def _post_chat(request: web.Request) -> web.Response:
     return web.json_response({"sent_to": count}, status=202)
 
 
+async def _post_event(request: web.Request) -> web.Response:
+    node = request.app[NODE_KEY]
+    body = await _read_json(request)
+    unknown = set(body) - {"kind", "body"}
+    if unknown:
+        return _error(400, f"unknown field(s): {', '.join(sorted(unknown))}; expected 'kind' and 'body'")
+    kind = body.get("kind")
+    if not isinstance(kind, str) or not kind:
+        return _error(400, "'kind' must be a non-empty string")
+    if "body" not in body:
+        return _error(400, "'body' is required (any JSON value)")
+    try:
+        record = node.emit(kind, body["body"])
+    except LocalProtocolError as exc:
+        return _error(400, str(exc))
+    return web.json_response(
+        {"source": str(record.source), "seq": record.seq, "timestamp": record.timestamp}, status=201
+    )
+
+
+def _int_param(request: web.Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise web.HTTPBadRequest(text=f"'{name}' must be an integer, got {raw[:40]!r}") from None
+    if not low <= value <= high:
+        raise web.HTTPBadRequest(text=f"'{name}' must be in {low}..{high}, got {value}")
+    return value
+
+
+async def _get_log(request: web.Request) -> web.Response:
+    node = request.app[NODE_KEY]
+    source_raw = request.query.get("source")
+    source: NodeId | None = None
+    if source_raw:
+        try:
+            source = NodeId.from_hex(source_raw)
+        except ValueError as exc:
+            return _error(400, f"'source': {exc}")
+    after = _int_param(request, "after", 0, 0, 2**63 - 1)
+    limit = _int_param(request, "limit", 100, 1, 10_000)
+    if after and source is None:
+        return _error(400, "'after' needs 'source'")
+    rows = node.store.page(source, after, limit)
+    return web.json_response({
+        "events": [record_json(r.record, r.received_from) | {"received_at": r.received_at} for r in rows],
+    })
+
+
+async def _get_log_summary(request: web.Request) -> web.Response:
+    return web.json_response(request.app[NODE_KEY].log_summary())
+
+
 async def _events(request: web.Request) -> web.StreamResponse:
     node = request.app[NODE_KEY]
     ws = web.WebSocketResponse(heartbeat=20.0)
@@ -145,7 +202,11 @@ async def _events(request: web.Request) -> web.StreamResponse:
     async def pump() -> None:
         while True:
             event = await queue.get()
-            await ws.send_str(json.dumps(event.to_json(), ensure_ascii=False))
+            if isinstance(event, LogAppended):  # one message per log event
+                for record, frm in event.records:
+                    await ws.send_str(json.dumps(record_json(record, frm), ensure_ascii=False))
+            else:
+                await ws.send_str(json.dumps(event.to_json(), ensure_ascii=False))
 
     sender = asyncio.create_task(pump())
     try:
@@ -165,6 +226,9 @@ def make_app(node: Node) -> web.Application:
     app.router.add_get("/api/v1/peers", _get_peers)
     app.router.add_post("/api/v1/chat", _post_chat)
     app.router.add_get("/api/v1/events", _events)
+    app.router.add_post("/api/v1/events", _post_event)
+    app.router.add_get("/api/v1/log", _get_log)
+    app.router.add_get("/api/v1/log/summary", _get_log_summary)
     return app
 
 

@@ -3,11 +3,12 @@ perform and events for applications.  All frozen dataclasses."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
 from ..ids import NodeId
-from ..wire import Message
+from ..wire import LogRecord, Message
 
 __all__ = [
     "Action",
@@ -16,6 +17,7 @@ __all__ = [
     "Connect",
     "Disconnect",
     "Event",
+    "LogAppended",
     "Notify",
     "PeerJoined",
     "PeerLeft",
@@ -141,4 +143,27 @@ class ClockSynced:
                 "rtt_ms": self.rtt * 1000.0, "time": self.time}
 
 
-Event = PeerJoined | PeerLeft | PeerStateChanged | PeerRefused | ChatReceived | ClockSynced
+@dataclass(frozen=True, slots=True)
+class LogAppended:
+    """Records newly held by this node: its own (``None``) or received from a peer."""
+
+    records: tuple[tuple[LogRecord, NodeId | None], ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": "log", "events": [record_json(r, f) for r, f in self.records]}
+
+
+def record_json(r: LogRecord, received_from: NodeId | None = None) -> dict[str, Any]:
+    return {
+        "type": "event",
+        "source": str(r.source),
+        "seq": r.seq,
+        "timestamp": r.timestamp,
+        "kind": r.kind,
+        "body": json.loads(r.body),
+        "hops": r.hops,
+        "received_from": None if received_from is None else str(received_from),
+    }
+
+
+Event = PeerJoined | PeerLeft | PeerStateChanged | PeerRefused | ChatReceived | ClockSynced | LogAppended

@@ -24,7 +24,7 @@ from typing import Final
 
 from ..errors import DecodeError, LocalProtocolError
 from ..ids import NodeId
-from ..wire import PROTOCOL_VERSION, Beat, Bout, Chat, Gbye, Helo, Message, Peer, Time
+from ..wire import PROTOCOL_VERSION, Beat, Bout, Chat, Gbye, Helo, Message, Peer, Time, Xmsg
 from ..wire import decode as _decode
 from .events import (
     Action,
@@ -40,6 +40,7 @@ from .events import (
     PeerStateChanged,
     Send,
 )
+from .replication import Replicator
 
 __all__ = ["Mesh", "PeerInfo", "Phase", "Timing"]
 
@@ -184,6 +185,7 @@ class Mesh:
         self._next_conn = 1
         self._next_beat = now
         self._closed = False
+        self.replication: Replicator | None = None
 
     # ------------------------------------------------------------------ queries
 
@@ -192,6 +194,8 @@ class Mesh:
 
     def take_actions(self) -> list[Action]:
         actions, self._actions = self._actions, []
+        if self.replication is not None:
+            actions.extend(self.replication.take_actions())
         return actions
 
     def peers(self, now: float) -> list[PeerInfo]:
@@ -323,7 +327,14 @@ class Mesh:
         if isinstance(msg, Peer):
             self._on_peer(s, msg, now)
             return True
-        return False  # pragma: no cover - every type is handled above
+        if self.replication is None:  # a node that keeps no log
+            self.stats.dropped_unintroduced += 1
+            return False
+        if isinstance(msg, Xmsg):
+            self.replication.on_xmsg(s.uuid, msg, now, self.mesh_time(now))
+            return True
+        self.replication.on_gsip(s.uuid, msg, now)
+        return True
 
     def _on_helo(self, m: Helo, now: float) -> bool:
         if m.sender == self.uuid:
@@ -464,6 +475,8 @@ class Mesh:
         for uuid in [u for u, g in self._gone.items() if g.until <= now]:
             del self._gone[uuid]
         self._retry_seeds(now)
+        if self.replication is not None:
+            self.replication.tick(now)
 
     def next_deadline(self, now: float) -> float:
         """The latest time by which :meth:`tick` should be called again."""
@@ -536,6 +549,8 @@ class Mesh:
                     seed.peer = s.uuid
                     s.seed = seed.endpoint
         self._notify(PeerJoined(s.uuid, s.name, s.endpoint, self.mesh_time(now)))
+        if self.replication is not None:
+            self.replication.peer_up(s.uuid, s.conn, now)
         intro = Peer(sender=self.uuid, peer=s.uuid, endpoint=s.endpoint)
         for x in others:
             if x.uuid != s.introducer:
@@ -562,6 +577,8 @@ class Mesh:
     def _forget(self, s: _Session) -> None:
         if self._sessions.get(s.uuid) is s:
             del self._sessions[s.uuid]
+            if self.replication is not None:
+                self.replication.peer_down(s.uuid)
         if s.seed is not None:
             seed = self._seeds.get(s.seed)
             if seed is not None and seed.peer == s.uuid:

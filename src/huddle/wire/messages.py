@@ -27,17 +27,22 @@ from ..ids import NodeId
 __all__ = [
     "MAX_BODY",
     "MAX_GROUP",
+    "MAX_KIND",
     "MAX_NAME",
+    "MAX_SEQ",
     "PROTOCOL_VERSION",
     "RESERVED_TYPES",
     "Beat",
     "Bout",
     "Chat",
     "Gbye",
+    "Gsip",
     "Helo",
+    "LogRecord",
     "Message",
     "Peer",
     "Time",
+    "Xmsg",
     "decode",
     "encode",
     "valid_endpoint",
@@ -48,7 +53,9 @@ MAX_BODY: Final = 1024 * 1024
 MAX_NAME: Final = 255
 MAX_GROUP: Final = 255
 MAX_REASON: Final = 1024
-RESERVED_TYPES: Final = frozenset({b"XMSG", b"GSIP"})
+MAX_KIND: Final = 255
+MAX_SEQ: Final = 2**63 - 1
+RESERVED_TYPES: Final[frozenset[bytes]] = frozenset()
 
 _ENDPOINT_RE: Final = re.compile(r"tcp://([A-Za-z0-9.\-]{1,253}|\[[0-9A-Fa-f:.]{2,45}\]):([0-9]{1,5})")
 _DECIMAL_RE: Final = re.compile(r"-?[0-9]{1,20}(\.[0-9]{1,20})?([eE][-+]?[0-9]{1,3})?")
@@ -179,7 +186,50 @@ class Time:
         )
 
 
-Message = Helo | Peer | Bout | Gbye | Chat | Beat | Time
+@dataclass(frozen=True, slots=True)
+class LogRecord:
+    """One event of the replicated log as it travels.
+
+    ``body`` is the event's JSON value as canonical JSON text, carried
+    verbatim so every copy of an event is byte-for-byte the same; ``hops`` is
+    how many links it had crossed before this message (0 from its source).
+    """
+
+    source: NodeId
+    seq: int
+    timestamp: float
+    kind: str
+    body: str
+    hops: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Xmsg:
+    """A batch of log records: live events from their source, or a catch-up range."""
+
+    sender: NodeId
+    records: tuple[LogRecord, ...]
+
+    def __post_init__(self) -> None:
+        _check(len(self.records) > 0, "an XMSG carries at least one record")
+
+
+@dataclass(frozen=True, slots=True)
+class Gsip:
+    """Gossip digest: for each source, the highest sequence the sender holds
+    with no gap before it (its version vector; sources not listed: 0), and the
+    ranges of records it asks the receiver to send (``ask``): per source, a
+    list of ``(first, last)``, where ``last`` 0 means "and everything after"."""
+
+    sender: NodeId
+    vv: tuple[tuple[NodeId, int], ...]
+    ask: tuple[tuple[NodeId, tuple[tuple[int, int], ...]], ...] = ()
+
+    def as_dict(self) -> dict[NodeId, int]:
+        return dict(self.vv)
+
+
+Message = Helo | Peer | Bout | Gbye | Chat | Beat | Time | Xmsg | Gsip
 
 
 # --------------------------------------------------------------------------- encode
@@ -213,6 +263,14 @@ def _encode_body(msg: Message) -> tuple[bytes, bytes]:
     if isinstance(msg, Time):
         text = repr(msg.t0) if msg.t1 is None else f"{msg.t0!r} {msg.t1!r}"
         return b"TIME", text.encode("ascii")
+    if isinstance(msg, Xmsg):
+        rows = [[r.source.hex(), r.seq, r.timestamp, r.kind, r.body, r.hops] for r in msg.records]
+        return b"XMSG", _json({"records": rows})
+    if isinstance(msg, Gsip):
+        digest: dict[str, Any] = {"vv": {s.hex(): q for s, q in msg.vv}}
+        if msg.ask:
+            digest["ask"] = {s.hex(): [list(r) for r in ranges] for s, ranges in msg.ask}
+        return b"GSIP", _json(digest)
     raise LocalProtocolError(f"not a huddle message: {msg!r}")
 
 
@@ -296,6 +354,81 @@ def _d_beat(sender: NodeId, body: str) -> Message:
     return Beat(sender=sender)
 
 
+def _seq(value: object, what: str, low: int = 1) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= MAX_SEQ:
+        raise DecodeError(f"{what} must be an integer in {low}..2^63-1")
+    return value
+
+
+def _node_hex(value: object, what: str) -> NodeId:
+    if not isinstance(value, str) or len(value) != 32:
+        raise DecodeError(f"{what} must be 32 lowercase hex digits")
+    try:
+        raw = bytes.fromhex(value)
+    except ValueError:
+        raise DecodeError(f"{what} must be 32 lowercase hex digits") from None
+    if raw.hex() != value:
+        raise DecodeError(f"{what} must be 32 lowercase hex digits")
+    return NodeId(raw)
+
+
+def _record(row: object) -> LogRecord:
+    if not isinstance(row, list) or len(row) != 6:
+        raise DecodeError("an XMSG record is [source, seq, timestamp, kind, body, hops]")
+    source, seq, ts, kind, body, hops = row
+    if not isinstance(ts, (int, float)) or isinstance(ts, bool) or not math.isfinite(ts):
+        raise DecodeError("XMSG record timestamp must be a finite number")
+    if not isinstance(kind, str) or not kind or len(kind.encode("utf-8", "replace")) > MAX_KIND:
+        raise DecodeError(f"XMSG record kind must be 1..{MAX_KIND} octets of text")
+    if not isinstance(body, str):
+        raise DecodeError("XMSG record body must be JSON text in a string")
+    try:
+        json.loads(body)
+    except (ValueError, RecursionError):
+        raise DecodeError("XMSG record body is not valid JSON text") from None
+    return LogRecord(
+        source=_node_hex(source, "XMSG record source"),
+        seq=_seq(seq, "XMSG record seq"),
+        timestamp=float(ts),
+        kind=kind,
+        body=body,
+        hops=_seq(hops, "XMSG record hops", 0),
+    )
+
+
+def _d_xmsg(sender: NodeId, body: str) -> Message:
+    rows = _field(_object(body, "XMSG"), "records", "XMSG", list)
+    if not rows:
+        raise DecodeError("an XMSG carries at least one record")
+    return Xmsg(sender=sender, records=tuple(_record(r) for r in rows))
+
+
+def _d_gsip(sender: NodeId, body: str) -> Message:
+    obj = _object(body, "GSIP")
+    vv = _field(obj, "vv", "GSIP", dict)
+    ask = _field(obj, "ask", "GSIP", dict) if "ask" in obj else {}
+    return Gsip(
+        sender=sender,
+        vv=tuple((_node_hex(k, "GSIP source"), _seq(v, "GSIP sequence", 0)) for k, v in vv.items()),
+        ask=tuple((_node_hex(k, "GSIP ask source"), _ranges(v)) for k, v in ask.items()),
+    )
+
+
+def _ranges(value: object) -> tuple[tuple[int, int], ...]:
+    if not isinstance(value, list) or not value or len(value) > 10_000:
+        raise DecodeError("GSIP ask ranges must be a non-empty list of [first, last]")
+    out = []
+    for item in value:
+        if not isinstance(item, list) or len(item) != 2:
+            raise DecodeError("a GSIP ask range is [first, last]")
+        first = _seq(item[0], "GSIP ask first")
+        last = _seq(item[1], "GSIP ask last", 0)
+        if last and last < first:
+            raise DecodeError("a GSIP ask range has last < first")
+        out.append((first, last))
+    return tuple(out)
+
+
 _DECODERS: Final[dict[bytes, Callable[[NodeId, str], Message]]] = {
     b"HELO": _d_helo,
     b"PEER": _d_peer,
@@ -304,6 +437,8 @@ _DECODERS: Final[dict[bytes, Callable[[NodeId, str], Message]]] = {
     b"CHAT": lambda s, b: Chat(sender=s, text=b),
     b"BEAT": _d_beat,
     b"TIME": _d_time,
+    b"XMSG": _d_xmsg,
+    b"GSIP": _d_gsip,
 }
 
 

@@ -1,0 +1,474 @@
+"""The replicated log, sans-I/O: XMSG delivery, gap detection and GSIP gossip.
+
+Every node holds every event of every source of its group.  Per source the
+replicator tracks the highest sequence held with no gap before it
+(``contig``) and the sequences held beyond a gap (``ahead``).  The rules, after
+the source document's "GSIP engine":
+
+* A node sends its own new events (XMSG) to every peer at once.
+* A record whose sequence is beyond ``contig + 1`` reveals a gap: the node
+  sends the peer it came from its GSIP, which that peer answers with the
+  missing range.
+* On admitting a peer, and then periodically, a node sends each peer a GSIP:
+  its whole version vector.  The receiver learns what the sender holds; if it
+  holds more of its own records, it sends them; if the sender holds more, the
+  receiver asks for them.
+* Only contiguous runs are forwarded, so a record from peer P with sequence q
+  proves P holds 1..q of that source.  What each peer is known to hold (from
+  its GSIPs and its XMSGs) and what was already sent to it is remembered, so
+  nothing is sent twice while it may still be in flight.
+* Missing records are asked for: for each source it lacks, a node names one
+  peer in its GSIP's ``ask`` list (the source itself when it is a peer, else
+  the peer known to hold the most), and asks another if no progress follows
+  within ``resend_after``.  A node sends a peer only what that peer asked for,
+  and its own records: a record still on its way from its source is not sent
+  again by everyone.
+* Catch-up streams ranges in batches, at most ``window`` records in flight per
+  peer; the receiver acknowledges progress with a GSIP every ``ack_every``
+  records, so a catch-up of millions of events exhausts neither side's memory.
+
+Storage is a port (:class:`EventStore`); the node passes SQLite, the
+simulator an in-memory store.  Time (mesh time) is passed in.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Final, Protocol
+
+from ..errors import LocalProtocolError
+from ..ids import NodeId
+from ..wire import MAX_BODY, Gsip, LogRecord, Xmsg
+from ..wire.messages import MAX_KIND
+from .events import LogAppended, Notify, Send
+
+__all__ = ["EventStore", "MemoryStore", "ReplicationTiming", "Replicator", "SourceState", "canonical_json"]
+
+log = logging.getLogger("huddle.replication")
+
+_RECORD_OVERHEAD: Final = 120  # octets of JSON framing per record, roughly
+
+
+def canonical_json(value: Any) -> str:
+    """The one text form of a JSON value: sorted keys, no spaces, UTF-8."""
+    try:
+        return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise LocalProtocolError(f"event body is not a JSON value: {exc}") from None
+
+
+@dataclass(slots=True)
+class SourceState:
+    """What a store holds of one source: contiguous prefix and records beyond a gap."""
+
+    contig: int = 0
+    ahead: set[int] = field(default_factory=set)
+
+
+class EventStore(Protocol):
+    """Where log records are kept.  ``stage`` writes, ``commit`` makes them durable."""
+
+    def load(self) -> dict[NodeId, SourceState]: ...
+
+    def stage(self, records: Sequence[LogRecord], received_from: NodeId | None, received_at: float) -> None: ...
+
+    def commit(self) -> None: ...
+
+    def read(self, source: NodeId, after: int, limit: int) -> list[LogRecord]: ...
+
+
+class MemoryStore:
+    """An :class:`EventStore` in memory, for the simulator and tests."""
+
+    def __init__(self) -> None:
+        self.records: dict[NodeId, dict[int, LogRecord]] = {}
+        self.receipts: dict[tuple[NodeId, int], tuple[NodeId | None, float]] = {}
+        self.staged: list[LogRecord] = []
+        self.committed = 0
+
+    def load(self) -> dict[NodeId, SourceState]:
+        state: dict[NodeId, SourceState] = {}
+        for source, recs in self.records.items():
+            st = SourceState()
+            seqs = sorted(recs)
+            for q in seqs:
+                if q == st.contig + 1:
+                    st.contig = q
+                else:
+                    st.ahead.add(q)
+            st.ahead = {q for q in st.ahead if q > st.contig}
+            state[source] = st
+        return state
+
+    def stage(self, records: Sequence[LogRecord], received_from: NodeId | None, received_at: float) -> None:
+        for r in records:
+            self.records.setdefault(r.source, {})[r.seq] = r
+            self.receipts[(r.source, r.seq)] = (received_from, received_at)
+        self.staged.extend(records)
+
+    def commit(self) -> None:
+        self.committed += len(self.staged)
+        self.staged.clear()
+
+    def read(self, source: NodeId, after: int, limit: int) -> list[LogRecord]:
+        recs = self.records.get(source, {})
+        out: list[LogRecord] = []
+        q = after + 1
+        while q in recs and len(out) < limit:
+            out.append(recs[q])
+            q += 1
+        return out
+
+    def all_records(self) -> list[LogRecord]:
+        return [r for recs in self.records.values() for r in recs.values()]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicationTiming:
+    gossip_interval: float = 1.0  # GSIP to each peer this often when our vector changed
+    gossip_idle: float = 5.0  # ... and at least this often regardless
+    resend_after: float = 2.0  # an ask with no progress is repeated (to another peer) after this
+    batch_records: int = 500
+    batch_bytes: int = 512 * 1024
+    window: int = 20_000  # records in flight per peer during catch-up
+    ack_every: int = 2_000  # a receiver acknowledges catch-up progress this often
+
+
+@dataclass(slots=True)
+class _Peer:
+    conn: int
+    known: dict[NodeId, int] = field(default_factory=dict)  # the peer holds 1..n of each source
+    sent: dict[NodeId, int] = field(default_factory=dict)  # we sent it up to n (maybe in flight)
+    sent_at: dict[NodeId, float] = field(default_factory=dict)
+    told: dict[NodeId, int] | None = None  # the vector of our last GSIP to it
+    told_at: float = float("-inf")
+    unacked: int = 0  # records received from it since our last GSIP to it
+
+
+@dataclass(slots=True)
+class _Ask:
+    provider: NodeId
+    at: float
+    contig_at: int
+
+
+@dataclass(slots=True)
+class ReplicationStats:
+    originated: int = 0
+    received: int = 0
+    duplicates: int = 0
+    records_sent: int = 0
+    gsip_sent: int = 0
+    asks: int = 0
+    resends: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {k: getattr(self, k) for k in self.__slots__}
+
+
+class Replicator:
+    def __init__(
+        self,
+        uuid: NodeId,
+        store: EventStore,
+        *,
+        now: float,
+        timing: ReplicationTiming | None = None,
+    ) -> None:
+        self.uuid: Final = uuid
+        self.store: Final = store
+        self.timing: Final = timing or ReplicationTiming()
+        self.sources: dict[NodeId, SourceState] = store.load()
+        self.sources.setdefault(uuid, SourceState())
+        self.stats = ReplicationStats()
+        self._peers: dict[NodeId, _Peer] = {}
+        self._asks: dict[NodeId, _Ask] = {}  # source -> whom we asked for its missing records
+        self._outbox: list[LogRecord] = []
+        self._appended: list[tuple[LogRecord, NodeId | None]] = []
+        self._actions: list[Send | Notify] = []
+        self._dirty = False
+        self._now = now
+
+    # ------------------------------------------------------------- queries
+
+    def version_vector(self) -> dict[NodeId, int]:
+        return {s: st.contig for s, st in self.sources.items() if st.contig}
+
+    def gaps(self) -> dict[NodeId, list[tuple[int, int]]]:
+        """Per source with a gap: the missing ranges ``(first, last)`` below the highest held."""
+        return {s: _missing(st) for s, st in self.sources.items() if st.ahead}
+
+    def held(self) -> int:
+        return sum(st.contig + len(st.ahead) for st in self.sources.values())
+
+    @property
+    def own_seq(self) -> int:
+        return self.sources[self.uuid].contig
+
+    # ------------------------------------------------------------ commands
+
+    def append(self, kind: str, body: str, now: float, stamp: float) -> LogRecord:
+        """Originate an event at mesh time ``stamp`` (``now`` is the local clock
+        that drives timers).  It is durable once :meth:`take_actions` has run."""
+        if not isinstance(kind, str) or not kind or len(kind.encode("utf-8", "replace")) > MAX_KIND:
+            raise LocalProtocolError(f"event kind must be 1..{MAX_KIND} octets of text")
+        if len(body.encode("utf-8", "surrogatepass")) + _RECORD_OVERHEAD + len(kind) * 2 > MAX_BODY:
+            raise LocalProtocolError(f"event body is larger than the {MAX_BODY}-octet message limit")
+        self._now = now
+        own = self.sources[self.uuid]
+        # Never reuse a sequence: if others returned records of ours beyond a gap
+        # (our data was partly lost), continue after the highest.
+        seq = max(own.contig, max(own.ahead, default=0)) + 1
+        record = LogRecord(self.uuid, seq, stamp, kind, body, 0)
+        if seq == own.contig + 1:
+            own.contig = seq
+        else:
+            own.ahead.add(seq)
+        self.store.stage([record], None, stamp)
+        self._outbox.append(record)
+        self._appended.append((record, None))
+        self.stats.originated += 1
+        self._dirty = True
+        return record
+
+    def peer_up(self, peer: NodeId, conn: int, now: float) -> None:
+        """A peer was admitted: tell it at once what we hold (it may be a late joiner)."""
+        self._now = now
+        self._peers[peer] = _Peer(conn=conn)
+        self._send_gsip(peer, now)
+
+    def peer_down(self, peer: NodeId) -> None:
+        self._peers.pop(peer, None)
+
+    # ------------------------------------------------------------- receive
+
+    def on_xmsg(self, peer: NodeId, msg: Xmsg, now: float, stamp: float) -> None:
+        self._now = now
+        p = self._peers.get(peer)
+        if p is None:
+            return
+        new: list[LogRecord] = []
+        lacking = False
+        for r in msg.records:
+            st = self.sources.get(r.source)
+            if st is None:
+                st = self.sources[r.source] = SourceState()
+            if r.seq > p.known.get(r.source, 0):
+                p.known[r.source] = r.seq  # contiguous forwarding: the peer holds 1..seq
+            if r.seq <= st.contig or r.seq in st.ahead:
+                self.stats.duplicates += 1
+                continue
+            new.append(replace(r, hops=r.hops + 1))
+            if r.seq == st.contig + 1:
+                st.contig = r.seq
+                while st.ahead and st.contig + 1 in st.ahead:
+                    st.contig += 1
+                    st.ahead.discard(st.contig)
+            else:
+                st.ahead.add(r.seq)
+                lacking = True
+        if new:
+            self.store.stage(new, peer, stamp)
+            self._appended.extend((r, peer) for r in new)
+            self.stats.received += len(new)
+            p.unacked += len(new)
+            self._dirty = True
+        asked = self._plan_asks(now) if lacking else set()
+        if peer not in asked and p.unacked >= self.timing.ack_every:
+            self._send_gsip(peer, now)  # acknowledge: the sender's window moves on
+
+    def on_gsip(self, peer: NodeId, msg: Gsip, now: float) -> None:
+        self._now = now
+        p = self._peers.get(peer)
+        if p is None:
+            return
+        theirs = msg.as_dict()
+        more = False
+        for s, q in theirs.items():
+            if q > p.known.get(s, 0):
+                p.known[s] = q
+            st = self.sources.get(s)
+            if st is None:
+                st = self.sources[s] = SourceState()
+            if q > st.contig:
+                more = True
+        for s, ranges in msg.ask:
+            for first, last in ranges:
+                if last == 0:
+                    self._stream_tail(p, s, first, now)
+                else:
+                    self._send_range(p, s, first, last)
+        if more:
+            self._plan_asks(now)
+
+    # ---------------------------------------------------------------- time
+
+    def tick(self, now: float) -> None:
+        self._now = now
+        t = self.timing
+        asked = self._plan_asks(now)
+        vv = self.version_vector()
+        for peer, p in self._peers.items():
+            if peer in asked:
+                continue
+            if now - p.told_at >= t.gossip_idle or (now - p.told_at >= t.gossip_interval and vv != p.told):
+                self._send_gsip(peer, now, vv)
+
+    def take_actions(self) -> list[Send | Notify]:
+        """Make staged records durable, then hand out what to send and announce."""
+        if self._dirty:
+            self.store.commit()
+            self._dirty = False
+        if self._appended:
+            self._actions.append(Notify(LogAppended(tuple(self._appended))))
+            self._appended = []
+        if self._outbox:
+            self._push_live()
+        actions, self._actions = self._actions, []
+        return actions
+
+    # ----------------------------------------------------------- internals
+
+    def _plan_asks(self, now: float) -> set[NodeId]:
+        """Choose, for each source we lack records of, one peer to ask, and send
+        each chosen peer a GSIP with the missing ranges.  Returns the peers asked."""
+        t = self.timing
+        payload: dict[NodeId, list[tuple[NodeId, tuple[tuple[int, int], ...]]]] = {}
+        for s, st in self.sources.items():
+            top = max(st.ahead, default=st.contig)
+            best = max((p.known.get(s, 0) for p in self._peers.values()), default=0)
+            if best <= top and not st.ahead:
+                self._asks.pop(s, None)
+                continue
+            ask = self._asks.get(s)
+            if ask is not None and ask.provider in self._peers:
+                if st.contig > ask.contig_at:  # progress: keep the provider
+                    ask.at, ask.contig_at = now, st.contig
+                    continue
+                if now - ask.at < t.resend_after:
+                    continue
+            holders = [peer for peer, p in self._peers.items() if p.known.get(s, 0) > st.contig]
+            if not holders:
+                continue
+            if s in holders:
+                provider = s  # the source itself, when it is a peer
+            else:
+                holders.sort(key=lambda peer: (-self._peers[peer].known.get(s, 0), peer))
+                previous = None if ask is None else ask.provider
+                provider = next((h for h in holders if h != previous), holders[0])
+            if ask is not None:
+                self.stats.resends += 1
+            self._asks[s] = _Ask(provider, now, st.contig)
+            self.stats.asks += 1
+            ranges = [(a, b) for a, b in _missing(st)]
+            if best > top:
+                ranges.append((top + 1, 0))
+            payload.setdefault(provider, []).append((s, tuple(ranges)))
+        for peer, asks in payload.items():
+            self._send_gsip(peer, now, ask=tuple(asks))
+        return set(payload)
+
+    def _push_live(self) -> None:
+        records, self._outbox = self._outbox, []
+        first = records[0].seq
+        last = records[-1].seq
+        for p in self._peers.values():
+            have = max(p.known.get(self.uuid, 0), p.sent.get(self.uuid, 0))
+            if have != first - 1:
+                continue  # it is behind (catching up): it will ask, and get them in order
+            self._send_records(p, records)
+            p.sent[self.uuid] = last
+            p.sent_at[self.uuid] = self._now
+
+    def _stream_tail(self, p: _Peer, s: NodeId, first: int, now: float) -> None:
+        """Stream ``s`` from ``first`` on (contiguous records only), within the
+        window; what was sent recently and may still be in flight is not sent again."""
+        st = self.sources.get(s)
+        if st is None:
+            return
+        t = self.timing
+        start = first - 1
+        sent = p.sent.get(s, 0)
+        if sent > start:
+            if now - p.sent_at.get(s, now) < t.resend_after:
+                start = sent  # in flight: continue after it
+            else:
+                self.stats.resends += 1  # sent long ago and still asked for: lost
+        inflight = sum(max(0, q - p.known.get(src, 0)) for src, q in p.sent.items() if src != s)
+        inflight += max(0, start - (first - 1))
+        while start < st.contig and inflight < t.window:
+            n = min(t.batch_records * 4, st.contig - start, t.window - inflight)
+            records = self.store.read(s, start, n)
+            if not records:
+                break
+            self._send_records(p, records)
+            start = records[-1].seq
+            inflight += len(records)
+            p.sent[s] = start
+            p.sent_at[s] = now
+
+    def _send_range(self, p: _Peer, s: NodeId, first: int, last: int) -> None:
+        """Send the records ``first..last`` of ``s`` that we hold (a gap the peer reported)."""
+        st = self.sources.get(s)
+        if st is None:
+            return
+        last = min(last, st.contig, first - 1 + self.timing.window)
+        if last >= first:
+            self._send_records(p, self.store.read(s, first - 1, last - first + 1))
+
+    def _send_records(self, p: _Peer, records: Sequence[LogRecord]) -> None:
+        for batch in self._batches(records):
+            self._actions.append(Send(p.conn, Xmsg(self.uuid, tuple(batch))))
+        self.stats.records_sent += len(records)
+
+    def _batches(self, records: Sequence[LogRecord]) -> Iterable[list[LogRecord]]:
+        t = self.timing
+        batch: list[LogRecord] = []
+        size = 0
+        for r in records:
+            rsize = len(r.body) * 2 + len(r.kind) * 2 + _RECORD_OVERHEAD
+            if batch and (len(batch) >= t.batch_records or size + rsize > t.batch_bytes):
+                yield batch
+                batch, size = [], 0
+            batch.append(r)
+            size += rsize
+        if batch:
+            yield batch
+
+    def _send_gsip(
+        self,
+        peer: NodeId,
+        now: float,
+        vv: dict[NodeId, int] | None = None,
+        ask: tuple[tuple[NodeId, tuple[tuple[int, int], ...]], ...] | None = None,
+    ) -> None:
+        """Send our digest.  Without an explicit ``ask``, it repeats the open
+        tails we asked this peer for, which keeps a catch-up's window moving."""
+        p = self._peers[peer]
+        if vv is None:
+            vv = self.version_vector()
+        if ask is None:
+            ask = tuple(
+                (s, ((max(self.sources[s].ahead, default=self.sources[s].contig) + 1, 0),))
+                for s, a in self._asks.items()
+                if a.provider == peer
+            )
+        p.told = vv
+        p.told_at = now
+        p.unacked = 0
+        self.stats.gsip_sent += 1
+        self._actions.append(Send(p.conn, Gsip(self.uuid, tuple(vv.items()), ask)))
+
+
+def _missing(st: SourceState) -> list[tuple[int, int]]:
+    """The gaps of a source: ranges below its highest held record that are not held."""
+    ranges = []
+    prev = st.contig
+    for q in sorted(st.ahead):
+        if q > prev + 1:
+            ranges.append((prev + 1, q - 1))
+        prev = q
+    return ranges
