@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from .errors import DecodeError
@@ -264,6 +265,8 @@ def run_scenario(
     partitions: int = 0,
     crashes: int = 0,
     settle: float = 60.0,
+    export: str | None = None,
+    export_format: str = "parquet",
 ) -> ScenarioResult:
     """Run one randomised scenario from ``seed`` and check the log invariants.
 
@@ -344,6 +347,8 @@ def run_scenario(
             if held.get(key) != body:
                 problems.append(f"persisted record {key[0].hex()[:8]}#{key[1]} is missing or changed")
                 break
+    if export is not None:
+        export_nodes(live, export, export_format)
     stats: dict[str, int] = {}
     for node in live:
         for k, v in node.log.stats.as_dict().items():
@@ -359,3 +364,37 @@ def run_scenario(
         seed=seed, converged=not problems, problems=problems, events=len(persisted), nodes=nodes,
         sim_seconds=net.now - start, stats=stats, rerun=f"huddle simulate {flags}",
     )
+
+
+def export_nodes(nodes: list[SimNode], out: str, fmt: str = "parquet") -> None:
+    """Write each node's log as ``huddle export`` would, one directory per node."""
+    from pathlib import Path
+
+    from .log.export import write_tables
+
+    for node in nodes:
+        store = node.store
+        assert store is not None
+        name = str(node.mesh.uuid)
+        group_name = node.mesh.group
+
+        def batches(store: MemoryStore = store, name: str = name, group_name: str = group_name) -> Iterator[
+            list[dict[str, object]]
+        ]:
+            batch: list[dict[str, object]] = []
+            for source in sorted(store.records):
+                for seq in sorted(store.records[source]):
+                    r = store.records[source][seq]
+                    frm, at = store.receipts[(source, seq)]
+                    batch.append({
+                        "node": name, "group": group_name, "source": str(source), "seq": seq,
+                        "timestamp": r.timestamp, "kind": r.kind, "body": r.body, "hops": r.hops,
+                        "received_at": at, "received_from": None if frm is None else str(frm),
+                    })
+                    if len(batch) >= 10_000:
+                        yield batch
+                        batch = []
+            if batch:
+                yield batch
+
+        write_tables(Path(out) / name, fmt, batches(), [])

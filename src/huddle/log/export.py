@@ -9,13 +9,14 @@ are streamed in batches, so memory stays flat whatever the log's size.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from ..errors import HuddleError
 from .store import SqliteStore
 
-__all__ = ["EVENT_COLUMNS", "STAT_COLUMNS", "export"]
+__all__ = ["EVENT_COLUMNS", "STAT_COLUMNS", "export", "write_tables"]
 
 EVENT_COLUMNS = ("node", "group", "source", "seq", "timestamp", "kind", "body", "hops", "received_at", "received_from")
 STAT_COLUMNS = ("node", "group", "ts", "event", "peer", "detail")
@@ -83,14 +84,22 @@ def export(data_dir: Path, out: Path, fmt: str = "parquet") -> int:
              "peer": None if peer is None else str(peer), "detail": detail}
             for ts, grp, event, peer, detail in store.scan_stats()
         ]
-        if fmt == "jsonl":
-            count = _write_jsonl(out / "events.jsonl", event_rows)
-            _write_jsonl(out / "stats.jsonl", iter([stat_rows]))
-        else:
-            count = _write_parquet(out / "events.parquet", _event_schema(), event_rows)
-            _write_parquet(out / "stats.parquet", _stat_schema(), iter([stat_rows]))
+        count = write_tables(out, fmt, event_rows, stat_rows)
     finally:
         store.close()
+    return count
+
+
+def write_tables(out: Path, fmt: str, event_batches: Iterable[list[dict[str, Any]]],
+                 stat_rows: list[dict[str, Any]]) -> int:
+    """Write ``events`` (given in batches of row dicts) and ``stats`` into ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    if fmt == "jsonl":
+        count = _write_jsonl(out / "events.jsonl", event_batches)
+        _write_jsonl(out / "stats.jsonl", iter([stat_rows]))
+    else:
+        count = _write_parquet(out / "events.parquet", _event_schema(), event_batches)
+        _write_parquet(out / "stats.parquet", _stat_schema(), iter([stat_rows]))
     return count
 
 
