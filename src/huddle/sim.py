@@ -65,6 +65,7 @@ class SimNetwork:
         self.cut: set[frozenset[str]] = set()
         self.trace: list[tuple[str, str, Message]] | None = None  # (from, to, message) delivered, when recording
         self._next_port = 50000
+        self._next_tick = self.now
 
     # ------------------------------------------------------------------ nodes
 
@@ -168,7 +169,7 @@ class SimNetwork:
         end = self.now + seconds
         for node in list(self.nodes.values()):
             self._run_actions(node)
-        next_tick = self.now
+        next_tick = max(self._next_tick, self.now)
         while True:
             next_msg = self._queue[0][0] if self._queue else end + 1
             t = min(next_msg, next_tick)
@@ -190,6 +191,7 @@ class SimNetwork:
                     node.mesh.tick(self.local(node))
                     self._run_actions(node)
                 next_tick = t + step
+        self._next_tick = next_tick
         self.now = end
 
     def _name_of(self, uuid: bytes) -> str:

@@ -186,6 +186,8 @@ class Replicator:
         self.stats = ReplicationStats()
         self._peers: dict[NodeId, _Peer] = {}
         self._asks: dict[NodeId, _Ask] = {}  # source -> whom we asked for its missing records
+        self._best: dict[NodeId, int] = {}  # source -> the most any peer is known to hold
+        self._lacking: set[NodeId] = {s for s, st in self.sources.items() if st.ahead}
         self._outbox: list[LogRecord] = []
         self._appended: list[tuple[LogRecord, NodeId | None]] = []
         self._actions: list[Send | Notify] = []
@@ -241,7 +243,21 @@ class Replicator:
         self._send_gsip(peer, now)
 
     def peer_down(self, peer: NodeId) -> None:
-        self._peers.pop(peer, None)
+        if self._peers.pop(peer, None) is not None:
+            self._best = {}
+            for p in self._peers.values():
+                for s, q in p.known.items():
+                    if q > self._best.get(s, 0):
+                        self._best[s] = q
+
+    def _note_known(self, p: _Peer, s: NodeId, q: int) -> None:
+        if q > p.known.get(s, 0):
+            p.known[s] = q
+            if q > self._best.get(s, 0):
+                self._best[s] = q
+                st = self.sources[s]
+                if q > max(st.ahead, default=st.contig):
+                    self._lacking.add(s)
 
     # ------------------------------------------------------------- receive
 
@@ -256,8 +272,7 @@ class Replicator:
             st = self.sources.get(r.source)
             if st is None:
                 st = self.sources[r.source] = SourceState()
-            if r.seq > p.known.get(r.source, 0):
-                p.known[r.source] = r.seq  # contiguous forwarding: the peer holds 1..seq
+            self._note_known(p, r.source, r.seq)  # contiguous forwarding: the peer holds 1..seq
             if r.seq <= st.contig or r.seq in st.ahead:
                 self.stats.duplicates += 1
                 continue
@@ -269,6 +284,7 @@ class Replicator:
                     st.ahead.discard(st.contig)
             else:
                 st.ahead.add(r.seq)
+                self._lacking.add(r.source)
                 lacking = True
         if new:
             self.store.stage(new, peer, stamp)
@@ -288,11 +304,10 @@ class Replicator:
         theirs = msg.as_dict()
         more = False
         for s, q in theirs.items():
-            if q > p.known.get(s, 0):
-                p.known[s] = q
             st = self.sources.get(s)
             if st is None:
                 st = self.sources[s] = SourceState()
+            self._note_known(p, s, q)
             if q > st.contig:
                 more = True
         for s, ranges in msg.ask:
@@ -337,11 +352,13 @@ class Replicator:
         each chosen peer a GSIP with the missing ranges.  Returns the peers asked."""
         t = self.timing
         payload: dict[NodeId, list[tuple[NodeId, tuple[tuple[int, int], ...]]]] = {}
-        for s, st in self.sources.items():
+        for s in list(self._lacking):
+            st = self.sources[s]
             top = max(st.ahead, default=st.contig)
-            best = max((p.known.get(s, 0) for p in self._peers.values()), default=0)
+            best = self._best.get(s, 0)
             if best <= top and not st.ahead:
                 self._asks.pop(s, None)
+                self._lacking.discard(s)
                 continue
             ask = self._asks.get(s)
             if ask is not None and ask.provider in self._peers:
