@@ -274,7 +274,7 @@ def test_helo_of_another_version_is_refused_with_a_reason() -> None:
                 incarnation="00" * 8, now=0.0)
     future = Helo(NodeId(b"\x05" * 16), endpoint="tcp://10.0.0.5:5000", name="z",
                   incarnation="11" * 8, version=2)
-    assert mesh.receive(encode(future), 1.0) is None
+    assert mesh.receive(encode(future), 1.0) is False
     actions = mesh.take_actions()
     assert Connect(1, "tcp://10.0.0.5:5000") in actions
     byes = [a.message for a in actions if isinstance(a, Send)]

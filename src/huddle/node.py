@@ -165,7 +165,7 @@ class Node:
         fast sender loses nothing; a peer that stays full for ``timeout`` is skipped."""
         n = self.chat(text, to)
         transport = self._transport
-        if transport is not None:
+        if transport is not None and transport.any_backlog():
             targets = [to] if to is not None else self.mesh.alive_peers()
             for peer in targets:
                 conn = self.mesh.conn_of(peer)

@@ -24,7 +24,7 @@ from typing import Final
 
 from ..errors import DecodeError, LocalProtocolError
 from ..ids import NodeId
-from ..wire import PROTOCOL_VERSION, Beat, Bout, Chat, Gbye, Helo, Message, Peer, Time, Xmsg
+from ..wire import MAX_BODY, PROTOCOL_VERSION, Beat, Bout, Chat, Gbye, Helo, Message, Peer, Time, Xmsg
 from ..wire import decode as _decode
 from .events import (
     Action,
@@ -54,9 +54,6 @@ class Phase(enum.Enum):
     HANDSHAKE = "handshake"  # we have their HELO, wait for their BOUT
     ALIVE = "alive"
     SUSPECT = "suspect"
-
-
-ADMITTED: Final = frozenset({Phase.ALIVE, Phase.SUSPECT})
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +97,11 @@ class _Session:
     sync_pending: bool = False
     next_probe: float = 0.0
     seed: str | None = None
+
+    @property
+    def admitted(self) -> bool:
+        phase = self.phase  # identity tests: hashing an Enum in a set is slow on hot paths
+        return phase is Phase.ALIVE or phase is Phase.SUSPECT
 
 
 @dataclass(slots=True)
@@ -200,17 +202,17 @@ class Mesh:
 
     def peers(self, now: float) -> list[PeerInfo]:
         """Every admitted peer, then recently gone ones (state ``gone``)."""
-        infos = [self._info(s, now) for s in self._sessions.values() if s.phase in ADMITTED]
+        infos = [self._info(s, now) for s in self._sessions.values() if s.admitted]
         infos.sort(key=lambda p: (p.name, p.uuid))
         gone = [g.info for uuid, g in self._gone.items() if uuid not in self._sessions and g.until > now]
         return infos + sorted(gone, key=lambda p: (p.name, p.uuid))
 
     def alive_peers(self) -> list[NodeId]:
-        return [s.uuid for s in self._sessions.values() if s.phase in ADMITTED]
+        return [s.uuid for s in self._sessions.values() if s.admitted]
 
     def conn_of(self, peer: NodeId) -> int | None:
         s = self._sessions.get(peer)
-        return None if s is None or s.phase not in ADMITTED else s.conn
+        return None if s is None or not s.admitted else s.conn
 
     def _info(self, s: _Session, now: float) -> PeerInfo:
         return PeerInfo(
@@ -255,13 +257,13 @@ class Mesh:
         msg = Chat(sender=self.uuid, text=text)
         if to is not None:
             s = self._sessions.get(to)
-            if s is None or s.phase not in ADMITTED:
+            if s is None or not s.admitted:
                 raise LocalProtocolError(f"no alive peer {to}")
             self._send(s.conn, msg)
             return 1
         n = 0
         for s in self._sessions.values():
-            if s.phase in ADMITTED:
+            if s.admitted:
                 self._send(s.conn, msg)
                 n += 1
         return n
@@ -282,18 +284,33 @@ class Mesh:
 
     # ----------------------------------------------------------------- receive
 
-    def receive(self, frames: list[bytes], now: float) -> Message | None:
-        """Handle the frames of one message from the ROUTER.  Returns the
-        message if it was accepted, ``None`` if it was dropped."""
+    def receive(self, frames: list[bytes], now: float) -> bool:
+        """Handle the frames of one message from the ROUTER.  True if it was
+        accepted, False if it was dropped (and counted)."""
         self.stats.received += 1
+        if len(frames) == 3 and frames[1] == b"CHAT" and not self._closed:
+            # Fast path for the most frequent message: an admitted peer's CHAT
+            # needs no more checking than the full decoder would do.
+            s = self._sessions.get(frames[0])  # type: ignore[call-overload]
+            body = frames[2]
+            if s is not None and s.admitted and len(body) <= MAX_BODY:
+                try:
+                    text = body.decode("utf-8")
+                except UnicodeDecodeError:
+                    pass  # the full decoder reports and counts it
+                else:
+                    self._heard(s, now)
+                    self.stats.chats_received += 1
+                    self._notify(ChatReceived(s.uuid, s.name, text, self.mesh_time(now)))
+                    return True
         try:
             msg = _decode(frames)
         except DecodeError as exc:
             self.stats.decode_errors += 1
             if self.stats.decode_errors <= 10 or self.stats.decode_errors % 10000 == 0:
                 log.warning("dropped undecodable message (%d so far): %s", self.stats.decode_errors, exc)
-            return None
-        return msg if self.handle(msg, now) else None
+            return False
+        return self.handle(msg, now)
 
     def handle(self, msg: Message, now: float) -> bool:
         """Handle a decoded message.  True if it was accepted."""
@@ -313,7 +330,7 @@ class Mesh:
         if isinstance(msg, Time):
             self._heard(s, now)
             return self._on_time(s, msg, now)
-        if s.phase not in ADMITTED:
+        if not s.admitted:
             # Before its BOUT, nothing else counts (not even as a sign of life).
             self.stats.dropped_unintroduced += 1
             return False
@@ -365,7 +382,7 @@ class Mesh:
                 self._send_hello(s.conn, reply=m.reply is False)
         elif not m.reply:
             # The peer (re)opens a session with us: answer it.
-            if s.endpoint != m.endpoint and s.phase not in ADMITTED:
+            if s.endpoint != m.endpoint and not s.admitted:
                 self._actions.append(Disconnect(s.conn))
                 s.conn = self._connect(m.endpoint)
                 s.endpoint = m.endpoint
@@ -402,7 +419,7 @@ class Mesh:
             if s is None and m.reason:
                 log.info("peer %s refused us: %s", m.sender.short, m.reason)
             return False
-        if s.phase in ADMITTED:
+        if s.admitted:
             self._end(s, f"left: {m.reason}" if m.reason else "left", now)
             return True
         # A refusal during the handshake: remember it, do not retry in a loop.
@@ -449,7 +466,7 @@ class Mesh:
         t = self.timing
         for s in list(self._sessions.values()):
             silence = now - s.last_heard
-            if s.phase in ADMITTED:
+            if s.admitted:
                 if silence >= t.gone_after:
                     self._end(s, "timeout", now)
                     continue
@@ -469,7 +486,7 @@ class Mesh:
         if now >= self._next_beat:
             beat = Beat(sender=self.uuid)
             for s in self._sessions.values():
-                if s.phase in ADMITTED:
+                if s.admitted:
                     self._send(s.conn, beat)
             self._next_beat = max(self._next_beat + t.heartbeat_interval, now)
         for uuid in [u for u, g in self._gone.items() if g.until <= now]:
@@ -498,7 +515,7 @@ class Mesh:
         return conn
 
     def _send_hello(self, conn: int, *, reply: bool) -> None:
-        admitted = sum(1 for x in self._sessions.values() if x.phase in ADMITTED)
+        admitted = sum(1 for x in self._sessions.values() if x.admitted)
         self._send(
             conn,
             Helo(
@@ -537,7 +554,7 @@ class Mesh:
             self._notify(PeerStateChanged(s.uuid, s.name, s.phase.value, self.mesh_time(now)))
 
     def _admit(self, s: _Session, now: float) -> None:
-        others = [x for x in self._sessions.values() if x.phase in ADMITTED and x is not s]
+        others = [x for x in self._sessions.values() if x.admitted and x is not s]
         s.phase = Phase.ALIVE
         self._gone.pop(s.uuid, None)
         if s.seed is None:
@@ -568,7 +585,7 @@ class Mesh:
     def _end(self, s: _Session, reason: str, now: float) -> None:
         self._actions.append(Disconnect(s.conn))
         self._forget(s)
-        if s.phase in ADMITTED:
+        if s.admitted:
             info = self._info(s, now)
             gone = PeerInfo(info.uuid, info.name, info.endpoint, info.group, "gone", info.last_seen, info.rtt)
             self._gone[s.uuid] = _Gone(gone, now + self.timing.gone_retention)

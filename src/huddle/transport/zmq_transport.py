@@ -28,6 +28,20 @@ __all__ = ["Conn", "ZmqTransport"]
 log = logging.getLogger("huddle.transport")
 
 RECV_BATCH = 4096
+# Plain ints: pyzmq's send_multipart / recv_multipart cost ~2 us more per message.
+_NB = int(zmq.NOBLOCK)
+_MORE_NB = int(zmq.SNDMORE | zmq.NOBLOCK)
+_RCVMORE = int(zmq.RCVMORE)
+
+
+def _send_parts(sock: zmq.Socket[bytes], frames: list[bytes]) -> None:
+    """Send a multipart message without blocking.  Raises zmq.Again if it cannot
+    be queued: the high-water mark applies to a message's first part only, so a
+    message is queued whole or not at all."""
+    send = sock.send
+    for f in frames[:-1]:
+        send(f, _MORE_NB)
+    send(frames[-1], _NB)
 
 
 def _events(sock: zmq.Socket[bytes]) -> int:
@@ -102,21 +116,36 @@ class ZmqTransport:
         loop.call_soon(self._readable)
 
     def _readable(self) -> None:
-        """Drain the ROUTER (its FD is edge-triggered: read until EAGAIN)."""
-        batch: list[list[bytes]] = []
+        """Drain the ROUTER (its FD is edge-triggered: read until EAGAIN).
+
+        The first message is handed over as soon as it is read, so a lone
+        request or reply does not wait for the failing read that ends the
+        drain; whatever else is queued is then read and handed over in batches."""
         router = self.router
+        recv, get = router.recv, router.getsockopt
+        first = True
+        total = 0
         try:
-            while len(batch) < RECV_BATCH:
-                try:
-                    batch.append(router.recv_multipart(zmq.NOBLOCK))
-                except zmq.Again:
+            while total < RECV_BATCH:
+                batch: list[list[bytes]] = []
+                limit = 1 if first else RECV_BATCH - total
+                while len(batch) < limit:
+                    try:
+                        parts = [recv(_NB)]
+                    except zmq.Again:
+                        break
+                    while get(_RCVMORE):
+                        parts.append(recv(_NB))
+                    batch.append(parts)
+                if not batch:
                     break
+                total += len(batch)
+                first = False
+                self._on_frames(batch)
         except zmq.ZMQError as exc:  # socket closed under us during shutdown
             log.debug("router read stopped: %s", exc)
             return
-        if batch:
-            self._on_frames(batch)
-        if len(batch) >= RECV_BATCH or _events(router) & zmq.POLLIN:
+        if total >= RECV_BATCH or _events(router) & zmq.POLLIN:
             assert self._loop is not None
             self._loop.call_soon(self._readable)
 
@@ -154,7 +183,7 @@ class ZmqTransport:
             return False
         if not c.overflow:
             try:
-                c.sock.send_multipart(frames, zmq.NOBLOCK, copy=False)
+                _send_parts(c.sock, frames)
                 return True
             except zmq.Again:
                 pass
@@ -171,6 +200,9 @@ class ZmqTransport:
         c.drained.clear()
         self._schedule_flush()
         return True
+
+    def any_backlog(self) -> bool:
+        return any(c.overflow for c in self.conns.values())
 
     def backlog(self, conn: int) -> int:
         c = self.conns.get(conn)
@@ -202,7 +234,7 @@ class ZmqTransport:
             q = c.overflow
             while q:
                 try:
-                    c.sock.send_multipart(q[0], zmq.NOBLOCK, copy=False)
+                    _send_parts(c.sock, q[0])
                 except zmq.Again:
                     break
                 q.popleft()
