@@ -27,7 +27,7 @@ from .protocol import ChatReceived, Connect, Disconnect, Event, Mesh, Notify, Pe
 from .protocol.events import LogAppended
 from .protocol.replication import Replicator, canonical_json
 from .transport.zmq_transport import ZmqTransport
-from .wire import LogRecord, encode
+from .wire import LogRecord, encode_parts
 
 __all__ = ["DataDir", "Node", "run_node"]
 
@@ -345,7 +345,7 @@ class Node:
             return
         for action in mesh.take_actions():
             if isinstance(action, Send):
-                transport.send(action.conn, encode(action.message)[1:])
+                transport.send(action.conn, encode_parts(action.message))
             elif isinstance(action, Notify):
                 self._publish(action.event)
             elif isinstance(action, Connect):

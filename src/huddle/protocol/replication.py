@@ -334,6 +334,8 @@ class Replicator:
 
     def take_actions(self) -> list[Send | Notify]:
         """Make staged records durable, then hand out what to send and announce."""
+        if not (self._dirty or self._appended or self._outbox or self._actions):
+            return []
         if self._dirty:
             self.store.commit()
             self._dirty = False

@@ -18,6 +18,7 @@ from .messages import (
     Xmsg,
     decode,
     encode,
+    encode_parts,
     valid_endpoint,
 )
 
@@ -40,6 +41,7 @@ __all__ = [
     "Xmsg",
     "decode",
     "encode",
+    "encode_parts",
     "group_hash",
     "pack",
     "unpack",

@@ -45,6 +45,7 @@ __all__ = [
     "Xmsg",
     "decode",
     "encode",
+    "encode_parts",
     "valid_endpoint",
 ]
 
@@ -275,15 +276,17 @@ def _encode_body(msg: Message) -> tuple[bytes, bytes]:
 
 
 def encode(msg: Message) -> list[bytes]:
-    """Encode ``msg`` as the three frames a ROUTER receives: sender, type, body.
+    """Encode ``msg`` as the three frames a ROUTER receives: sender, type, body."""
+    return [bytes(msg.sender), *encode_parts(msg)]
 
-    A DEALER whose identity is the sender's UUID sends only frames 2 and 3;
-    ZeroMQ supplies frame 1.
-    """
+
+def encode_parts(msg: Message) -> list[bytes]:
+    """The two frames a DEALER sends: type and body.  Its identity, the
+    sender's UUID, reaches the ROUTER as frame 1."""
     kind, body = _encode_body(msg)
     if len(body) > MAX_BODY:
         raise LocalProtocolError(f"{kind.decode()} body of {len(body)} octets exceeds {MAX_BODY}")
-    return [bytes(msg.sender), kind, body]
+    return [kind, body]
 
 
 # --------------------------------------------------------------------------- decode
