@@ -1,0 +1,261 @@
+"""Shared helpers of the benchmark scripts: statistics, tables, target lines,
+free loopback ports, and ``huddle node`` child processes.
+
+Everything here stays on 127.0.0.1.  The scripts import this module as
+``benchlib`` (``python bench/x.py`` puts ``bench/`` on ``sys.path``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import selectors
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "NodeProc",
+    "check",
+    "footer",
+    "free_port",
+    "header",
+    "http_get",
+    "kill_all",
+    "median",
+    "percentile",
+    "print_table",
+    "read_api_lines",
+    "target",
+]
+
+
+# ------------------------------------------------------------------ statistics
+
+
+def median(values: Sequence[float]) -> float:
+    return float(statistics.median(values)) if values else math.nan
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0..100) of already sorted values, nearest-rank."""
+    if not sorted_values:
+        return math.nan
+    rank = max(1, math.ceil(q / 100.0 * len(sorted_values)))
+    return float(sorted_values[min(rank, len(sorted_values)) - 1])
+
+
+# -------------------------------------------------------------------- printing
+
+_cpu_at_start: list[int] = []
+
+
+def _cpu_counters() -> list[int]:
+    """The machine-wide ``cpu`` line of /proc/stat (user nice system idle iowait irq softirq steal ...)."""
+    try:
+        with open("/proc/stat") as fh:
+            return [int(x) for x in fh.readline().split()[1:]]
+    except (OSError, ValueError):
+        return []
+
+
+def _git(repo: Path, *args: str) -> str:
+    try:
+        return subprocess.run(["git", "-C", str(repo), *args], check=False, capture_output=True,
+                              text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def code_under_test() -> str:
+    """Which huddle is measured: the repository's commit (and whether src/ has
+    uncommitted changes), or the directory it was imported from."""
+    import huddle
+
+    pkg = Path(huddle.__file__).resolve().parent
+    repo = Path(__file__).resolve().parent.parent
+    if pkg == repo / "src" / "huddle":
+        head = _git(repo, "rev-parse", "--short", "HEAD") or "unknown"
+        return f"huddle {huddle.__version__} at commit {head}" + (
+            " + uncommitted changes in src/" if _git(repo, "status", "--porcelain", "--", "src") else "")
+    return f"huddle {huddle.__version__} from {pkg}"
+
+
+def header(title: str, **settings: Any) -> None:
+    """Print the benchmark's title, the machine and the settings of this run."""
+    import zmq
+
+    now = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    print(f"== {title}")
+    print(
+        f"   {now}; {os.cpu_count()} CPUs; Python {platform.python_version()}; "
+        f"pyzmq {zmq.__version__} (libzmq {zmq.zmq_version()}); load avg {os.getloadavg()[0]:.2f}"
+    )
+    print(f"   code: {code_under_test()}")
+    if settings:
+        print("   " + ", ".join(f"{k}={v}" for k, v in settings.items()))
+    _cpu_at_start[:] = _cpu_counters()
+    sys.stdout.flush()
+
+
+def footer() -> None:
+    """Print how much CPU time the hypervisor took away (steal) while this benchmark ran."""
+    now = _cpu_counters()
+    if len(now) >= 8 and len(_cpu_at_start) >= 8:
+        delta = [b - a for a, b in zip(_cpu_at_start, now, strict=False)]
+        total = sum(delta[:8])
+        busy = total - delta[3] - delta[4]
+        if total > 0:
+            print(f"   machine during this benchmark: CPUs {100.0 * busy / total:.0f}% busy, "
+                  f"steal {100.0 * delta[7] / total:.1f}% of CPU time")
+    sys.stdout.flush()
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    cells = [[str(h) for h in headers]] + [[_fmt(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    for n, r in enumerate(cells):
+        print("  " + "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))))
+        if n == 0:
+            print("  " + "  ".join("-" * w for w in widths))
+    sys.stdout.flush()
+
+
+def _fmt(value: object) -> str:
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "-"
+        if abs(value) >= 1000:
+            return f"{value:,.0f}"
+        if abs(value) >= 10:
+            return f"{value:.1f}"
+        return f"{value:.3f}"
+    return str(value)
+
+
+def target(description: str, measured: str, ok: bool) -> bool:
+    """Print the final ``TARGET ...  PASS|MISS`` line of one target."""
+    print(f"TARGET {description}: {measured}  {'PASS' if ok else 'MISS'}", flush=True)
+    return ok
+
+
+def check(description: str, measured: str, ok: bool) -> bool:
+    """Like :func:`target` for a correctness check (``OK``/``FAIL``)."""
+    print(f"CHECK {description}: {measured}  {'OK' if ok else 'FAIL'}", flush=True)
+    return ok
+
+
+# ----------------------------------------------------------------------- ports
+
+
+def free_port(kind: int = socket.SOCK_STREAM) -> int:
+    """A port on 127.0.0.1 that is free right now (TCP, or UDP for beacons)."""
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# ------------------------------------------------------------------ node procs
+
+
+class NodeProc:
+    """A ``python -m huddle node`` child on 127.0.0.1; stderr goes to a log file."""
+
+    def __init__(self, name: str, tmp: Path, *extra: str, group: str = "bench") -> None:
+        self.name = name
+        self.log_path = tmp / f"{name}.log"
+        cmd = [
+            sys.executable, "-m", "huddle", "node", "--name", name, "--group", group,
+            "--data-dir", str(tmp / name), "--interface", "lo", "--api", "127.0.0.1:0",
+            "--log-level", "warning", *extra,
+        ]
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL)
+        self.api = ""
+        self.api_at = math.nan  # time.monotonic() when its "api ..." line was read
+        self._buf = b""
+
+    def feed(self, data: bytes, now: float) -> None:
+        self._buf += data
+        while b"\n" in self._buf:
+            line, self._buf = self._buf.split(b"\n", 1)
+            text = line.decode(errors="replace").strip()
+            if text.startswith("api ") and not self.api:
+                self.api = text[4:]
+                self.api_at = now
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
+    def log_tail(self, n: int = 1500) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+
+def read_api_lines(nodes: Sequence[NodeProc], timeout: float = 60.0) -> None:
+    """Read every node's stdout until each has printed its ``api`` line; each
+    line is time-stamped (``api_at``) the moment it is read."""
+    sel = selectors.DefaultSelector()
+    pending: dict[int, NodeProc] = {}
+    for n in nodes:
+        if n.api:
+            continue
+        assert n.proc.stdout is not None
+        fd = n.proc.stdout.fileno()
+        os.set_blocking(fd, False)
+        sel.register(fd, selectors.EVENT_READ)
+        pending[fd] = n
+    deadline = time.monotonic() + timeout
+    try:
+        while pending:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                names = ", ".join(n.name for n in pending.values())
+                raise TimeoutError(f"no api line within {timeout} s from: {names}")
+            for key, _ in sel.select(min(left, 0.5)):
+                fd = int(key.fd)
+                node = pending[fd]
+                try:
+                    data = os.read(fd, 4096)
+                except BlockingIOError:
+                    continue
+                now = time.monotonic()
+                if not data:
+                    sel.unregister(fd)
+                    del pending[fd]
+                    raise RuntimeError(f"node {node.name} exited ({node.proc.wait()}): {node.log_tail()}")
+                node.feed(data, now)
+                if node.api:
+                    sel.unregister(fd)
+                    del pending[fd]
+    finally:
+        sel.close()
+
+
+def kill_all(nodes: Sequence[NodeProc]) -> None:
+    for n in nodes:
+        n.kill(signal.SIGKILL)
+    for n in nodes:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            n.proc.wait(10)
+        if n.proc.stdout is not None:
+            n.proc.stdout.close()
+
+
+def http_get(api: str, path: str, timeout: float = 5.0) -> Any:
+    with urllib.request.urlopen(api + path, timeout=timeout) as resp:
+        return json.loads(resp.read())
