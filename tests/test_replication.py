@@ -234,7 +234,7 @@ def test_sqlite_store_round_trip_and_reload(tmp_path: Path) -> None:
     store._db.close()  # the process dies here
     reopened = SqliteStore(path, "g")
     state = reopened.load()
-    assert (state[src].contig, state[src].ahead) == (3, {5})
+    assert (state[src].contig, state[src].ahead) == (3, [(5, 5)])
     assert [r.seq for r in reopened.read(src, 1, 2)] == [2, 3]
     page = reopened.page(src, 0, 10)
     assert page[0].received_from == peer and page[0].received_at == 99.0
@@ -250,3 +250,20 @@ def test_sqlite_store_rejects_a_broken_file(tmp_path: Path) -> None:
     path.write_bytes(b"this is not a database" * 100)
     with pytest.raises(Exception, match="cannot be opened"):
         SqliteStore(path, "g")
+
+
+def test_source_state_keeps_ranges() -> None:
+    from huddle.protocol.replication import SourceState
+
+    st = SourceState()
+    assert st.add(5, 9) == [(5, 9)]
+    assert (st.contig, st.ahead, st.top) == (0, [(5, 9)], 9)
+    assert st.add(1, 6) == [(1, 4)]
+    assert (st.contig, st.ahead) == (9, [])
+    assert st.add(20, 1_000_000) == [(20, 1_000_000)]
+    assert st.add(15, 25) == [(15, 19)]
+    assert st.missing() == [(10, 14)]
+    assert st.count() == 9 + (1_000_000 - 15 + 1)
+    assert st.add(3, 3) == [] and st.holds(3) and not st.holds(12) and st.holds(500_000)
+    assert st.add(10, 14) == [(10, 14)] and (st.contig, st.ahead) == (1_000_000, [])
+    assert SourceState.of([1, 2, 3, 7, 8, 10]) == SourceState(3, [(7, 8), (10, 10)])

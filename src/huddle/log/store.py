@@ -85,18 +85,13 @@ class SqliteStore:
             "SELECT source, COUNT(*), MAX(seq) FROM events WHERE grp=? GROUP BY source", (self.group,)
         ).fetchall()
         for source, count, top in rows:
-            st = SourceState()
             if count == top:
-                st.contig = top
+                st = SourceState(contig=top)
             else:
                 seqs = self._db.execute(
                     "SELECT seq FROM events WHERE grp=? AND source=? ORDER BY seq", (self.group, source)
                 )
-                for (q,) in seqs:
-                    if q == st.contig + 1:
-                        st.contig = q
-                    else:
-                        st.ahead.add(q)
+                st = SourceState.of(q for (q,) in seqs)
             state[NodeId(source)] = st
         return state
 
@@ -105,10 +100,11 @@ class SqliteStore:
             self._db.execute("BEGIN")
             self._in_txn = True
         frm = None if received_from is None else bytes(received_from)
+        hop = 0 if received_from is None else 1
         self._db.executemany(
             "INSERT OR IGNORE INTO events VALUES (?,?,?,?,?,?,?,?,?)",
             [
-                (self.group, bytes(r.source), r.seq, r.timestamp, r.kind, r.body, r.hops, received_at, frm)
+                (self.group, bytes(r.source), r.seq, r.timestamp, r.kind, r.body, r.hops + hop, received_at, frm)
                 for r in records
             ],
         )

@@ -145,7 +145,8 @@ class ClockSynced:
 
 @dataclass(frozen=True, slots=True)
 class LogAppended:
-    """Records newly held by this node: its own (``None``) or received from a peer."""
+    """Records newly held by this node: its own (``None``) or received from a
+    peer (as received: the hop to this node is not yet counted in ``hops``)."""
 
     records: tuple[tuple[LogRecord, NodeId | None], ...]
 
@@ -161,7 +162,7 @@ def record_json(r: LogRecord, received_from: NodeId | None = None) -> dict[str, 
         "timestamp": r.timestamp,
         "kind": r.kind,
         "body": json.loads(r.body),
-        "hops": r.hops,
+        "hops": r.hops + (0 if received_from is None else 1),
         "received_from": None if received_from is None else str(received_from),
     }
 

@@ -62,10 +62,78 @@ def canonical_json(value: Any) -> str:
 
 @dataclass(slots=True)
 class SourceState:
-    """What a store holds of one source: contiguous prefix and records beyond a gap."""
+    """What is held of one source: the contiguous prefix ``1..contig``, and
+    ``ahead``, sorted disjoint ranges ``(first, last)`` held beyond a gap.
+    Ranges, not sets of numbers, so a gap of a million costs nothing."""
 
     contig: int = 0
-    ahead: set[int] = field(default_factory=set)
+    ahead: list[tuple[int, int]] = field(default_factory=list)
+
+    @property
+    def top(self) -> int:
+        """The highest sequence held."""
+        return self.ahead[-1][1] if self.ahead else self.contig
+
+    def count(self) -> int:
+        return self.contig + sum(last - first + 1 for first, last in self.ahead)
+
+    def holds(self, seq: int) -> bool:
+        return seq <= self.contig or any(a <= seq <= b for a, b in self.ahead)
+
+    def add(self, first: int, last: int) -> list[tuple[int, int]]:
+        """Mark ``first..last`` held; returns the sub-ranges that were not held before."""
+        if last <= self.contig:
+            return []
+        cur = max(first, self.contig + 1)
+        new: list[tuple[int, int]] = []
+        for a, b in self.ahead:
+            if b < cur:
+                continue
+            if a > last:
+                break
+            if a > cur:
+                new.append((cur, min(last, a - 1)))
+            cur = b + 1
+            if cur > last:
+                break
+        if cur <= last:
+            new.append((cur, last))
+        if new:
+            merged: list[tuple[int, int]] = []
+            for a, b in sorted(self.ahead + new):
+                if merged and a <= merged[-1][1] + 1:
+                    merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+                else:
+                    merged.append((a, b))
+            while merged and merged[0][0] <= self.contig + 1:
+                self.contig = max(self.contig, merged.pop(0)[1])
+            self.ahead = merged
+        return new
+
+    def missing(self) -> list[tuple[int, int]]:
+        """The gaps: ranges below the highest held sequence that are not held."""
+        out = []
+        prev = self.contig
+        for a, b in self.ahead:
+            out.append((prev + 1, a - 1))
+            prev = b
+        return out
+
+    @classmethod
+    def of(cls, seqs: Iterable[int]) -> SourceState:
+        """The state holding exactly ``seqs`` (in increasing order)."""
+        st = cls()
+        run: list[int] = []
+        for q in seqs:
+            if run and q == run[1] + 1:
+                run[1] = q
+            else:
+                if run:
+                    st.add(run[0], run[1])
+                run = [q, q]
+        if run:
+            st.add(run[0], run[1])
+        return st
 
 
 class EventStore(Protocol):
@@ -73,7 +141,10 @@ class EventStore(Protocol):
 
     def load(self) -> dict[NodeId, SourceState]: ...
 
-    def stage(self, records: Sequence[LogRecord], received_from: NodeId | None, received_at: float) -> None: ...
+    def stage(self, records: Sequence[LogRecord], received_from: NodeId | None, received_at: float) -> None:
+        """Write ``records``.  Received ones (``received_from`` set) are stored
+        with one more hop than they arrived with."""
+        ...
 
     def commit(self) -> None: ...
 
@@ -90,24 +161,16 @@ class MemoryStore:
         self.committed = 0
 
     def load(self) -> dict[NodeId, SourceState]:
-        state: dict[NodeId, SourceState] = {}
-        for source, recs in self.records.items():
-            st = SourceState()
-            seqs = sorted(recs)
-            for q in seqs:
-                if q == st.contig + 1:
-                    st.contig = q
-                else:
-                    st.ahead.add(q)
-            st.ahead = {q for q in st.ahead if q > st.contig}
-            state[source] = st
-        return state
+        return {source: SourceState.of(sorted(recs)) for source, recs in self.records.items()}
 
     def stage(self, records: Sequence[LogRecord], received_from: NodeId | None, received_at: float) -> None:
+        hop = 0 if received_from is None else 1
         for r in records:
+            if hop:
+                r = replace(r, hops=r.hops + 1)  # noqa: PLW2901 - the stored copy
             self.records.setdefault(r.source, {})[r.seq] = r
             self.receipts[(r.source, r.seq)] = (received_from, received_at)
-        self.staged.extend(records)
+            self.staged.append(r)
 
     def commit(self) -> None:
         self.committed += len(self.staged)
@@ -201,10 +264,10 @@ class Replicator:
 
     def gaps(self) -> dict[NodeId, list[tuple[int, int]]]:
         """Per source with a gap: the missing ranges ``(first, last)`` below the highest held."""
-        return {s: _missing(st) for s, st in self.sources.items() if st.ahead}
+        return {s: st.missing() for s, st in self.sources.items() if st.ahead}
 
     def held(self) -> int:
-        return sum(st.contig + len(st.ahead) for st in self.sources.values())
+        return sum(st.count() for st in self.sources.values())
 
     @property
     def own_seq(self) -> int:
@@ -223,12 +286,9 @@ class Replicator:
         own = self.sources[self.uuid]
         # Never reuse a sequence: if others returned records of ours beyond a gap
         # (our data was partly lost), continue after the highest.
-        seq = max(own.contig, max(own.ahead, default=0)) + 1
+        seq = own.top + 1
         record = LogRecord(self.uuid, seq, stamp, kind, body, 0)
-        if seq == own.contig + 1:
-            own.contig = seq
-        else:
-            own.ahead.add(seq)
+        own.add(seq, seq)
         self.store.stage([record], None, stamp)
         self._outbox.append(record)
         self._appended.append((record, None))
@@ -256,7 +316,7 @@ class Replicator:
             if q > self._best.get(s, 0):
                 self._best[s] = q
                 st = self.sources[s]
-                if q > max(st.ahead, default=st.contig):
+                if q > st.top:
                     self._lacking.add(s)
 
     # ------------------------------------------------------------- receive
@@ -268,24 +328,30 @@ class Replicator:
             return
         new: list[LogRecord] = []
         lacking = False
-        for r in msg.records:
-            st = self.sources.get(r.source)
+        records = msg.records
+        i, n = 0, len(records)
+        while i < n:
+            # A run: consecutive records of one source with consecutive sequences.
+            first = records[i]
+            s, lo = first.source, first.seq
+            j = i + 1
+            while j < n and records[j].seq == lo + (j - i) and records[j].source == s:
+                j += 1
+            hi = lo + (j - i) - 1
+            st = self.sources.get(s)
             if st is None:
-                st = self.sources[r.source] = SourceState()
-            self._note_known(p, r.source, r.seq)  # contiguous forwarding: the peer holds 1..seq
-            if r.seq <= st.contig or r.seq in st.ahead:
-                self.stats.duplicates += 1
-                continue
-            new.append(replace(r, hops=r.hops + 1))
-            if r.seq == st.contig + 1:
-                st.contig = r.seq
-                while st.ahead and st.contig + 1 in st.ahead:
-                    st.contig += 1
-                    st.ahead.discard(st.contig)
-            else:
-                st.ahead.add(r.seq)
-                self._lacking.add(r.source)
+                st = self.sources[s] = SourceState()
+            self._note_known(p, s, hi)  # contiguous forwarding: the peer holds 1..hi
+            fresh = st.add(lo, hi)
+            got = 0
+            for a, b in fresh:
+                new.extend(records[i + a - lo : i + b - lo + 1])
+                got += b - a + 1
+            self.stats.duplicates += (hi - lo + 1) - got
+            if st.ahead:
+                self._lacking.add(s)
                 lacking = True
+            i = j
         if new:
             self.store.stage(new, peer, stamp)
             self._appended.extend((r, peer) for r in new)
@@ -356,7 +422,7 @@ class Replicator:
         payload: dict[NodeId, list[tuple[NodeId, tuple[tuple[int, int], ...]]]] = {}
         for s in list(self._lacking):
             st = self.sources[s]
-            top = max(st.ahead, default=st.contig)
+            top = st.top
             best = self._best.get(s, 0)
             if best <= top and not st.ahead:
                 self._asks.pop(s, None)
@@ -382,7 +448,7 @@ class Replicator:
                 self.stats.resends += 1
             self._asks[s] = _Ask(provider, now, st.contig)
             self.stats.asks += 1
-            ranges = [(a, b) for a, b in _missing(st)]
+            ranges = st.missing()
             if best > top:
                 ranges.append((top + 1, 0))
             payload.setdefault(provider, []).append((s, tuple(ranges)))
@@ -471,7 +537,7 @@ class Replicator:
             vv = self.version_vector()
         if ask is None:
             ask = tuple(
-                (s, ((max(self.sources[s].ahead, default=self.sources[s].contig) + 1, 0),))
+                (s, ((self.sources[s].top + 1, 0),))
                 for s, a in self._asks.items()
                 if a.provider == peer
             )
@@ -481,13 +547,3 @@ class Replicator:
         self.stats.gsip_sent += 1
         self._actions.append(Send(p.conn, Gsip(self.uuid, tuple(vv.items()), ask)))
 
-
-def _missing(st: SourceState) -> list[tuple[int, int]]:
-    """The gaps of a source: ranges below its highest held record that are not held."""
-    ranges = []
-    prev = st.contig
-    for q in sorted(st.ahead):
-        if q > prev + 1:
-            ranges.append((prev + 1, q - 1))
-        prev = q
-    return ranges
