@@ -204,7 +204,7 @@ async def _events(request: web.Request) -> web.StreamResponse:
             event = await queue.get()
             if isinstance(event, LogAppended):  # one message per log event
                 for record, frm in event.records:
-                    await ws.send_str(json.dumps(record_json(record, frm), ensure_ascii=False))
+                    await ws.send_str(json.dumps(record_json(record, frm, arriving=True), ensure_ascii=False))
             else:
                 await ws.send_str(json.dumps(event.to_json(), ensure_ascii=False))
 

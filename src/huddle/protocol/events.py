@@ -151,10 +151,12 @@ class LogAppended:
     records: tuple[tuple[LogRecord, NodeId | None], ...]
 
     def to_json(self) -> dict[str, Any]:
-        return {"type": "log", "events": [record_json(r, f) for r, f in self.records]}
+        return {"type": "log", "events": [record_json(r, f, arriving=True) for r, f in self.records]}
 
 
-def record_json(r: LogRecord, received_from: NodeId | None = None) -> dict[str, Any]:
+def record_json(r: LogRecord, received_from: NodeId | None = None, *, arriving: bool = False) -> dict[str, Any]:
+    """A record for the API.  ``arriving``: as received, before the store
+    counted the hop to this node."""
     return {
         "type": "event",
         "source": str(r.source),
@@ -162,7 +164,7 @@ def record_json(r: LogRecord, received_from: NodeId | None = None) -> dict[str, 
         "timestamp": r.timestamp,
         "kind": r.kind,
         "body": json.loads(r.body),
-        "hops": r.hops + (0 if received_from is None else 1),
+        "hops": r.hops + (1 if arriving and received_from is not None else 0),
         "received_from": None if received_from is None else str(received_from),
     }
 
