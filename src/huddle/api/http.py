@@ -93,12 +93,16 @@ async def _read_json(request: web.Request) -> dict[str, Any]:
     return body
 
 
+def _only(body: dict[str, Any], allowed: set[str], expected: str) -> None:
+    unknown = set(body) - allowed
+    if unknown:
+        raise web.HTTPBadRequest(text=f"unknown field(s): {', '.join(sorted(unknown))}; expected {expected}")
+
+
 async def _post_chat(request: web.Request) -> web.Response:
     node = request.app[NODE_KEY]
     body = await _read_json(request)
-    unknown = set(body) - {"text", "to"}
-    if unknown:
-        return _error(400, f"unknown field(s): {', '.join(sorted(unknown))}; expected 'text' and optional 'to'")
+    _only(body, {"text", "to"}, "'text' and optional 'to'")
     text = body.get("text")
     if not isinstance(text, str):
         return _error(400, "'text' must be a string")
@@ -125,9 +129,7 @@ async def _post_chat(request: web.Request) -> web.Response:
 async def _post_event(request: web.Request) -> web.Response:
     node = request.app[NODE_KEY]
     body = await _read_json(request)
-    unknown = set(body) - {"kind", "body"}
-    if unknown:
-        return _error(400, f"unknown field(s): {', '.join(sorted(unknown))}; expected 'kind' and 'body'")
+    _only(body, {"kind", "body"}, "'kind' and 'body'")
     kind = body.get("kind")
     if not isinstance(kind, str) or not kind:
         return _error(400, "'kind' must be a non-empty string")

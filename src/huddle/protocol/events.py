@@ -15,6 +15,7 @@ __all__ = [
     "ChatReceived",
     "ClockSynced",
     "Connect",
+    "Counters",
     "Disconnect",
     "Event",
     "LogAppended",
@@ -25,6 +26,16 @@ __all__ = [
     "PeerStateChanged",
     "Send",
 ]
+
+
+class Counters:
+    """Base of the counter dataclasses (``slots=True``): their values as a dict."""
+
+    __slots__ = ()
+
+    def as_dict(self) -> dict[str, int]:
+        names: tuple[str, ...] = type(self).__slots__
+        return {k: getattr(self, k) for k in names}
 
 
 # ----------------------------------------------------------------------- actions

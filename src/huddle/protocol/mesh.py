@@ -31,6 +31,7 @@ from .events import (
     ChatReceived,
     ClockSynced,
     Connect,
+    Counters,
     Disconnect,
     Event,
     Notify,
@@ -129,7 +130,7 @@ class PeerInfo:
 
 
 @dataclass(slots=True)
-class Stats:
+class Stats(Counters):
     received: int = 0
     decode_errors: int = 0
     dropped_unintroduced: int = 0
@@ -138,8 +139,6 @@ class Stats:
     chats_received: int = 0
     stale_time_replies: int = 0
 
-    def as_dict(self) -> dict[str, int]:
-        return {k: getattr(self, k) for k in self.__slots__}
 
 
 @dataclass(slots=True)

@@ -43,7 +43,7 @@ from ..errors import LocalProtocolError
 from ..ids import NodeId
 from ..wire import MAX_BODY, Gsip, LogRecord, Xmsg
 from ..wire.messages import MAX_KIND
-from .events import LogAppended, Notify, Send
+from .events import Counters, LogAppended, Notify, Send
 
 __all__ = ["EventStore", "MemoryStore", "ReplicationTiming", "Replicator", "SourceState", "canonical_json"]
 
@@ -219,7 +219,7 @@ class _Ask:
 
 
 @dataclass(slots=True)
-class ReplicationStats:
+class ReplicationStats(Counters):
     originated: int = 0
     received: int = 0
     duplicates: int = 0
@@ -228,8 +228,6 @@ class ReplicationStats:
     asks: int = 0
     resends: int = 0
 
-    def as_dict(self) -> dict[str, int]:
-        return {k: getattr(self, k) for k in self.__slots__}
 
 
 class Replicator:
