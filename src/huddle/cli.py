@@ -147,6 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--crashes", type=int, default=0, metavar="K", help="random crashes (half lose their data)")
     sim.add_argument("--export", metavar="DIR", help="write each node's log as 'huddle export' would")
     sim.add_argument("--format", choices=["parquet", "jsonl"], default="parquet", help="export format")
+    sim.add_argument("--codec", action="store_true",
+                     help="send every message through the wire codec, as the tests do (about 2x slower)")
 
     info = sub.add_parser("info", help="show the node's identity, clock and counters", epilog=CLIENT_EPILOG)
     _add_client_options(info)
@@ -195,7 +197,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         result = run_scenario(
             seed=seed, nodes=args.nodes, events=args.events, loss=args.loss,
             partitions=args.partitions, crashes=args.crashes,
-            export=args.export if args.runs == 1 else None, export_format=args.format,
+            export=args.export if args.runs == 1 else None, export_format=args.format, wire=args.codec,
         )
         status = "converged" if result.converged else "DIVERGED"
         print(f"seed {seed}: {status}: {result.nodes} nodes, {result.events} events, "

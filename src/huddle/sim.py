@@ -19,7 +19,7 @@ from .errors import DecodeError
 from .ids import NodeId
 from .protocol import Connect, Disconnect, Event, Mesh, Notify, Send, Timing
 from .protocol.replication import MemoryStore, ReplicationTiming, Replicator
-from .wire import Message, decode, encode
+from .wire import Gsip, Message, Xmsg, decode, encode
 
 __all__ = ["SimNetwork", "SimNode"]
 
@@ -48,8 +48,10 @@ class SimNetwork:
         loss: float = 0.0,
         duplicate: float = 0.0,
         jitter: float = 0.0,
+        wire: bool = True,
     ) -> None:
-        """``loss``, ``duplicate`` and ``jitter`` (extra random delay, which
+        """``wire`` false hands messages over as objects, skipping the codec
+        (faster, for large runs).  ``loss``, ``duplicate`` and ``jitter`` (extra random delay, which
         reorders) apply to the log's messages (XMSG, GSIP): ZeroMQ over TCP
         keeps one connection's messages in order and loses them only when a
         connection breaks or a queue fills, which these model."""
@@ -58,9 +60,10 @@ class SimNetwork:
         self.loss = loss
         self.duplicate = duplicate
         self.jitter = jitter
+        self.wire = wire
         self.rng = random.Random(seed)
         self.nodes: dict[str, SimNode] = {}  # by endpoint
-        self._queue: list[tuple[float, int, str, list[bytes]]] = []
+        self._queue: list[tuple[float, int, str, list[bytes] | Message]] = []
         self._counter = 0
         self.cut: set[frozenset[str]] = set()
         self.trace: list[tuple[str, str, Message]] | None = None  # (from, to, message) delivered, when recording
@@ -135,7 +138,8 @@ class SimNetwork:
 
     # -------------------------------------------------------------- stepping
 
-    def deliver_raw(self, endpoint: str, frames: list[bytes], delay: float = 0.0) -> None:
+    def deliver_raw(self, endpoint: str, frames: list[bytes] | Message, delay: float = 0.0) -> None:
+        """Queue frames (or, without the codec, a message) for the node at ``endpoint``."""
         self._counter += 1
         heapq.heappush(self._queue, (self.now + delay, self._counter, endpoint, frames))
 
@@ -151,16 +155,17 @@ class SimNetwork:
                     continue
                 if frozenset((node.mesh.endpoint, target)) in self.cut:
                     continue
-                frames = encode(action.message)
+                msg = action.message
+                payload: list[bytes] | Message = encode(msg) if self.wire else msg
                 delay = self.latency
-                if frames[1] in (b"XMSG", b"GSIP"):
+                if isinstance(msg, (Xmsg, Gsip)):
                     if self.loss and self.rng.random() < self.loss:
                         continue
                     if self.jitter:
                         delay += self.rng.random() * self.jitter
                     if self.duplicate and self.rng.random() < self.duplicate:
-                        self.deliver_raw(target, frames, delay + self.rng.random() * max(self.jitter, self.latency))
-                self.deliver_raw(target, frames, delay)
+                        self.deliver_raw(target, payload, delay + self.rng.random() * max(self.jitter, self.latency))
+                self.deliver_raw(target, payload, delay)
             elif isinstance(action, Notify):
                 node.events.append(action.event)
 
@@ -177,14 +182,17 @@ class SimNetwork:
                 break
             self.now = t
             if next_msg <= next_tick:
-                _, _, endpoint, frames = heapq.heappop(self._queue)
+                _, _, endpoint, payload = heapq.heappop(self._queue)
                 target = self.nodes.get(endpoint)
                 if target is not None and target.up:
-                    if self.trace is not None:
-                        with contextlib.suppress(DecodeError):
-                            msg = decode(frames)
-                            self.trace.append((self._name_of(msg.sender), target.mesh.name, msg))
-                    target.mesh.receive(frames, self.local(target))
+                    if isinstance(payload, list):
+                        if self.trace is not None:
+                            with contextlib.suppress(DecodeError):
+                                msg = decode(payload)
+                                self.trace.append((self._name_of(msg.sender), target.mesh.name, msg))
+                        target.mesh.receive(payload, self.local(target))
+                    else:
+                        target.mesh.handle(payload, self.local(target))
                     self._run_actions(target)
             else:
                 for node in list(self.nodes.values()):
@@ -269,6 +277,7 @@ def run_scenario(
     settle: float = 60.0,
     export: str | None = None,
     export_format: str = "parquet",
+    wire: bool = True,
 ) -> ScenarioResult:
     """Run one randomised scenario from ``seed`` and check the log invariants.
 
@@ -283,7 +292,8 @@ def run_scenario(
     import json as _json
 
     rng = random.Random(seed)
-    net = SimNetwork(seed=seed, latency=0.001 + rng.random() * 0.004, loss=loss, duplicate=duplicate, jitter=jitter)
+    net = SimNetwork(seed=seed, latency=0.001 + rng.random() * 0.004, loss=loss, duplicate=duplicate, jitter=jitter,
+                     wire=wire)
     fast = Timing(heartbeat_interval=0.5, suspect_after=1.5, gone_after=3.0, handshake_timeout=2.0)
     live = [net.add(f"n{i}", "sim", log=True, timing=fast) for i in range(nodes)]
     for i, node in enumerate(live[1:], 1):
