@@ -2,11 +2,12 @@
 """Run every huddle benchmark in sequence and summarise the TARGET lines.
 
 Each benchmark runs as its own process (``python bench/NAME.py``) with the
-same interpreter; its output is shown as it comes.  ``--quick`` is passed on
-to each (fewer repetitions).  The exit status is 1 if a benchmark failed to
-run or a correctness CHECK failed (e.g. a lost message); a performance target
-that is missed is reported but does not change the exit status unless
-``--strict`` is given.
+same interpreter; its output is shown as it comes, and its TARGET, CHECK and
+RESULT (a figure with no target) lines are repeated in the summary.
+``--quick`` is passed on to each (fewer repetitions).  The exit status is 1
+if a benchmark failed to run or a correctness CHECK failed (e.g. a lost
+message); a performance target that is missed is reported but does not
+change the exit status unless ``--strict`` is given.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 # The mesh benchmark runs last: its 32 processes leave the load average high for a minute.
-BENCHMARKS = ["chat_throughput", "round_trip", "crash_detection", "mesh_formation"]
+BENCHMARKS = ["chat_throughput", "round_trip", "crash_detection", "log_throughput", "catch_up", "mesh_formation"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         assert proc.stdout is not None
         for line in proc.stdout:
             print(line, end="", flush=True)
-            if line.startswith(("TARGET ", "CHECK ")):
+            if line.startswith(("TARGET ", "CHECK ", "RESULT ")):
                 summary.append(line.rstrip())
         code = proc.wait()
         timings.append((name, time.monotonic() - t0))

@@ -343,9 +343,14 @@ class Node:
         transport = self._transport
         if mesh is None or transport is None:
             return
+        last_msg: object = None
+        frames: list[bytes] = []
         for action in mesh.take_actions():
             if isinstance(action, Send):
-                transport.send(action.conn, encode_parts(action.message))
+                if action.message is not last_msg:  # a live XMSG goes to every peer: encode it once
+                    last_msg = action.message
+                    frames = encode_parts(action.message)
+                transport.send(action.conn, frames)
             elif isinstance(action, Notify):
                 self._publish(action.event)
             elif isinstance(action, Connect):

@@ -52,10 +52,13 @@ log = logging.getLogger("huddle.replication")
 _RECORD_OVERHEAD: Final = 120  # octets of JSON framing per record, roughly
 
 
+_CANONICAL = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
 def canonical_json(value: Any) -> str:
     """The one text form of a JSON value: sorted keys, no spaces, UTF-8."""
     try:
-        return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        return _CANONICAL.encode(value)
     except (TypeError, ValueError) as exc:
         raise LocalProtocolError(f"event body is not a JSON value: {exc}") from None
 
@@ -84,6 +87,9 @@ class SourceState:
         """Mark ``first..last`` held; returns the sub-ranges that were not held before."""
         if last <= self.contig:
             return []
+        if first == self.contig + 1 and not self.ahead:  # the common case: the prefix grows
+            self.contig = last
+            return [(first, last)]
         cur = max(first, self.contig + 1)
         new: list[tuple[int, int]] = []
         for a, b in self.ahead:
@@ -250,6 +256,7 @@ class Replicator:
         self._best: dict[NodeId, int] = {}  # source -> the most any peer is known to hold
         self._lacking: set[NodeId] = {s for s, st in self.sources.items() if st.ahead}
         self._outbox: list[LogRecord] = []
+        self._own: list[LogRecord] = []  # appended, not yet staged
         self._appended: list[tuple[LogRecord, NodeId | None]] = []
         self._actions: list[Send | Notify] = []
         self._dirty = False
@@ -287,7 +294,7 @@ class Replicator:
         seq = own.top + 1
         record = LogRecord(self.uuid, seq, stamp, kind, body, 0)
         own.add(seq, seq)
-        self.store.stage([record], None, stamp)
+        self._own.append(record)  # staged in one batch by _stage_own
         self._outbox.append(record)
         self._appended.append((record, None))
         self.stats.originated += 1
@@ -400,6 +407,7 @@ class Replicator:
         """Make staged records durable, then hand out what to send and announce."""
         if not (self._dirty or self._appended or self._outbox or self._actions):
             return []
+        self._stage_own()
         if self._dirty:
             self.store.commit()
             self._dirty = False
@@ -412,6 +420,17 @@ class Replicator:
         return actions
 
     # ----------------------------------------------------------- internals
+
+    def _stage_own(self) -> None:
+        own, self._own = self._own, []
+        i = 0
+        while i < len(own):  # one stage per run of equal stamps (emit_many: one run)
+            stamp = own[i].timestamp
+            j = i + 1
+            while j < len(own) and own[j].timestamp == stamp:
+                j += 1
+            self.store.stage(own[i:j], None, stamp)
+            i = j
 
     def _plan_asks(self, now: float) -> set[NodeId]:
         """Choose, for each source we lack records of, one peer to ask, and send
@@ -458,13 +477,22 @@ class Replicator:
         records, self._outbox = self._outbox, []
         first = records[0].seq
         last = records[-1].seq
+        targets = []
         for p in self._peers.values():
             have = max(p.known.get(self.uuid, 0), p.sent.get(self.uuid, 0))
             if have != first - 1:
                 continue  # it is behind (catching up): it will ask, and get them in order
-            self._send_records(p, records)
+            targets.append(p)
             p.sent[self.uuid] = last
             p.sent_at[self.uuid] = self._now
+        if not targets:
+            return
+        # One Xmsg object per batch, shared by every peer: the driver encodes it once.
+        for batch in self._batches(records):
+            msg = Xmsg(self.uuid, tuple(batch))
+            for p in targets:
+                self._actions.append(Send(p.conn, msg))
+        self.stats.records_sent += len(records) * len(targets)
 
     def _stream_tail(self, p: _Peer, s: NodeId, first: int, now: float) -> None:
         """Stream ``s`` from ``first`` on (contiguous records only), within the
@@ -480,6 +508,7 @@ class Replicator:
                 start = sent  # in flight: continue after it
             else:
                 self.stats.resends += 1  # sent long ago and still asked for: lost
+        self._stage_own()
         inflight = sum(max(0, q - p.known.get(src, 0)) for src, q in p.sent.items() if src != s)
         inflight += max(0, start - (first - 1))
         while start < st.contig and inflight < t.window:
@@ -499,6 +528,7 @@ class Replicator:
         if st is None:
             return
         last = min(last, st.contig, first - 1 + self.timing.window)
+        self._stage_own()
         if last >= first:
             self._send_records(p, self.store.read(s, first - 1, last - first + 1))
 

@@ -375,22 +375,43 @@ def _node_hex(value: object, what: str) -> NodeId:
     return NodeId(raw)
 
 
-def _record(row: object) -> LogRecord:
+# The C scanner itself: no wrapper, no whitespace handling (not in the typeshed stubs).
+_scan_json: Final[Callable[[str, int], tuple[Any, int]]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+
+
+def _valid_json(text: str) -> bool:
+    try:
+        _, end = _scan_json(text, 0)
+        if end == len(text):
+            return True
+    except (StopIteration, ValueError, RecursionError):
+        pass
+    try:  # leading or trailing whitespace, or really invalid: the full parser decides
+        json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
+def _record(row: object, sources: dict[str, NodeId]) -> LogRecord:
     if not isinstance(row, list) or len(row) != 6:
         raise DecodeError("an XMSG record is [source, seq, timestamp, kind, body, hops]")
     source, seq, ts, kind, body, hops = row
     if not isinstance(ts, (int, float)) or isinstance(ts, bool) or not math.isfinite(ts):
         raise DecodeError("XMSG record timestamp must be a finite number")
-    if not isinstance(kind, str) or not kind or len(kind.encode("utf-8", "replace")) > MAX_KIND:
+    if not isinstance(kind, str) or not kind or len(kind) > MAX_KIND or (
+        not kind.isascii() and len(kind.encode("utf-8", "replace")) > MAX_KIND
+    ):
         raise DecodeError(f"XMSG record kind must be 1..{MAX_KIND} octets of text")
     if not isinstance(body, str):
         raise DecodeError("XMSG record body must be JSON text in a string")
-    try:
-        json.loads(body)
-    except (ValueError, RecursionError):
-        raise DecodeError("XMSG record body is not valid JSON text") from None
+    if not _valid_json(body):
+        raise DecodeError("XMSG record body is not valid JSON text")
+    src = sources.get(source) if isinstance(source, str) else None
+    if src is None:
+        src = sources[source] = _node_hex(source, "XMSG record source")
     return LogRecord(
-        source=_node_hex(source, "XMSG record source"),
+        source=src,
         seq=_seq(seq, "XMSG record seq"),
         timestamp=float(ts),
         kind=kind,
@@ -403,7 +424,8 @@ def _d_xmsg(sender: NodeId, body: str) -> Message:
     rows = _field(_object(body, "XMSG"), "records", "XMSG", list)
     if not rows:
         raise DecodeError("an XMSG carries at least one record")
-    return Xmsg(sender=sender, records=tuple(_record(r) for r in rows))
+    sources: dict[str, NodeId] = {}  # a batch names few sources: parse each hex once
+    return Xmsg(sender=sender, records=tuple([_record(r, sources) for r in rows]))
 
 
 def _d_gsip(sender: NodeId, body: str) -> Message:
