@@ -259,3 +259,27 @@ def kill_all(nodes: Sequence[NodeProc]) -> None:
 def http_get(api: str, path: str, timeout: float = 5.0) -> Any:
     with urllib.request.urlopen(api + path, timeout=timeout) as resp:
         return json.loads(resp.read())
+
+
+async def arecv(conn: Any, timeout: float = 60.0) -> Any:
+    """Receive from a multiprocessing pipe without blocking the event loop."""
+    import asyncio
+
+    deadline = time.monotonic() + timeout
+    while not conn.poll():
+        if time.monotonic() > deadline:
+            raise TimeoutError("no word from the parent process")
+        await asyncio.sleep(0.002)
+    return conn.recv()
+
+
+def node_config(name: str, data_dir: Any, seeds: tuple[str, ...] = (), group: str = "bench") -> Any:
+    """A benchmark node: loopback only, no beacons, free API port, quiet logs."""
+    from pathlib import Path
+
+    from huddle import NodeConfig
+
+    return NodeConfig(
+        name=name, group=group, data_dir=Path(data_dir), api="127.0.0.1:0",
+        seeds=seeds, beacon=False, interface="lo", log_level="warning",
+    )

@@ -141,20 +141,8 @@ def prepare(data_dir: Path, n: int) -> tuple[bytes, float]:
 # ------------------------------------------------------------------------ huddle
 
 
-async def _arecv(conn: Connection, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not conn.poll():
-        if time.monotonic() > deadline:
-            raise TimeoutError("no word from the parent process")
-        await asyncio.sleep(0.005)
-    return conn.recv()
 
 
-def _config(name: str, data_dir: Path, seeds: tuple[str, ...] = ()) -> Any:
-    from huddle import NodeConfig
-
-    return NodeConfig(name=name, group=GROUP, data_dir=data_dir, api="127.0.0.1:0", seeds=seeds,
-                      beacon=False, interface="lo", log_level="warning")
 
 
 def node_provider(data_dir: str, conn: Connection) -> None:
@@ -165,12 +153,12 @@ async def _node_provider(data_dir: Path, conn: Connection) -> None:
     from huddle import Node
 
     t0 = time.monotonic()
-    node = Node(_config("provider", data_dir))
+    node = Node(benchlib.node_config("provider", data_dir, group=GROUP))
     task = asyncio.create_task(node.run())
     await node.wait_ready()
     conn.send(("endpoint", node.mesh.endpoint.removeprefix("tcp://"), time.monotonic() - t0, node.log.held()))
     cpu0 = cpu_seconds()
-    await _arecv(conn, timeout=600)  # "stop"
+    await benchlib.arecv(conn, timeout=600)  # "stop"
     conn.send(("cpu", cpu_seconds() - cpu0))
     node.stop()
     await task
@@ -185,7 +173,7 @@ async def _node_joiner(data_dir: Path, n: int, seed: str, conn: Connection) -> N
     from huddle.protocol import PeerJoined
     from huddle.protocol.events import LogAppended
 
-    node = Node(_config("joiner", data_dir, (seed,)))
+    node = Node(benchlib.node_config("joiner", data_dir, (seed,), group=GROUP))
     count = 0
     t_admitted = math.nan
     t_last = math.nan
@@ -206,7 +194,7 @@ async def _node_joiner(data_dir: Path, n: int, seed: str, conn: Connection) -> N
             t_admitted = time.monotonic()
 
     node.add_listener(on_event)
-    await _arecv(conn)  # "go"
+    await benchlib.arecv(conn)  # "go"
     cpu0 = cpu_seconds()
     t0 = time.monotonic()
     task = asyncio.create_task(node.run())
@@ -222,7 +210,7 @@ async def _node_joiner(data_dir: Path, n: int, seed: str, conn: Connection) -> N
     summary = node.log_summary()
     conn.send(("done", count, t0, t_admitted, t_last, cpu, summary["events"], bool(summary["gaps"]),
                summary["version_vector"], progress))
-    await _arecv(conn, timeout=120)  # "stop": the parent reads our VmHWM first
+    await benchlib.arecv(conn, timeout=120)  # "stop": the parent reads our VmHWM first
     node.stop()
     await task
 

@@ -112,23 +112,8 @@ def raw_sender(n: int, port: int, conn: Connection) -> None:
 # ------------------------------------------------------------------------ huddle
 
 
-async def _arecv(conn: Connection, timeout: float = 60.0) -> Any:
-    """Receive from a pipe without blocking the event loop."""
-    deadline = time.monotonic() + timeout
-    while not conn.poll():
-        if time.monotonic() > deadline:
-            raise TimeoutError("no word from the parent process")
-        await asyncio.sleep(0.002)
-    return conn.recv()
 
 
-def _config(name: str, tmp: str, seeds: tuple[str, ...] = ()) -> Any:
-    from huddle import NodeConfig
-
-    return NodeConfig(
-        name=name, group="bench", data_dir=Path(tmp) / name, api="127.0.0.1:0",
-        seeds=seeds, beacon=False, interface="lo",
-    )
 
 
 def node_receiver(n: int, tmp: str, conn: Connection) -> None:
@@ -139,7 +124,7 @@ async def _node_receiver(n: int, tmp: str, conn: Connection) -> None:
     from huddle import Node
     from huddle.protocol import ChatReceived
 
-    node = Node(_config("bob", tmp))
+    node = Node(benchlib.node_config("bob", Path(tmp) / "bob"))
     count = 0
     t_last = 0.0
     done = asyncio.Event()
@@ -182,12 +167,12 @@ async def _node_sender(n: int, mode: str, rate: float, tmp: str, endpoint: str, 
     from huddle import Node
 
     seed = endpoint.removeprefix("tcp://")
-    node = Node(_config("alice", tmp, (seed,)))
+    node = Node(benchlib.node_config("alice", Path(tmp) / "alice", (seed,)))
     task = asyncio.create_task(node.run())
     await node.wait_ready()
     while not any(p.state == "alive" for p in node.peers()):
         await asyncio.sleep(0.005)
-    await _arecv(conn)  # "go": the receiver has admitted us too
+    await benchlib.arecv(conn)  # "go": the receiver has admitted us too
     cpu0 = cpu_seconds()
     sent = 0
     t0 = time.monotonic()
@@ -218,7 +203,7 @@ async def _node_sender(n: int, mode: str, rate: float, tmp: str, endpoint: str, 
     transport = node._transport
     dropped = transport.send_dropped if transport is not None else -1
     conn.send(("sent", t0, t_end, sent, dropped))
-    await _arecv(conn, timeout=120.0)  # "stop": keep flushing our queues until then
+    await benchlib.arecv(conn, timeout=120.0)  # "stop": keep flushing our queues until then
     conn.send(("cpu", cpu_seconds() - cpu0))
     node.stop()
     await task

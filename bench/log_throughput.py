@@ -203,21 +203,8 @@ def raw_sender(n: int, ports: list[int], conn: Connection) -> None:
 # ------------------------------------------------------------------------ huddle
 
 
-async def _arecv(conn: Connection, timeout: float = 60.0) -> Any:
-    """Receive from a pipe without blocking the event loop."""
-    deadline = time.monotonic() + timeout
-    while not conn.poll():
-        if time.monotonic() > deadline:
-            raise TimeoutError("no word from the parent process")
-        await asyncio.sleep(0.002)
-    return conn.recv()
 
 
-def _config(name: str, tmp: str, seeds: tuple[str, ...] = ()) -> Any:
-    from huddle import NodeConfig
-
-    return NodeConfig(name=name, group="bench", data_dir=Path(tmp) / name, api="127.0.0.1:0",
-                      seeds=seeds, beacon=False, interface="lo", log_level="warning")
 
 
 async def _full_mesh(node: Any, k: int, timeout: float = 60.0) -> None:
@@ -236,7 +223,7 @@ async def _node_peer(idx: int, n: int, k: int, tmp: str, seed: str, conn: Connec
     from huddle import Node
     from huddle.protocol.events import LogAppended
 
-    node = Node(_config(f"peer{idx}", tmp, (seed,)))
+    node = Node(benchlib.node_config(f"peer{idx}", Path(tmp) / f"peer{idx}", (seed,)))
     count = 0
     t_last = 0.0
     done = asyncio.Event()
@@ -266,7 +253,7 @@ async def _node_peer(idx: int, n: int, k: int, tmp: str, seed: str, conn: Connec
             seen, patience = count, STALL
     held = node.log_summary()["events"]
     conn.send(("done", count, t_last, cpu_seconds() - cpu0, held))
-    await _arecv(conn, timeout=300)  # "stop"
+    await benchlib.arecv(conn, timeout=300)  # "stop"
     conn.send(("rss", peak_rss_mb()))
     node.stop()
     await task
@@ -279,7 +266,7 @@ def node_origin(n: int, k: int, batch: int, tmp: str, conn: Connection) -> None:
 async def _node_origin(n: int, k: int, batch: int, tmp: str, conn: Connection) -> None:
     from huddle import Node
 
-    node = Node(_config("origin", tmp))
+    node = Node(benchlib.node_config("origin", Path(tmp) / "origin"))
     task = asyncio.create_task(node.run())
     await node.wait_ready()
     conn.send(("endpoint", node.mesh.endpoint.removeprefix("tcp://")))
@@ -287,7 +274,7 @@ async def _node_origin(n: int, k: int, batch: int, tmp: str, conn: Connection) -
     # The events are built before the clock starts; emit_many still encodes each body.
     batches = [[(KIND, body_of(i)) for i in range(j + 1, min(n, j + batch) + 1)] for j in range(0, n, batch)]
     conn.send(("ready",))
-    await _arecv(conn)  # "go"
+    await benchlib.arecv(conn)  # "go"
     cpu0 = cpu_seconds()
     t0 = time.monotonic()
     emit_many = node.emit_many
@@ -296,7 +283,7 @@ async def _node_origin(n: int, k: int, batch: int, tmp: str, conn: Connection) -
         await asyncio.sleep(0)
     t_end = time.monotonic()
     conn.send(("sent", t0, t_end))
-    await _arecv(conn, timeout=300)  # "stop": keep serving until every peer is done
+    await benchlib.arecv(conn, timeout=300)  # "stop": keep serving until every peer is done
     conn.send(("cpu", cpu_seconds() - cpu0, peak_rss_mb()))
     node.stop()
     await task

@@ -48,14 +48,6 @@ TEXT = BODY.decode()
 WARMUP = 500
 
 
-async def _arecv(conn: Connection, timeout: float = 60.0) -> Any:
-    """Receive from a pipe without blocking the event loop."""
-    deadline = time.monotonic() + timeout
-    while not conn.poll():
-        if time.monotonic() > deadline:
-            raise TimeoutError("no word from the parent process")
-        await asyncio.sleep(0.002)
-    return conn.recv()
 
 
 # --------------------------------------------------------------------------- raw
@@ -181,7 +173,7 @@ def raw_async_alice(conn: Connection) -> None:
 
         _AsyncRouter(router, on_frames)
         frames = [b"CHAT", BODY]
-        while (cmd := await _arecv(conn, timeout=600))[0] == "ping":
+        while (cmd := await benchlib.arecv(conn, timeout=600))[0] == "ping":
             samples: list[int] = []
             for _ in range(cmd[1]):
                 fut: asyncio.Future[int] = loop.create_future()
@@ -204,11 +196,6 @@ def raw_async_alice(conn: Connection) -> None:
 # ------------------------------------------------------------------------ huddle
 
 
-def _config(name: str, tmp: str, seeds: tuple[str, ...] = ()) -> Any:
-    from huddle import NodeConfig
-
-    return NodeConfig(name=name, group="bench", data_dir=Path(tmp) / name, api="127.0.0.1:0",
-                      seeds=seeds, beacon=False, interface="lo")
 
 
 def node_bob(tmp: str, conn: Connection) -> None:
@@ -216,7 +203,7 @@ def node_bob(tmp: str, conn: Connection) -> None:
         from huddle import Node
         from huddle.protocol import ChatReceived
 
-        node = Node(_config("bob", tmp))
+        node = Node(benchlib.node_config("bob", Path(tmp) / "bob"))
 
         def on_event(event: object) -> None:
             if isinstance(event, ChatReceived):
@@ -226,11 +213,11 @@ def node_bob(tmp: str, conn: Connection) -> None:
         task = asyncio.create_task(node.run())
         await node.wait_ready()
         conn.send(("addr", node.mesh.endpoint.removeprefix("tcp://")))
-        await _arecv(conn)  # alice's address: not needed, she dials us
+        await benchlib.arecv(conn)  # alice's address: not needed, she dials us
         while not any(p.state == "alive" for p in node.peers()):
             await asyncio.sleep(0.005)
         conn.send(("admitted",))
-        await _arecv(conn, timeout=600)  # ("stop",)
+        await benchlib.arecv(conn, timeout=600)  # ("stop",)
         node.stop()
         await task
 
@@ -242,8 +229,8 @@ def node_alice(tmp: str, conn: Connection) -> None:
         from huddle import Node
         from huddle.protocol import ChatReceived
 
-        peer_addr = await _arecv(conn)  # bob's address: the parent sends it first
-        node = Node(_config("alice", tmp, (peer_addr,)))
+        peer_addr = await benchlib.arecv(conn)  # bob's address: the parent sends it first
+        node = Node(benchlib.node_config("alice", Path(tmp) / "alice", (peer_addr,)))
         loop = asyncio.get_running_loop()
         waiter: list[asyncio.Future[int]] = []
         clock = time.perf_counter_ns
@@ -262,7 +249,7 @@ def node_alice(tmp: str, conn: Connection) -> None:
             await asyncio.sleep(0.005)
         bob = alive[0].uuid
         chat = node.chat
-        while (cmd := await _arecv(conn, timeout=600))[0] == "ping":
+        while (cmd := await benchlib.arecv(conn, timeout=600))[0] == "ping":
             samples: list[int] = []
             for _ in range(cmd[1]):
                 fut: asyncio.Future[int] = loop.create_future()

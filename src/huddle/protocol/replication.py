@@ -150,7 +150,6 @@ class EventStore(Protocol):
     def stage(self, records: Sequence[LogRecord], received_from: NodeId | None, received_at: float) -> None:
         """Write ``records``.  Received ones (``received_from`` set) are stored
         with one more hop than they arrived with."""
-        ...
 
     def commit(self) -> None: ...
 
