@@ -283,3 +283,36 @@ def node_config(name: str, data_dir: Any, seeds: tuple[str, ...] = (), group: st
         name=name, group=group, data_dir=Path(data_dir), api="127.0.0.1:0",
         seeds=seeds, beacon=False, interface="lo", log_level="warning",
     )
+
+
+def reap(*procs: Any) -> None:
+    """Join child processes; kill any still running after 30 s."""
+    for p in procs:
+        if p is None:
+            continue
+        p.join(30)
+        if p.is_alive():
+            p.kill()
+            p.join()
+
+
+def peak_rss_mb(pid: int | str = "self") -> float:
+    """Peak resident set (VmHWM) of process ``pid`` (default: this one), in MB."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return math.nan
+
+
+def await_raw_sender(router: Any, stall: float) -> None:
+    """Raw baselines: wait for the sender's hello, tell it to go, then time out
+    receives after ``stall`` seconds of silence."""
+    import zmq
+
+    ident, _, _ = router.recv_multipart()  # the sender's hello: it is connected
+    router.send_multipart([ident, b"GO", b""])
+    router.setsockopt(zmq.RCVTIMEO, int(stall * 1000))

@@ -84,16 +84,6 @@ def cpu_seconds() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def vm_hwm_mb(pid: int) -> float:
-    """Peak resident set (VmHWM) of process ``pid``, in MB."""
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024.0
-    except OSError:
-        pass
-    return math.nan
 
 
 def _open_db(path: Path) -> sqlite3.Connection:
@@ -234,19 +224,13 @@ def run_huddle(provider_dir: Path, tmp: Path, n: int) -> dict[str, Any]:
         if not j_parent.poll(600):
             raise TimeoutError("the joiner did not finish")
         done = j_parent.recv()
-        joiner_rss = vm_hwm_mb(joiner.pid or 0)
-        provider_rss = vm_hwm_mb(provider.pid or 0)
+        joiner_rss = benchlib.peak_rss_mb(joiner.pid or 0)
+        provider_rss = benchlib.peak_rss_mb(provider.pid or 0)
         j_parent.send("stop")
         p_parent.send("stop")
         _, provider_cpu = p_parent.recv() if p_parent.poll(60) else (None, math.nan)
     finally:
-        for p in (joiner, provider):
-            if p is None:
-                continue
-            p.join(30)
-            if p.is_alive():
-                p.kill()
-                p.join()
+        benchlib.reap(joiner, provider)
     _, count, t0, t_admitted, t_last, cpu, held, gaps, vv, progress = done
     complete = count >= n and held == n and not gaps
     elapsed = t_last - t0
@@ -361,18 +345,12 @@ def run_raw(provider_dir: Path, source: bytes, tmp: Path, n: int) -> dict[str, A
         if not r_parent.poll(600):
             raise TimeoutError("the raw receiver did not finish")
         _, count, t_last, recv_cpu = r_parent.recv()
-        recv_rss = vm_hwm_mb(receiver.pid or 0)
-        send_rss = vm_hwm_mb(sender.pid or 0)
+        recv_rss = benchlib.peak_rss_mb(receiver.pid or 0)
+        send_rss = benchlib.peak_rss_mb(sender.pid or 0)
         r_parent.send("stop")
         s_parent.send("stop")
     finally:
-        for p in (sender, receiver):
-            if p is None:
-                continue
-            p.join(30)
-            if p.is_alive():
-                p.kill()
-                p.join()
+        benchlib.reap(sender, receiver)
     return {
         "complete": count >= n,
         "rate": n / (t_last - t0) if count >= n else math.nan,

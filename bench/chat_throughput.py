@@ -65,9 +65,7 @@ def raw_receiver(n: int, conn: Connection) -> None:
     router.setsockopt(zmq.LINGER, 0)
     port = router.bind_to_random_port("tcp://127.0.0.1")
     conn.send(("port", port))
-    ident, _, _ = router.recv_multipart()  # the sender's hello: it is connected
-    router.send_multipart([ident, b"GO", b""])
-    router.setsockopt(zmq.RCVTIMEO, int(STALL * 1000))
+    benchlib.await_raw_sender(router, STALL)
     cpu0 = cpu_seconds()
     count = 0
     t_last = 0.0
@@ -244,11 +242,7 @@ def run_pair(kind: str, n: int, mode: str = "send_chat", rate: float = 0.0) -> d
         if not s_parent.poll(60):
             raise TimeoutError("the sender did not stop")
         _, send_cpu = s_parent.recv()
-        for p in (sender, receiver):
-            p.join(30)
-            if p.is_alive():
-                p.kill()
-                p.join()
+        benchlib.reap(sender, receiver)
     count, t_last, recv_cpu = done[1], done[2], done[3]
     return {
         "sent": sent,

@@ -78,16 +78,6 @@ def cpu_seconds() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def peak_rss_mb() -> float:
-    """This process's peak resident set (VmHWM), in MB."""
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024.0
-    except OSError:
-        pass
-    return math.nan
 
 
 def _schema() -> str:
@@ -137,9 +127,7 @@ def raw_receiver(n_msgs: int, store: bool, tmp: str, idx: int, conn: Connection)
     port = router.bind_to_random_port("tcp://127.0.0.1")
     db = _open_db(Path(tmp) / f"raw{idx}.sqlite") if store else None
     conn.send(("port", port))
-    ident, _, _ = router.recv_multipart()  # the sender's hello: it is connected
-    router.send_multipart([ident, b"GO", b""])
-    router.setsockopt(zmq.RCVTIMEO, int(STALL * 1000))
+    benchlib.await_raw_sender(router, STALL)
     cpu0 = cpu_seconds()
     count = 0
     events = 0
@@ -194,7 +182,7 @@ def raw_sender(n: int, ports: list[int], conn: Connection) -> None:
     t_end = time.monotonic()
     conn.send(("sent", t0, t_end))
     conn.recv()  # "stop"
-    conn.send(("cpu", cpu_seconds() - cpu0, peak_rss_mb()))
+    conn.send(("cpu", cpu_seconds() - cpu0, benchlib.peak_rss_mb()))
     for dealer in dealers:
         dealer.close()
     ctx.term()
@@ -254,7 +242,7 @@ async def _node_peer(idx: int, n: int, k: int, tmp: str, seed: str, conn: Connec
     held = node.log_summary()["events"]
     conn.send(("done", count, t_last, cpu_seconds() - cpu0, held))
     await benchlib.arecv(conn, timeout=300)  # "stop"
-    conn.send(("rss", peak_rss_mb()))
+    conn.send(("rss", benchlib.peak_rss_mb()))
     node.stop()
     await task
 
@@ -284,7 +272,7 @@ async def _node_origin(n: int, k: int, batch: int, tmp: str, conn: Connection) -
     t_end = time.monotonic()
     conn.send(("sent", t0, t_end))
     await benchlib.arecv(conn, timeout=300)  # "stop": keep serving until every peer is done
-    conn.send(("cpu", cpu_seconds() - cpu0, peak_rss_mb()))
+    conn.send(("cpu", cpu_seconds() - cpu0, benchlib.peak_rss_mb()))
     node.stop()
     await task
 
@@ -299,11 +287,7 @@ def _wait(conn: Connection, timeout: float, what: str) -> Any:
 
 
 def _join(procs: list[Any]) -> None:
-    for p in procs:
-        p.join(30)
-        if p.is_alive():
-            p.kill()
-            p.join()
+    benchlib.reap(*procs)
 
 
 def run_raw(n: int, k: int, store: bool) -> dict[str, Any]:

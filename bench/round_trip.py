@@ -312,11 +312,7 @@ class Pair:
         self.a.send(("stop",))
         if self.variant == "huddle":
             self.b.send(("stop",))
-        for p in (self.alice, self.bob):
-            p.join(30)
-            if p.is_alive():
-                p.kill()
-                p.join()
+        benchlib.reap(self.alice, self.bob)
 
 
 def run_set(variants: list[str], pings: int, bursts: int) -> dict[str, list[float]]:

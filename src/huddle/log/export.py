@@ -16,10 +16,8 @@ from typing import Any
 from ..errors import HuddleError
 from .store import SqliteStore
 
-__all__ = ["EVENT_COLUMNS", "STAT_COLUMNS", "export", "write_tables"]
+__all__ = ["export", "write_tables"]
 
-EVENT_COLUMNS = ("node", "group", "source", "seq", "timestamp", "kind", "body", "hops", "received_at", "received_from")
-STAT_COLUMNS = ("node", "group", "ts", "event", "peer", "detail")
 
 
 def _event_schema() -> Any:

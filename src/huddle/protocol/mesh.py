@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
@@ -640,5 +639,3 @@ class Mesh:
         seed.peer = uuid
         return seed.conn
 
-    def seeds(self) -> Iterable[tuple[str, NodeId | None, str | None]]:
-        return [(s.endpoint, s.peer, s.refused) for s in self._seeds.values()]
