@@ -174,7 +174,7 @@ async def _node_joiner(data_dir: Path, n: int, seed: str, conn: Connection) -> N
         nonlocal count, t_admitted, t_last
         if isinstance(event, LogAppended):
             before = count
-            count += len(event.records)
+            count += event.count()
             if count // 100_000 != before // 100_000:
                 progress.append((time.monotonic(), count))
             if count >= n:

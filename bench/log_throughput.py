@@ -219,7 +219,7 @@ async def _node_peer(idx: int, n: int, k: int, tmp: str, seed: str, conn: Connec
     def on_event(event: object) -> None:
         nonlocal count, t_last
         if isinstance(event, LogAppended):
-            count += len(event.records)
+            count += event.count()
             if count >= n:
                 t_last = time.monotonic()
                 done.set()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -96,6 +97,22 @@ class Namespaces:
         """Connect or cut host ``index`` (1-based) from the bridge."""
         _ip("-n", self.bridge, "link", "set", f"vb{index}", "up" if up else "down")
 
+    def cut(self, a: int, b: int) -> None:
+        """Drop everything between hosts ``a`` and ``b`` (1-based), broadcasts
+        included, with an nft bridge table; both still reach the others."""
+        rules = (
+            "add table bridge huddle_cut\n"
+            "add chain bridge huddle_cut cut { type filter hook forward priority 0; policy accept; }\n"
+            f"add rule bridge huddle_cut cut iifname vb{a} oifname vb{b} drop\n"
+            f"add rule bridge huddle_cut cut iifname vb{b} oifname vb{a} drop\n"
+        )
+        subprocess.run(["ip", "netns", "exec", self.bridge, "nft", "-f", "-"], input=rules.encode(),
+                       check=True, capture_output=True, timeout=20)
+
+    def mend(self) -> None:
+        """Remove the cut."""
+        _ip("netns", "exec", self.bridge, "nft", "delete", "table", "bridge", "huddle_cut")
+
     def down(self) -> None:
         for name in reversed(self.created):
             subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=20)
@@ -141,6 +158,12 @@ class NsNode:
         assert out.returncode == 0, out.stderr
         return json.loads(out.stdout)
 
+    def alive(self) -> set[str]:
+        """The names of the peers this node sees alive."""
+        peers = self.cli("peers")
+        assert isinstance(peers, list)
+        return {p["name"] for p in peers if p["state"] == "alive"}
+
     def stop(self) -> None:
         self.proc.terminate()
         try:
@@ -154,16 +177,11 @@ class NsNode:
 def test_a_partition_between_hosts_heals_and_the_logs_merge(netns: Namespaces, tmp_path: Path) -> None:
     nodes = [NsNode(netns, i, tmp_path, 5670) for i in (1, 2, 3)]
     try:
-        def alive(node: NsNode) -> set[str]:
-            peers = node.cli("peers")
-            assert isinstance(peers, list)
-            return {p["name"] for p in peers if p["state"] == "alive"}
-
-        wait_for(lambda: all(len(alive(n)) == 2 for n in nodes), 30, "the three hosts to mesh", interval=0.2)
+        wait_for(lambda: all(len(n.alive()) == 2 for n in nodes), 30, "the three hosts to mesh", interval=0.2)
         endpoint = nodes[0].cli("info")
         assert isinstance(endpoint, dict) and endpoint["endpoint"].startswith(f"tcp://{netns.subnet}.1:")
         netns.link(3, up=False)  # h3 is cut off
-        wait_for(lambda: alive(nodes[0]) == {"h2"}, 15, "h1 to see h3 gone", interval=0.2)
+        wait_for(lambda: nodes[0].alive() == {"h2"}, 15, "h1 to see h3 gone", interval=0.2)
         for i in range(5):
             nodes[0].cli("emit", "score", json.dumps(i))
             nodes[2].cli("emit", "penalty", json.dumps(i))
@@ -174,7 +192,42 @@ def test_a_partition_between_hosts_heals_and_the_logs_merge(netns: Namespaces, t
             return all(isinstance(s, dict) and s["events"] == 10 and not s["gaps"] for s in sums)
 
         wait_for(merged, 30, "the logs to merge after the partition heals", interval=0.3)
-        assert all(len(alive(n)) == 2 for n in nodes)
+        assert all(len(n.alive()) == 2 for n in nodes)
+    finally:
+        for n in nodes:
+            n.stop()
+
+
+def test_two_hosts_cut_from_each_other_still_get_each_others_events_through_the_third(
+    netns: Namespaces, tmp_path: Path,
+) -> None:
+    """One pair cut (nft, TESTING.md): h1 and h3 cannot reach each other but both reach h2,
+    which holds and forwards both sides' events; when the cut is mended the mesh is whole again."""
+    if shutil.which("nft") is None:
+        pytest.skip("nft is not installed (.ci/run installs nftables with apt-get)")
+    nodes = [NsNode(netns, i, tmp_path, 5671) for i in (1, 2, 3)]
+    try:
+        wait_for(lambda: all(len(n.alive()) == 2 for n in nodes), 30, "the three hosts to mesh", interval=0.2)
+        netns.cut(1, 3)
+        wait_for(lambda: nodes[0].alive() == {"h2"} and nodes[2].alive() == {"h2"}, 15,
+                 "h1 and h3 to lose each other", interval=0.2)
+        assert nodes[1].alive() == {"h1", "h3"}
+        for i in range(20):
+            nodes[0].cli("emit", "score", json.dumps(i))
+            nodes[2].cli("emit", "penalty", json.dumps(i))
+
+        def holds(node: NsNode, n: int) -> bool:
+            s = node.cli("log", "--summary")
+            return isinstance(s, dict) and s["events"] == n and not s["gaps"]
+
+        wait_for(lambda: all(holds(n, 40) for n in nodes), 30, "h1's and h3's events to cross through h2",
+                 interval=0.3)
+        log = nodes[2].cli("log", "--limit", "100")
+        assert isinstance(log, list)
+        from_h1 = [e for e in log if e["kind"] == "score"]
+        assert len(from_h1) == 20 and all(e["hops"] == 2 for e in from_h1), from_h1[:2]
+        netns.mend()
+        wait_for(lambda: all(len(n.alive()) == 2 for n in nodes), 30, "the mesh to be whole again", interval=0.3)
     finally:
         for n in nodes:
             n.stop()

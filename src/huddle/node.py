@@ -23,8 +23,8 @@ from .discovery import BeaconService, Interface, resolve_interface
 from .errors import ConfigError, DataDirLocked, LocalProtocolError
 from .ids import NodeId
 from .log import SqliteStore
-from .protocol import ChatReceived, Connect, Disconnect, Event, Mesh, Notify, PeerInfo, Send
-from .protocol.events import LogAppended
+from .protocol import Connect, Disconnect, Event, Mesh, Notify, PeerInfo, Send
+from .protocol.events import stat_row
 from .protocol.replication import Replicator, canonical_json
 from .transport.zmq_transport import ZmqTransport
 from .wire import LogRecord, encode_parts
@@ -359,11 +359,9 @@ class Node:
                 transport.disconnect(action.conn, action.flush)
 
     def _publish(self, event: Event) -> None:
-        if self._store is not None and not isinstance(event, (LogAppended, ChatReceived)):
-            detail = event.to_json()
-            peer = getattr(event, "peer", None)
-            self._store.add_stat(detail.pop("time"), str(detail.pop("type")), peer,
-                                 json.dumps(detail, ensure_ascii=False))
+        row = stat_row(event) if self._store is not None else None
+        if row is not None and self._store is not None:
+            self._store.add_stat(*row)
             self._store.commit()
         for fn in list(self._listeners):
             try:

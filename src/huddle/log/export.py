@@ -16,11 +16,11 @@ from typing import Any
 from ..errors import HuddleError
 from .store import SqliteStore
 
-__all__ = ["export", "write_tables"]
+__all__ = ["event_schema", "export", "stat_schema", "write_tables"]
 
 
 
-def _event_schema() -> Any:
+def event_schema() -> Any:
     import pyarrow as pa
 
     return pa.schema([
@@ -37,7 +37,7 @@ def _event_schema() -> Any:
     ])
 
 
-def _stat_schema() -> Any:
+def stat_schema() -> Any:
     import pyarrow as pa
 
     return pa.schema([
@@ -88,16 +88,16 @@ def export(data_dir: Path, out: Path, fmt: str = "parquet") -> int:
     return count
 
 
-def write_tables(out: Path, fmt: str, event_batches: Iterable[list[dict[str, Any]]],
-                 stat_rows: list[dict[str, Any]]) -> int:
-    """Write ``events`` (given in batches of row dicts) and ``stats`` into ``out``."""
+def write_tables(out: Path, fmt: str, event_batches: Iterable[Any], stat_rows: list[dict[str, Any]]) -> int:
+    """Write ``events`` (given in batches: lists of row dicts, or Arrow tables
+    in the event schema) and ``stats`` into ``out``; returns the event rows."""
     out.mkdir(parents=True, exist_ok=True)
     if fmt == "jsonl":
         count = _write_jsonl(out / "events.jsonl", event_batches)
         _write_jsonl(out / "stats.jsonl", iter([stat_rows]))
     else:
-        count = _write_parquet(out / "events.parquet", _event_schema(), event_batches)
-        _write_parquet(out / "stats.parquet", _stat_schema(), iter([stat_rows]))
+        count = _write_parquet(out / "events.parquet", event_schema(), event_batches)
+        _write_parquet(out / "stats.parquet", stat_schema(), iter([stat_rows]))
     return count
 
 
@@ -105,6 +105,14 @@ def _write_jsonl(path: Path, batches: Any) -> int:
     count = 0
     with open(path, "w", encoding="utf-8") as fh:
         for batch in batches:
+            if not isinstance(batch, list):  # an Arrow table
+                for part in batch.to_batches(max_chunksize=50_000):
+                    rows = part.to_pylist()
+                    for row in rows:
+                        fh.write(json.dumps(row, ensure_ascii=False, separators=(",", ":")))
+                        fh.write("\n")
+                count += batch.num_rows
+                continue
             for row in batch:
                 fh.write(json.dumps(row, ensure_ascii=False, separators=(",", ":")))
                 fh.write("\n")
@@ -121,7 +129,10 @@ def _write_parquet(path: Path, schema: Any, batches: Any) -> int:
     count = 0
     with pq.ParquetWriter(path, schema, compression="zstd") as writer:
         for batch in batches:
-            if batch:
-                writer.write_table(pa.Table.from_pylist(batch, schema=schema))
-                count += len(batch)
+            if isinstance(batch, list):
+                if not batch:
+                    continue
+                batch = pa.Table.from_pylist(batch, schema=schema)  # noqa: PLW2901
+            writer.write_table(batch)
+            count += batch.num_rows
     return count

@@ -4,6 +4,7 @@ perform and events for applications.  All frozen dataclasses."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -156,13 +157,34 @@ class ClockSynced:
 
 @dataclass(frozen=True, slots=True)
 class LogAppended:
-    """Records newly held by this node: its own (``None``) or received from a
-    peer (as received: the hop to this node is not yet counted in ``hops``)."""
+    """Records newly held by this node, in runs: its own (``None``) or received
+    from a peer (as received: the hop to this node is not yet counted in ``hops``)."""
 
-    records: tuple[tuple[LogRecord, NodeId | None], ...]
+    runs: tuple[tuple[Sequence[LogRecord], NodeId | None], ...]
+
+    @property
+    def records(self) -> Iterator[tuple[LogRecord, NodeId | None]]:
+        """Each record with the peer it came from."""
+        for run, frm in self.runs:
+            for r in run:
+                yield r, frm
+
+    def count(self) -> int:
+        return sum(len(run) for run, _ in self.runs)
 
     def to_json(self) -> dict[str, Any]:
         return {"type": "log", "events": [record_json(r, f, arriving=True) for r, f in self.records]}
+
+
+def stat_row(event: Event) -> tuple[float, str, NodeId | None, str] | None:
+    """A membership or clock event as a statistics row ``(time, type, peer,
+    detail JSON)``, as the node stores it and ``huddle export`` writes it;
+    ``None`` for the log's and chat's events, which are not statistics."""
+    if isinstance(event, (LogAppended, ChatReceived)):
+        return None
+    detail = event.to_json()
+    peer = getattr(event, "peer", None)
+    return float(detail.pop("time")), str(detail.pop("type")), peer, json.dumps(detail, ensure_ascii=False)
 
 
 def record_json(r: LogRecord, received_from: NodeId | None = None, *, arriving: bool = False) -> dict[str, Any]:

@@ -35,9 +35,9 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, overload
 
 from ..errors import LocalProtocolError
 from ..ids import NodeId
@@ -45,7 +45,9 @@ from ..wire import MAX_BODY, Gsip, LogRecord, Xmsg
 from ..wire.messages import MAX_KIND
 from .events import Counters, LogAppended, Notify, Send
 
-__all__ = ["EventStore", "MemoryStore", "ReplicationTiming", "Replicator", "SourceState", "canonical_json"]
+__all__ = [
+    "EventStore", "MemoryStore", "RecordRun", "ReplicationTiming", "Replicator", "SourceState", "canonical_json",
+]
 
 log = logging.getLogger("huddle.replication")
 
@@ -61,6 +63,59 @@ def canonical_json(value: Any) -> str:
         return _CANONICAL.encode(value)
     except (TypeError, ValueError) as exc:
         raise LocalProtocolError(f"event body is not a JSON value: {exc}") from None
+
+
+class RecordRun(Sequence[LogRecord]):
+    """The records ``first..last`` of one source, all with the same ``hops``,
+    made on demand by ``make(source, seq, hops)``.
+
+    The replicator handles a run as one unit (one range to mark held, one
+    store write, one XMSG per batch), so the simulator can move millions of
+    records without a Python object per record; a real node uses tuples.
+    ``record_size`` is the octets one record takes on the wire, roughly.
+    """
+
+    __slots__ = ("first", "hops", "last", "make", "record_size", "source")
+
+    def __init__(
+        self, source: NodeId, first: int, last: int, make: Callable[[NodeId, int, int], LogRecord],
+        *, hops: int = 0, record_size: int = 64,
+    ) -> None:
+        if first < 1 or last < first:
+            raise ValueError(f"a run needs 1 <= first <= last, not {first}..{last}")
+        self.source, self.first, self.last, self.hops = source, first, last, hops
+        self.make, self.record_size = make, record_size
+
+    def __len__(self) -> int:
+        return self.last - self.first + 1
+
+    @overload
+    def __getitem__(self, index: int) -> LogRecord: ...
+    @overload
+    def __getitem__(self, index: slice) -> RecordRun: ...
+    def __getitem__(self, index: int | slice) -> LogRecord | RecordRun:
+        n = self.last - self.first + 1
+        if isinstance(index, slice):
+            start, stop, step = index.indices(n)
+            if step != 1 or stop <= start:
+                raise ValueError("a run slices only to a non-empty run with step 1")
+            return RecordRun(self.source, self.first + start, self.first + stop - 1, self.make,
+                             hops=self.hops, record_size=self.record_size)
+        if index < 0:
+            index += n
+        if not 0 <= index < n:
+            raise IndexError(index)
+        return self.make(self.source, self.first + index, self.hops)
+
+    def __iter__(self) -> Iterator[LogRecord]:
+        for q in range(self.first, self.last + 1):
+            yield self.make(self.source, q, self.hops)
+
+    def with_hops(self, hops: int) -> RecordRun:
+        return RecordRun(self.source, self.first, self.last, self.make, hops=hops, record_size=self.record_size)
+
+    def __repr__(self) -> str:
+        return f"RecordRun({self.source.short}, {self.first}..{self.last}, hops={self.hops})"
 
 
 @dataclass(slots=True)
@@ -153,7 +208,9 @@ class EventStore(Protocol):
 
     def commit(self) -> None: ...
 
-    def read(self, source: NodeId, after: int, limit: int) -> list[LogRecord]: ...
+    def read(self, source: NodeId, after: int, limit: int) -> Sequence[LogRecord]:
+        """Up to ``limit`` records of ``source`` from ``after + 1`` on, consecutive;
+        fewer (even none) where what is held stops or the store's pieces end."""
 
 
 class MemoryStore:
@@ -213,7 +270,7 @@ class _Peer:
     sent_at: dict[NodeId, float] = field(default_factory=dict)
     told: dict[NodeId, int] | None = None  # the vector of our last GSIP to it
     told_at: float = float("-inf")
-    unacked: int = 0  # records received from it since our last GSIP to it
+    unacked: int = 0  # records of a catch-up we asked it for, received since our last GSIP to it
 
 
 @dataclass(slots=True)
@@ -254,17 +311,33 @@ class Replicator:
         self._asks: dict[NodeId, _Ask] = {}  # source -> whom we asked for its missing records
         self._best: dict[NodeId, int] = {}  # source -> the most any peer is known to hold
         self._lacking: set[NodeId] = {s for s, st in self.sources.items() if st.ahead}
-        self._outbox: list[LogRecord] = []
-        self._own: list[LogRecord] = []  # appended, not yet staged
-        self._appended: list[tuple[LogRecord, NodeId | None]] = []
+        self._outbox: list[list[LogRecord] | RecordRun] = []  # own records to push live, in pieces
+        self._own: list[LogRecord] = []  # appended one by one, not yet staged
+        self._appended: list[tuple[Sequence[LogRecord], NodeId | None]] = []
         self._actions: list[Send | Notify] = []
         self._dirty = False
+        self._vv_changed = True  # our version vector changed since the last tick
+        self._vv: dict[NodeId, int] = {}
+        self._vv_items: tuple[tuple[NodeId, int], ...] = ()
         self._now = now
 
     # ------------------------------------------------------------- queries
 
     def version_vector(self) -> dict[NodeId, int]:
         return {s: st.contig for s, st in self.sources.items() if st.contig}
+
+    def _current_vv(self) -> dict[NodeId, int]:
+        """The version vector, rebuilt only when it changed (do not mutate it)."""
+        if self._vv_changed:
+            self._vv = self.version_vector()
+            self._vv_items = tuple(self._vv.items())
+            self._vv_changed = False
+        return self._vv
+
+    @property
+    def next_seq(self) -> int:
+        """The sequence our next event gets."""
+        return self.sources[self.uuid].top + 1
 
     def gaps(self) -> dict[NodeId, list[tuple[int, int]]]:
         """Per source with a gap: the missing ranges ``(first, last)`` below the highest held."""
@@ -294,11 +367,31 @@ class Replicator:
         record = LogRecord(self.uuid, seq, stamp, kind, body, 0)
         own.add(seq, seq)
         self._own.append(record)  # staged in one batch by _stage_own
-        self._outbox.append(record)
-        self._appended.append((record, None))
+        if self._outbox and isinstance(self._outbox[-1], list):
+            self._outbox[-1].append(record)
+        else:
+            self._outbox.append([record])
+        self._appended.append(((record,), None))
         self.stats.originated += 1
-        self._dirty = True
+        self._dirty = self._vv_changed = True
         return record
+
+    def append_run(self, run: RecordRun, now: float) -> None:
+        """Originate a whole run of events at once (the simulator's bulk load):
+        ``run`` must be ours, start at :attr:`next_seq` and have ``hops`` 0.
+        Its records are stored with the run's first record's timestamp as
+        their receipt time."""
+        if run.source != self.uuid or run.first != self.next_seq or run.hops != 0:
+            raise LocalProtocolError(
+                f"a run to originate must be ours, start at {self.next_seq} and have 0 hops, not {run!r}")
+        self._now = now
+        self._stage_own()
+        self.sources[self.uuid].add(run.first, run.last)
+        self.store.stage(run, None, run[0].timestamp)
+        self._outbox.append(run)
+        self._appended.append((run, None))
+        self.stats.originated += len(run)
+        self._dirty = self._vv_changed = True
 
     def peer_up(self, peer: NodeId, conn: int, now: float) -> None:
         """A peer was admitted: tell it at once what we hold (it may be a late joiner)."""
@@ -330,37 +423,33 @@ class Replicator:
         p = self._peers.get(peer)
         if p is None:
             return
-        new: list[LogRecord] = []
+        got_any = got_asked = 0
         lacking = False
-        records = msg.records
-        i, n = 0, len(records)
-        while i < n:
-            # A run: consecutive records of one source with consecutive sequences.
-            first = records[i]
-            s, lo = first.source, first.seq
-            j = i + 1
-            while j < n and records[j].seq == lo + (j - i) and records[j].source == s:
-                j += 1
-            hi = lo + (j - i) - 1
+        for s, lo, run in _runs(msg.records):
+            hi = lo + len(run) - 1
             st = self.sources.get(s)
             if st is None:
                 st = self.sources[s] = SourceState()
             self._note_known(p, s, hi)  # contiguous forwarding: the peer holds 1..hi
-            fresh = st.add(lo, hi)
             got = 0
-            for a, b in fresh:
-                new.extend(records[i + a - lo : i + b - lo + 1])
+            for a, b in st.add(lo, hi):
+                fresh = run[a - lo : b - lo + 1]
+                self.store.stage(fresh, peer, stamp)
+                self._appended.append((fresh, peer))
                 got += b - a + 1
             self.stats.duplicates += (hi - lo + 1) - got
+            got_any += got
+            if got:
+                self._vv_changed = True
+                ask = self._asks.get(s)
+                if ask is not None and ask.provider == peer:
+                    got_asked += got  # a catch-up we asked this peer for: its window waits for our acks
             if st.ahead:
                 self._lacking.add(s)
                 lacking = True
-            i = j
-        if new:
-            self.store.stage(new, peer, stamp)
-            self._appended.extend((r, peer) for r in new)
-            self.stats.received += len(new)
-            p.unacked += len(new)
+        if got_any:
+            self.stats.received += got_any
+            p.unacked += got_asked
             self._dirty = True
         asked = self._plan_asks(now) if lacking else set()
         if peer not in asked and p.unacked >= self.timing.ack_every:
@@ -371,13 +460,14 @@ class Replicator:
         p = self._peers.get(peer)
         if p is None:
             return
-        theirs = msg.as_dict()
         more = False
-        for s, q in theirs.items():
-            st = self.sources.get(s)
+        sources, known = self.sources, p.known
+        for s, q in msg.vv:
+            st = sources.get(s)
             if st is None:
-                st = self.sources[s] = SourceState()
-            self._note_known(p, s, q)
+                st = sources[s] = SourceState()
+            if q > known.get(s, 0):
+                self._note_known(p, s, q)
             if q > st.contig:
                 more = True
         for s, ranges in msg.ask:
@@ -395,11 +485,13 @@ class Replicator:
         self._now = now
         t = self.timing
         asked = self._plan_asks(now)
-        vv = self.version_vector()
+        vv = self._current_vv()
         for peer, p in self._peers.items():
             if peer in asked:
                 continue
-            if now - p.told_at >= t.gossip_idle or (now - p.told_at >= t.gossip_interval and vv != p.told):
+            if now - p.told_at >= t.gossip_idle or (
+                now - p.told_at >= t.gossip_interval and p.told is not vv and vv != p.told
+            ):
                 self._send_gsip(peer, now, vv)
 
     def take_actions(self) -> list[Send | Notify]:
@@ -473,9 +565,9 @@ class Replicator:
         return set(payload)
 
     def _push_live(self) -> None:
-        records, self._outbox = self._outbox, []
-        first = records[0].seq
-        last = records[-1].seq
+        pieces, self._outbox = self._outbox, []
+        first = pieces[0][0].seq
+        last = pieces[-1][-1].seq
         targets = []
         for p in self._peers.values():
             have = max(p.known.get(self.uuid, 0), p.sent.get(self.uuid, 0))
@@ -487,11 +579,12 @@ class Replicator:
         if not targets:
             return
         # One Xmsg object per batch, shared by every peer: the driver encodes it once.
-        for batch in self._batches(records):
-            msg = Xmsg(self.uuid, tuple(batch))
-            for p in targets:
-                self._actions.append(Send(p.conn, msg))
-        self.stats.records_sent += len(records) * len(targets)
+        for records in pieces:
+            for batch in self._batches(records):
+                msg = Xmsg(self.uuid, batch)
+                for p in targets:
+                    self._actions.append(Send(p.conn, msg))
+            self.stats.records_sent += len(records) * len(targets)
 
     def _stream_tail(self, p: _Peer, s: NodeId, first: int, now: float) -> None:
         """Stream ``s`` from ``first`` on (contiguous records only), within the
@@ -528,27 +621,38 @@ class Replicator:
             return
         last = min(last, st.contig, first - 1 + self.timing.window)
         self._stage_own()
-        if last >= first:
-            self._send_records(p, self.store.read(s, first - 1, last - first + 1))
+        start = first - 1
+        while start < last:  # a store may return less than asked (the end of what it keeps together)
+            records = self.store.read(s, start, last - start)
+            if not records:
+                break
+            self._send_records(p, records)
+            start = records[-1].seq
 
     def _send_records(self, p: _Peer, records: Sequence[LogRecord]) -> None:
         for batch in self._batches(records):
-            self._actions.append(Send(p.conn, Xmsg(self.uuid, tuple(batch))))
+            self._actions.append(Send(p.conn, Xmsg(self.uuid, batch)))
         self.stats.records_sent += len(records)
 
-    def _batches(self, records: Sequence[LogRecord]) -> Iterable[list[LogRecord]]:
+    def _batches(self, records: Sequence[LogRecord]) -> Iterable[Sequence[LogRecord]]:
+        """Cut ``records`` into XMSG payloads within ``batch_records`` and ``batch_bytes``."""
         t = self.timing
+        if isinstance(records, RecordRun):
+            n = max(1, min(t.batch_records, t.batch_bytes // max(1, records.record_size)))
+            for i in range(0, len(records), n):
+                yield records[i : i + n]
+            return
         batch: list[LogRecord] = []
         size = 0
         for r in records:
             rsize = len(r.body) * 2 + len(r.kind) * 2 + _RECORD_OVERHEAD
             if batch and (len(batch) >= t.batch_records or size + rsize > t.batch_bytes):
-                yield batch
+                yield tuple(batch)
                 batch, size = [], 0
             batch.append(r)
             size += rsize
         if batch:
-            yield batch
+            yield tuple(batch)
 
     def _send_gsip(
         self,
@@ -560,8 +664,9 @@ class Replicator:
         """Send our digest.  Without an explicit ``ask``, it repeats the open
         tails we asked this peer for, which keeps a catch-up's window moving."""
         p = self._peers[peer]
+        current = self._current_vv()
         if vv is None:
-            vv = self.version_vector()
+            vv = current
         if ask is None:
             ask = tuple(
                 (s, ((self.sources[s].top + 1, 0),))
@@ -572,5 +677,20 @@ class Replicator:
         p.told_at = now
         p.unacked = 0
         self.stats.gsip_sent += 1
-        self._actions.append(Send(p.conn, Gsip(self.uuid, tuple(vv.items()), ask)))
+        items = self._vv_items if vv is current else tuple(vv.items())  # shared by every GSIP until it changes
+        self._actions.append(Send(p.conn, Gsip(self.uuid, items, ask)))
 
+
+def _runs(records: Sequence[LogRecord]) -> Iterator[tuple[NodeId, int, Sequence[LogRecord]]]:
+    """Split ``records`` into runs of consecutive sequences of one source: ``(source, first, run)``."""
+    if isinstance(records, RecordRun):
+        yield records.source, records.first, records
+        return
+    i, n = 0, len(records)
+    while i < n:
+        s, lo = records[i].source, records[i].seq
+        j = i + 1
+        while j < n and records[j].seq == lo + (j - i) and records[j].source == s:
+            j += 1
+        yield s, lo, records[i:j]
+        i = j

@@ -209,7 +209,7 @@ class Xmsg:
     """A batch of log records: live events from their source, or a catch-up range."""
 
     sender: NodeId
-    records: tuple[LogRecord, ...]
+    records: Sequence[LogRecord]  # a tuple, or a run made on demand (the simulator's RecordRun)
 
     def __post_init__(self) -> None:
         _check(len(self.records) > 0, "an XMSG carries at least one record")
