@@ -164,6 +164,36 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--codec", action="store_true",
                      help="send every message through the wire codec, as the tests do (about 2x slower)")
 
+    doc = sub.add_parser(
+        "doc", help="the shared bout document: show, apply operations, export, history, jams",
+        description="The bout document is made from the group's 'doc' events, in one order on every node. "
+        "Operations are <add>, <remove> and <set> (XML, as in the source document) or their JSON form; "
+        "docs/document.md has both.",
+        epilog="examples:\n"
+        "  echo '<set period=\"1\" jam=\"1\"><attribute name=\"start\">1700000000</attribute></set>' "
+        "| huddle doc apply -\n"
+        "  huddle doc apply lineup.xml\n"
+        "  huddle doc show --eids\n"
+        "  huddle doc export -o bout.xml\n"
+        "  huddle doc jams\n\n" + CLIENT_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    doc_sub = doc.add_subparsers(dest="doc_command", metavar="ACTION", required=True)
+    d_show = doc_sub.add_parser("show", help="print the document (XML; --json for the tree)")
+    d_show.add_argument("--eids", action="store_true", help="keep the eid attributes (left out by default)")
+    d_apply = doc_sub.add_parser("apply", help="apply operations from a file (XML or JSON; - for stdin)")
+    d_apply.add_argument("file", metavar="FILE", help="operations: <add>, <remove>, <set>, an <action> of them, "
+                         "or JSON; '-' reads standard input")
+    d_export = doc_sub.add_parser("export", help="save the document to a file")
+    d_export.add_argument("-o", "--out", required=True, type=Path, metavar="FILE", help="where to write it")
+    d_export.add_argument("--eids", action="store_true", help="keep the eid attributes")
+    d_export.add_argument("--format", choices=["xml", "json"], default="xml", help="default: xml")
+    d_hist = doc_sub.add_parser("history", help="who changed an element, when, with which event")
+    d_hist.add_argument("eid", metavar="EID", help="the element's eid (see 'huddle doc show --eids')")
+    doc_sub.add_parser("jams", help="what jam are we on: active, just completed, upcoming")
+    for p in (d_show, d_apply, d_export, d_hist, doc_sub.choices["jams"]):
+        _add_client_options(p)
+
     info = sub.add_parser("info", help="show the node's identity, clock and counters", epilog=CLIENT_EPILOG)
     _add_client_options(info)
 
@@ -282,8 +312,60 @@ def event_text(e: dict[str, Any]) -> str:
     return json.dumps(e, ensure_ascii=False)
 
 
+def _jam_text(j: dict[str, Any] | None) -> str:
+    return "none" if j is None else f"period {j['period']} jam {j['jam']}"
+
+
+async def _doc(api: Any, args: argparse.Namespace) -> None:
+    from .client import ApiError
+
+    action = args.doc_command
+    if action == "show":
+        if args.json:
+            print(json.dumps(await api.doc_json(args.eids), indent=2, ensure_ascii=False))
+        else:
+            print(await api.doc_xml(args.eids), end="")
+    elif action == "apply":
+        text = args.ops_text  # read before the event loop started
+        ctype = "application/xml" if text.lstrip().startswith("<") else "application/json"
+        result = await api.doc_apply(text, ctype)
+        lines = [f"recorded {o['source'][:8]}#{o['seq']}" + (f", new eids {', '.join(o['eids'])}" if o["eids"] else "")
+                 for o in result["ops"]]
+        _print(args, result, "\n".join(lines))
+    elif action == "export":
+        text = (json.dumps(await api.doc_json(args.eids), indent=2, ensure_ascii=False) + "\n"
+                if args.format == "json" else await api.doc_xml(args.eids))
+        try:
+            args.out.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise ApiError(f"cannot write {args.out}: {exc.strerror}") from None
+        _print(args, {"out": str(args.out), "bytes": len(text.encode())}, f"saved the document to {args.out}")
+    elif action == "history":
+        h = await api.doc_history(args.eid)
+        lines = [f"<{h['tag'] or '?'}> {h['eid']}" + ("" if h["present"] else " (removed)")]
+        for e in h["history"]:
+            detail = {k: v for k, v in e.items() if k not in ("source", "seq", "timestamp", "op")}
+            lines.append(f"  {e['timestamp']:.3f}  {e['source'][:8]}#{e['seq']:<5} {e['op']:<6} "
+                         f"{json.dumps(detail, ensure_ascii=False)}")
+        _print(args, h, "\n".join(lines))
+    elif action == "jams":
+        j = await api.jams()
+        text = (f"active:         {_jam_text(j['active'])}\n"
+                f"just completed: {_jam_text(j['just_completed'])}\n"
+                f"upcoming:       {_jam_text(j['upcoming'])}" + ("\nthe bout is over" if j["bout_over"] else ""))
+        _print(args, j, text)
+
+
 def _client(args: argparse.Namespace) -> int:
     from .client import ApiClient, ApiError
+
+    if args.command == "doc" and args.doc_command == "apply":
+        try:
+            args.ops_text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            print(f"huddle doc apply: cannot read {args.file}: {getattr(exc, 'strerror', None) or exc}",
+                  file=sys.stderr)
+            return 1
 
     async def run() -> int:
         async with ApiClient(_api_url(args)) as api:
@@ -320,6 +402,8 @@ def _client(args: argparse.Namespace) -> int:
                         for e in events
                     ) or "no events"
                     _print(args, events, text)
+            elif args.command == "doc":
+                await _doc(api, args)
             elif args.command == "tail":
                 async for event in api.events(args.count):
                     print(json.dumps(event, ensure_ascii=False) if args.json else event_text(event), flush=True)

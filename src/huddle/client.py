@@ -40,23 +40,55 @@ class ApiClient:
             raise ApiError("use 'async with ApiClient(...)'")
         return self._session
 
-    async def _request(self, method: str, path: str, body: Any = None) -> Any:
+    async def _send(self, method: str, path: str, **kwargs: Any) -> str:
+        """One request; the answer's text, or ApiError with the API's reason."""
         url = self.base_url + path
         try:
-            async with self.session.request(method, url, json=body) as resp:
+            async with self.session.request(method, url, **kwargs) as resp:
                 text = await resp.text()
-                try:
-                    data = json.loads(text) if text else None
-                except ValueError:
-                    data = None
                 if resp.status >= 400:
+                    try:
+                        data = json.loads(text)
+                    except ValueError:
+                        data = None
                     reason = data.get("error") if isinstance(data, dict) else text[:200]
                     raise ApiError(f"{resp.status} {reason}")
-                return data
+                return text
         except aiohttp.ClientConnectorError:
             raise ApiError(f"no huddle node answers at {self.base_url} (is it running? see --api)") from None
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise ApiError(f"request to {url} failed: {exc or type(exc).__name__}") from None
+
+    async def _request(self, method: str, path: str, body: Any = None) -> Any:
+        """A JSON request and answer."""
+        text = await self._send(method, path, json=body)
+        try:
+            return json.loads(text) if text else None
+        except ValueError:
+            raise ApiError(f"{path} answered with something that is not JSON: {text[:80]!r}") from None
+
+    async def _text(self, method: str, path: str, data: str | None = None, content_type: str = "") -> str:
+        """A request whose body and answer are text (XML documents and operations)."""
+        return await self._send(method, path, data=data, headers={"Content-Type": content_type} if content_type else {})
+
+    async def doc_xml(self, eids: bool = False) -> str:
+        return await self._text("GET", "/api/v1/doc" + ("?eids=1" if eids else ""))
+
+    async def doc_json(self, eids: bool = False) -> dict[str, Any]:
+        result: dict[str, Any] = await self._request("GET", "/api/v1/doc?format=json" + ("&eids=1" if eids else ""))
+        return result
+
+    async def doc_apply(self, text: str, content_type: str) -> dict[str, Any]:
+        result: dict[str, Any] = json.loads(await self._text("POST", "/api/v1/doc/ops", text, content_type))
+        return result
+
+    async def doc_history(self, eid: str) -> dict[str, Any]:
+        result: dict[str, Any] = await self._request("GET", f"/api/v1/doc/history?eid={eid}")
+        return result
+
+    async def jams(self) -> dict[str, Any]:
+        result: dict[str, Any] = await self._request("GET", "/api/v1/bout/jams")
+        return result
 
     async def node(self) -> dict[str, Any]:
         result: dict[str, Any] = await self._request("GET", "/api/v1/node")

@@ -20,11 +20,12 @@ from typing import Any
 
 from .config import NodeConfig, parse_hostport
 from .discovery import BeaconService, Interface, resolve_interface
+from .doc import DOC_KIND, DocEngine, OperationError
 from .errors import ConfigError, DataDirLocked, LocalProtocolError
 from .ids import NodeId
 from .log import SqliteStore
 from .protocol import Connect, Disconnect, Event, Mesh, Notify, PeerInfo, Send
-from .protocol.events import stat_row
+from .protocol.events import LogAppended, stat_row
 from .protocol.replication import Replicator, canonical_json
 from .transport.zmq_transport import ZmqTransport
 from .wire import LogRecord, encode_parts
@@ -105,6 +106,7 @@ class Node:
         self.interface: Interface | None = None
         self.api_url: str | None = None
         self._listeners: list[Listener] = []
+        self.doc = DocEngine()  # the bout document, made from the log's "doc" events
         self._stop = asyncio.Event()
         self._ready = asyncio.Event()
         self._base = time.time() - time.monotonic()
@@ -201,6 +203,30 @@ class Node:
         self._execute()
         return records
 
+    def apply_ops(self, ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Record document operations (normalised, see ``huddle.doc.ops``) as
+        ``doc`` events, after checking each against the document as it is now
+        (and as the previous ones leave it).  Raises ``OperationError`` and
+        records nothing if any does not fit.  Returns, per operation, its
+        source, sequence and the eids of the elements it adds."""
+        from .doc.engine import Key
+
+        scratch = self.doc.document.clone()
+        stamp = self.mesh_time()
+        made: list[list[str]] = []
+        for i, op in enumerate(ops):
+            try:
+                scratch.check(op)
+            except OperationError as exc:
+                raise OperationError(f"operation {i + 1}: {exc}" if len(ops) > 1 else str(exc)) from None
+            key: Key = (stamp, bytes(self.log.uuid), self.log.next_seq + i)
+            scratch.made = []
+            scratch.apply(op, key)
+            made.append(scratch.made)
+        records = self.emit_many([(DOC_KIND, op) for op in ops])
+        return [{"source": str(r.source), "seq": r.seq, "timestamp": r.timestamp, "eids": eids}
+                for r, eids in zip(records, made, strict=True)]
+
     def log_summary(self) -> dict[str, Any]:
         log = self.log
         return {
@@ -246,6 +272,9 @@ class Node:
             )
             self._store = SqliteStore(self.data_dir.path / "log.sqlite", cfg.group)
             self._log = Replicator(uuid, self._store, now=self.local_now())
+            for batch in self._store.of_kind(DOC_KIND):
+                for record in batch:
+                    self.doc.add(record)
             self._mesh.replication = self._log
             loop = asyncio.get_running_loop()
             transport.start(loop)
@@ -359,6 +388,11 @@ class Node:
                 transport.disconnect(action.conn, action.flush)
 
     def _publish(self, event: Event) -> None:
+        if isinstance(event, LogAppended):
+            for run, _ in event.runs:
+                for record in run:
+                    if record.kind == DOC_KIND:
+                        self.doc.add(record)
         row = stat_row(event) if self._store is not None else None
         if row is not None and self._store is not None:
             self._store.add_stat(*row)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import WSMsgType, web
 
 from ..config import parse_hostport
+from ..doc import OperationError, jams, parse_ops, to_json, to_xml
 from ..errors import ConfigError, LocalProtocolError
 from ..ids import NodeId
 from ..protocol import Event, PeerInfo
@@ -221,6 +222,80 @@ async def _events(request: web.Request) -> web.StreamResponse:
     return ws
 
 
+# ------------------------------------------------------------------ the bout document
+
+
+def _flag(request: web.Request, name: str) -> bool:
+    """``?name``, ``?name=1|true|yes`` -> True; absent, ``0|false|no`` -> False."""
+    value = request.query.get(name)
+    if value is None:
+        return False
+    if value.lower() not in ("", "1", "true", "yes", "0", "false", "no"):
+        raise web.HTTPBadRequest(text=f"'{name}' must be true or false, not {value!r}")
+    return value.lower() in ("", "1", "true", "yes")
+
+
+async def _post_doc_ops(request: web.Request) -> web.Response:
+    node = request.app[NODE_KEY]
+    if request.content_length is not None and request.content_length > MAX_BODY:
+        return _error(413, f"request body larger than {MAX_BODY} octets")
+    raw = await request.read()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return _error(400, "request body is not UTF-8")
+    try:
+        ops = parse_ops(text, request.content_type)
+    except OperationError as exc:  # malformed
+        return _error(400, str(exc))
+    try:
+        applied = node.apply_ops(ops)
+    except OperationError as exc:  # well formed, but does not fit the document
+        return _error(422, str(exc))
+    except LocalProtocolError as exc:
+        return _error(413, str(exc))
+    return web.json_response({"ops": applied}, status=201)
+
+
+async def _get_doc(request: web.Request) -> web.Response:
+    node = request.app[NODE_KEY]
+    fmt = request.query.get("format", "xml")
+    eids = _flag(request, "eids")
+    doc = node.doc.document
+    if fmt == "json":
+        return web.json_response({"document": to_json(doc.root, eids=eids), "events": len(node.doc),
+                                  "dropped": len(doc.dropped)})
+    if fmt != "xml":
+        return _error(400, f"unknown format {fmt!r}: use xml or json")
+    return web.Response(text=to_xml(doc.root, eids=eids), content_type="application/xml")
+
+
+async def _get_doc_history(request: web.Request) -> web.Response:
+    node = request.app[NODE_KEY]
+    eid = request.query.get("eid")
+    if not eid:
+        return _error(400, "give the element: ?eid=UUID")
+    doc = node.doc.document
+    history = doc.history.get(eid.lower())
+    element = doc.index.get(eid.lower())
+    if history is None and element is None:
+        return _error(404, f"no element with eid {eid} was ever in the document")
+    return web.json_response({
+        "eid": eid.lower(), "present": element is not None,
+        "tag": None if element is None else element.tag, "history": history or [],
+    })
+
+
+async def _get_doc_dropped(request: web.Request) -> web.Response:
+    node = request.app[NODE_KEY]
+    return web.json_response(node.doc.document.dropped)
+
+
+async def _get_jams(request: web.Request) -> web.Response:
+    node = request.app[NODE_KEY]
+    return web.json_response(jams(node.doc.document.root))
+
+
 def make_app(node: Node) -> web.Application:
     app = web.Application(middlewares=[_errors], client_max_size=MAX_BODY + 4096)
     app[NODE_KEY] = node
@@ -231,6 +306,11 @@ def make_app(node: Node) -> web.Application:
     app.router.add_post("/api/v1/events", _post_event)
     app.router.add_get("/api/v1/log", _get_log)
     app.router.add_get("/api/v1/log/summary", _get_log_summary)
+    app.router.add_post("/api/v1/doc/ops", _post_doc_ops)
+    app.router.add_get("/api/v1/doc", _get_doc)
+    app.router.add_get("/api/v1/doc/history", _get_doc_history)
+    app.router.add_get("/api/v1/doc/dropped", _get_doc_dropped)
+    app.router.add_get("/api/v1/bout/jams", _get_jams)
     return app
 
 

@@ -150,6 +150,18 @@ class SqliteStore:
                 return
             yield [_stored(row) for row in rows]
 
+    def of_kind(self, kind: str, batch: int = 10_000) -> Iterator[list[LogRecord]]:
+        """This group's records of one kind, in batches (no order promised)."""
+        cur = self._db.execute(
+            "SELECT grp, source, seq, ts, kind, body, hops, received_at, received_from FROM events "
+            "WHERE grp=? AND kind=?", (self.group, kind),
+        )
+        while True:
+            rows = cur.fetchmany(batch)
+            if not rows:
+                return
+            yield [_stored(row).record for row in rows]
+
     def add_stat(self, ts: float, event: str, peer: NodeId | None, detail: str) -> None:
         """A statistics row: a membership change, or a snapshot of counters (``detail`` is JSON)."""
         if not self._in_txn:

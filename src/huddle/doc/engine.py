@@ -1,0 +1,361 @@
+"""The bout document as a deterministic function of the group's ``doc`` events.
+
+Events are applied in one total order: (timestamp, source, sequence).  The
+same set of events, delivered in any order and with duplicates, gives the
+same document, byte for byte.  An operation whose target does not exist when
+its turn comes (it was removed by an earlier event in that order, or never
+existed) is dropped, and the drop is recorded; docs/document.md explains the
+rules.  Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ..wire import LogRecord
+from .model import FIXED, PERMANENT, SCHEMA, Element, default_bout, derived_eid
+from .ops import DOC_KIND, OperationError, normalise
+
+__all__ = ["BoutDocument", "DocEngine", "Key", "jams"]
+
+Key = tuple[float, bytes, int]  # (timestamp, source, seq): the order of application
+
+
+@dataclass(frozen=True, slots=True)
+class _Unresolved(Exception):
+    reason: str
+
+
+class BoutDocument:
+    """The tree, an index by eid, and every element's history."""
+
+    def __init__(self) -> None:
+        self.root: Element = default_bout()
+        self.index: dict[str, Element] = {e.eid: e for e in self.root.walk()}
+        self.history: dict[str, list[dict[str, Any]]] = {}
+        self.dropped: list[dict[str, Any]] = []
+        self.applied = 0
+        self.made: list[str] = []  # eids of the elements the last add made
+
+    def clone(self) -> BoutDocument:
+        """A copy of the tree and index (not the history), to try operations on."""
+        out = BoutDocument.__new__(BoutDocument)
+        out.root = self.root.copy()
+        out.index = {e.eid: e for e in out.root.walk()}
+        out.history, out.dropped, out.applied, out.made = {}, [], self.applied, []
+        return out
+
+    # ------------------------------------------------------------ applying
+
+    def apply(self, op: dict[str, Any], key: Key) -> str | None:
+        """Apply a normalised operation; returns why it was dropped, or None."""
+        try:
+            self._apply(op, key, check_only=False)
+        except _Unresolved as exc:
+            self.dropped.append({**_origin(key), "op": op.get("op"), "to": op.get("to"), "reason": exc.reason})
+            return exc.reason
+        self.applied += 1
+        return None
+
+    def check(self, op: dict[str, Any]) -> None:
+        """Raise :class:`OperationError` if ``op`` cannot apply to the document as it is now."""
+        try:
+            self._apply(op, (0.0, bytes(16), 0), check_only=True)
+        except _Unresolved as exc:
+            raise OperationError(exc.reason) from None
+
+    def _apply(self, op: dict[str, Any], key: Key, *, check_only: bool) -> None:
+        kind = op["op"]
+        target = self._resolve(op["to"], key, create=not check_only)
+        if target is None:  # check_only and the address would be created (a new jam, a path)
+            if kind == "remove":
+                raise _Unresolved(f"nothing to remove at {_where(op['to'])}")
+            if kind == "set" and "attribute" in op:
+                tag = _created_tag(op["to"])
+                self._check_attribute(tag, op["attribute"])
+            return
+        if kind == "remove":
+            if target.tag in PERMANENT:
+                raise _Unresolved(f"<{target.tag}> is part of every bout and cannot be removed")
+            if check_only:
+                return
+            assert target.parent is not None
+            target.parent.children.remove(target)
+            for e in target.walk():
+                del self.index[e.eid]
+            self._note(target.eid, key, "remove", {})
+            return
+        if kind == "set":
+            if "attribute" in op:
+                name = op["attribute"]
+                self._check_attribute(target.tag, name)
+                if check_only:
+                    return
+                target.attrs[name] = op["value"]
+                self._note(target.eid, key, "set", {"attribute": name, "value": op["value"]})
+            else:
+                if check_only:
+                    return
+                target.text = op["text"]
+                self._note(target.eid, key, "set", {"text": op["text"]})
+            return
+        # add
+        made: list[Element] = []
+        counter = [0]
+        new = [self._build(n, key, counter, made) for n in op.get("children", [])]
+        eids = [e.eid for e in made]
+        if len(set(eids)) != len(eids) or any(eid in self.index for eid in eids):
+            clash = next(eid for eid in eids if eid in self.index or eids.count(eid) > 1)
+            raise _Unresolved(f"eid {clash} is already in the document")
+        if check_only:
+            return
+        self.made = eids
+        for child in new:
+            target.append(child)
+        for e in made:
+            self.index[e.eid] = e
+            self._note(e.eid, key, "add", {"parent": target.eid, "tag": e.tag, "attrs": dict(e.attrs)})
+        if "text" in op:
+            target.text += op["text"]
+        self._note(target.eid, key, "add", {
+            **({"children": [c.eid for c in new]} if new else {}),
+            **({"text": op["text"]} if "text" in op else {}),
+        })
+
+    def _check_attribute(self, tag: str, name: str) -> None:
+        allowed = SCHEMA.get(tag, frozenset())
+        if name not in allowed:
+            raise _Unresolved(f"<{tag}> has no attribute {name!r} (it has {', '.join(sorted(allowed))})")
+        if name in FIXED.get(tag, frozenset()):
+            raise _Unresolved(f"the {name!r} of a <{tag}> identifies it and cannot be set")
+
+    def _build(self, node: dict[str, Any], key: Key, counter: list[int], made: list[Element]) -> Element:
+        counter[0] += 1
+        eid = node.get("eid") or derived_eid(f"{key[1].hex()}:{key[2]}:{counter[0]}")
+        e = Element(node["tag"], eid, dict(node.get("attrs", {})), node.get("text", ""))
+        made.append(e)
+        for c in node.get("children", []):
+            e.append(self._build(c, key, counter, made))
+        return e
+
+    def _note(self, eid: str, key: Key, what: str, detail: dict[str, Any]) -> None:
+        self.history.setdefault(eid, []).append({**_origin(key), "op": what, **detail})
+
+    # --------------------------------------------------------- addressing
+
+    def _resolve(self, to: dict[str, Any], key: Key, *, create: bool) -> Element | None:
+        """The element at ``to``; a jam or a path step that is missing is made
+        (or, when only checking, ``None`` says it would be)."""
+        root = self.root
+        if "eid" in to:
+            e = self.index.get(to["eid"])
+            if e is None:
+                raise _Unresolved(f"no element has eid {to['eid']}")
+            return e
+        if "period" in to:
+            period = root.find("period", number=str(to["period"]))
+            assert period is not None  # the two periods are permanent
+            if "jam" not in to:
+                return period
+            jam = period.find("jam", number=str(to["jam"]))
+            if jam is None:
+                if not create:
+                    return None
+                jam = Element("jam", derived_eid(f"bout/period/{to['period']}/jam/{to['jam']}"),
+                              {"number": str(to["jam"])})
+                _insert_jam(period, jam)
+                self.index[jam.eid] = jam
+                self._note(jam.eid, key, "create", {"parent": period.eid, "tag": "jam"})
+            return jam
+        if "team" in to:
+            team = root.find("team", type=to["team"])
+            assert team is not None
+            if "person" not in to:
+                return team
+            who = to["person"]
+            for c in team.children:
+                if c.tag == "person" and (c.attrs.get("number") == who or c.attrs.get("name") == who):
+                    return c
+            raise _Unresolved(f"team {to['team']} has no person numbered or named {who!r}")
+        e = root
+        made = ""
+        for step in filter(None, to["path"].split("/")):  # "" is the bout itself
+            made += "/" + step
+            child = e.find(step)
+            if child is None:
+                if not create:
+                    return None
+                child = Element(step, derived_eid("bout" + made))
+                e.append(child)
+                self.index[child.eid] = child
+                self._note(child.eid, key, "create", {"parent": e.eid, "tag": step})
+            e = child
+        return e
+
+
+def _insert_jam(period: Element, jam: Element) -> None:
+    """Jams stay in number order whatever order they were referred to in."""
+    number = int(jam.attrs["number"])
+    for i, c in enumerate(period.children):
+        if c.tag == "jam" and int(c.attrs["number"]) > number:
+            jam.parent = period
+            period.children.insert(i, jam)
+            return
+    period.append(jam)
+
+
+def _created_tag(to: dict[str, Any]) -> str:
+    return "jam" if "jam" in to else (str(to["path"]).split("/")[-1] or "bout")
+
+
+def _where(to: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in to.items())
+
+
+def _origin(key: Key) -> dict[str, Any]:
+    return {"timestamp": key[0], "source": key[1].hex(), "seq": key[2]}
+
+
+# --------------------------------------------------------------------------- engine
+
+
+class DocEngine:
+    """Holds a group's ``doc`` events in order and the document they make.
+
+    Events arriving in order are applied at once; one that sorts before an
+    applied event makes the document be rebuilt from its events the next
+    time it is read.  Duplicates are ignored.
+    """
+
+    def __init__(self) -> None:
+        self._keys: list[Key] = []
+        self._ops: dict[Key, dict[str, Any] | str] = {}  # a str: the body could not be read
+        self._doc = BoutDocument()
+        self._stale = False
+        self.rebuilds = 0
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def add(self, record: LogRecord) -> bool:
+        """Take a log record (others than kind ``doc`` are ignored); True if new."""
+        if record.kind != DOC_KIND:
+            return False
+        key: Key = (record.timestamp, bytes(record.source), record.seq)
+        if key in self._ops:
+            return False
+        op = decode_op(record.body)
+        self._ops[key] = op
+        if self._keys and key < self._keys[-1]:
+            self._stale = True  # sorted and replayed when the document is next read
+        self._keys.append(key)
+        if not self._stale:
+            self._apply(self._doc, key, op)
+        return True
+
+    @property
+    def document(self) -> BoutDocument:
+        if self._stale:
+            self._keys.sort()
+            doc = BoutDocument()
+            for key in self._keys:
+                self._apply(doc, key, self._ops[key])
+            self._doc, self._stale = doc, False
+            self.rebuilds += 1
+        return self._doc
+
+    @staticmethod
+    def _apply(doc: BoutDocument, key: Key, op: dict[str, Any] | str) -> None:
+        if isinstance(op, str):
+            doc.dropped.append({**_origin(key), "op": None, "to": None, "reason": op})
+        else:
+            doc.apply(op, key)
+
+
+def decode_op(body: str) -> dict[str, Any] | str:
+    """A ``doc`` event's body as a normalised operation, or why it is unusable.
+    Bodies from other nodes are checked again: a peer may be buggy or hostile."""
+    try:
+        return normalise(json.loads(body))
+    except (ValueError, OperationError) as exc:
+        return f"unusable operation: {exc}"
+
+
+# --------------------------------------------------------------------------- jams
+
+
+def jams(root: Element) -> dict[str, Any]:
+    """"What jam are we on?" after the source document's definitions.
+
+    * active: the jam with the most recent start, if it has no duration;
+    * just completed: the jam with the most recent start among those with a duration;
+    * upcoming: none while a jam is active or once the bout is over; else
+      period 1 jam 1 at the start; else the just completed jam's number + 1 in
+      its period, except that a period-1 jam ending after period 1's end
+      (period start + duration) is followed by period 2 jam 1.
+
+    The bout is over when the just completed jam is in period 2 and ends
+    after period 2's end, or the bout's ``status`` is ``final``.
+    """
+    started: list[tuple[float, int, int, Element]] = []
+    periods: dict[int, Element] = {}
+    for period in root.children:
+        if period.tag != "period":
+            continue
+        p = int(period.attrs["number"])
+        periods[p] = period
+        for jam in period.children:
+            if jam.tag == "jam":
+                start = _num(jam.attrs.get("start"))
+                if start is not None:
+                    started.append((start, p, int(jam.attrs["number"]), jam))
+    latest = max(started, key=lambda t: t[:3], default=None)
+    active = latest if latest is not None and _num(latest[3].attrs.get("duration")) is None else None
+    done = [t for t in started if _num(t[3].attrs.get("duration")) is not None]
+    completed = max(done, key=lambda t: t[:3], default=None)
+    over = root.attrs.get("status") == "final"
+    upcoming: dict[str, int] | None = None
+    if completed is not None:
+        _, p, j, jam = completed
+        end = _end(jam)
+        period_end = _end(periods[p])
+        after_period = end is not None and period_end is not None and end > period_end
+        if p == 2 and after_period:
+            over = True
+        elif p == 1 and after_period:
+            upcoming = {"period": 2, "jam": 1}
+        else:
+            upcoming = {"period": p, "jam": j + 1}
+    else:
+        upcoming = {"period": 1, "jam": 1}
+    if active is not None or over:
+        upcoming = None
+    return {
+        "active": None if active is None else _jam_json(active),
+        "just_completed": None if completed is None else _jam_json(completed),
+        "upcoming": upcoming,
+        "bout_over": over,
+    }
+
+
+def _num(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _end(e: Element) -> float | None:
+    start, duration = _num(e.attrs.get("start")), _num(e.attrs.get("duration"))
+    return None if start is None or duration is None else start + duration
+
+
+def _jam_json(t: tuple[float, int, int, Element]) -> dict[str, Any]:
+    start, p, j, jam = t
+    return {"period": p, "jam": j, "eid": jam.eid, "start": start, "duration": _num(jam.attrs.get("duration"))}

@@ -1,0 +1,139 @@
+"""The bout document's tree: elements, the vocabulary, the default bout, XML and JSON output.
+
+A small DerbyXML: the elements and attributes a bout needs (docs/document.md
+lists them).  Every element has an ``eid``; elements of the default bout and
+implicitly created jams get fixed eids (derived from their place), added
+elements get the eid they were given or one derived from the event that
+added them, so every node names every element the same way.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Final
+from xml.sax.saxutils import escape, quoteattr
+
+__all__ = ["SCHEMA", "TEAMS", "Element", "default_bout", "derived_eid", "to_json", "to_xml"]
+
+# eids derived from names: uuid5 in this namespace (fixed forever: the eids must agree across nodes).
+_NAMESPACE: Final = uuid.UUID("5b1e9a52-3c1f-4f4e-9d43-6b7d0c1e2f10")
+
+TEAMS: Final = ("home", "away", "official")
+
+# element -> the attributes it may carry (besides eid).
+SCHEMA: Final[dict[str, frozenset[str]]] = {
+    "bout": frozenset({"name", "date", "status"}),
+    "venue": frozenset({"name", "city", "address"}),
+    "ruleset": frozenset({"name", "version"}),
+    "halftime": frozenset({"duration"}),
+    "team": frozenset({"type", "name", "league", "color"}),
+    "person": frozenset({"number", "name", "role"}),
+    "period": frozenset({"number", "start", "duration"}),
+    "jam": frozenset({"number", "start", "duration", "lead", "called"}),
+    "lineup": frozenset({"team", "position", "number"}),
+    "points": frozenset({"team", "number", "points", "pass"}),
+    "penalty": frozenset({"team", "number", "code", "time"}),
+    "timeout": frozenset({"team", "kind", "time"}),
+    "note": frozenset({"by", "time"}),
+}
+
+# Attributes that identify an element and may not be changed by `set`.
+FIXED: Final[dict[str, frozenset[str]]] = {
+    "team": frozenset({"type"}),
+    "period": frozenset({"number"}),
+    "jam": frozenset({"number"}),
+}
+
+# Elements of the default bout that may not be removed (addresses depend on them).
+PERMANENT: Final = frozenset({"bout", "team", "period"})
+
+
+def derived_eid(name: str) -> str:
+    """A fixed eid for a name, the same on every node."""
+    return str(uuid.uuid5(_NAMESPACE, name))
+
+
+@dataclass(slots=True, eq=False)
+class Element:
+    tag: str
+    eid: str
+    attrs: dict[str, str] = field(default_factory=dict)
+    text: str = ""
+    children: list[Element] = field(default_factory=list)
+    parent: Element | None = field(default=None, repr=False)
+
+    def append(self, child: Element) -> None:
+        child.parent = self
+        self.children.append(child)
+
+    def find(self, tag: str, **attrs: str) -> Element | None:
+        """The first child with ``tag`` and these attribute values."""
+        for c in self.children:
+            if c.tag == tag and all(c.attrs.get(k) == v for k, v in attrs.items()):
+                return c
+        return None
+
+    def walk(self) -> Iterator[Element]:
+        yield self
+        for c in self.children:
+            yield from c.walk()
+
+    def copy(self) -> Element:
+        out = Element(self.tag, self.eid, dict(self.attrs), self.text)
+        for c in self.children:
+            out.append(c.copy())
+        return out
+
+
+def default_bout() -> Element:
+    """The document before any event: venue, ruleset, three teams, two periods."""
+    bout = Element("bout", derived_eid("bout"))
+    bout.append(Element("venue", derived_eid("bout/venue")))
+    ruleset = Element("ruleset", derived_eid("bout/ruleset"))
+    bout.append(ruleset)
+    ruleset.append(Element("halftime", derived_eid("bout/ruleset/halftime"), {"duration": "900"}))
+    for team in TEAMS:
+        bout.append(Element("team", derived_eid(f"bout/team/{team}"), {"type": team}))
+    for number in ("1", "2"):
+        bout.append(Element("period", derived_eid(f"bout/period/{number}"), {"number": number}))
+    return bout
+
+
+def to_xml(root: Element, *, eids: bool = False) -> str:
+    """Canonical XML: attributes sorted, no whitespace added, eids only if asked."""
+    out: list[str] = []
+    _write(root, out, eids)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + "".join(out) + "\n"
+
+
+def _write(e: Element, out: list[str], eids: bool) -> None:
+    attrs = dict(e.attrs)
+    if eids:
+        attrs["eid"] = e.eid
+    out.append("<" + e.tag)
+    for k in sorted(attrs):
+        out.append(f" {k}={quoteattr(attrs[k])}")
+    if not e.text and not e.children:
+        out.append("/>")
+        return
+    out.append(">")
+    if e.text:
+        out.append(escape(e.text))
+    for c in e.children:
+        _write(c, out, eids)
+    out.append(f"</{e.tag}>")
+
+
+def to_json(e: Element, *, eids: bool = True) -> dict[str, Any]:
+    out: dict[str, Any] = {"tag": e.tag}
+    if eids:
+        out["eid"] = e.eid
+    if e.attrs:
+        out["attrs"] = dict(sorted(e.attrs.items()))
+    if e.text:
+        out["text"] = e.text
+    if e.children:
+        out["children"] = [to_json(c, eids=eids) for c in e.children]
+    return out
