@@ -156,7 +156,8 @@ def test_history_names_every_change_of_an_element() -> None:
         rec(C, 2, 3.0, {"op": "remove", "to": {"period": 1, "jam": 1}}),
     ])
     jam_eid = "a071bc17-7715-52fb-a893-c7207d01db22"  # derived from "bout/period/1/jam/1", fixed forever
-    history = e.document.history[jam_eid]
+    history = e.document.history_of(jam_eid)
+    assert history is not None
     assert [(h["source"][:2], h["seq"], h["op"]) for h in history] == [
         ("0a", 1, "create"), ("0a", 1, "set"), ("0b", 4, "set"), ("0c", 2, "remove")]
     assert history[2]["attribute"] == "duration" and history[2]["value"] == "90" and history[2]["timestamp"] == 2.0

@@ -273,8 +273,7 @@ class Node:
             self._store = SqliteStore(self.data_dir.path / "log.sqlite", cfg.group)
             self._log = Replicator(uuid, self._store, now=self.local_now())
             for batch in self._store.of_kind(DOC_KIND):
-                for record in batch:
-                    self.doc.add(record)
+                self.doc.load(batch)
             self._mesh.replication = self._log
             loop = asyncio.get_running_loop()
             transport.start(loop)

@@ -10,7 +10,6 @@ Used by the tests; no sockets, no sleeping.
 from __future__ import annotations
 
 import contextlib
-import gc
 import heapq
 import random
 from collections.abc import Callable, Iterator
@@ -18,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import DecodeError
+from .gcutil import few_collections
 from .ids import NodeId
 from .protocol import Connect, Disconnect, Event, Mesh, Notify, Send, Timing
 from .protocol.events import LogAppended, stat_row
@@ -331,19 +331,6 @@ DOC_CHECK_MAX = 20_000
 MAX_APPENDS = 2000
 
 
-@contextlib.contextmanager
-def _few_collections() -> Iterator[None]:
-    """A large run keeps millions of long-lived objects (every node's view of
-    every peer); Python's default collector thresholds would walk them over
-    and over.  Collect less often for the run's duration."""
-    old = gc.get_threshold()
-    gc.set_threshold(100_000, 50, 100)
-    try:
-        yield
-    finally:
-        gc.set_threshold(*old)
-
-
 def run_scenario(
     *,
     seed: int,
@@ -372,7 +359,7 @@ def run_scenario(
     settles; every live node must hold exactly the same records, with no
     gaps, including every record of a node whose data survived.
     """
-    with _few_collections():
+    with few_collections():
         return _run_scenario(
             seed=seed, nodes=nodes, events=events, appends=appends, loss=loss, duplicate=duplicate,
             jitter=jitter, partitions=partitions, crashes=crashes, settle=settle, export=export,

@@ -276,7 +276,7 @@ async def _get_doc_history(request: web.Request) -> web.Response:
     if not eid:
         return _error(400, "give the element: ?eid=UUID")
     doc = node.doc.document
-    history = doc.history.get(eid.lower())
+    history = doc.history_of(eid.lower())
     element = doc.index.get(eid.lower())
     if history is None and element is None:
         return _error(404, f"no element with eid {eid} was ever in the document")

@@ -12,14 +12,18 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ..gcutil import few_collections
 from ..wire import LogRecord
 from .model import FIXED, PERMANENT, SCHEMA, Element, default_bout, derived_eid
 from .ops import DOC_KIND, OperationError, normalise
 
-__all__ = ["BoutDocument", "DocEngine", "Key", "jams"]
+__all__ = ["MAX_TEXT", "BoutDocument", "DocEngine", "Key", "jams"]
+
+MAX_TEXT = 65_536  # characters of text in one element: appends beyond it are dropped
 
 Key = tuple[float, bytes, int]  # (timestamp, source, seq): the order of application
 
@@ -35,7 +39,11 @@ class BoutDocument:
     def __init__(self) -> None:
         self.root: Element = default_bout()
         self.index: dict[str, Element] = {e.eid: e for e in self.root.walk()}
-        self.history: dict[str, list[dict[str, Any]]] = {}
+        # eid -> changes, each (key, what, payload), turned into dicts by history_of
+        self.history: dict[str, list[tuple[Key, str, Any]]] = {}
+        self._periods = {e.attrs["number"]: e for e in self.root.children if e.tag == "period"}
+        self._teams = {e.attrs["type"]: e for e in self.root.children if e.tag == "team"}
+        self._jams: dict[tuple[int, int], Element] = {}
         self.dropped: list[dict[str, Any]] = []
         self.applied = 0
         self.made: list[str] = []  # eids of the elements the last add made
@@ -46,7 +54,18 @@ class BoutDocument:
         out.root = self.root.copy()
         out.index = {e.eid: e for e in out.root.walk()}
         out.history, out.dropped, out.applied, out.made = {}, [], self.applied, []
+        out._periods = {e.attrs["number"]: e for e in out.root.children if e.tag == "period"}
+        out._teams = {e.attrs["type"]: e for e in out.root.children if e.tag == "team"}
+        out._jams = {(int(p.attrs["number"]), int(j.attrs["number"])): j
+                     for p in out._periods.values() for j in p.children if j.tag == "jam"}
         return out
+
+    def history_of(self, eid: str) -> list[dict[str, Any]] | None:
+        """The element's changes in application order (None: it never existed)."""
+        changes = self.history.get(eid)
+        if changes is None:
+            return None
+        return [{**_origin(key), **_change(what, payload)} for key, what, payload in changes]
 
     # ------------------------------------------------------------ applying
 
@@ -86,7 +105,9 @@ class BoutDocument:
             target.parent.children.remove(target)
             for e in target.walk():
                 del self.index[e.eid]
-            self._note(target.eid, key, "remove", {})
+                if e.tag == "jam" and e.parent is not None and e.parent.tag == "period":
+                    self._jams.pop((int(e.parent.attrs["number"]), int(e.attrs["number"])), None)
+            self._note(target.eid, key, "remove", None)
             return
         if kind == "set":
             if "attribute" in op:
@@ -95,12 +116,11 @@ class BoutDocument:
                 if check_only:
                     return
                 target.attrs[name] = op["value"]
-                self._note(target.eid, key, "set", {"attribute": name, "value": op["value"]})
             else:
                 if check_only:
                     return
                 target.text = op["text"]
-                self._note(target.eid, key, "set", {"text": op["text"]})
+            self._note(target.eid, key, "set", op)
             return
         # add
         made: list[Element] = []
@@ -110,6 +130,8 @@ class BoutDocument:
         if len(set(eids)) != len(eids) or any(eid in self.index for eid in eids):
             clash = next(eid for eid in eids if eid in self.index or eids.count(eid) > 1)
             raise _Unresolved(f"eid {clash} is already in the document")
+        if "text" in op and len(target.text) + len(op["text"]) > MAX_TEXT:
+            raise _Unresolved(f"the text of <{target.tag}> would pass {MAX_TEXT} characters")
         if check_only:
             return
         self.made = eids
@@ -117,13 +139,10 @@ class BoutDocument:
             target.append(child)
         for e in made:
             self.index[e.eid] = e
-            self._note(e.eid, key, "add", {"parent": target.eid, "tag": e.tag, "attrs": dict(e.attrs)})
+            self._note(e.eid, key, "added", (target.eid, e))
         if "text" in op:
             target.text += op["text"]
-        self._note(target.eid, key, "add", {
-            **({"children": [c.eid for c in new]} if new else {}),
-            **({"text": op["text"]} if "text" in op else {}),
-        })
+        self._note(target.eid, key, "add", ([c.eid for c in new], op.get("text")))
 
     def _check_attribute(self, tag: str, name: str) -> None:
         allowed = SCHEMA.get(tag, frozenset())
@@ -135,14 +154,18 @@ class BoutDocument:
     def _build(self, node: dict[str, Any], key: Key, counter: list[int], made: list[Element]) -> Element:
         counter[0] += 1
         eid = node.get("eid") or derived_eid(f"{key[1].hex()}:{key[2]}:{counter[0]}")
-        e = Element(node["tag"], eid, dict(node.get("attrs", {})), node.get("text", ""))
+        e = Element(node["tag"], eid, dict(node.get("attrs", ())), node.get("text", ""))
         made.append(e)
         for c in node.get("children", []):
             e.append(self._build(c, key, counter, made))
         return e
 
-    def _note(self, eid: str, key: Key, what: str, detail: dict[str, Any]) -> None:
-        self.history.setdefault(eid, []).append({**_origin(key), "op": what, **detail})
+    def _note(self, eid: str, key: Key, what: str, payload: Any) -> None:
+        changes = self.history.get(eid)
+        if changes is None:
+            self.history[eid] = [(key, what, payload)]
+        else:
+            changes.append((key, what, payload))
 
     # --------------------------------------------------------- addressing
 
@@ -156,11 +179,10 @@ class BoutDocument:
                 raise _Unresolved(f"no element has eid {to['eid']}")
             return e
         if "period" in to:
-            period = root.find("period", number=str(to["period"]))
-            assert period is not None  # the two periods are permanent
+            period = self._periods[str(to["period"])]  # the two periods are permanent
             if "jam" not in to:
                 return period
-            jam = period.find("jam", number=str(to["jam"]))
+            jam = self._jams.get((to["period"], to["jam"]))
             if jam is None:
                 if not create:
                     return None
@@ -168,11 +190,11 @@ class BoutDocument:
                               {"number": str(to["jam"])})
                 _insert_jam(period, jam)
                 self.index[jam.eid] = jam
-                self._note(jam.eid, key, "create", {"parent": period.eid, "tag": "jam"})
+                self._jams[(to["period"], to["jam"])] = jam
+                self._note(jam.eid, key, "create", (period.eid, "jam"))
             return jam
         if "team" in to:
-            team = root.find("team", type=to["team"])
-            assert team is not None
+            team = self._teams[to["team"]]
             if "person" not in to:
                 return team
             who = to["person"]
@@ -191,7 +213,7 @@ class BoutDocument:
                 child = Element(step, derived_eid("bout" + made))
                 e.append(child)
                 self.index[child.eid] = child
-                self._note(child.eid, key, "create", {"parent": e.eid, "tag": step})
+                self._note(child.eid, key, "create", (e.eid, step))
             e = child
         return e
 
@@ -209,6 +231,24 @@ def _insert_jam(period: Element, jam: Element) -> None:
 
 def _created_tag(to: dict[str, Any]) -> str:
     return "jam" if "jam" in to else (str(to["path"]).split("/")[-1] or "bout")
+
+
+def _change(what: str, payload: Any) -> dict[str, Any]:
+    """A history entry's details, from what _note kept."""
+    if what == "set":
+        if "attribute" in payload:
+            return {"op": "set", "attribute": payload["attribute"], "value": payload["value"]}
+        return {"op": "set", "text": payload["text"]}
+    if what == "create":
+        return {"op": "create", "parent": payload[0], "tag": payload[1]}
+    if what == "added":  # the element itself was added (its attributes as they are now)
+        parent, e = payload
+        return {"op": "add", "parent": parent, "tag": e.tag, "attrs": dict(e.attrs)}
+    if what == "add":  # children or text were added to it
+        children, text = payload
+        return {"op": "add", **({"children": children} if children else {}),
+                **({"text": text} if text is not None else {})}
+    return {"op": what}
 
 
 def _where(to: dict[str, Any]) -> str:
@@ -256,13 +296,19 @@ class DocEngine:
             self._apply(self._doc, key, op)
         return True
 
+    def load(self, records: Iterable[LogRecord]) -> int:
+        """Take many records at once (a node starting on its store); returns how many were new."""
+        with few_collections():
+            return sum(self.add(r) for r in records)
+
     @property
     def document(self) -> BoutDocument:
         if self._stale:
             self._keys.sort()
             doc = BoutDocument()
-            for key in self._keys:
-                self._apply(doc, key, self._ops[key])
+            with few_collections():  # a rebuild makes many long-lived objects
+                for key in self._keys:
+                    self._apply(doc, key, self._ops[key])
             self._doc, self._stale = doc, False
             self.rebuilds += 1
         return self._doc

@@ -9,6 +9,7 @@ added them, so every node names every element the same way.
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -50,9 +51,17 @@ FIXED: Final[dict[str, frozenset[str]]] = {
 PERMANENT: Final = frozenset({"bout", "team", "period"})
 
 
+_NS_BYTES: Final = _NAMESPACE.bytes
+
+
 def derived_eid(name: str) -> str:
-    """A fixed eid for a name, the same on every node."""
-    return str(uuid.uuid5(_NAMESPACE, name))
+    """A fixed eid for a name, the same on every node: ``uuid5(namespace, name)``,
+    formatted without building a UUID object (this runs once per added element)."""
+    d = bytearray(hashlib.sha1(_NS_BYTES + name.encode("utf-8"), usedforsecurity=False).digest()[:16])
+    d[6] = (d[6] & 0x0F) | 0x50  # version 5
+    d[8] = (d[8] & 0x3F) | 0x80  # RFC 4122 variant
+    h = d.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 @dataclass(slots=True, eq=False)
