@@ -112,3 +112,14 @@ def test_the_document_survives_a_restart(cluster: Cluster, tmp_path: Path) -> No
     assert a.wait() == 0
     again = cluster.start("a2", beacon=False, data_dir=tmp_path / "a")
     assert doc_xml(again.api) == before and 'name="Hall 7"' in before
+
+
+def test_the_demo_shows_the_mesh_chat_and_the_document() -> None:
+    out = subprocess.run([sys.executable, "-m", "huddle", "demo"], capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "full mesh formed." in out.stdout
+    assert "<alice> hello from alice" in out.stdout
+    assert '<penalty code="B" number="7" team="away"/>' in out.stdout
+    assert "what jam are we on? active: period 1 jam 1" in out.stdout
+    assert "all stopped, exit codes [0, 0, 0]" in out.stdout

@@ -116,6 +116,33 @@ async def _demo(nodes: list[NodeProcess]) -> None:
         print("   peers:")
         print("\n".join("     " + line for line in _peers_text(peers).splitlines()))
         print()
+    await _demo_document(nodes)
+
+
+async def _demo_document(nodes: list[NodeProcess]) -> None:
+    """Two officials edit the bout document on different nodes; the last node shows it."""
+    first, second, last = nodes[0], nodes[1 % len(nodes)], nodes[-1]
+    print(f"== the bout document: {first.name} starts jam 1 and enters a lineup, {second.name} a penalty")
+    async with ApiClient(first.api) as api:
+        await api.doc_apply('<action><set period="1" jam="1"><attribute name="start">0</attribute></set>'
+                            '<add period="1" jam="1"><lineup team="home" position="jammer" number="12"/></add>'
+                            '</action>', "application/xml")
+    async with ApiClient(second.api) as api:
+        await api.doc_apply('{"op": "add", "to": {"period": 1, "jam": 1}, "children": [{"tag": "penalty", '
+                            '"attrs": {"team": "away", "number": "7", "code": "B"}}]}', "application/json")
+    async with ApiClient(last.api) as api:
+        deadline = time.monotonic() + 10
+        xml = await api.doc_xml()
+        while "penalty" not in xml or "lineup" not in xml:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{last.name} did not get both edits: {xml}")
+            await asyncio.sleep(0.05)
+            xml = await api.doc_xml()
+        jams = await api.jams()
+    print(f"   {last.name} shows (huddle doc show):")
+    print("   " + xml.strip().splitlines()[-1])
+    active = jams["active"]
+    print(f"   what jam are we on? active: period {active['period']} jam {active['jam']}\n")
 
 
 def run_demo(count: int = 3) -> int:
