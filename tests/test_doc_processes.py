@@ -123,3 +123,19 @@ def test_the_demo_shows_the_mesh_chat_and_the_document() -> None:
     assert '<penalty code="B" number="7" team="away"/>' in out.stdout
     assert "what jam are we on? active: period 1 jam 1" in out.stdout
     assert "all stopped, exit codes [0, 0, 0]" in out.stdout
+
+
+def test_starting_and_stopping_jams_over_the_api(cluster: Cluster) -> None:
+    a = cluster.start("a", beacon=False)
+    status, body = http(a.api, "/api/v1/bout/stop", method="POST")
+    assert (status, body["error"]) == (409, "no jam is being skated")
+    status, body = http(a.api, "/api/v1/bout/start", method="POST")
+    assert status == 201 and body["active"]["jam"] == 1 and body["upcoming"] is None
+    status, body = http(a.api, "/api/v1/bout/start", method="POST")
+    assert (status, body["error"]) == (409, "period 1 jam 1 is being skated: stop it first")
+    status, body = http(a.api, "/api/v1/bout/stop", method="POST")
+    assert status == 201 and body["active"] is None and body["upcoming"] == {"period": 1, "jam": 2}
+    assert body["just_completed"]["duration"] >= 0
+    with urllib.request.urlopen(a.api + "/bout", timeout=10) as resp:
+        page = resp.read().decode()
+    assert resp.headers["Content-Type"].startswith("text/html") and "/api/v1/bout/jams" in page

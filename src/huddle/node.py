@@ -20,7 +20,7 @@ from typing import Any
 
 from .config import NodeConfig, parse_hostport
 from .discovery import BeaconService, Interface, resolve_interface
-from .doc import DOC_KIND, DocEngine, OperationError
+from .doc import DOC_KIND, DocEngine, OperationError, jams
 from .errors import ConfigError, DataDirLocked, LocalProtocolError
 from .ids import NodeId
 from .log import SqliteStore
@@ -226,6 +226,29 @@ class Node:
         records = self.emit_many([(DOC_KIND, op) for op in ops])
         return [{"source": str(r.source), "seq": r.seq, "timestamp": r.timestamp, "eids": eids}
                 for r, eids in zip(records, made, strict=True)]
+
+    def start_jam(self) -> dict[str, Any]:
+        """Start the upcoming jam now (its ``start`` is this node's mesh time)."""
+        state = jams(self.doc.document.root)
+        if state["active"] is not None:
+            a = state["active"]
+            raise OperationError(f"period {a['period']} jam {a['jam']} is being skated: stop it first")
+        up = state["upcoming"]
+        if up is None:
+            raise OperationError("the bout is over: there is no jam to start")
+        now = round(self.mesh_time(), 3)
+        self.apply_ops([{"op": "set", "to": up, "attribute": "start", "value": repr(now)}])
+        return jams(self.doc.document.root)
+
+    def stop_jam(self) -> dict[str, Any]:
+        """Stop the active jam now (its ``duration`` runs to this node's mesh time)."""
+        active = jams(self.doc.document.root)["active"]
+        if active is None:
+            raise OperationError("no jam is being skated")
+        duration = round(max(0.0, self.mesh_time() - active["start"]), 3)
+        to = {"period": active["period"], "jam": active["jam"]}
+        self.apply_ops([{"op": "set", "to": to, "attribute": "duration", "value": repr(duration)}])
+        return jams(self.doc.document.root)
 
     def log_summary(self) -> dict[str, Any]:
         log = self.log

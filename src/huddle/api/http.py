@@ -10,6 +10,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import WSMsgType, web
@@ -296,6 +297,22 @@ async def _get_jams(request: web.Request) -> web.Response:
     return web.json_response(jams(node.doc.document.root))
 
 
+async def _post_jam(request: web.Request) -> web.Response:
+    node = request.app[NODE_KEY]
+    try:
+        state = node.start_jam() if request.match_info["action"] == "start" else node.stop_jam()
+    except OperationError as exc:
+        return _error(409, str(exc))
+    return web.json_response(state, status=201)
+
+
+_STATIC = Path(__file__).parent / "static"
+
+
+async def _get_bout_page(request: web.Request) -> web.FileResponse:
+    return web.FileResponse(_STATIC / "bout.html", headers={"Cache-Control": "no-cache"})
+
+
 def make_app(node: Node) -> web.Application:
     app = web.Application(middlewares=[_errors], client_max_size=MAX_BODY + 4096)
     app[NODE_KEY] = node
@@ -311,6 +328,8 @@ def make_app(node: Node) -> web.Application:
     app.router.add_get("/api/v1/doc/history", _get_doc_history)
     app.router.add_get("/api/v1/doc/dropped", _get_doc_dropped)
     app.router.add_get("/api/v1/bout/jams", _get_jams)
+    app.router.add_post("/api/v1/bout/{action:start|stop}", _post_jam)
+    app.router.add_get("/bout", _get_bout_page)
     return app
 
 
