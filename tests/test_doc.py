@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import random
+import uuid
 from typing import Any
 
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
@@ -303,3 +304,53 @@ def test_the_simulator_compares_every_nodes_document() -> None:
     other.stage(run[:39], None, 5.0)  # one event short: seq 40 removes a jam
     nodes[2].store = other
     assert check_documents(nodes, seed=1) == ["n2's document differs from n0's"]
+
+
+def test_eids_of_added_elements_resolve_and_histories_outlive_removal() -> None:
+    add = {"op": "add", "to": {"period": 2, "jam": 4},
+           "children": [{"tag": "lineup", "attrs": {"number": "1"}, "children": [{"tag": "note"}]}]}
+    e = engine_of([rec(A, 1, 1.0, add)])
+    doc = e.document
+    # The documented rule: uuid5(huddle's namespace, "SOURCE:SEQ:N"), N counting the operation's elements.
+    ns = uuid.UUID("5b1e9a52-3c1f-4f4e-9d43-6b7d0c1e2f10")
+    lineup_eid = str(uuid.uuid5(ns, "0a" * 16 + ":1:1"))
+    note_eid = str(uuid.uuid5(ns, "0a" * 16 + ":1:2"))
+    assert doc.index[lineup_eid].tag == "lineup" and doc.index[note_eid].tag == "note"
+    e.add(rec(B, 1, 2.0, {"op": "set", "to": {"eid": note_eid}, "text": "fast start"}))
+    e.add(rec(B, 2, 3.0, {"op": "remove", "to": {"eid": lineup_eid}}))
+    e.add(rec(C, 1, 4.0, {"op": "set", "to": {"eid": note_eid}, "text": "too late"}))
+    doc = e.document
+    assert lineup_eid not in doc.index and note_eid not in doc.index
+    assert [d["seq"] for d in doc.dropped] == [1] and doc.dropped[0]["source"] == C.hex()
+    assert [h["op"] for h in doc.history_of(note_eid) or []] == ["add", "set"]
+    assert [h["op"] for h in doc.history_of(lineup_eid) or []] == ["add", "remove"]
+    # A jam removed and referred to again keeps one history.
+    jam = str(uuid.uuid5(ns, "bout/period/2/jam/4"))
+    e.add(rec(C, 2, 5.0, {"op": "remove", "to": {"period": 2, "jam": 4}}))
+    e.add(rec(C, 3, 6.0, {"op": "set", "to": {"period": 2, "jam": 4}, "attribute": "start", "value": "9"}))
+    assert e.document.history_of(jam) is not None
+    assert [h["op"] for h in e.document.history_of(jam) or []] == ["create", "add", "remove", "create", "set"]
+
+
+JUNK = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 300) | st.sampled_from(["", "x", "home", "jam", "lineup", "eid"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.sampled_from(["op", "to", "tag", "attrs", "text", "children", "period", "jam", "team", "person",
+                         "attribute", "value", "number", "eid", "path"]), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@given(st.one_of(OPS, JUNK, OPS.map(lambda op: {**op, "to": {**op["to"], "jam": 0}})))
+@settings(max_examples=400, deadline=None)
+def test_the_fast_check_accepts_only_what_normalise_leaves_unchanged(value: Any) -> None:
+    from huddle.doc.ops import is_normal, normalise
+
+    try:
+        normal: dict[str, Any] | None = normalise(value)
+    except OperationError:
+        normal = None
+    if is_normal(value):
+        assert normal == value
+    if normal is not None:
+        assert is_normal(normal)  # every stored body takes the fast path

@@ -222,7 +222,7 @@ class Node:
             key: Key = (stamp, bytes(self.log.uuid), self.log.next_seq + i)
             scratch.made = []
             scratch.apply(op, key)
-            made.append(scratch.made)
+            made.append([e.eid for e in scratch.made])
         records = self.emit_many([(DOC_KIND, op) for op in ops])
         return [{"source": str(r.source), "seq": r.seq, "timestamp": r.timestamp, "eids": eids}
                 for r, eids in zip(records, made, strict=True)]

@@ -19,7 +19,7 @@ from typing import Any
 from ..gcutil import few_collections
 from ..wire import LogRecord
 from .model import FIXED, PERMANENT, SCHEMA, Element, default_bout, derived_eid
-from .ops import DOC_KIND, OperationError, normalise
+from .ops import DOC_KIND, OperationError, is_normal, normalise
 
 __all__ = ["MAX_TEXT", "BoutDocument", "DocEngine", "Key", "jams"]
 
@@ -34,26 +34,43 @@ class _Unresolved(Exception):
 
 
 class BoutDocument:
-    """The tree, an index by eid, and every element's history."""
+    """The tree, an index by eid, and every element's history.
+
+    Elements added by events are indexed lazily: their eids are derived and
+    entered in the index only when an eid is first looked up (most are
+    never addressed by eid; a rebuild of a large document does not pay for
+    them).  A removed element's history stays reachable by its eid.
+    """
 
     def __init__(self) -> None:
         self.root: Element = default_bout()
-        self.index: dict[str, Element] = {e.eid: e for e in self.root.walk()}
-        # eid -> changes, each (key, what, payload), turned into dicts by history_of
-        self.history: dict[str, list[tuple[Key, str, Any]]] = {}
+        self._index: dict[str, Element] = {e.eid: e for e in self.root.walk()}
+        self._unindexed: list[Element] = []
+        self._removed: dict[str, Element] = {}  # eid -> a removed element (for its history)
         self._periods = {e.attrs["number"]: e for e in self.root.children if e.tag == "period"}
         self._teams = {e.attrs["type"]: e for e in self.root.children if e.tag == "team"}
         self._jams: dict[tuple[int, int], Element] = {}
         self.dropped: list[dict[str, Any]] = []
         self.applied = 0
-        self.made: list[str] = []  # eids of the elements the last add made
+        self.made: list[Element] = []  # the elements the last add made
+
+    @property
+    def index(self) -> dict[str, Element]:
+        """Every element in the document, by eid."""
+        if self._unindexed:
+            index = self._index
+            for e in self._unindexed:
+                if not e.removed:
+                    index[e.eid] = e
+            self._unindexed = []
+        return self._index
 
     def clone(self) -> BoutDocument:
-        """A copy of the tree and index (not the history), to try operations on."""
+        """A copy of the tree (not the history), to try operations on."""
         out = BoutDocument.__new__(BoutDocument)
         out.root = self.root.copy()
-        out.index = {e.eid: e for e in out.root.walk()}
-        out.history, out.dropped, out.applied, out.made = {}, [], self.applied, []
+        out._index = {e.eid: e for e in out.root.walk()}
+        out._unindexed, out._removed, out.dropped, out.applied, out.made = [], {}, [], self.applied, []
         out._periods = {e.attrs["number"]: e for e in out.root.children if e.tag == "period"}
         out._teams = {e.attrs["type"]: e for e in out.root.children if e.tag == "team"}
         out._jams = {(int(p.attrs["number"]), int(j.attrs["number"])): j
@@ -61,11 +78,11 @@ class BoutDocument:
         return out
 
     def history_of(self, eid: str) -> list[dict[str, Any]] | None:
-        """The element's changes in application order (None: it never existed)."""
-        changes = self.history.get(eid)
-        if changes is None:
+        """The element's changes in application order (None: no element ever had this eid)."""
+        e = self.index.get(eid) or self._removed.get(eid)
+        if e is None:
             return None
-        return [{**_origin(key), **_change(what, payload)} for key, what, payload in changes]
+        return [{**_origin(key), **_change(what, payload)} for key, what, payload in e.changes or ()]
 
     # ------------------------------------------------------------ applying
 
@@ -93,21 +110,25 @@ class BoutDocument:
             if kind == "remove":
                 raise _Unresolved(f"nothing to remove at {_where(op['to'])}")
             if kind == "set" and "attribute" in op:
-                tag = _created_tag(op["to"])
-                self._check_attribute(tag, op["attribute"])
+                self._check_attribute(_created_tag(op["to"]), op["attribute"])
             return
         if kind == "remove":
             if target.tag in PERMANENT:
                 raise _Unresolved(f"<{target.tag}> is part of every bout and cannot be removed")
             if check_only:
                 return
-            assert target.parent is not None
-            target.parent.children.remove(target)
+            parent = target.parent
+            assert parent is not None
+            parent.children.remove(target)
+            index = self.index
             for e in target.walk():
-                del self.index[e.eid]
+                e.removed = True
+                eid = e.eid
+                index.pop(eid, None)
+                self._removed[eid] = e
                 if e.tag == "jam" and e.parent is not None and e.parent.tag == "period":
                     self._jams.pop((int(e.parent.attrs["number"]), int(e.attrs["number"])), None)
-            self._note(target.eid, key, "remove", None)
+            _note(target, key, "remove", None)
             return
         if kind == "set":
             if "attribute" in op:
@@ -120,29 +141,46 @@ class BoutDocument:
                 if check_only:
                     return
                 target.text = op["text"]
-            self._note(target.eid, key, "set", op)
+            _note(target, key, "set", op)
             return
         # add
+        text = op.get("text")
+        if text is not None and len(target.text) + len(text) > MAX_TEXT:
+            raise _Unresolved(f"the text of <{target.tag}> would pass {MAX_TEXT} characters")
         made: list[Element] = []
         counter = [0]
-        new = [self._build(n, key, counter, made) for n in op.get("children", [])]
-        eids = [e.eid for e in made]
-        if len(set(eids)) != len(eids) or any(eid in self.index for eid in eids):
-            clash = next(eid for eid in eids if eid in self.index or eids.count(eid) > 1)
-            raise _Unresolved(f"eid {clash} is already in the document")
-        if "text" in op and len(target.text) + len(op["text"]) > MAX_TEXT:
-            raise _Unresolved(f"the text of <{target.tag}> would pass {MAX_TEXT} characters")
+        origin = (key[1], key[2])
+        new = [_build(n, origin, counter, made) for n in op.get("children", ())]
+        given = [e.eid for e in made if e.origin is None]  # eids the operation names itself
+        if given:
+            index = self.index
+            clash = next((eid for i, eid in enumerate(given) if eid in index or eid in given[:i]), None)
+            if clash is not None:
+                raise _Unresolved(f"eid {clash} is already in the document")
         if check_only:
             return
-        self.made = eids
+        self.made = made
         for child in new:
             target.append(child)
+        if given:
+            for e in made:
+                self._enter(e)
+        else:
+            self._unindexed.extend(made)
         for e in made:
-            self.index[e.eid] = e
-            self._note(e.eid, key, "added", (target.eid, e))
-        if "text" in op:
-            target.text += op["text"]
-        self._note(target.eid, key, "add", ([c.eid for c in new], op.get("text")))
+            _note(e, key, "added", target)
+        if text is not None:
+            target.text += text
+        _note(target, key, "add", (new, text))
+
+    def _enter(self, e: Element) -> None:
+        """Index an element whose eid may have been used before (a jam made
+        again after a remove): its history continues the old one."""
+        eid = e.eid
+        self._index[eid] = e
+        old = self._removed.pop(eid, None)
+        if old is not None and old.changes:
+            e.changes = list(old.changes)
 
     def _check_attribute(self, tag: str, name: str) -> None:
         allowed = SCHEMA.get(tag, frozenset())
@@ -150,22 +188,6 @@ class BoutDocument:
             raise _Unresolved(f"<{tag}> has no attribute {name!r} (it has {', '.join(sorted(allowed))})")
         if name in FIXED.get(tag, frozenset()):
             raise _Unresolved(f"the {name!r} of a <{tag}> identifies it and cannot be set")
-
-    def _build(self, node: dict[str, Any], key: Key, counter: list[int], made: list[Element]) -> Element:
-        counter[0] += 1
-        eid = node.get("eid") or derived_eid(f"{key[1].hex()}:{key[2]}:{counter[0]}")
-        e = Element(node["tag"], eid, dict(node.get("attrs", ())), node.get("text", ""))
-        made.append(e)
-        for c in node.get("children", []):
-            e.append(self._build(c, key, counter, made))
-        return e
-
-    def _note(self, eid: str, key: Key, what: str, payload: Any) -> None:
-        changes = self.history.get(eid)
-        if changes is None:
-            self.history[eid] = [(key, what, payload)]
-        else:
-            changes.append((key, what, payload))
 
     # --------------------------------------------------------- addressing
 
@@ -189,9 +211,9 @@ class BoutDocument:
                 jam = Element("jam", derived_eid(f"bout/period/{to['period']}/jam/{to['jam']}"),
                               {"number": str(to["jam"])})
                 _insert_jam(period, jam)
-                self.index[jam.eid] = jam
+                self._enter(jam)
                 self._jams[(to["period"], to["jam"])] = jam
-                self._note(jam.eid, key, "create", (period.eid, "jam"))
+                _note(jam, key, "create", (period, "jam"))
             return jam
         if "team" in to:
             team = self._teams[to["team"]]
@@ -212,10 +234,28 @@ class BoutDocument:
                     return None
                 child = Element(step, derived_eid("bout" + made))
                 e.append(child)
-                self.index[child.eid] = child
-                self._note(child.eid, key, "create", (e.eid, step))
+                self._enter(child)
+                _note(child, key, "create", (e, step))
             e = child
         return e
+
+
+def _build(node: dict[str, Any], origin: tuple[bytes, int], counter: list[int], made: list[Element]) -> Element:
+    counter[0] += 1
+    eid = node.get("eid")
+    e = Element(node["tag"], eid, dict(node.get("attrs", ())), node.get("text", ""),
+                None if eid else (origin[0], origin[1], counter[0]))
+    made.append(e)
+    for c in node.get("children", ()):
+        e.append(_build(c, origin, counter, made))
+    return e
+
+
+def _note(e: Element, key: Key, what: str, payload: Any) -> None:
+    if e.changes is None:
+        e.changes = [(key, what, payload)]
+    else:
+        e.changes.append((key, what, payload))
 
 
 def _insert_jam(period: Element, jam: Element) -> None:
@@ -240,13 +280,12 @@ def _change(what: str, payload: Any) -> dict[str, Any]:
             return {"op": "set", "attribute": payload["attribute"], "value": payload["value"]}
         return {"op": "set", "text": payload["text"]}
     if what == "create":
-        return {"op": "create", "parent": payload[0], "tag": payload[1]}
-    if what == "added":  # the element itself was added (its attributes as they are now)
-        parent, e = payload
-        return {"op": "add", "parent": parent, "tag": e.tag, "attrs": dict(e.attrs)}
+        return {"op": "create", "parent": payload[0].eid, "tag": payload[1]}
+    if what == "added":  # the element itself was added, under payload
+        return {"op": "add", "parent": payload.eid}
     if what == "add":  # children or text were added to it
         children, text = payload
-        return {"op": "add", **({"children": children} if children else {}),
+        return {"op": "add", **({"children": [c.eid for c in children]} if children else {}),
                 **({"text": text} if text is not None else {})}
     return {"op": what}
 
@@ -325,8 +364,9 @@ def decode_op(body: str) -> dict[str, Any] | str:
     """A ``doc`` event's body as a normalised operation, or why it is unusable.
     Bodies from other nodes are checked again: a peer may be buggy or hostile."""
     try:
-        return normalise(json.loads(body))
-    except (ValueError, OperationError) as exc:
+        op = json.loads(body)
+        return op if is_normal(op) else normalise(op)
+    except (ValueError, RecursionError, OperationError) as exc:
         return f"unusable operation: {exc}"
 
 

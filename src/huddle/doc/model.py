@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any, Final
 from xml.sax.saxutils import escape, quoteattr
 
@@ -64,14 +63,34 @@ def derived_eid(name: str) -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
-@dataclass(slots=True, eq=False)
 class Element:
-    tag: str
-    eid: str
-    attrs: dict[str, str] = field(default_factory=dict)
-    text: str = ""
-    children: list[Element] = field(default_factory=list)
-    parent: Element | None = field(default=None, repr=False)
+    """One element.  Its eid is given, fixed (derived from a name), or derived
+    from the event that added it (``origin``: source, seq, n) the first time
+    it is asked for: most elements of a large document are never addressed
+    by eid, and deriving one costs a SHA-1."""
+
+    __slots__ = ("_eid", "attrs", "changes", "children", "origin", "parent", "removed", "tag", "text")
+
+    def __init__(self, tag: str, eid: str | None, attrs: dict[str, str] | None = None, text: str = "",
+                 origin: tuple[bytes, int, int] | None = None) -> None:
+        self.tag = tag
+        self._eid = eid
+        self.attrs: dict[str, str] = {} if attrs is None else attrs
+        self.text = text
+        self.children: list[Element] = []
+        self.parent: Element | None = None
+        self.origin = origin
+        self.changes: list[tuple[Any, str, Any]] | None = None  # this element's history (engine)
+        self.removed = False
+
+    @property
+    def eid(self) -> str:
+        eid = self._eid
+        if eid is None:
+            assert self.origin is not None
+            source, seq, n = self.origin
+            eid = self._eid = derived_eid(f"{source.hex()}:{seq}:{n}")
+        return eid
 
     def append(self, child: Element) -> None:
         child.parent = self
@@ -90,10 +109,13 @@ class Element:
             yield from c.walk()
 
     def copy(self) -> Element:
-        out = Element(self.tag, self.eid, dict(self.attrs), self.text)
+        out = Element(self.tag, self._eid, dict(self.attrs), self.text, self.origin)
         for c in self.children:
             out.append(c.copy())
         return out
+
+    def __repr__(self) -> str:
+        return f"Element({self.tag!r}, {self.attrs!r})"
 
 
 def default_bout() -> Element:

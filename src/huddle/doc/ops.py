@@ -25,7 +25,7 @@ from defusedxml.ElementTree import fromstring
 from ..errors import HuddleError
 from .model import SCHEMA, TEAMS
 
-__all__ = ["DOC_KIND", "OperationError", "parse_json_ops", "parse_ops", "parse_xml_ops"]
+__all__ = ["DOC_KIND", "OperationError", "is_normal", "normalise", "parse_json_ops", "parse_ops", "parse_xml_ops"]
 
 DOC_KIND: Final = "doc"  # the log event kind of a document operation
 MAX_DEPTH: Final = 16
@@ -240,6 +240,112 @@ def _count(nodes: list[dict[str, Any]]) -> None:
         stack.extend(node.get("children", []))
     if n > MAX_NODES:
         raise OperationError(f"more than {MAX_NODES} elements in one operation")
+
+
+# --------------------------------------------------------------------------- fast check
+
+
+_NOT_ADDED: Final = frozenset({"bout", "team", "period", "jam"})
+_MAX_TEXT: Final = 100_000
+
+
+def is_normal(op: Any) -> bool:
+    """True if ``op`` is already a valid operation in normal form, so that
+    ``normalise(op) == op``: the cheap check a stored body takes (a node
+    rebuilding its document reads every body again).  False sends the
+    caller to :func:`normalise`, which accepts or explains."""
+    if type(op) is not dict or not _normal_address(op.get("to")):
+        return False
+    kind = op.get("op")
+    n = len(op)
+    if kind == "remove":
+        return n == 2
+    if kind == "set":
+        if n == 4:
+            name, value = op.get("attribute"), op.get("value")
+            return (type(name) is str and name not in {"eid", ""} and type(value) is str and len(value) <= _MAX_TEXT)
+        text = op.get("text")
+        return n == 3 and type(text) is str and len(text) <= _MAX_TEXT
+    if kind == "add":
+        children, text = op.get("children"), op.get("text")
+        if n != 2 + (children is not None) + (text is not None):
+            return False
+        if text is not None and (type(text) is not str or not text or len(text) > _MAX_TEXT):
+            return False
+        if children is None:
+            return text is not None
+        count = [0]
+        return (type(children) is list and bool(children) and all(_normal_node(c, 1, count) for c in children)
+                and count[0] <= MAX_NODES)
+    return False
+
+
+def _normal_address(to: Any) -> bool:
+    if type(to) is not dict:
+        return False
+    n = len(to)
+    if "period" in to:
+        p = to["period"]
+        if type(p) is not int or not 1 <= p <= 2:
+            return False
+        if n == 1:
+            return True
+        j = to.get("jam")
+        return n == 2 and type(j) is int and 1 <= j <= MAX_JAM
+    if "team" in to:
+        if to["team"] not in TEAMS:
+            return False
+        if n == 1:
+            return True
+        who = to.get("person")
+        return n == 2 and type(who) is str and who != ""
+    if n != 1:
+        return False
+    if "eid" in to:
+        eid = to["eid"]
+        return type(eid) is str and eid == eid.lower() and _UUID.match(eid) is not None
+    path = to.get("path")
+    if type(path) is not str:
+        return False
+    if path == "":
+        return True
+    steps = path.split("/")
+    return steps[0] != "bout" and all(s in SCHEMA and s != "bout" for s in steps)
+
+
+def _normal_node(node: Any, depth: int, count: list[int]) -> bool:
+    count[0] += 1
+    if type(node) is not dict or depth > MAX_DEPTH:
+        return False
+    tag = node.get("tag")
+    allowed = SCHEMA.get(tag) if type(tag) is str else None
+    if allowed is None or tag in _NOT_ADDED:
+        return False
+    n = 1
+    attrs = node.get("attrs")
+    if attrs is not None:
+        n += 1
+        if type(attrs) is not dict or not attrs:
+            return False
+        for k, v in attrs.items():
+            if k not in allowed or type(v) is not str or len(v) > _MAX_TEXT:
+                return False
+    eid = node.get("eid")
+    if eid is not None:
+        n += 1
+        if type(eid) is not str or eid != eid.lower() or _UUID.match(eid) is None:
+            return False
+    text = node.get("text")
+    if text is not None:
+        n += 1
+        if type(text) is not str or not text or len(text) > _MAX_TEXT:
+            return False
+    children = node.get("children")
+    if children is not None:
+        n += 1
+        if type(children) is not list or not children or not all(_normal_node(c, depth + 1, count) for c in children):
+            return False
+    return len(node) == n
 
 
 # --------------------------------------------------------------------------- XML
