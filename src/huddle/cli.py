@@ -20,11 +20,17 @@ from .errors import ConfigError, HuddleError
 __all__ = ["main"]
 
 NODE_EPILOG = """\
-examples:
-  # three nodes on this machine, finding each other by UDP beacons on loopback
+examples, one per way of finding peers (they mix: one group may use all of them):
+  # UDP beacons (the default): nodes on this machine, on loopback
   huddle node --name alice --group derby --data-dir /tmp/alice --interface lo --api 127.0.0.1:0
-  # a node on the LAN that also dials a known peer (a "seed"); no beacons
+  # seeds: dial a known peer's ROUTER endpoint; no beacons
   huddle node --name bob --group derby --data-dir ~/bob --no-beacon --seed 192.168.1.20:50123
+  # mDNS / DNS-SD, for a Wi-Fi that passes multicast but not broadcast
+  huddle node --name carol --group derby --data-dir ~/carol --no-beacon --mdns
+  # the source document's service type
+  huddle node --name dave --group derby --data-dir ~/dave --mdns --mdns-type _nsode_derbyos_com._tcp
+  # a naming broker at a well-known address (run one with: huddle broker --pub tcp://*:5680 --sub tcp://*:5681)
+  huddle node --name erin --group derby --data-dir ~/erin --no-beacon --naming tcp://10.0.0.5:5680
   # everything from a TOML file (keys as the long flags, dashes or underscores); flags win
   huddle node --config node.toml --name carol
 
@@ -42,6 +48,16 @@ def _port_range(text: str) -> tuple[int, int]:
     if not sep or not lo.isdigit() or not hi.isdigit():
         raise argparse.ArgumentTypeError(f"expected LOW-HIGH, e.g. 49152-65535, got {text!r}")
     return int(lo), int(hi)
+
+
+def _non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text!r}")
+    return value
 
 
 def _positive(text: str) -> float:
@@ -90,6 +106,18 @@ def build_parser() -> argparse.ArgumentParser:
     node.add_argument("--beacon-address", metavar="A", help="where beacons go (default: the interface's broadcast address)")
     node.add_argument("--beacon-port", type=int, metavar="PORT", help=f"UDP port of beacons (default: {DEFAULT_BEACON_PORT})")
     node.add_argument("--beacon-interval", type=_positive, metavar="SECONDS", help="default: 1")
+    mdns = node.add_mutually_exclusive_group()
+    mdns.add_argument("--mdns", dest="mdns", action="store_true", default=None,
+                      help="discover peers with mDNS / DNS-SD (python-zeroconf)")
+    mdns.add_argument("--no-mdns", dest="mdns", action="store_false", help="no mDNS (the default)")
+    node.add_argument("--mdns-type", metavar="TYPE",
+                      help="DNS-SD service type (default: _huddle._tcp; the source's: _nsode_derbyos_com._tcp)")
+    node.add_argument("--naming", action="append", metavar="tcp://HOST:PORT",
+                      help="a naming broker's --pub endpoint (repeatable, for redundancy)")
+    node.add_argument("--naming-interval", type=_non_negative, metavar="SECONDS",
+                      help="re-announce through the brokers this often; 0: only until heard (default: 1)")
+    node.add_argument("--naming-timeout", type=_positive, metavar="SECONDS",
+                      help="give up starting if no broker forwards our announcement in this time (default: 5)")
     node.add_argument("--interface", metavar="IF",
                       help="interface (name or IPv4) to advertise and beacon on; 'lo' keeps everything on 127.0.0.1")
     node.add_argument("--heartbeat-interval", type=_positive, metavar="SECONDS", help="BEAT period (default: 1)")
@@ -210,6 +238,8 @@ def _node_config(args: argparse.Namespace) -> NodeConfig:
         seeds=tuple(args.seeds) if args.seeds else None, beacon=args.beacon,
         beacon_address=args.beacon_address, beacon_port=args.beacon_port,
         beacon_interval=args.beacon_interval, interface=args.interface,
+        mdns=args.mdns, mdns_type=args.mdns_type, naming=tuple(args.naming) if args.naming else None,
+        naming_interval=args.naming_interval, naming_timeout=args.naming_timeout,
         heartbeat_interval=args.heartbeat_interval, suspect_after=args.suspect_after,
         gone_after=args.gone_after, log_level=args.log_level,
     )

@@ -13,7 +13,7 @@ from .errors import ConfigError
 from .protocol import Timing
 from .wire.messages import MAX_GROUP, MAX_NAME
 
-__all__ = ["NodeConfig", "load_config", "parse_hostport"]
+__all__ = ["NodeConfig", "load_config", "parse_hostport", "parse_naming_endpoint"]
 
 DEFAULT_API = "127.0.0.1:8089"
 DEFAULT_BEACON_PORT = 5670
@@ -40,6 +40,11 @@ class NodeConfig:
     beacon_port: int = DEFAULT_BEACON_PORT
     beacon_interval: float = 1.0
     interface: str | None = None
+    mdns: bool = False
+    mdns_type: str = "_huddle._tcp"
+    naming: tuple[str, ...] = ()
+    naming_interval: float = 1.0
+    naming_timeout: float = 5.0
     heartbeat_interval: float = 1.0
     suspect_after: float = 2.5
     gone_after: float = 5.0
@@ -60,6 +65,15 @@ class NodeConfig:
         if self.beacon_interval <= 0:
             raise ConfigError("beacon interval must be positive")
         parse_hostport(self.api, "api")
+        from .discovery.mdns import normalise_type
+
+        normalise_type(self.mdns_type)
+        for endpoint in self.naming:
+            parse_naming_endpoint(endpoint)
+        if self.naming_interval < 0:
+            raise ConfigError("naming interval must be 0 (announce until heard, then stop) or positive")
+        if self.naming_timeout <= 0:
+            raise ConfigError("naming timeout must be positive")
         for seed in self.seeds:
             parse_hostport(seed, "seed")
         if self.log_level.lower() not in {"debug", "info", "warning", "error"}:
@@ -78,6 +92,16 @@ class NodeConfig:
 
     def with_overrides(self, **changes: Any) -> NodeConfig:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+def parse_naming_endpoint(text: str) -> tuple[str, int]:
+    """``tcp://HOST:PORT`` of a naming broker's publisher; a clear error otherwise."""
+    if not text.startswith("tcp://"):
+        raise ConfigError(f"a naming broker is tcp://HOST:PORT (its --pub endpoint), got {text!r}")
+    host, port = parse_hostport(text[6:], "naming broker")
+    if port == 0 or host in ("*", "0.0.0.0"):
+        raise ConfigError(f"a naming broker needs a host and a port to connect to, got {text!r}")
+    return host, port
 
 
 def parse_hostport(text: str, what: str) -> tuple[str, int]:
@@ -101,7 +125,7 @@ def _coerce(key: str, value: Any) -> Any:
             if not isinstance(value, str):
                 raise TypeError
             return Path(value).expanduser()
-        if key == "seeds":
+        if key in ("seeds", "naming"):
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise TypeError
             return tuple(value)

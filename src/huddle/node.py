@@ -16,7 +16,7 @@ import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .config import NodeConfig, parse_hostport
 from .discovery import BeaconService, Interface, resolve_interface
@@ -29,6 +29,9 @@ from .protocol.events import LogAppended, stat_row
 from .protocol.replication import Replicator, canonical_json
 from .transport.zmq_transport import ZmqTransport
 from .wire import LogRecord, encode_parts
+
+if TYPE_CHECKING:
+    from .discovery.mdns import MdnsService
 
 __all__ = ["DataDir", "Node", "run_node"]
 
@@ -103,6 +106,7 @@ class Node:
         self._log: Replicator | None = None
         self._transport: ZmqTransport | None = None
         self._beacon: BeaconService | None = None
+        self._mdns: MdnsService | None = None
         self.interface: Interface | None = None
         self.api_url: str | None = None
         self._listeners: list[Listener] = []
@@ -144,6 +148,8 @@ class Node:
             stats["send_dropped"] = self._transport.send_dropped
         if self._beacon is not None:
             stats["beacons"] = dict(self._beacon.stats)
+        if self._mdns is not None:
+            stats["mdns"] = dict(self._mdns.stats)
         return {
             "uuid": str(mesh.uuid),
             "name": mesh.name,
@@ -312,6 +318,14 @@ class Node:
                     await self._beacon.start()
                 except OSError as exc:
                     raise ConfigError(f"cannot open the beacon socket on port {cfg.beacon_port}: {exc.strerror}") from None
+            if cfg.mdns:
+                from .discovery.mdns import MdnsService
+
+                self._mdns = MdnsService(
+                    uuid=uuid, name=cfg.name, group=cfg.group, router_port=port, interface=iface,
+                    service_type=cfg.mdns_type, on_peer=self._discovered,
+                )
+                await self._mdns.start()
             from .api.http import start_api  # local import: aiohttp is only needed here
 
             api_runner, self.api_url = await start_api(self, cfg.api)
@@ -336,6 +350,9 @@ class Node:
                 self._execute()
             if self._beacon is not None:
                 self._beacon.close()
+            if self._mdns is not None:
+                with contextlib.suppress(Exception):  # leaving: a failing goodbye must not hide the real exit
+                    await asyncio.wait_for(self._mdns.close(), 3.0)
             if api_runner is not None:
                 await api_runner.cleanup()
             transport.close()
