@@ -222,6 +222,19 @@ def build_parser() -> argparse.ArgumentParser:
     for p in (d_show, d_apply, d_export, d_hist, doc_sub.choices["jams"]):
         _add_client_options(p)
 
+    broker = sub.add_parser(
+        "broker", help="run a naming broker: nodes find each other through it, data goes peer to peer",
+        description="A naming broker forwards the nodes' announcements (UUID, group, endpoint) between them; "
+        "nodes connect to its --pub endpoint with 'huddle node --naming tcp://HOST:PUBPORT'. Data never passes "
+        "through it. Run two for redundancy and give nodes both.",
+        epilog="example:\n  huddle broker --pub tcp://*:5680 --sub tcp://*:5681\n"
+        "  huddle node --name a --group derby --naming tcp://10.0.0.5:5680\n\n"
+        "The first line printed is 'broker pub=ENDPOINT sub=ENDPOINT' (port 0 picks a free port).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    broker.add_argument("--pub", required=True, metavar="tcp://HOST:PORT", help="where nodes' naming SUB sockets connect")
+    broker.add_argument("--sub", required=True, metavar="tcp://HOST:PORT", help="where nodes' naming PUB sockets connect")
+
     info = sub.add_parser("info", help="show the node's identity, clock and counters", epilog=CLIENT_EPILOG)
     _add_client_options(info)
 
@@ -463,6 +476,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_demo(args.nodes)
         if args.command == "simulate":
             return _cmd_simulate(args)
+        if args.command == "broker":
+            from .transport.naming import run_broker
+
+            for what, endpoint in (("--pub", args.pub), ("--sub", args.sub)):
+                if not endpoint.startswith("tcp://"):
+                    raise ConfigError(f"{what} must be tcp://HOST:PORT (e.g. tcp://*:5680), got {endpoint!r}")
+            logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+            run_broker(args.pub, args.sub, lambda p, s: print(f"broker pub={p} sub={s}", flush=True))
+            return 0
         if args.command == "export":
             from .log.export import export
 

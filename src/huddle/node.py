@@ -32,6 +32,7 @@ from .wire import LogRecord, encode_parts
 
 if TYPE_CHECKING:
     from .discovery.mdns import MdnsService
+    from .transport.naming import NamingClient
 
 __all__ = ["DataDir", "Node", "run_node"]
 
@@ -107,6 +108,7 @@ class Node:
         self._transport: ZmqTransport | None = None
         self._beacon: BeaconService | None = None
         self._mdns: MdnsService | None = None
+        self._naming: NamingClient | None = None
         self.interface: Interface | None = None
         self.api_url: str | None = None
         self._listeners: list[Listener] = []
@@ -150,6 +152,8 @@ class Node:
             stats["beacons"] = dict(self._beacon.stats)
         if self._mdns is not None:
             stats["mdns"] = dict(self._mdns.stats)
+        if self._naming is not None:
+            stats["naming"] = dict(self._naming.stats)
         return {
             "uuid": str(mesh.uuid),
             "name": mesh.name,
@@ -326,6 +330,15 @@ class Node:
                     service_type=cfg.mdns_type, on_peer=self._discovered,
                 )
                 await self._mdns.start()
+            if cfg.naming:
+                from .transport.naming import NamingClient
+
+                naming = NamingClient(
+                    uuid=uuid, name=cfg.name, group=cfg.group, endpoint=endpoint, brokers=cfg.naming,
+                    interval=cfg.naming_interval, timeout=cfg.naming_timeout, on_peer=self._discovered,
+                )
+                await naming.start()  # closes itself if no broker answers
+                self._naming = naming
             from .api.http import start_api  # local import: aiohttp is only needed here
 
             api_runner, self.api_url = await start_api(self, cfg.api)
@@ -350,6 +363,8 @@ class Node:
                 self._execute()
             if self._beacon is not None:
                 self._beacon.close()
+            if self._naming is not None:
+                await self._naming.close()
             if self._mdns is not None:
                 with contextlib.suppress(Exception):  # leaving: a failing goodbye must not hide the real exit
                     await asyncio.wait_for(self._mdns.close(), 3.0)
