@@ -138,3 +138,33 @@ def test_a_mixed_group_of_eight_forms_one_mesh(cluster: Cluster, brokers: list[B
     s2 = cluster.start("seed2", "--seed", endpoint_of(n1), beacon=False, group=g)
     everyone = [m1, m2, c1, c2, n1, n2, s1, s2]
     wait_for(lambda: cluster.mesh_complete(everyone), 40, "the mixed group of eight to form one mesh", interval=0.2)
+
+
+def test_garbage_through_a_broker_is_counted_and_dropped(cluster: Cluster, brokers: list[Broker],
+                                                         tmp_path: Path) -> None:
+    import zmq
+
+    from huddle.transport.naming import announcement_topic
+
+    broker = Broker(tmp_path, "broker")
+    brokers.append(broker)
+    a = cluster.start("a", "--naming", broker.endpoint, beacon=False, group="g")
+    b = cluster.start("b", "--naming", broker.endpoint, beacon=False, group="g")
+    wait_for(lambda: cluster.mesh_complete([a, b]), 20, "a and b to mesh")
+    ctx = zmq.Context()
+    pub = ctx.socket(zmq.PUB)
+    pub.connect(f"tcp://127.0.0.1:{broker.sub_port}")
+    topic = announcement_topic("g")
+    bad = [[topic, b"not json"], [topic, b"[1, 2]"], [topic, b'{"uuid": "zz", "endpoint": "x"}'],
+           [topic, b'{"uuid": "' + b"ab" * 16 + b'", "group": "g", "endpoint": "udp://1.2.3.4:5"}'],
+           [b"huddle.welcome", b'{"sub": 5}'], [topic, b"x", b"three frames"]]
+    try:
+        def sent_and_counted() -> bool:
+            for frames in bad:
+                pub.send_multipart(frames)
+            return get(a.api, "/api/v1/node")["stats"]["naming"]["malformed"] >= 5
+        wait_for(sent_and_counted, 10, "the garbage to be counted", interval=0.2)
+    finally:
+        pub.close(0)
+        ctx.term()
+    assert alive_names(a.api) == {"b"} and alive_names(b.api) == {"a"}
