@@ -180,6 +180,12 @@ def test_config_file_and_flags(tmp_path: Path) -> None:
         "judge", "bout-7", ("127.0.0.1:50000",), 6000, 9.0)
     assert cfg.port_range == (50000, 50100)
     assert cfg.with_overrides(name="other", group=None).name == "other"
+    path.write_text('beacon = false\nmdns = true\nmdns-type = "_nsode_derbyos_com._tcp"\n'
+                    'naming = ["tcp://10.0.0.5:5680", "tcp://10.0.0.6:5680"]\nnaming-interval = 0\n'
+                    'naming-timeout = 2.5\n')
+    cfg = load_config(path)
+    assert (cfg.beacon, cfg.mdns, cfg.mdns_type, cfg.naming, cfg.naming_interval, cfg.naming_timeout) == (
+        False, True, "_nsode_derbyos_com._tcp", ("tcp://10.0.0.5:5680", "tcp://10.0.0.6:5680"), 0.0, 2.5)
     assert NodeConfig().api == "127.0.0.1:8089"
 
 
@@ -191,6 +197,10 @@ def test_config_file_and_flags(tmp_path: Path) -> None:
         ("seeds = '1.2.3.4:5'", "wrong type"),
         ("beacon = 1", "wrong type"),
         ("name = ", "not valid TOML"),
+        ("naming = ['10.0.0.5:5680']", "a naming broker is tcp://HOST:PORT"),
+        ("naming = ['tcp://*:5680']", "needs a host and a port to connect to"),
+        ("mdns-type = 'huddle'", "must look like _name._tcp"),
+        ("naming-timeout = 0", "naming timeout must be positive"),
     ],
 )
 def test_broken_config_files_are_explained(tmp_path: Path, text: str, complaint: str) -> None:
