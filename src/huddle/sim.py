@@ -20,10 +20,11 @@ from .errors import DecodeError
 from .gcutil import few_collections
 from .ids import NodeId
 from .protocol import Connect, Disconnect, Event, Mesh, Notify, Send, Timing
+from .protocol.delivery import Delivery, DeliveryTiming
 from .protocol.events import LogAppended, stat_row
 from .protocol.replication import MemoryStore, ReplicationTiming, Replicator
 from .simlog import Origin, RangeStore
-from .wire import Gsip, LogRecord, Message, Xmsg, decode, encode
+from .wire import Dack, Dmsg, Gsip, LogRecord, Message, Xmsg, decode, encode
 
 __all__ = ["SimNetwork", "SimNode"]
 
@@ -58,7 +59,7 @@ class SimNetwork:
         """``wire`` false hands messages over as objects, skipping the codec
         (faster, for large runs); ``log_events`` false does not keep the nodes'
         ``LogAppended`` notifications (large runs).  ``loss``, ``duplicate`` and ``jitter`` (extra random delay, which
-        reorders) apply to the log's messages (XMSG, GSIP): ZeroMQ over TCP
+        reorders) apply to the log's and addressed messages (XMSG, GSIP, DMSG, DACK): ZeroMQ over TCP
         keeps one connection's messages in order and loses them only when a
         connection breaks or a queue fills, which these model."""
         self.now = 1_000_000.0
@@ -92,6 +93,7 @@ class SimNetwork:
         log: bool = False,
         store: MemoryStore | RangeStore | None = None,
         log_timing: ReplicationTiming | None = None,
+        delivery: DeliveryTiming | None = None,
     ) -> SimNode:
         if endpoint is None:
             endpoint = f"tcp://10.0.0.1:{self._next_port}"
@@ -105,6 +107,8 @@ class SimNetwork:
         if log or store is not None:
             node.store = store if store is not None else MemoryStore()
             mesh.replication = Replicator(node_id, node.store, now=self.now + skew, timing=log_timing)
+        if delivery is not None:
+            mesh.delivery = Delivery(node_id, timing=delivery)
         self.nodes[endpoint] = node
         return node
 
@@ -121,6 +125,7 @@ class SimNetwork:
             uuid=None if lose_data else node.mesh.uuid, timing=node.mesh.timing, skew=node.clock_skew,
             log=node.store is not None, store=store,
             log_timing=None if node.mesh.replication is None else node.mesh.replication.timing,
+            delivery=None if node.mesh.delivery is None else node.mesh.delivery.timing,
         )
         if rejoin is not None:
             fresh.mesh.discovered(rejoin.mesh.uuid, rejoin.mesh.endpoint, self.local(fresh))
@@ -169,7 +174,7 @@ class SimNetwork:
                 msg = action.message
                 payload: list[bytes] | Message = encode(msg) if self.wire else msg
                 delay = self.latency
-                if isinstance(msg, (Xmsg, Gsip)):
+                if isinstance(msg, (Xmsg, Gsip, Dmsg, Dack)):
                     if self.loss and self.rng.random() < self.loss:
                         continue
                     if self.jitter:

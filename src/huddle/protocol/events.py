@@ -13,6 +13,7 @@ from ..wire import LogRecord, Message
 
 __all__ = [
     "Action",
+    "BufferSpace",
     "ChatReceived",
     "ClockSynced",
     "Connect",
@@ -20,6 +21,7 @@ __all__ = [
     "Disconnect",
     "Event",
     "LogAppended",
+    "MessageReceived",
     "Notify",
     "PeerJoined",
     "PeerLeft",
@@ -176,11 +178,34 @@ class LogAppended:
         return {"type": "log", "events": [record_json(r, f, arriving=True) for r, f in self.records]}
 
 
+@dataclass(frozen=True, slots=True)
+class MessageReceived:
+    """An addressed message, delivered in the sender's order, once."""
+
+    peer: NodeId
+    seq: int
+    payload: bytes
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": "message", "peer": str(self.peer), "seq": self.seq, "size": len(self.payload)}
+
+
+@dataclass(frozen=True, slots=True)
+class BufferSpace:
+    """A peer's send buffer has room again after a refused send."""
+
+    peer: NodeId
+    free: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": "buffer_space", "peer": str(self.peer), "free": self.free}
+
+
 def stat_row(event: Event) -> tuple[float, str, NodeId | None, str] | None:
     """A membership or clock event as a statistics row ``(time, type, peer,
     detail JSON)``, as the node stores it and ``huddle export`` writes it;
     ``None`` for the log's and chat's events, which are not statistics."""
-    if isinstance(event, (LogAppended, ChatReceived)):
+    if isinstance(event, (LogAppended, ChatReceived, MessageReceived, BufferSpace)):
         return None
     detail = event.to_json()
     peer = getattr(event, "peer", None)
@@ -202,4 +227,5 @@ def record_json(r: LogRecord, received_from: NodeId | None = None, *, arriving: 
     }
 
 
-Event = PeerJoined | PeerLeft | PeerStateChanged | PeerRefused | ChatReceived | ClockSynced | LogAppended
+Event = (PeerJoined | PeerLeft | PeerStateChanged | PeerRefused | ChatReceived | ClockSynced | LogAppended
+         | MessageReceived | BufferSpace)

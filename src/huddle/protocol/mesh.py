@@ -23,8 +23,9 @@ from typing import Final
 
 from ..errors import DecodeError, LocalProtocolError
 from ..ids import NodeId
-from ..wire import MAX_BODY, PROTOCOL_VERSION, Beat, Bout, Chat, Gbye, Helo, Message, Peer, Time, Xmsg
+from ..wire import MAX_BODY, PROTOCOL_VERSION, Beat, Bout, Chat, Dack, Dmsg, Gbye, Helo, Message, Peer, Time, Xmsg
 from ..wire import decode as _decode
+from .delivery import Delivery
 from .events import (
     Action,
     ChatReceived,
@@ -186,6 +187,7 @@ class Mesh:
         self._next_beat = now
         self._closed = False
         self.replication: Replicator | None = None
+        self.delivery: Delivery | None = None
 
     # ------------------------------------------------------------------ queries
 
@@ -196,6 +198,8 @@ class Mesh:
         actions, self._actions = self._actions, []
         if self.replication is not None:
             actions.extend(self.replication.take_actions())
+        if self.delivery is not None:
+            actions.extend(self.delivery.take_actions())
         return actions
 
     def peers(self, now: float) -> list[PeerInfo]:
@@ -341,6 +345,15 @@ class Mesh:
             return True
         if isinstance(msg, Peer):
             self._on_peer(s, msg, now)
+            return True
+        if isinstance(msg, (Dmsg, Dack)):
+            if self.delivery is None:
+                self.stats.dropped_unintroduced += 1
+                return False
+            if isinstance(msg, Dmsg):
+                self.delivery.on_dmsg(s.uuid, msg, now)
+            else:
+                self.delivery.on_dack(s.uuid, msg, now)
             return True
         if self.replication is None:  # a node that keeps no log
             self.stats.dropped_unintroduced += 1
@@ -492,6 +505,8 @@ class Mesh:
         self._retry_seeds(now)
         if self.replication is not None:
             self.replication.tick(now)
+        if self.delivery is not None:
+            self.delivery.tick(now)
 
     def next_deadline(self, now: float) -> float:
         """The latest time by which :meth:`tick` should be called again."""
@@ -566,6 +581,8 @@ class Mesh:
         self._notify(PeerJoined(s.uuid, s.name, s.endpoint, self.mesh_time(now)))
         if self.replication is not None:
             self.replication.peer_up(s.uuid, s.conn, now)
+        if self.delivery is not None:
+            self.delivery.peer_up(s.uuid, s.conn, s.incarnation or "", now)
         intro = Peer(sender=self.uuid, peer=s.uuid, endpoint=s.endpoint)
         for x in others:
             if x.uuid != s.introducer:
@@ -594,6 +611,8 @@ class Mesh:
             del self._sessions[s.uuid]
             if self.replication is not None:
                 self.replication.peer_down(s.uuid)
+            if self.delivery is not None:
+                self.delivery.peer_down(s.uuid)
         if s.seed is not None:
             seed = self._seeds.get(s.seed)
             if seed is not None and seed.peer == s.uuid:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -35,6 +36,8 @@ __all__ = [
     "Beat",
     "Bout",
     "Chat",
+    "Dack",
+    "Dmsg",
     "Gbye",
     "Gsip",
     "Helo",
@@ -56,6 +59,9 @@ MAX_GROUP: Final = 255
 MAX_REASON: Final = 1024
 MAX_KIND: Final = 255
 MAX_SEQ: Final = 2**63 - 1
+MAX_FRAGMENTS: Final = 2**20
+_DMSG_HEADER: Final = struct.Struct(">QQII")
+_DACK_BODY: Final = struct.Struct(">Q")
 RESERVED_TYPES: Final[frozenset[bytes]] = frozenset()
 
 _ENDPOINT_RE: Final = re.compile(r"tcp://([A-Za-z0-9.\-]{1,253}|\[[0-9A-Fa-f:.]{2,45}\]):([0-9]{1,5})")
@@ -230,7 +236,36 @@ class Gsip:
         return dict(self.vv)
 
 
-Message = Helo | Peer | Bout | Gbye | Chat | Beat | Time | Xmsg | Gsip
+@dataclass(frozen=True, slots=True)
+class Dmsg:
+    """One frame of an addressed message: frame sequence ``fseq`` (per
+    sender-receiver channel, from 1), message sequence ``mseq``, fragment
+    ``index`` of ``count``, and that fragment's octets."""
+
+    sender: NodeId
+    fseq: int
+    mseq: int
+    index: int
+    count: int
+    payload: bytes
+
+    def __post_init__(self) -> None:
+        _check(1 <= self.fseq <= MAX_SEQ and 1 <= self.mseq <= MAX_SEQ, "DMSG sequences must be 1..2^63-1")
+        _check(0 <= self.index < self.count <= MAX_FRAGMENTS, f"DMSG fragment must be 0 <= index < count <= {MAX_FRAGMENTS}")
+
+
+@dataclass(frozen=True, slots=True)
+class Dack:
+    """Acknowledges every frame of the channel up to ``upto`` (0: none yet)."""
+
+    sender: NodeId
+    upto: int
+
+    def __post_init__(self) -> None:
+        _check(0 <= self.upto <= MAX_SEQ, "DACK sequence must be 0..2^63-1")
+
+
+Message = Helo | Peer | Bout | Gbye | Chat | Beat | Time | Xmsg | Gsip | Dmsg | Dack
 
 
 # --------------------------------------------------------------------------- encode
@@ -267,6 +302,10 @@ def _encode_body(msg: Message) -> tuple[bytes, bytes]:
     if isinstance(msg, Xmsg):
         rows = [[r.source.hex(), r.seq, r.timestamp, r.kind, r.body, r.hops] for r in msg.records]
         return b"XMSG", _json({"records": rows})
+    if isinstance(msg, Dmsg):
+        return b"DMSG", _DMSG_HEADER.pack(msg.fseq, msg.mseq, msg.index, msg.count) + msg.payload
+    if isinstance(msg, Dack):
+        return b"DACK", _DACK_BODY.pack(msg.upto)
     if isinstance(msg, Gsip):
         digest: dict[str, Any] = {"vv": {s.hex(): q for s, q in msg.vv}}
         if msg.ask:
@@ -467,6 +506,22 @@ _DECODERS: Final[dict[bytes, Callable[[NodeId, str], Message]]] = {
 }
 
 
+def _d_dmsg(sender: NodeId, body: bytes) -> Dmsg:
+    if len(body) < _DMSG_HEADER.size:
+        raise LocalProtocolError(f"body of {len(body)} octets is shorter than its {_DMSG_HEADER.size}-octet header")
+    fseq, mseq, index, count = _DMSG_HEADER.unpack_from(body)
+    return Dmsg(sender, fseq, mseq, index, count, body[_DMSG_HEADER.size:])
+
+
+def _d_dack(sender: NodeId, body: bytes) -> Dack:
+    if len(body) != _DACK_BODY.size:
+        raise LocalProtocolError(f"body must be {_DACK_BODY.size} octets, got {len(body)}")
+    return Dack(sender, _DACK_BODY.unpack(body)[0])
+
+
+_BINARY_DECODERS: Final[dict[bytes, Callable[[NodeId, bytes], Message]]] = {b"DMSG": _d_dmsg, b"DACK": _d_dack}
+
+
 def decode(frames: Sequence[bytes]) -> Message:
     """Decode the frames a ROUTER received into a message.
 
@@ -486,6 +541,12 @@ def decode(frames: Sequence[bytes]) -> Message:
         raise DecodeError(f"sender UUID must be 16 octets, got {len(raw_sender)}")
     if len(raw_body) > MAX_BODY:
         raise DecodeError(f"body of {len(raw_body)} octets exceeds {MAX_BODY}")
+    binary = _BINARY_DECODERS.get(kind)
+    if binary is not None:
+        try:
+            return binary(NodeId(raw_sender), raw_body)
+        except (LocalProtocolError, struct.error) as exc:
+            raise DecodeError(f"{kind.decode()}: {exc}") from None
     decoder = _DECODERS.get(kind)
     if decoder is None:
         if kind in RESERVED_TYPES:

@@ -1,0 +1,284 @@
+"""Addressed messages, sans-I/O: ordered, exactly once, across lost frames and reconnects.
+
+Each pair of nodes has a channel in each direction.  A message is cut into
+frames of at most ``mtu`` octets (DMSG); every frame of the channel has a
+sequence number ``fseq`` (1, 2, ...), and the receiver acknowledges the
+highest ``fseq`` up to which it holds everything (DACK).  The sender keeps
+each frame until it is acknowledged and sends it again after
+``retransmit_after`` seconds without progress; at most ``window`` frames are
+in flight.  The receiver delivers frames in ``fseq`` order, joins fragments,
+drops duplicates and keeps a bounded number of early frames.
+
+A channel outlives the connection: when a peer comes back with the same
+incarnation, unacknowledged frames are simply sent again.  When it comes back
+with a new incarnation (it restarted and forgot its side), every message not
+fully acknowledged is cut again from ``fseq`` 1 and sent to the new
+incarnation, and what we were receiving from the old one is discarded.
+
+Each peer's channel has a bounded buffer (``buffer_bytes``): queued and
+unacknowledged octets.  :meth:`Delivery.send` refuses a message that does not
+fit (:class:`BufferFull`); the driver can wait for :class:`BufferSpace`.
+Time is passed in; nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Final
+
+from ..errors import LocalProtocolError
+from ..ids import NodeId
+from ..wire import Dack, Dmsg
+from .events import BufferSpace, Counters, MessageReceived, Notify, Send
+
+__all__ = ["BufferFull", "Delivery", "DeliveryTiming", "MessageTooLarge", "NotIncluded"]
+
+
+class BufferFull(LocalProtocolError):
+    """The peer's send buffer is full: wait (BufferSpace) or try later."""
+
+
+class MessageTooLarge(LocalProtocolError):
+    """The message is larger than the configured largest message."""
+
+
+class NotIncluded(LocalProtocolError):
+    """The node is not a peer we can send to."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryTiming:
+    mtu: int = 60_000  # payload octets per frame
+    max_message: int = 128 * 1024 * 1024
+    window: int = 64  # frames in flight per peer
+    buffer_bytes: int = 16 * 1024 * 1024  # queued + unacknowledged octets per peer
+    retransmit_after: float = 0.5
+    early_frames: int = 256  # frames kept that arrived ahead of a gap
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.mtu <= 512 * 1024:
+            raise ValueError("mtu must be 1..524288 octets")
+        if self.max_message < 1 or self.window < 1 or self.buffer_bytes < 1 or self.retransmit_after <= 0:
+            raise ValueError("max_message, window, buffer_bytes and retransmit_after must be positive")
+
+
+@dataclass(slots=True)
+class _Frame:
+    fseq: int
+    mseq: int
+    index: int
+    count: int
+    payload: bytes
+    sent_at: float = float("-inf")
+
+
+@dataclass(slots=True)
+class _Channel:
+    conn: int | None
+    incarnation: str
+    # sending
+    next_fseq: int = 1
+    next_mseq: int = 1
+    unacked: deque[_Frame] = field(default_factory=deque)  # in fseq order; the first `inflight` were sent
+    inflight: int = 0
+    buffered: int = 0
+    progress_at: float = 0.0
+    waiting: bool = False  # a send was refused: announce BufferSpace when there is room
+    # receiving
+    expected: int = 1
+    early: dict[int, Dmsg] = field(default_factory=dict)
+    parts: list[bytes] = field(default_factory=list)
+    ack_due: bool = False
+
+
+@dataclass(slots=True)
+class DeliveryStats(Counters):
+    messages_sent: int = 0
+    messages_received: int = 0
+    frames_sent: int = 0
+    frames_resent: int = 0
+    frames_received: int = 0
+    duplicates: int = 0
+    dropped_early: int = 0
+    acks_sent: int = 0
+
+
+class Delivery:
+    def __init__(self, uuid: NodeId, *, timing: DeliveryTiming | None = None) -> None:
+        self.uuid: Final = uuid
+        self.timing: Final = timing or DeliveryTiming()
+        self.stats = DeliveryStats()
+        self._channels: dict[NodeId, _Channel] = {}
+        self._actions: list[Send | Notify] = []
+
+    # ------------------------------------------------------------- queries
+
+    def free(self, peer: NodeId) -> int:
+        ch = self._channels.get(peer)
+        return 0 if ch is None else self.timing.buffer_bytes - ch.buffered
+
+    def queued(self, peer: NodeId) -> int:
+        """Octets queued or unacknowledged for ``peer``."""
+        ch = self._channels.get(peer)
+        return 0 if ch is None else ch.buffered
+
+    def peers(self) -> list[NodeId]:
+        return [p for p, ch in self._channels.items() if ch.conn is not None]
+
+    # ------------------------------------------------------------ commands
+
+    def send(self, peer: NodeId, payload: bytes, now: float) -> int:
+        """Queue ``payload`` for ``peer``; returns its message sequence.  Raises
+        NotIncluded, MessageTooLarge or BufferFull (then nothing is queued)."""
+        t = self.timing
+        ch = self._channels.get(peer)
+        if ch is None:
+            raise NotIncluded(f"{peer.short} is not a peer of this node")
+        if len(payload) > t.max_message:
+            raise MessageTooLarge(f"message of {len(payload)} octets is larger than the largest allowed, {t.max_message}")
+        if ch.buffered + len(payload) > t.buffer_bytes:
+            ch.waiting = True
+            raise BufferFull(f"send buffer for {peer.short} is full ({ch.buffered} of {t.buffer_bytes} octets queued)")
+        mseq = ch.next_mseq
+        ch.next_mseq += 1
+        self._cut(ch, mseq, payload)
+        ch.buffered += len(payload)
+        self.stats.messages_sent += 1
+        self._pump(ch, now)
+        return mseq
+
+    def _cut(self, ch: _Channel, mseq: int, payload: bytes) -> None:
+        mtu = self.timing.mtu
+        count = max(1, -(-len(payload) // mtu))
+        for i in range(count):
+            ch.unacked.append(_Frame(ch.next_fseq, mseq, i, count, payload[i * mtu : (i + 1) * mtu]))
+            ch.next_fseq += 1
+
+    def peer_up(self, peer: NodeId, conn: int, incarnation: str, now: float) -> None:
+        ch = self._channels.get(peer)
+        if ch is None:
+            self._channels[peer] = _Channel(conn, incarnation, progress_at=now)
+            return
+        ch.conn = conn
+        if ch.incarnation != incarnation:  # it restarted: it knows nothing of this channel
+            self._reset(ch, incarnation)
+        ch.inflight = 0  # what was in flight may be lost with the old connection: send again
+        ch.progress_at = now
+        self._pump(ch, now)
+
+    def _reset(self, ch: _Channel, incarnation: str) -> None:
+        pending: dict[int, list[_Frame]] = {}
+        for f in ch.unacked:
+            pending.setdefault(f.mseq, []).append(f)
+        ch.incarnation = incarnation
+        ch.unacked.clear()
+        ch.next_fseq = 1
+        ch.buffered = 0
+        for mseq, frames in pending.items():
+            if frames[0].index != 0:
+                continue  # its first fragments went to the old incarnation, which is gone with them
+            payload = b"".join(f.payload for f in frames)
+            self._cut(ch, mseq, payload)
+            ch.buffered += len(payload)
+        ch.expected, ch.early, ch.parts, ch.ack_due = 1, {}, [], False
+
+    def peer_down(self, peer: NodeId) -> None:
+        """The connection is gone; the channel stays for a return of the same incarnation."""
+        ch = self._channels.get(peer)
+        if ch is not None:
+            ch.conn = None
+            ch.inflight = 0
+
+    def forget(self, peer: NodeId) -> None:
+        """Drop the channel (the node was excluded)."""
+        self._channels.pop(peer, None)
+
+    # ------------------------------------------------------------- receive
+
+    def on_dmsg(self, peer: NodeId, msg: Dmsg, now: float) -> None:
+        ch = self._channels.get(peer)
+        if ch is None:
+            return
+        self.stats.frames_received += 1
+        ch.ack_due = True
+        if msg.fseq < ch.expected or msg.fseq in ch.early:
+            self.stats.duplicates += 1
+            return
+        if msg.fseq > ch.expected:
+            if len(ch.early) >= self.timing.early_frames:
+                self.stats.dropped_early += 1  # it will be sent again
+                return
+            ch.early[msg.fseq] = msg
+            return
+        self._accept(ch, peer, msg)
+        while ch.expected in ch.early:
+            self._accept(ch, peer, ch.early.pop(ch.expected))
+
+    def _accept(self, ch: _Channel, peer: NodeId, msg: Dmsg) -> None:
+        ch.expected = msg.fseq + 1
+        if msg.index == 0:
+            ch.parts = []
+        elif len(ch.parts) != msg.index:
+            return  # a fragment of a message whose start went to an old incarnation
+        ch.parts.append(msg.payload)
+        if msg.index == msg.count - 1:
+            payload = ch.parts[0] if len(ch.parts) == 1 else b"".join(ch.parts)
+            ch.parts = []
+            self.stats.messages_received += 1
+            self._actions.append(Notify(MessageReceived(peer, msg.mseq, payload)))
+
+    def on_dack(self, peer: NodeId, msg: Dack, now: float) -> None:
+        ch = self._channels.get(peer)
+        if ch is None:
+            return
+        freed = 0
+        while ch.unacked and ch.unacked[0].fseq <= msg.upto:
+            f = ch.unacked.popleft()
+            freed += len(f.payload)
+            if ch.inflight:
+                ch.inflight -= 1
+        if freed:
+            ch.buffered -= freed
+            ch.progress_at = now
+            if ch.waiting:
+                ch.waiting = False
+                self._actions.append(Notify(BufferSpace(peer, self.timing.buffer_bytes - ch.buffered)))
+        self._pump(ch, now)
+
+    # ---------------------------------------------------------------- time
+
+    def tick(self, now: float) -> None:
+        t = self.timing
+        for ch in self._channels.values():
+            if ch.conn is None or not ch.inflight:
+                continue
+            if now - ch.progress_at >= t.retransmit_after:
+                # No progress: send the window again from the first unacknowledged frame.
+                self.stats.frames_resent += ch.inflight
+                ch.inflight = 0
+                ch.progress_at = now
+                self._pump(ch, now)
+
+    def take_actions(self) -> list[Send | Notify]:
+        for ch in self._channels.values():
+            if ch.ack_due and ch.conn is not None:
+                ch.ack_due = False
+                self.stats.acks_sent += 1
+                self._actions.append(Send(ch.conn, Dack(self.uuid, ch.expected - 1)))
+        actions, self._actions = self._actions, []
+        return actions
+
+    # ----------------------------------------------------------- internals
+
+    def _pump(self, ch: _Channel, now: float) -> None:
+        """Send queued frames while the window has room."""
+        if ch.conn is None:
+            return
+        window = self.timing.window
+        while ch.inflight < min(window, len(ch.unacked)):
+            f = ch.unacked[ch.inflight]
+            ch.inflight += 1
+            f.sent_at = now
+            self.stats.frames_sent += 1
+            self._actions.append(Send(ch.conn, Dmsg(self.uuid, f.fseq, f.mseq, f.index, f.count, f.payload)))
