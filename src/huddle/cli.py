@@ -120,6 +120,12 @@ def build_parser() -> argparse.ArgumentParser:
                       help="give up starting if no broker forwards our announcement in this time (default: 5)")
     node.add_argument("--interface", metavar="IF",
                       help="interface (name or IPv4) to advertise and beacon on; 'lo' keeps everything on 127.0.0.1")
+    node.add_argument("--mtu", type=int, metavar="OCTETS",
+                      help="addressed messages are cut into frames this big (default: 60000)")
+    node.add_argument("--max-message", type=int, metavar="OCTETS",
+                      help="largest addressed message accepted for sending (default: 134217728)")
+    node.add_argument("--send-buffer", type=int, metavar="OCTETS",
+                      help="queued + unacknowledged octets per peer before sends wait (default: 16777216)")
     node.add_argument("--heartbeat-interval", type=_positive, metavar="SECONDS", help="BEAT period (default: 1)")
     node.add_argument("--suspect-after", type=_positive, metavar="SECONDS", help="silence before 'suspect' (default: 2.5)")
     node.add_argument("--gone-after", type=_positive, metavar="SECONDS", help="silence before 'gone' (default: 5)")
@@ -145,6 +151,17 @@ def build_parser() -> argparse.ArgumentParser:
     emit.add_argument("body", help="the event's body as JSON, e.g. '{\"skater\": 12}' or '\"text\"'")
     _add_client_options(emit)
 
+    send = sub.add_parser(
+        "send", help="send addressed messages to a peer or to all: in order, exactly once",
+        description="Addressed messages are delivered in order and exactly once, across lost frames and "
+        "reconnections; large ones are cut to the MTU and joined again. The receiver's event stream "
+        "(huddle tail) shows them as 'message' events.", epilog=CLIENT_EPILOG,
+    )
+    send.add_argument("--to", required=True, metavar="UUID|all", help="a peer's UUID (see 'huddle peers --json'), or all")
+    send.add_argument("texts", nargs="+", metavar="TEXT", help="one message per argument, sent in this order")
+    send.add_argument("--wait", type=float, default=10.0, metavar="SECONDS",
+                      help="wait this long for room when a send buffer is full (default: 10)")
+    _add_client_options(send)
     log_p = sub.add_parser("log", help="list events of the replicated log", epilog=CLIENT_EPILOG)
     log_p.add_argument("--source", metavar="UUID", help="only this source's events")
     log_p.add_argument("--after", type=int, default=0, metavar="SEQ", help="with --source: events after this sequence")
@@ -253,6 +270,7 @@ def _node_config(args: argparse.Namespace) -> NodeConfig:
         beacon_interval=args.beacon_interval, interface=args.interface,
         mdns=args.mdns, mdns_type=args.mdns_type, naming=tuple(args.naming) if args.naming else None,
         naming_interval=args.naming_interval, naming_timeout=args.naming_timeout,
+        mtu=args.mtu, max_message=args.max_message, send_buffer=args.send_buffer,
         heartbeat_interval=args.heartbeat_interval, suspect_after=args.suspect_after,
         gone_after=args.gone_after, log_level=args.log_level,
     )
@@ -350,6 +368,9 @@ def event_text(e: dict[str, Any]) -> str:
     if kind == "event":
         body = json.dumps(e.get("body"), ensure_ascii=False)
         return f"+ {e.get('source', '')[:8]}#{e.get('seq')} {e.get('kind')} {body}"
+    if kind == "message":
+        shown = e.get("text") if "text" in e else f"<{e.get('size')} octets>"
+        return f"> {(e.get('peer') or '')[:8]}#{e.get('seq')} {shown}"
     if kind == "clock_synced":
         return f"* clock synced to {who}: offset {e.get('offset', 0):+.6f} s, rtt {e.get('rtt_ms', 0):.2f} ms"
     return json.dumps(e, ensure_ascii=False)
@@ -445,6 +466,9 @@ def _client(args: argparse.Namespace) -> int:
                         for e in events
                     ) or "no events"
                     _print(args, events, text)
+            elif args.command == "send":
+                result = await api.send(args.to, args.texts, args.wait)
+                _print(args, result, f"queued {len(result['sent'])} message(s)")
             elif args.command == "doc":
                 await _doc(api, args)
             elif args.command == "tail":

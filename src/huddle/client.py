@@ -105,6 +105,11 @@ class ApiClient:
         result: dict[str, Any] = await self._request("POST", "/api/v1/chat", body)
         return result
 
+    async def send(self, to: str, texts: list[str], wait: float = 10.0) -> dict[str, Any]:
+        result: dict[str, Any] = await self._request("POST", "/api/v1/messages",
+                                                     {"to": to, "texts": texts, "wait": wait})
+        return result
+
     async def emit(self, kind: str, body: Any) -> dict[str, Any]:
         result: dict[str, Any] = await self._request("POST", "/api/v1/events", {"kind": kind, "body": body})
         return result

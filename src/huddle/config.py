@@ -11,6 +11,7 @@ from typing import Any
 
 from .errors import ConfigError
 from .protocol import Timing
+from .protocol.delivery import DeliveryTiming
 from .wire.messages import MAX_GROUP, MAX_NAME
 
 __all__ = ["NodeConfig", "load_config", "parse_hostport", "parse_naming_endpoint"]
@@ -45,6 +46,9 @@ class NodeConfig:
     naming: tuple[str, ...] = ()
     naming_interval: float = 1.0
     naming_timeout: float = 5.0
+    mtu: int = 60_000
+    max_message: int = 128 * 1024 * 1024
+    send_buffer: int = 16 * 1024 * 1024
     heartbeat_interval: float = 1.0
     suspect_after: float = 2.5
     gone_after: float = 5.0
@@ -80,8 +84,11 @@ class NodeConfig:
             raise ConfigError("log level must be debug, info, warning or error")
         try:
             self.timing()
+            self.delivery_timing()
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+        if self.send_buffer < self.mtu:
+            raise ConfigError("send buffer must hold at least one frame (--send-buffer >= --mtu)")
 
     def timing(self) -> Timing:
         return Timing(
@@ -89,6 +96,9 @@ class NodeConfig:
             suspect_after=self.suspect_after,
             gone_after=self.gone_after,
         )
+
+    def delivery_timing(self) -> DeliveryTiming:
+        return DeliveryTiming(mtu=self.mtu, max_message=self.max_message, buffer_bytes=self.send_buffer)
 
     def with_overrides(self, **changes: Any) -> NodeConfig:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})

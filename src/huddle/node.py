@@ -25,7 +25,8 @@ from .errors import ConfigError, DataDirLocked, LocalProtocolError
 from .ids import NodeId
 from .log import SqliteStore
 from .protocol import Connect, Disconnect, Event, Mesh, Notify, PeerInfo, Send
-from .protocol.events import LogAppended, stat_row
+from .protocol.delivery import BufferFull, Delivery
+from .protocol.events import BufferSpace, LogAppended, stat_row
 from .protocol.replication import Replicator, canonical_json
 from .transport.zmq_transport import ZmqTransport
 from .wire import LogRecord, encode_parts
@@ -113,6 +114,7 @@ class Node:
         self.api_url: str | None = None
         self._listeners: list[Listener] = []
         self.doc = DocEngine()  # the bout document, made from the log's "doc" events
+        self._space: dict[NodeId, asyncio.Event] = {}  # set when a full send buffer has room again
         self._stop = asyncio.Event()
         self._ready = asyncio.Event()
         self._base = time.time() - time.monotonic()
@@ -237,6 +239,32 @@ class Node:
         return [{"source": str(r.source), "seq": r.seq, "timestamp": r.timestamp, "eids": eids}
                 for r, eids in zip(records, made, strict=True)]
 
+    # ---------------------------------------------------- addressed messages
+
+    def send_to(self, peer: NodeId, payload: bytes) -> int:
+        """Queue an addressed message; returns its sequence.  Raises NotIncluded,
+        MessageTooLarge or BufferFull (nothing queued) at once."""
+        delivery = self.mesh.delivery
+        assert delivery is not None
+        seq = delivery.send(peer, payload, self.local_now())  # a peer that is away gets it when it returns
+        self._execute()
+        return seq
+
+    async def send_to_wait(self, peer: NodeId, payload: bytes, timeout: float = 10.0) -> int:
+        """As :meth:`send_to`, but wait up to ``timeout`` seconds for room in a full buffer."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return self.send_to(peer, payload)
+            except BufferFull:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise
+                event = self._space.setdefault(peer, asyncio.Event())
+                event.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), min(left, 0.5))
+
     def start_jam(self) -> dict[str, Any]:
         """Start the upcoming jam now (its ``start`` is this node's mesh time)."""
         state = jams(self.doc.document.root)
@@ -308,6 +336,7 @@ class Node:
             for batch in self._store.of_kind(DOC_KIND):
                 self.doc.load(batch)
             self._mesh.replication = self._log
+            self._mesh.delivery = Delivery(uuid, timing=cfg.delivery_timing())
             loop = asyncio.get_running_loop()
             transport.start(loop)
             for seed in cfg.seeds:
@@ -442,6 +471,10 @@ class Node:
                 transport.disconnect(action.conn, action.flush)
 
     def _publish(self, event: Event) -> None:
+        if isinstance(event, BufferSpace):
+            space = self._space.get(event.peer)
+            if space is not None:
+                space.set()
         if isinstance(event, LogAppended):
             for run, _ in event.runs:
                 for record in run:

@@ -7,6 +7,7 @@ failure is logged and answered 500 with no stack trace.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -20,6 +21,7 @@ from ..doc import OperationError, jams, parse_ops, to_json, to_xml
 from ..errors import ConfigError, LocalProtocolError
 from ..ids import NodeId
 from ..protocol import Event, PeerInfo
+from ..protocol.delivery import BufferFull, MessageTooLarge, NotIncluded
 from ..protocol.events import LogAppended, record_json
 from ..wire import MAX_BODY
 
@@ -223,6 +225,56 @@ async def _events(request: web.Request) -> web.StreamResponse:
     return ws
 
 
+# ------------------------------------------------------------------ addressed messages
+
+
+async def _post_messages(request: web.Request) -> web.Response:
+    """``{"to": UUID | "all", "text": STR}`` or ``"base64"``, or ``"texts": [...]`` for many in order.
+    Waits up to ``wait`` seconds (default 10) for room in a full send buffer."""
+    node = request.app[NODE_KEY]
+    body = await _read_json(request)
+    _only(body, {"to", "text", "texts", "base64", "wait"}, "'to' and one of 'text', 'texts', 'base64'")
+    payloads: list[bytes]
+    if isinstance(body.get("text"), str):
+        payloads = [body["text"].encode("utf-8")]
+    elif isinstance(body.get("texts"), list) and all(isinstance(t, str) for t in body["texts"]):
+        payloads = [t.encode("utf-8") for t in body["texts"]]
+    elif isinstance(body.get("base64"), str):
+        try:
+            payloads = [base64.b64decode(body["base64"], validate=True)]
+        except ValueError:
+            return _error(400, "'base64' is not valid base64")
+    else:
+        return _error(400, "give the message as 'text' (a string), 'texts' (a list of strings) or 'base64'")
+    wait = body.get("wait", 10)
+    if not isinstance(wait, (int, float)) or isinstance(wait, bool) or not 0 <= wait <= 300:
+        return _error(400, "'wait' must be 0..300 seconds")
+    to = body.get("to")
+    targets: list[NodeId]
+    if to == "all":
+        targets = node.mesh.alive_peers()
+    elif isinstance(to, str):
+        try:
+            targets = [NodeId.from_hex(to)]
+        except ValueError as exc:
+            return _error(400, f"'to': {exc}")
+    else:
+        return _error(400, "'to' must be a peer's UUID or \"all\"")
+    sent: list[dict[str, Any]] = []
+    try:
+        for peer in targets:
+            for payload in payloads:
+                seq = await node.send_to_wait(peer, payload, float(wait))
+                sent.append({"peer": str(peer), "seq": seq})
+    except NotIncluded as exc:
+        return _error(404, str(exc))
+    except MessageTooLarge as exc:
+        return _error(413, str(exc))
+    except BufferFull as exc:
+        return web.json_response({"error": f"{exc}; waited {wait} s", "sent": sent}, status=503)
+    return web.json_response({"sent": sent}, status=202)
+
+
 # ------------------------------------------------------------------ the bout document
 
 
@@ -323,6 +375,7 @@ def make_app(node: Node) -> web.Application:
     app.router.add_post("/api/v1/events", _post_event)
     app.router.add_get("/api/v1/log", _get_log)
     app.router.add_get("/api/v1/log/summary", _get_log_summary)
+    app.router.add_post("/api/v1/messages", _post_messages)
     app.router.add_post("/api/v1/doc/ops", _post_doc_ops)
     app.router.add_get("/api/v1/doc", _get_doc)
     app.router.add_get("/api/v1/doc/history", _get_doc_history)

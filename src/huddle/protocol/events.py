@@ -3,6 +3,7 @@ perform and events for applications.  All frozen dataclasses."""
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -187,7 +188,14 @@ class MessageReceived:
     payload: bytes
 
     def to_json(self) -> dict[str, Any]:
-        return {"type": "message", "peer": str(self.peer), "seq": self.seq, "size": len(self.payload)}
+        """Up to 1 MiB, the payload is included: as ``text`` if it is UTF-8, else as ``base64``."""
+        out: dict[str, Any] = {"type": "message", "peer": str(self.peer), "seq": self.seq, "size": len(self.payload)}
+        if len(self.payload) <= 1024 * 1024:
+            try:
+                out["text"] = self.payload.decode("utf-8")
+            except UnicodeDecodeError:
+                out["base64"] = base64.b64encode(self.payload).decode("ascii")
+        return out
 
 
 @dataclass(frozen=True, slots=True)

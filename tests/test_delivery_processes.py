@@ -1,0 +1,69 @@
+"""Addressed messages between real node processes on 127.0.0.1."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import queue
+import subprocess
+import sys
+import threading
+
+import pytest
+from conftest import Cluster, get, http, wait_for
+
+pytestmark = pytest.mark.processes
+
+
+def uuid_of(api: str) -> str:
+    return str(get(api, "/api/v1/node")["uuid"])
+
+
+def test_messages_to_one_peer_and_to_all_arrive_in_order(cluster: Cluster) -> None:
+    a, b, c = cluster.start("a", "--mtu", "1000"), cluster.start("b"), cluster.start("c")
+    wait_for(lambda: cluster.mesh_complete([a, b, c]), 20, "three nodes to mesh")
+    n = 2000
+    tail = subprocess.Popen([sys.executable, "-m", "huddle", "tail", "--json", "--api", b.api],
+                            stdout=subprocess.PIPE, text=True)
+    lines: queue.Queue[str] = queue.Queue()
+    assert tail.stdout is not None
+    threading.Thread(target=lambda: [lines.put(line) for line in tail.stdout or ()], daemon=True).start()
+    try:
+        # The tail is subscribed once it shows one of c's pings (sent until one arrives).
+        def ping_seen() -> bool:
+            http(c.api, "/api/v1/messages", {"to": uuid_of(b.api), "text": "ping"})
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    if '"ping"' in lines.get(timeout=0.2):
+                        return True
+            return False
+        wait_for(ping_seen, 20, "b's event stream to show c's ping")
+        status, body = http(a.api, "/api/v1/messages", {"to": uuid_of(b.api), "texts": [f"m{i}" for i in range(n)]})
+        assert status == 202 and len(body["sent"]) == n and body["sent"][-1]["seq"] == n
+        big = "x" * 50_000  # 50 frames of 1000 octets
+        status, body = http(a.api, "/api/v1/messages", {"to": "all", "text": big})
+        assert status == 202 and {s["peer"] for s in body["sent"]} == {uuid_of(b.api), uuid_of(c.api)}
+        a_id = uuid_of(a.api)
+        got: list[str] = []
+        while len(got) < n + 1:
+            e = json.loads(lines.get(timeout=30))
+            if e.get("type") == "message" and e["peer"] == a_id:
+                got.append(e["text"])
+        assert got == [f"m{i}" for i in range(n)] + [big]
+    finally:
+        tail.kill()
+        tail.wait(10)
+
+
+def test_bad_messages_get_clear_errors(cluster: Cluster) -> None:
+    a = cluster.start("a", "--max-message", "100", beacon=False)
+    status, body = http(a.api, "/api/v1/messages", {"to": "ab" * 16, "text": "hi"})
+    assert status == 404 and "is not a peer" in body["error"]
+    b = cluster.start("b", "--seed", get(a.api, "/api/v1/node")["endpoint"].removeprefix("tcp://"), beacon=False)
+    wait_for(lambda: cluster.mesh_complete([a, b]), 20, "a and b to mesh")
+    status, body = http(a.api, "/api/v1/messages", {"to": uuid_of(b.api), "text": "y" * 101})
+    assert status == 413 and "larger than the largest allowed, 100" in body["error"]
+    for bad, message in (({"to": "all"}, "give the message as"), ({"to": 5, "text": "x"}, "'to' must be"),
+                         ({"to": "all", "base64": "!!"}, "not valid base64"), ({"to": "zz", "text": "x"}, "'to':")):
+        status, body = http(a.api, "/api/v1/messages", bad)
+        assert status == 400 and message in body["error"], (bad, body)
