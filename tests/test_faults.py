@@ -3,8 +3,10 @@ between network namespaces that heals.  See ../shared/TESTING.md."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import queue
 import random
 import shutil
 import signal
@@ -105,6 +107,16 @@ class Namespaces:
             "add chain bridge huddle_cut cut { type filter hook forward priority 0; policy accept; }\n"
             f"add rule bridge huddle_cut cut iifname vb{a} oifname vb{b} drop\n"
             f"add rule bridge huddle_cut cut iifname vb{b} oifname vb{a} drop\n"
+        )
+        subprocess.run(["ip", "netns", "exec", self.bridge, "nft", "-f", "-"], input=rules.encode(),
+                       check=True, capture_output=True, timeout=20)
+
+    def lose(self, percent: int) -> None:
+        """Drop ``percent`` % of all frames crossing the bridge, at random (nft numgen)."""
+        rules = (
+            "add table bridge huddle_loss\n"
+            "add chain bridge huddle_loss lossy { type filter hook forward priority 0; policy accept; }\n"
+            f"add rule bridge huddle_loss lossy numgen random mod 100 < {percent} drop\n"
         )
         subprocess.run(["ip", "netns", "exec", self.bridge, "nft", "-f", "-"], input=rules.encode(),
                        check=True, capture_output=True, timeout=20)
@@ -231,3 +243,60 @@ def test_two_hosts_cut_from_each_other_still_get_each_others_events_through_the_
     finally:
         for n in nodes:
             n.stop()
+
+
+SENDER = """
+import json, sys, urllib.request
+api, to, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+for start in range(0, n, 20000):
+    body = json.dumps({"to": to, "texts": [f"m{i}" for i in range(start, min(n, start + 20000))], "wait": 120})
+    req = urllib.request.Request(api + "/api/v1/messages", data=body.encode(), method="POST")
+    req.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(req, timeout=300) as resp:
+        assert resp.status == 202
+print("sent", n)
+"""
+
+
+@pytest.mark.timeout(600)
+def test_addressed_messages_survive_ten_percent_random_loss(netns: Namespaces, tmp_path: Path) -> None:
+    """100 000 addressed messages from h1 to h2 while the bridge drops 10 % of all frames at random:
+    every one arrives, once, in order."""
+    if shutil.which("nft") is None:
+        pytest.skip("nft is not installed (.ci/run installs nftables with apt-get)")
+    h1, h2 = NsNode(netns, 1, tmp_path, 5672), NsNode(netns, 2, tmp_path, 5672)
+    tail = None
+    try:
+        wait_for(lambda: h1.alive() == {"h2"} and h2.alive() == {"h1"}, 30, "h1 and h2 to mesh", interval=0.2)
+        h2_info = h2.cli("info")
+        assert isinstance(h2_info, dict)
+        tail = subprocess.Popen(["ip", "netns", "exec", h2.host, sys.executable, "-m", "huddle", "tail", "--json",
+                                 "--api", h2.api], stdout=subprocess.PIPE, text=True)
+        lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(x) for x in tail.stdout or ()], daemon=True).start()
+        time_to_subscribe = time.monotonic() + 10
+        while time.monotonic() < time_to_subscribe:  # the stream is live once it shows h1's chat
+            h1.cli("chat", "hello")
+            with contextlib.suppress(queue.Empty):
+                if '"chat"' in lines.get(timeout=0.3):
+                    break
+        netns.lose(10)
+        n = 100_000
+        subprocess.run(["ip", "netns", "exec", h1.host, sys.executable, "-c", SENDER, h1.api, h2_info["uuid"], str(n)],
+                       check=True, timeout=600, capture_output=True)
+        got: list[str] = []
+        h1_id = h1.cli("info")["uuid"]  # type: ignore[index]
+        while len(got) < n:
+            e = json.loads(lines.get(timeout=120))
+            if e.get("type") == "message" and e["peer"] == h1_id:
+                got.append(e["text"])
+        info = h1.cli("info")
+        assert isinstance(info, dict)
+        assert got == [f"m{i}" for i in range(n)], info["stats"]["delivery"]
+        assert info["stats"]["delivery"]["messages_sent"] == n
+    finally:
+        if tail is not None:
+            tail.kill()
+            tail.wait(10)
+        for node in (h1, h2):
+            node.stop()

@@ -156,6 +156,8 @@ class Node:
             stats["mdns"] = dict(self._mdns.stats)
         if self._naming is not None:
             stats["naming"] = dict(self._naming.stats)
+        if mesh.delivery is not None:
+            stats["delivery"] = mesh.delivery.stats.as_dict()
         return {
             "uuid": str(mesh.uuid),
             "name": mesh.name,
