@@ -117,3 +117,66 @@ def test_addressed_frames_go_through_the_codec_and_garbage_is_refused() -> None:
                    [bytes(a), b"DMSG", bytes(24) + b"x"]):  # fseq 0, count 0
         with pytest.raises(DecodeError):
             decode(frames)
+
+
+def test_an_excluded_node_is_never_admitted_again() -> None:
+    from huddle.protocol.events import PeerExcluded, PeerNew
+
+    net = SimNetwork(seed=5)
+    a, b, c = mesh(net, 3)
+    assert sorted(e.peer for e in a.events if isinstance(e, PeerNew)) == sorted([b.mesh.uuid, c.mesh.uuid])
+    assert a.mesh.exclude(b.mesh.uuid, "by hand", net.local(a))
+    assert not a.mesh.exclude(b.mesh.uuid, "again", net.local(a))
+    net.run(1.0)
+    assert b.mesh.uuid not in a.mesh.alive_peers()
+    assert a.mesh.uuid not in b.mesh.alive_peers()  # b heard the GBYE
+    with pytest.raises(NotIncluded):
+        send(net, a, b, b"to an excluded node")
+    # Rediscovered, introduced by c, restarted with the same UUID: still never admitted.
+    b.mesh.discovered(a.mesh.uuid, a.mesh.endpoint, net.local(b))
+    a.mesh.discovered(b.mesh.uuid, b.mesh.endpoint, net.local(a))
+    net.run(3.0)
+    b2 = net.restart(b, rejoin=a)
+    net.run(3.0)
+    assert b2.mesh.uuid not in a.mesh.alive_peers()
+    assert set(c.mesh.alive_peers()) == {a.mesh.uuid, b2.mesh.uuid}  # c still meets b
+    assert [e.reason for e in a.events if isinstance(e, PeerExcluded)] == ["by hand"]
+    news = [e.peer for e in a.events if isinstance(e, PeerNew)]
+    assert len(news) == len(set(news)) == 2  # each node reported new once
+
+
+def test_a_peer_sending_garbage_is_excluded_automatically() -> None:
+    from huddle.protocol import Timing
+
+    net = SimNetwork(seed=6)
+    timing = Timing(exclude_after_errors=5)
+    a = net.add("a", "g", timing=timing)
+    b = net.add("b", "g", timing=timing)
+    b.mesh.discovered(a.mesh.uuid, a.mesh.endpoint, net.now)
+    assert net.settle(2.0, lambda: a.mesh.alive_peers() == [b.mesh.uuid])
+    for _ in range(4):
+        net.deliver_raw(a.mesh.endpoint, [bytes(b.mesh.uuid), b"XMSG", b"{broken"])
+    net.run(0.1)
+    assert a.mesh.alive_peers() == [b.mesh.uuid]  # four are forgiven
+    net.deliver_raw(a.mesh.endpoint, [bytes(b.mesh.uuid), b"DACK", b"??"])
+    net.run(0.1)
+    assert b.mesh.uuid in a.mesh.excluded and "5 undecodable messages" in a.mesh.excluded[b.mesh.uuid]
+
+
+def test_a_peer_that_cannot_keep_up_is_excluded_after_the_limit() -> None:
+    from huddle.protocol import Timing
+
+    net = SimNetwork(seed=7)
+    timing = Timing(exclude_slow_after=2.0)
+    nodes = [net.add(n, "g", timing=timing, delivery=DeliveryTiming(buffer_bytes=1000, mtu=500)) for n in "ab"]
+    a, b = nodes
+    b.mesh.discovered(a.mesh.uuid, a.mesh.endpoint, net.now)
+    assert net.settle(2.0, lambda: a.mesh.alive_peers() == [b.mesh.uuid])
+    net.partition(a, b)  # b stops acknowledging (as a frozen or overwhelmed peer would)
+    send(net, a, b, b"x" * 1000)
+    with pytest.raises(BufferFull):
+        send(net, a, b, b"more")
+    net.run(1.0)
+    assert b.mesh.uuid not in a.mesh.excluded
+    net.run(1.5)
+    assert "send buffer stayed full" in a.mesh.excluded[b.mesh.uuid]

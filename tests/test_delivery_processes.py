@@ -8,6 +8,7 @@ import queue
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 from conftest import Cluster, get, http, wait_for
@@ -67,3 +68,29 @@ def test_bad_messages_get_clear_errors(cluster: Cluster) -> None:
                          ({"to": "all", "base64": "!!"}, "not valid base64"), ({"to": "zz", "text": "x"}, "'to':")):
         status, body = http(a.api, "/api/v1/messages", bad)
         assert status == 400 and message in body["error"], (bad, body)
+
+
+def test_exclusion_by_hand_is_permanent_even_across_restarts(cluster: Cluster, tmp_path: Path) -> None:
+    a = cluster.start("a", data_dir=tmp_path / "a")
+    b = cluster.start("b")
+    wait_for(lambda: cluster.mesh_complete([a, b]), 20, "a and b to mesh")
+    b_id = uuid_of(b.api)
+    out = subprocess.run([sys.executable, "-m", "huddle", "exclude", b_id, "--reason", "broken scoreboard",
+                          "--api", a.api], capture_output=True, text=True, timeout=30, check=False)
+    assert out.returncode == 0 and "excluded" in out.stdout, out.stderr
+    wait_for(lambda: "b" not in {p["name"] for p in get(a.api, "/api/v1/peers") if p["state"] == "alive"}
+             and "a" not in {p["name"] for p in get(b.api, "/api/v1/peers") if p["state"] == "alive"},
+             10, "a and b to part")
+    assert get(a.api, "/api/v1/excluded") == [{"uuid": b_id, "reason": "broken scoreboard"}]
+    status, body = http(a.api, f"/api/v1/peers/{b_id}/exclude", {"reason": "again"})
+    assert status == 409 and "already excluded" in body["error"]
+    status, body = http(a.api, f"/api/v1/peers/{uuid_of(a.api)}/exclude", {})
+    assert status == 400 and "cannot exclude itself" in body["error"]
+    a.signal(15)
+    assert a.wait() == 0
+    a2 = cluster.start("a2", data_dir=tmp_path / "a")  # b keeps beaconing; a2 must still refuse it
+    cluster.start("c")
+    wait_for(lambda: {p["name"] for p in get(a2.api, "/api/v1/peers") if p["state"] == "alive"} == {"c"}, 20,
+             "a2 to meet c")
+    refused = get(a2.api, "/api/v1/node")["stats"]["refused"]
+    assert refused >= 1 and "b" not in {p["name"] for p in get(a2.api, "/api/v1/peers")}

@@ -162,6 +162,15 @@ def build_parser() -> argparse.ArgumentParser:
     send.add_argument("--wait", type=float, default=10.0, metavar="SECONDS",
                       help="wait this long for room when a send buffer is full (default: 10)")
     _add_client_options(send)
+    exclude = sub.add_parser(
+        "exclude", help="exclude a node for good: its session ends and it is never admitted again",
+        description="Exclude a node (by UUID) from this node's view of the system: the session ends with a "
+        "GBYE saying why, and that UUID is never admitted again, even after a restart of either node "
+        "(the list is kept in the data directory, excluded.json).", epilog=CLIENT_EPILOG,
+    )
+    exclude.add_argument("uuid", metavar="UUID", help="the node to exclude (see 'huddle peers --json')")
+    exclude.add_argument("--reason", default="excluded by hand", help="said in the GBYE and kept (default: 'excluded by hand')")
+    _add_client_options(exclude)
     log_p = sub.add_parser("log", help="list events of the replicated log", epilog=CLIENT_EPILOG)
     log_p.add_argument("--source", metavar="UUID", help="only this source's events")
     log_p.add_argument("--after", type=int, default=0, metavar="SEQ", help="with --source: events after this sequence")
@@ -466,6 +475,9 @@ def _client(args: argparse.Namespace) -> int:
                         for e in events
                     ) or "no events"
                     _print(args, events, text)
+            elif args.command == "exclude":
+                result = await api.exclude(args.uuid, args.reason)
+                _print(args, result, f"excluded {result['excluded'][:8]}: {result['reason']}")
             elif args.command == "send":
                 result = await api.send(args.to, args.texts, args.wait)
                 _print(args, result, f"queued {len(result['sent'])} message(s)")

@@ -110,6 +110,10 @@ class ApiClient:
                                                      {"to": to, "texts": texts, "wait": wait})
         return result
 
+    async def exclude(self, uuid: str, reason: str) -> dict[str, Any]:
+        result: dict[str, Any] = await self._request("POST", f"/api/v1/peers/{uuid}/exclude", {"reason": reason})
+        return result
+
     async def emit(self, kind: str, body: Any) -> dict[str, Any]:
         result: dict[str, Any] = await self._request("POST", "/api/v1/events", {"kind": kind, "body": body})
         return result

@@ -26,7 +26,7 @@ from .ids import NodeId
 from .log import SqliteStore
 from .protocol import Connect, Disconnect, Event, Mesh, Notify, PeerInfo, Send
 from .protocol.delivery import BufferFull, Delivery
-from .protocol.events import BufferSpace, LogAppended, stat_row
+from .protocol.events import BufferSpace, LogAppended, PeerExcluded, stat_row
 from .protocol.replication import Replicator, canonical_json
 from .transport.zmq_transport import ZmqTransport
 from .wire import LogRecord, encode_parts
@@ -76,6 +76,23 @@ class DataDir:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+
+    def excluded(self) -> dict[NodeId, str]:
+        """The nodes this node excluded, from ``excluded.json`` (kept for good)."""
+        path = self.path / "excluded.json"
+        if not path.exists():
+            return {}
+        try:
+            raw = json.loads(path.read_text())
+            return {NodeId.from_hex(k): str(v) for k, v in raw.items()}
+        except (ValueError, AttributeError) as exc:
+            raise ConfigError(f"{path} is corrupt ({exc}); fix or remove it (it lists excluded nodes)") from None
+
+    def save_excluded(self, excluded: dict[NodeId, str]) -> None:
+        path = self.path / "excluded.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({str(k): v for k, v in sorted(excluded.items())}, indent=1) + "\n")
+        os.replace(tmp, path)
 
     def node_id(self) -> NodeId:
         """The UUID kept in ``node-id``; created on first use."""
@@ -332,6 +349,7 @@ class Node:
             self._mesh = Mesh(
                 uuid, name=cfg.name, group=cfg.group, endpoint=endpoint,
                 incarnation=os.urandom(8).hex(), now=self.local_now(), timing=cfg.timing(),
+                excluded=self.data_dir.excluded(),
             )
             self._store = SqliteStore(self.data_dir.path / "log.sqlite", cfg.group)
             self._log = Replicator(uuid, self._store, now=self.local_now())
@@ -472,7 +490,15 @@ class Node:
             elif isinstance(action, Disconnect):
                 transport.disconnect(action.conn, action.flush)
 
+    def exclude(self, peer: NodeId, reason: str) -> bool:
+        """Exclude ``peer`` for good (persisted); False if it already was."""
+        done = self.mesh.exclude(peer, reason, self.local_now())
+        self._execute()
+        return done
+
     def _publish(self, event: Event) -> None:
+        if isinstance(event, PeerExcluded) and self._mesh is not None:
+            self.data_dir.save_excluded(self._mesh.excluded)
         if isinstance(event, BufferSpace):
             space = self._space.get(event.peer)
             if space is not None:

@@ -225,6 +225,29 @@ async def _events(request: web.Request) -> web.StreamResponse:
     return ws
 
 
+async def _post_exclude(request: web.Request) -> web.Response:
+    node = request.app[NODE_KEY]
+    try:
+        peer = NodeId.from_hex(request.match_info["uuid"])
+    except ValueError as exc:
+        return _error(400, str(exc))
+    body = await _read_json(request) if request.can_read_body else {}
+    _only(body, {"reason"}, "an optional 'reason'")
+    reason = body.get("reason", "excluded by hand")
+    if not isinstance(reason, str) or not reason or len(reason) > 200:
+        return _error(400, "'reason' must be 1..200 characters")
+    if peer == node.mesh.uuid:
+        return _error(400, "a node cannot exclude itself")
+    if not node.exclude(peer, reason):
+        return _error(409, f"{peer} is already excluded: {node.mesh.excluded.get(peer)}")
+    return web.json_response({"excluded": str(peer), "reason": reason})
+
+
+async def _get_excluded(request: web.Request) -> web.Response:
+    node = request.app[NODE_KEY]
+    return web.json_response([{"uuid": str(k), "reason": v} for k, v in sorted(node.mesh.excluded.items())])
+
+
 # ------------------------------------------------------------------ addressed messages
 
 
@@ -376,6 +399,8 @@ def make_app(node: Node) -> web.Application:
     app.router.add_get("/api/v1/log", _get_log)
     app.router.add_get("/api/v1/log/summary", _get_log_summary)
     app.router.add_post("/api/v1/messages", _post_messages)
+    app.router.add_post("/api/v1/peers/{uuid}/exclude", _post_exclude)
+    app.router.add_get("/api/v1/excluded", _get_excluded)
     app.router.add_post("/api/v1/doc/ops", _post_doc_ops)
     app.router.add_get("/api/v1/doc", _get_doc)
     app.router.add_get("/api/v1/doc/history", _get_doc_history)

@@ -85,6 +85,7 @@ class _Channel:
     buffered: int = 0
     progress_at: float = 0.0
     waiting: bool = False  # a send was refused: announce BufferSpace when there is room
+    full_since: float | None = None  # when a send was first refused, while the buffer stays full
     # receiving
     expected: int = 1
     early: dict[int, Dmsg] = field(default_factory=dict)
@@ -123,6 +124,10 @@ class Delivery:
         ch = self._channels.get(peer)
         return 0 if ch is None else ch.buffered
 
+    def stuck(self, now: float, after: float) -> list[NodeId]:
+        """Peers whose buffer has refused sends, with no acknowledgement since, for ``after`` seconds."""
+        return [p for p, ch in self._channels.items() if ch.full_since is not None and now - ch.full_since >= after]
+
     def peers(self) -> list[NodeId]:
         return [p for p, ch in self._channels.items() if ch.conn is not None]
 
@@ -139,6 +144,8 @@ class Delivery:
             raise MessageTooLarge(f"message of {len(payload)} octets is larger than the largest allowed, {t.max_message}")
         if ch.buffered + len(payload) > t.buffer_bytes:
             ch.waiting = True
+            if ch.full_since is None:
+                ch.full_since = now
             raise BufferFull(f"send buffer for {peer.short} is full ({ch.buffered} of {t.buffer_bytes} octets queued)")
         mseq = ch.next_mseq
         ch.next_mseq += 1
@@ -241,6 +248,7 @@ class Delivery:
         if freed:
             ch.buffered -= freed
             ch.progress_at = now
+            ch.full_since = None
             if ch.waiting:
                 ch.waiting = False
                 self._actions.append(Notify(BufferSpace(peer, self.timing.buffer_bytes - ch.buffered)))

@@ -24,8 +24,10 @@ __all__ = [
     "LogAppended",
     "MessageReceived",
     "Notify",
+    "PeerExcluded",
     "PeerJoined",
     "PeerLeft",
+    "PeerNew",
     "PeerRefused",
     "PeerStateChanged",
     "Send",
@@ -116,6 +118,32 @@ class PeerStateChanged:
     def to_json(self) -> dict[str, Any]:
         return {"type": "peer_state", "peer": str(self.peer), "name": self.name,
                 "state": self.state, "time": self.time}
+
+
+@dataclass(frozen=True, slots=True)
+class PeerNew:
+    """A node was seen for the first time (reported once per UUID), and is now included."""
+
+    peer: NodeId
+    name: str
+    time: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": "peer_new", "peer": str(self.peer), "name": self.name, "time": self.time}
+
+
+@dataclass(frozen=True, slots=True)
+class PeerExcluded:
+    """A node was excluded: it is never admitted again."""
+
+    peer: NodeId
+    name: str
+    reason: str
+    time: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": "peer_excluded", "peer": str(self.peer), "name": self.name, "reason": self.reason,
+                "time": self.time}
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,4 +264,4 @@ def record_json(r: LogRecord, received_from: NodeId | None = None, *, arriving: 
 
 
 Event = (PeerJoined | PeerLeft | PeerStateChanged | PeerRefused | ChatReceived | ClockSynced | LogAppended
-         | MessageReceived | BufferSpace)
+         | MessageReceived | BufferSpace | PeerNew | PeerExcluded)

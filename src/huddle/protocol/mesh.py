@@ -35,8 +35,10 @@ from .events import (
     Disconnect,
     Event,
     Notify,
+    PeerExcluded,
     PeerJoined,
     PeerLeft,
+    PeerNew,
     PeerRefused,
     PeerStateChanged,
     Send,
@@ -68,6 +70,8 @@ class Timing:
     seed_retry: float = 1.0
     rtt_probe_interval: float = 5.0
     gone_retention: float = 60.0
+    exclude_after_errors: int = 100  # undecodable messages from an admitted peer before it is excluded (0: never)
+    exclude_slow_after: float = 60.0  # seconds a peer's send buffer may stay full before it is excluded (0: never)
 
     def __post_init__(self) -> None:
         if self.heartbeat_interval <= 0:
@@ -79,6 +83,8 @@ class Timing:
         for name in ("handshake_timeout", "seed_retry", "rtt_probe_interval", "gone_retention"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
+        if self.exclude_after_errors < 0 or self.exclude_slow_after < 0:
+            raise ValueError("exclusion limits must be 0 (never) or positive")
 
 
 @dataclass(slots=True)
@@ -98,6 +104,7 @@ class _Session:
     sync_pending: bool = False
     next_probe: float = 0.0
     seed: str | None = None
+    errors: int = 0  # undecodable messages from it while admitted
 
     @property
     def admitted(self) -> bool:
@@ -165,6 +172,7 @@ class Mesh:
         incarnation: str,
         now: float,
         timing: Timing | None = None,
+        excluded: dict[NodeId, str] | None = None,
     ) -> None:
         # Constructing our own HELO validates name, endpoint and incarnation.
         Helo(sender=uuid, endpoint=endpoint, name=name, incarnation=incarnation)
@@ -182,6 +190,8 @@ class Mesh:
         self._seeds: dict[str, _Seed] = {}
         self._gone: dict[NodeId, _Gone] = {}
         self._refused: dict[NodeId, str] = {}  # uuid -> incarnation refused
+        self.excluded: dict[NodeId, str] = dict(excluded or {})  # uuid -> why; never admitted again
+        self._reported: set[NodeId] = set()  # reported new once
         self._actions: list[Action] = []
         self._next_conn = 1
         self._next_beat = now
@@ -239,6 +249,8 @@ class Mesh:
     def discovered(self, uuid: NodeId, endpoint: str, now: float) -> None:
         """A discovery mechanism saw ``uuid`` listening at ``endpoint``."""
         if self._closed or uuid == self.uuid or uuid in self._sessions or uuid in self._refused:
+            return
+        if uuid in self.excluded:
             return
         if self._endpoint_known(endpoint):
             return
@@ -309,6 +321,12 @@ class Mesh:
             msg = _decode(frames)
         except DecodeError as exc:
             self.stats.decode_errors += 1
+            limit = self.timing.exclude_after_errors
+            s = self._sessions.get(frames[0]) if frames and isinstance(frames[0], bytes) else None  # type: ignore[call-overload]
+            if s is not None and s.admitted and limit:
+                s.errors += 1
+                if s.errors >= limit:
+                    self.exclude(s.uuid, f"{s.errors} undecodable messages", now)
             if self.stats.decode_errors <= 10 or self.stats.decode_errors % 10000 == 0:
                 log.warning("dropped undecodable message (%d so far): %s", self.stats.decode_errors, exc)
             return False
@@ -372,6 +390,9 @@ class Mesh:
         if m.version != PROTOCOL_VERSION:
             reason = f"incompatible protocol version {m.version}: this node speaks version {PROTOCOL_VERSION}"
             self._refuse_endpoint(m.sender, m.endpoint, m.incarnation, reason, now)
+            return False
+        if m.sender in self.excluded:
+            self._refuse_endpoint(m.sender, m.endpoint, m.incarnation, f"excluded: {self.excluded[m.sender]}", now)
             return False
         if self._refused.get(m.sender) == m.incarnation:
             self.stats.dropped_unintroduced += 1
@@ -445,7 +466,7 @@ class Mesh:
         return True
 
     def _on_peer(self, s: _Session, m: Peer, now: float) -> None:
-        if m.peer == self.uuid or m.peer in self._sessions or m.peer in self._refused:
+        if m.peer == self.uuid or m.peer in self._sessions or m.peer in self._refused or m.peer in self.excluded:
             return
         if m.endpoint == self.endpoint or self._endpoint_known(m.endpoint):
             return
@@ -507,6 +528,9 @@ class Mesh:
             self.replication.tick(now)
         if self.delivery is not None:
             self.delivery.tick(now)
+            if t.exclude_slow_after:
+                for peer in self.delivery.stuck(now, t.exclude_slow_after):
+                    self.exclude(peer, f"its send buffer stayed full for {t.exclude_slow_after:g} s", now)
 
     def next_deadline(self, now: float) -> float:
         """The latest time by which :meth:`tick` should be called again."""
@@ -579,6 +603,9 @@ class Mesh:
                     seed.peer = s.uuid
                     s.seed = seed.endpoint
         self._notify(PeerJoined(s.uuid, s.name, s.endpoint, self.mesh_time(now)))
+        if s.uuid not in self._reported:
+            self._reported.add(s.uuid)
+            self._notify(PeerNew(s.uuid, s.name, self.mesh_time(now)))
         if self.replication is not None:
             self.replication.peer_up(s.uuid, s.conn, now)
         if self.delivery is not None:
@@ -632,6 +659,23 @@ class Mesh:
             self._send(conn, Gbye(sender=self.uuid, reason=reason))
             self._actions.append(Disconnect(conn, flush=True))
             self._notify(PeerRefused(uuid, endpoint, reason, True, self.mesh_time(now)))
+
+    def exclude(self, uuid: NodeId, reason: str, now: float) -> bool:
+        """Exclude a node for good: end its session (GBYE ``excluded: reason``),
+        drop its channel, and never admit its UUID again.  False if it already was."""
+        if uuid in self.excluded or uuid == self.uuid:
+            return False
+        self.excluded[uuid] = reason
+        s = self._sessions.get(uuid)
+        name = s.name if s is not None else ""
+        log.warning("excluding %s (%s): %s", uuid.short, name or "?", reason)
+        if s is not None:
+            self._send(s.conn, Gbye(sender=self.uuid, reason=f"excluded: {reason}"))
+            self._end(s, f"excluded: {reason}", now)
+        if self.delivery is not None:
+            self.delivery.forget(uuid)
+        self._notify(PeerExcluded(uuid, name, reason, self.mesh_time(now)))
+        return True
 
     def _endpoint_known(self, endpoint: str) -> bool:
         return any(s.endpoint == endpoint for s in self._sessions.values())
