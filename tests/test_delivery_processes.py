@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -92,5 +93,43 @@ def test_exclusion_by_hand_is_permanent_even_across_restarts(cluster: Cluster, t
     cluster.start("c")
     wait_for(lambda: {p["name"] for p in get(a2.api, "/api/v1/peers") if p["state"] == "alive"} == {"c"}, 20,
              "a2 to meet c")
-    refused = get(a2.api, "/api/v1/node")["stats"]["refused"]
-    assert refused >= 1 and "b" not in {p["name"] for p in get(a2.api, "/api/v1/peers")}
+    # The list came back from the data directory, and b (beaconing all along) is not among a2's peers.
+    assert get(a2.api, "/api/v1/excluded") == [{"uuid": b_id, "reason": "broken scoreboard"}]
+    assert "b" not in {p["name"] for p in get(a2.api, "/api/v1/peers")}
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+def test_a_frozen_receiver_bounds_the_senders_memory_and_does_not_slow_the_others(cluster: Cluster) -> None:
+    a = cluster.start("a", "--send-buffer", "2000000")
+    b, c = cluster.start("b"), cluster.start("c")
+    wait_for(lambda: cluster.mesh_complete([a, b, c]), 20, "three nodes to mesh")
+    b_id, c_id = uuid_of(b.api), uuid_of(c.api)
+    b.signal(signal.SIGSTOP)
+    try:
+        chunk = ["x" * 10_000] * 50  # 500 KB per request
+        accepted_b = 0
+        for _ in range(20):  # 10 MB to each
+            status, body = http(a.api, "/api/v1/messages", {"to": c_id, "texts": chunk, "wait": 20})
+            assert status == 202, body
+            status, body = http(a.api, "/api/v1/messages", {"to": b_id, "texts": chunk, "wait": 0})
+            assert status in (202, 503), body
+            accepted_b += len(body["sent"])
+        # b's 2 MB buffer filled: the rest was refused at once, not queued without bound.
+        assert 150 <= accepted_b <= 250, accepted_b
+        wait_for(lambda: get(a.api, "/api/v1/node")["stats"]["delivery"]["messages_sent"] >= 1000 + accepted_b, 5,
+                 "a to count its sends")
+        # c got all 1000 while b was frozen.
+        wait_for(lambda: get(c.api, "/api/v1/node")["stats"]["delivery"]["messages_received"] >= 1000, 30,
+                 "c to receive its 1000 messages")
+        assert peak_rss_mb(a.proc.pid) < 250
+    finally:
+        b.signal(signal.SIGCONT)
+    # Thawed, b gets exactly what was accepted for it.
+    wait_for(lambda: get(b.api, "/api/v1/node")["stats"]["delivery"]["messages_received"] == accepted_b, 60,
+             "b to receive what was accepted for it")
