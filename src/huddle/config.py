@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import tomllib
 from dataclasses import dataclass, field, fields, replace
@@ -14,7 +15,7 @@ from .protocol import Timing
 from .protocol.delivery import DeliveryTiming
 from .wire.messages import MAX_GROUP, MAX_NAME
 
-__all__ = ["NodeConfig", "load_config", "parse_hostport", "parse_naming_endpoint"]
+__all__ = ["NodeConfig", "load_config", "normalise_mdns_type", "parse_hostport", "parse_naming_endpoint"]
 
 DEFAULT_API = "127.0.0.1:8089"
 DEFAULT_BEACON_PORT = 5670
@@ -69,9 +70,7 @@ class NodeConfig:
         if self.beacon_interval <= 0:
             raise ConfigError("beacon interval must be positive")
         parse_hostport(self.api, "api")
-        from .discovery.mdns import normalise_type
-
-        normalise_type(self.mdns_type)
+        normalise_mdns_type(self.mdns_type)
         for endpoint in self.naming:
             parse_naming_endpoint(endpoint)
         if self.naming_interval < 0:
@@ -102,6 +101,21 @@ class NodeConfig:
 
     def with_overrides(self, **changes: Any) -> NodeConfig:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+_MDNS_TYPE = re.compile(r"^_[A-Za-z0-9-_]{1,62}\._(tcp|udp)\.local\.$")
+
+
+def normalise_mdns_type(text: str) -> str:
+    """``_huddle._tcp`` -> ``_huddle._tcp.local.``; a clear error for anything that is not a service type."""
+    t = text.strip()
+    if not t.endswith("."):
+        t += "."
+    if not t.endswith(".local."):
+        t += "local."
+    if not _MDNS_TYPE.match(t):
+        raise ConfigError(f"mDNS service type {text!r} must look like _name._tcp (e.g. _huddle._tcp)")
+    return t
 
 
 def parse_naming_endpoint(text: str) -> tuple[str, int]:

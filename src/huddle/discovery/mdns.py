@@ -22,29 +22,14 @@ from typing import Any
 from zeroconf import IPVersion, ServiceStateChange
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
+from ..config import normalise_mdns_type as normalise_type
 from ..errors import ConfigError
 from ..ids import NodeId
 from .interfaces import Interface
 
-__all__ = ["DEFAULT_MDNS_TYPE", "MdnsService", "normalise_type"]
+__all__ = ["MdnsService"]
 
 log = logging.getLogger("huddle.discovery")
-
-DEFAULT_MDNS_TYPE = "_huddle._tcp.local."
-_TYPE = re.compile(r"^_[A-Za-z0-9-_]{1,62}\._(tcp|udp)\.local\.$")
-
-
-def normalise_type(text: str) -> str:
-    """``_huddle._tcp`` -> ``_huddle._tcp.local.``; a clear error for anything that is not a service type."""
-    t = text.strip()
-    if not t.endswith("."):
-        t += "."
-    if not t.endswith(".local."):
-        t += "local."
-    if not _TYPE.match(t):
-        raise ConfigError(f"mDNS service type {text!r} must look like _name._tcp (e.g. _huddle._tcp)")
-    return t
-
 
 class MdnsService:
     def __init__(
