@@ -316,3 +316,21 @@ def await_raw_sender(router: Any, stall: float) -> None:
     ident, _, _ = router.recv_multipart()  # the sender's hello: it is connected
     router.send_multipart([ident, b"GO", b""])
     router.setsockopt(zmq.RCVTIMEO, int(stall * 1000))
+
+
+async def wait_done_or_stalled(done: Any, count: Any, first: float, stall: float) -> float | None:
+    """Wait for the event ``done``; give up when ``count()`` has not moved for
+    ``stall`` seconds (``first`` for the first wait, which includes start-up).
+    Returns None when done, else the estimated time of the last progress."""
+    import asyncio
+
+    seen, patience = -1, first
+    while not done.is_set():
+        try:
+            await asyncio.wait_for(done.wait(), patience)
+        except TimeoutError:
+            if count() == seen:
+                return time.monotonic() - patience
+            seen, patience = count(), stall
+    return None
+

@@ -188,14 +188,7 @@ async def _node_joiner(data_dir: Path, n: int, seed: str, conn: Connection) -> N
     cpu0 = cpu_seconds()
     t0 = time.monotonic()
     task = asyncio.create_task(node.run())
-    seen, patience = -1, 60.0
-    while not done.is_set():
-        try:
-            await asyncio.wait_for(done.wait(), patience)
-        except TimeoutError:
-            if count == seen:
-                break
-            seen, patience = count, STALL
+    await benchlib.wait_done_or_stalled(done, lambda: count, 60.0, STALL)
     cpu = cpu_seconds() - cpu0
     summary = node.log_summary()
     conn.send(("done", count, t0, t_admitted, t_last, cpu, summary["events"], bool(summary["gaps"]),

@@ -143,15 +143,10 @@ async def _node_receiver(n: int, tmp: str, conn: Connection) -> None:
         await asyncio.sleep(0.005)
     conn.send(("admitted",))
     cpu0 = cpu_seconds()
-    seen, patience = -1, 30.0  # the first message may take a while (process start)
-    while not done.is_set():
-        try:
-            await asyncio.wait_for(done.wait(), patience)
-        except TimeoutError:
-            if count == seen:
-                t_last = time.monotonic() - patience
-                break
-            seen, patience = count, STALL
+    # The first message may take a while (process start).
+    stalled_at = await benchlib.wait_done_or_stalled(done, lambda: count, 30.0, STALL)
+    if stalled_at is not None:
+        t_last = stalled_at
     conn.send(("done", count, t_last, cpu_seconds() - cpu0))
     node.stop()
     await task

@@ -230,15 +230,9 @@ async def _node_peer(idx: int, n: int, k: int, tmp: str, seed: str, conn: Connec
     await _full_mesh(node, k)  # the origin and the K-1 other peers
     conn.send(("ready",))
     cpu0 = cpu_seconds()
-    seen, patience = -1, 60.0
-    while not done.is_set():
-        try:
-            await asyncio.wait_for(done.wait(), patience)
-        except TimeoutError:
-            if count == seen:
-                t_last = time.monotonic() - patience
-                break
-            seen, patience = count, STALL
+    stalled_at = await benchlib.wait_done_or_stalled(done, lambda: count, 60.0, STALL)
+    if stalled_at is not None:
+        t_last = stalled_at
     held = node.log_summary()["events"]
     conn.send(("done", count, t_last, cpu_seconds() - cpu0, held))
     await benchlib.arecv(conn, timeout=300)  # "stop"
