@@ -22,6 +22,7 @@ from .ids import NodeId
 from .protocol import Connect, Disconnect, Event, Mesh, Notify, Send, Timing
 from .protocol.delivery import Delivery, DeliveryTiming
 from .protocol.events import LogAppended, stat_row
+from .protocol.picture import PictureTiming
 from .protocol.replication import MemoryStore, ReplicationTiming, Replicator
 from .simlog import Origin, RangeStore
 from .wire import Dack, Dmsg, Gsip, LogRecord, Message, Xmsg, decode, encode
@@ -74,6 +75,7 @@ class SimNetwork:
         self._queue: list[tuple[float, int, str, list[bytes] | Message]] = []
         self._counter = 0
         self.cut: set[frozenset[str]] = set()
+        self.one_way: set[tuple[str, str]] = set()  # (from, to) endpoints whose messages are dropped
         self.trace: list[tuple[str, str, Message]] | None = None  # (from, to, message) delivered, when recording
         self._next_port = 50000
         self._next_tick = self.now
@@ -94,6 +96,8 @@ class SimNetwork:
         store: MemoryStore | RangeStore | None = None,
         log_timing: ReplicationTiming | None = None,
         delivery: DeliveryTiming | None = None,
+        node_type: str = "standard",
+        picture: PictureTiming | None = None,
     ) -> SimNode:
         if endpoint is None:
             endpoint = f"tcp://10.0.0.1:{self._next_port}"
@@ -102,6 +106,7 @@ class SimNetwork:
         mesh = Mesh(
             node_id, name=name, group=group, endpoint=endpoint,
             incarnation=self.rng.randbytes(8).hex(), now=self.now + skew, timing=timing,
+            node_type=node_type, picture=picture,
         )
         node = SimNode(mesh=mesh, clock_skew=skew)
         if log or store is not None:
@@ -126,6 +131,7 @@ class SimNetwork:
             log=node.store is not None, store=store,
             log_timing=None if node.mesh.replication is None else node.mesh.replication.timing,
             delivery=None if node.mesh.delivery is None else node.mesh.delivery.timing,
+            node_type=node.mesh.node_type, picture=node.mesh.pictures.timing,
         )
         if rejoin is not None:
             fresh.mesh.discovered(rejoin.mesh.uuid, rejoin.mesh.endpoint, self.local(fresh))
@@ -149,8 +155,14 @@ class SimNetwork:
     def partition(self, a: SimNode, b: SimNode) -> None:
         self.cut.add(frozenset((a.mesh.endpoint, b.mesh.endpoint)))
 
+    def block(self, src: SimNode, dst: SimNode) -> None:
+        """Drop everything ``src`` sends to ``dst`` (a firewall open one way
+        only: ``dst`` still reaches ``src``)."""
+        self.one_way.add((src.mesh.endpoint, dst.mesh.endpoint))
+
     def heal(self) -> None:
         self.cut.clear()
+        self.one_way.clear()
 
     # -------------------------------------------------------------- stepping
 
@@ -169,7 +181,7 @@ class SimNetwork:
                 target = node.conns.get(action.conn)
                 if target is None:
                     continue
-                if frozenset((node.mesh.endpoint, target)) in self.cut:
+                if frozenset((node.mesh.endpoint, target)) in self.cut or (node.mesh.endpoint, target) in self.one_way:
                     continue
                 msg = action.message
                 payload: list[bytes] | Message = encode(msg) if self.wire else msg

@@ -91,6 +91,13 @@ class _Channel:
     early: dict[int, Dmsg] = field(default_factory=dict)
     parts: list[bytes] = field(default_factory=list)
     ack_due: bool = False
+    # pacing: the peer's node type may limit the octets per second sent to it
+    rate: int = 0  # 0: no limit
+    tokens: float = 0.0
+    tokens_at: float = 0.0
+    # per-peer counters, for the system picture
+    frames_sent: int = 0  # every DMSG sent, first transmissions and repeats
+    frames_resent: int = 0
 
 
 @dataclass(slots=True)
@@ -131,6 +138,14 @@ class Delivery:
     def peers(self) -> list[NodeId]:
         return [p for p, ch in self._channels.items() if ch.conn is not None]
 
+    def counters(self, peer: NodeId) -> tuple[int, int, int]:
+        """Frames sent (first transmissions), frames sent again, and octets
+        queued or unacknowledged for ``peer``."""
+        ch = self._channels.get(peer)
+        if ch is None:
+            return 0, 0, 0
+        return ch.frames_sent - ch.frames_resent, ch.frames_resent, ch.buffered
+
     # ------------------------------------------------------------ commands
 
     def send(self, peer: NodeId, payload: bytes, now: float) -> int:
@@ -162,11 +177,14 @@ class Delivery:
             ch.unacked.append(_Frame(ch.next_fseq, mseq, i, count, payload[i * mtu : (i + 1) * mtu]))
             ch.next_fseq += 1
 
-    def peer_up(self, peer: NodeId, conn: int, incarnation: str, now: float) -> None:
+    def peer_up(self, peer: NodeId, conn: int, incarnation: str, now: float, rate: int = 0) -> None:
+        """``peer`` is admitted on ``conn``; ``rate`` is the most octets per
+        second it accepts (its node type's send rate; 0: no limit)."""
         ch = self._channels.get(peer)
         if ch is None:
-            self._channels[peer] = _Channel(conn, incarnation, progress_at=now)
+            self._channels[peer] = _Channel(conn, incarnation, progress_at=now, rate=rate, tokens_at=now)
             return
+        ch.rate, ch.tokens, ch.tokens_at = rate, 0.0, now
         ch.conn = conn
         if ch.incarnation != incarnation:  # it restarted: it knows nothing of this channel
             self._reset(ch, incarnation)
@@ -259,11 +277,14 @@ class Delivery:
     def tick(self, now: float) -> None:
         t = self.timing
         for ch in self._channels.values():
+            if ch.rate and ch.conn is not None and ch.inflight < len(ch.unacked):
+                self._pump(ch, now)  # paced: what waited for tokens may go now
             if ch.conn is None or not ch.inflight:
                 continue
             if now - ch.progress_at >= t.retransmit_after:
                 # No progress: send the window again from the first unacknowledged frame.
                 self.stats.frames_resent += ch.inflight
+                ch.frames_resent += ch.inflight
                 ch.inflight = 0
                 ch.progress_at = now
                 self._pump(ch, now)
@@ -284,9 +305,20 @@ class Delivery:
         if ch.conn is None:
             return
         window = self.timing.window
+        rate = ch.rate
+        if rate:
+            # A token bucket that holds a tenth of a second's worth: sending may
+            # run into debt by one frame, so frames larger than the bucket still go.
+            ch.tokens = min(rate / 10, ch.tokens + (now - ch.tokens_at) * rate)
+            ch.tokens_at = now
         while ch.inflight < min(window, len(ch.unacked)):
             f = ch.unacked[ch.inflight]
+            if rate:
+                if ch.tokens <= 0:
+                    return
+                ch.tokens -= len(f.payload)
             ch.inflight += 1
             f.sent_at = now
+            ch.frames_sent += 1
             self.stats.frames_sent += 1
             self._actions.append(Send(ch.conn, Dmsg(self.uuid, f.fseq, f.mseq, f.index, f.count, f.payload)))

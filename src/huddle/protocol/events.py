@@ -147,6 +147,18 @@ class PeerExcluded:
 
 
 @dataclass(frozen=True, slots=True)
+class CutOff:
+    """The node lost its last peer (``cut_off`` true), or, cut off, met one
+    again (false).  A node alone from its start is not cut off."""
+
+    cut_off: bool
+    time: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": "cut_off" if self.cut_off else "reconnected", "time": self.time}
+
+
+@dataclass(frozen=True, slots=True)
 class PeerRefused:
     """A session was refused, by us or by them; ``reason`` says why."""
 
@@ -264,4 +276,4 @@ def record_json(r: LogRecord, received_from: NodeId | None = None, *, arriving: 
 
 
 Event = (PeerJoined | PeerLeft | PeerStateChanged | PeerRefused | ChatReceived | ClockSynced | LogAppended
-         | MessageReceived | BufferSpace | PeerNew | PeerExcluded)
+         | MessageReceived | BufferSpace | PeerNew | PeerExcluded | CutOff)

@@ -16,14 +16,32 @@ A session with a peer goes through these phases::
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
 from ..errors import DecodeError, LocalProtocolError
 from ..ids import NodeId
-from ..wire import MAX_BODY, PROTOCOL_VERSION, Beat, Bout, Chat, Dack, Dmsg, Gbye, Helo, Message, Peer, Time, Xmsg
+from ..wire import (
+    MAX_BODY,
+    PROTOCOL_VERSION,
+    Beat,
+    Bout,
+    Chat,
+    Dack,
+    Dmsg,
+    Gbye,
+    Helo,
+    Message,
+    Peer,
+    PeerStat,
+    Raws,
+    Time,
+    Xmsg,
+)
 from ..wire import decode as _decode
 from .delivery import Delivery
 from .events import (
@@ -32,6 +50,7 @@ from .events import (
     ClockSynced,
     Connect,
     Counters,
+    CutOff,
     Disconnect,
     Event,
     Notify,
@@ -43,6 +62,7 @@ from .events import (
     PeerStateChanged,
     Send,
 )
+from .picture import Pictures, PictureTiming
 from .replication import Replicator
 
 __all__ = ["Mesh", "PeerInfo", "Phase", "Timing"]
@@ -105,6 +125,10 @@ class _Session:
     next_probe: float = 0.0
     seed: str | None = None
     errors: int = 0  # undecodable messages from it while admitted
+    suspect_after: float = 2.5  # from its HELO's beat and lost, else our own timing
+    gone_after: float = 5.0
+    node_type: str = ""
+    rate: int = 0  # octets per second it accepts of addressed messages (0: no limit)
 
     @property
     def admitted(self) -> bool:
@@ -145,6 +169,8 @@ class Stats(Counters):
     sent: int = 0
     chats_received: int = 0
     stale_time_replies: int = 0
+    reports_received: int = 0
+    reports_relayed: int = 0
 
 
 
@@ -173,16 +199,26 @@ class Mesh:
         now: float,
         timing: Timing | None = None,
         excluded: dict[NodeId, str] | None = None,
+        node_type: str = "standard",
+        rate: int = 0,
+        picture: PictureTiming | None = None,
     ) -> None:
-        # Constructing our own HELO validates name, endpoint and incarnation.
-        Helo(sender=uuid, endpoint=endpoint, name=name, incarnation=incarnation)
+        self.timing: Final = timing or Timing()
+        self.beat: Final = self.timing.heartbeat_interval
+        # The heartbeats we allow to be lost, as we announce it: peers then wait
+        # beat * (lost + 1) before they count us gone (our gone_after).
+        self.lost: Final = max(1, min(100, round(self.timing.gone_after / self.beat) - 1))
+        # Constructing our own HELO validates name, endpoint, incarnation and type.
+        Helo(sender=uuid, endpoint=endpoint, name=name, incarnation=incarnation, node_type=node_type,
+             beat=float(self.beat), lost=self.lost, rate=rate)
         Bout(sender=uuid, group=group)
         self.uuid: Final = uuid
         self.name: Final = name
         self.group: Final = group
         self.endpoint: Final = endpoint
         self.incarnation: Final = incarnation
-        self.timing: Final = timing or Timing()
+        self.node_type: Final = node_type
+        self.rate: Final = rate
         self.offset = 0.0
         self.synced_with: NodeId | None = None
         self.stats = Stats()
@@ -198,6 +234,13 @@ class Mesh:
         self._closed = False
         self.replication: Replicator | None = None
         self.delivery: Delivery | None = None
+        self.pictures = Pictures(uuid, picture or PictureTiming())
+        self.pictures.next_report = now
+        self._last_frame: dict[NodeId, float] = {}  # any message from a node, admitted or not
+        self._counts: dict[NodeId, list[int]] = {}  # per node: messages and octets received
+        self.conn_counters: Callable[[int], tuple[int, int]] | None = None  # the driver's (messages, octets) sent on a conn
+        self.cut_off = False  # had peers and lost the last one
+        self._had_peers = False
 
     # ------------------------------------------------------------------ queries
 
@@ -314,6 +357,7 @@ class Mesh:
                     pass  # the full decoder reports and counts it
                 else:
                     self._heard(s, now)
+                    self._counts[s.uuid][1] += len(body)
                     self.stats.chats_received += 1
                     self._notify(ChatReceived(s.uuid, s.name, text, self.mesh_time(now)))
                     return True
@@ -330,6 +374,8 @@ class Mesh:
             if self.stats.decode_errors <= 10 or self.stats.decode_errors % 10000 == 0:
                 log.warning("dropped undecodable message (%d so far): %s", self.stats.decode_errors, exc)
             return False
+        if msg.sender in self._counts:
+            self._counts[msg.sender][1] += len(frames[2])
         return self.handle(msg, now)
 
     def handle(self, msg: Message, now: float) -> bool:
@@ -363,6 +409,9 @@ class Mesh:
             return True
         if isinstance(msg, Peer):
             self._on_peer(s, msg, now)
+            return True
+        if isinstance(msg, Raws):
+            self._on_raws(s, msg, now)
             return True
         if isinstance(msg, (Dmsg, Dack)):
             if self.delivery is None:
@@ -422,6 +471,12 @@ class Mesh:
         s.incarnation = m.incarnation
         s.name = m.name
         s.helo_peers = m.peers
+        s.node_type = m.node_type
+        s.rate = m.rate
+        if m.beat:
+            # Its node type says how often it beats and how many beats may be lost.
+            s.gone_after = max(0.2, m.beat * (m.lost + 1))
+            s.suspect_after = s.gone_after / 2
         self._heard(s, now)
         if s.phase is Phase.CONNECTING:
             s.phase = Phase.HANDSHAKE
@@ -499,10 +554,10 @@ class Mesh:
         for s in list(self._sessions.values()):
             silence = now - s.last_heard
             if s.admitted:
-                if silence >= t.gone_after:
+                if silence >= s.gone_after:
                     self._end(s, "timeout", now)
                     continue
-                if silence >= t.suspect_after and s.phase is Phase.ALIVE:
+                if silence >= s.suspect_after and s.phase is Phase.ALIVE:
                     s.phase = Phase.SUSPECT
                     self._notify(PeerStateChanged(s.uuid, s.name, s.phase.value, self.mesh_time(now)))
                 if now >= s.next_probe:
@@ -524,6 +579,8 @@ class Mesh:
         for uuid in [u for u, g in self._gone.items() if g.until <= now]:
             del self._gone[uuid]
         self._retry_seeds(now)
+        if now >= self.pictures.next_report:
+            self._publish_report(now)
         if self.replication is not None:
             self.replication.tick(now)
         if self.delivery is not None:
@@ -534,7 +591,7 @@ class Mesh:
 
     def next_deadline(self, now: float) -> float:
         """The latest time by which :meth:`tick` should be called again."""
-        return min(self._next_beat, now + 0.1)
+        return min(self._next_beat, self.pictures.next_report, now + 0.1)
 
     # ---------------------------------------------------------------- internals
 
@@ -562,6 +619,10 @@ class Mesh:
                 incarnation=self.incarnation,
                 reply=reply,
                 peers=admitted,
+                node_type=self.node_type,
+                beat=float(self.beat),
+                lost=self.lost,
+                rate=self.rate,
             ),
         )
         self._send(conn, Bout(sender=self.uuid, group=self.group))
@@ -572,8 +633,10 @@ class Mesh:
         s = _Session(
             uuid=uuid, conn=conn, endpoint=endpoint, phase=Phase.CONNECTING,
             created=now, last_heard=now, introducer=introducer,
+            suspect_after=self.timing.suspect_after, gone_after=self.timing.gone_after,
         )
         self._sessions[uuid] = s
+        self._counts.setdefault(uuid, [0, 0])
         return s
 
     def _open(
@@ -586,6 +649,8 @@ class Mesh:
 
     def _heard(self, s: _Session, now: float) -> None:
         s.last_heard = now
+        self._last_frame[s.uuid] = now
+        self._counts[s.uuid][0] += 1
         if s.phase is Phase.SUSPECT:
             s.phase = Phase.ALIVE
             self._notify(PeerStateChanged(s.uuid, s.name, s.phase.value, self.mesh_time(now)))
@@ -603,13 +668,17 @@ class Mesh:
                     seed.peer = s.uuid
                     s.seed = seed.endpoint
         self._notify(PeerJoined(s.uuid, s.name, s.endpoint, self.mesh_time(now)))
+        self._had_peers = True
+        if self.cut_off:
+            self.cut_off = False
+            self._notify(CutOff(False, self.mesh_time(now)))
         if s.uuid not in self._reported:
             self._reported.add(s.uuid)
             self._notify(PeerNew(s.uuid, s.name, self.mesh_time(now)))
         if self.replication is not None:
             self.replication.peer_up(s.uuid, s.conn, now)
         if self.delivery is not None:
-            self.delivery.peer_up(s.uuid, s.conn, s.incarnation or "", now)
+            self.delivery.peer_up(s.uuid, s.conn, s.incarnation or "", now, s.rate)
         intro = Peer(sender=self.uuid, peer=s.uuid, endpoint=s.endpoint)
         for x in others:
             if x.uuid != s.introducer:
@@ -632,6 +701,9 @@ class Mesh:
             gone = PeerInfo(info.uuid, info.name, info.endpoint, info.group, "gone", info.last_seen, info.rtt)
             self._gone[s.uuid] = _Gone(gone, now + self.timing.gone_retention)
             self._notify(PeerLeft(s.uuid, s.name, reason, self.mesh_time(now)))
+            if not self._closed and not self.cut_off and not any(x.admitted for x in self._sessions.values()):
+                self.cut_off = True
+                self._notify(CutOff(True, self.mesh_time(now)))
 
     def _forget(self, s: _Session) -> None:
         if self._sessions.get(s.uuid) is s:
@@ -674,8 +746,70 @@ class Mesh:
             self._end(s, f"excluded: {reason}", now)
         if self.delivery is not None:
             self.delivery.forget(uuid)
+        self.pictures.forget(uuid)
+        self._last_frame.pop(uuid, None)
         self._notify(PeerExcluded(uuid, name, reason, self.mesh_time(now)))
         return True
+
+    # system picture ----------------------------------------------------------
+
+    def _on_raws(self, s: _Session, m: Raws, now: float) -> None:
+        self.stats.reports_received += 1
+        if m.origin == self.uuid or m.origin in self.excluded:
+            return
+        if self.pictures.accept(m, now):
+            # Pass it on only to peers that the report says its origin has no
+            # session with: in a full mesh nobody relays; across a link open
+            # one way, or a partial partition, the report still arrives.
+            direct = {p.peer for p in m.peers if p.state in ("alive", "suspect")}
+            relayed: Raws | None = None
+            for x in self._sessions.values():
+                if x.admitted and x is not s and x.uuid != m.origin and x.uuid not in direct:
+                    relayed = relayed or dataclasses.replace(m, sender=self.uuid)
+                    self.stats.reports_relayed += 1
+                    self._send(x.conn, relayed)
+
+    def report(self, now: float) -> Raws:
+        """This node's raw statistics now, as a RAWS report."""
+        window = self.pictures.timing.hear_window
+        for uuid in [u for u, t in self._last_frame.items() if now - t > 2 * window and u not in self._sessions]:
+            del self._last_frame[uuid]
+            self._counts.pop(uuid, None)
+        rows = []
+        for uuid in sorted(set(self._last_frame) | set(self._sessions)):
+            if uuid in self.excluded:
+                continue
+            s = self._sessions.get(uuid)
+            last = self._last_frame.get(uuid)
+            msgs_in, bytes_in = self._counts.get(uuid, (0, 0))
+            msgs_out = bytes_out = 0
+            if s is not None and self.conn_counters is not None:
+                msgs_out, bytes_out = self.conn_counters(s.conn)
+            sent, resent, queued = self.delivery.counters(uuid) if self.delivery is not None else (0, 0, 0)
+            rows.append(PeerStat(
+                uuid,
+                heard=None if last is None else round(max(0.0, now - last), 3),
+                rtt=s.rtt if s is not None and s.admitted else None,
+                state=s.phase.value if s is not None else "none",
+                msgs_in=msgs_in, msgs_out=msgs_out, bytes_in=bytes_in, bytes_out=bytes_out,
+                sent=sent, retrans=resent, queued=queued,
+            ))
+        seq = max(self.pictures.next_seq, int(now * 1000))  # ms of the local clock: still rising after a restart
+        self.pictures.next_seq = seq + 1
+        return Raws(
+            sender=self.uuid, origin=self.uuid, seq=seq, name=self.name, node_type=self.node_type,
+            beat=float(self.beat), lost=self.lost, cut_off=self.cut_off, peers=tuple(rows),
+        )
+
+    def _publish_report(self, now: float) -> None:
+        pictures = self.pictures
+        pictures.next_report = now + pictures.timing.interval
+        pictures.expire(now)
+        report = self.report(now)
+        pictures.accept(report, now)
+        for s in self._sessions.values():
+            if s.admitted:
+                self._send(s.conn, report)
 
     def _endpoint_known(self, endpoint: str) -> bool:
         return any(s.endpoint == endpoint for s in self._sessions.values())

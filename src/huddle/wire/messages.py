@@ -44,6 +44,8 @@ __all__ = [
     "LogRecord",
     "Message",
     "Peer",
+    "PeerStat",
+    "Raws",
     "Time",
     "Xmsg",
     "decode",
@@ -67,6 +69,10 @@ RESERVED_TYPES: Final[frozenset[bytes]] = frozenset()
 _ENDPOINT_RE: Final = re.compile(r"tcp://([A-Za-z0-9.\-]{1,253}|\[[0-9A-Fa-f:.]{2,45}\]):([0-9]{1,5})")
 _DECIMAL_RE: Final = re.compile(r"-?[0-9]{1,20}(\.[0-9]{1,20})?([eE][-+]?[0-9]{1,3})?")
 _INCARNATION_RE: Final = re.compile(r"[0-9a-f]{16}")
+_TYPE_RE: Final = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+MAX_BEAT: Final = 60.0  # seconds: the longest heartbeat interval a node may announce
+MAX_LOST: Final = 100  # the most heartbeats a node may allow to be lost
+PEER_STATES: Final = ("connecting", "handshake", "alive", "suspect", "none")
 
 
 def valid_endpoint(text: str) -> bool:
@@ -110,9 +116,24 @@ class Helo:
     reply: bool = False
     peers: int = 0
     version: int = PROTOCOL_VERSION
+    node_type: str = ""  # the sender's node type ("" : not said; then the others use their own timing)
+    beat: float = 0.0  # the sender's heartbeat interval, seconds (0: not said)
+    lost: int = 0  # heartbeats of the sender that may be lost before it counts as gone (0: not said)
+    rate: int = 0  # octets per second the sender accepts of addressed messages (0: no limit)
 
     def __post_init__(self) -> None:
         _check(isinstance(self.version, int) and 0 <= self.version < 2**31, "version must be a small integer")
+        _check(
+            isinstance(self.node_type, str) and (self.node_type == "" or _TYPE_RE.fullmatch(self.node_type) is not None),
+            "type must be 1..32 of a-z 0-9 _ - starting with a letter",
+        )
+        _check(
+            isinstance(self.beat, float) and (self.beat == 0.0 or 0.01 <= self.beat <= MAX_BEAT),
+            f"beat must be 0 or 0.01..{MAX_BEAT:g} seconds",
+        )
+        _check(isinstance(self.lost, int) and 0 <= self.lost <= MAX_LOST, f"lost must be 0..{MAX_LOST}")
+        _check((self.beat == 0.0) == (self.lost == 0), "beat and lost are given together or not at all")
+        _check(isinstance(self.rate, int) and 0 <= self.rate < 2**53, "rate must be a non-negative integer")
         _check(isinstance(self.endpoint, str) and valid_endpoint(self.endpoint), f"bad endpoint {self.endpoint!r}")
         _check_text(self.name, "name", MAX_NAME, empty=False)
         _check(
@@ -265,7 +286,67 @@ class Dack:
         _check(0 <= self.upto <= MAX_SEQ, "DACK sequence must be 0..2^63-1")
 
 
-Message = Helo | Peer | Bout | Gbye | Chat | Beat | Time | Xmsg | Gsip | Dmsg | Dack
+@dataclass(frozen=True, slots=True)
+class PeerStat:
+    """What one node measured of one peer (a row of a RAWS report).
+
+    ``heard`` is how many seconds before the report the node last received
+    any well-formed message from the peer, admitted or not (None: never);
+    ``rtt`` the last measured round trip in seconds (None: none yet).  The
+    counters run from the node's start."""
+
+    peer: NodeId
+    heard: float | None
+    rtt: float | None
+    state: str  # the session's phase, or "none"
+    msgs_in: int = 0
+    msgs_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    sent: int = 0  # addressed-message frames sent (first transmissions)
+    retrans: int = 0  # addressed-message frames sent again
+    queued: int = 0  # octets of addressed messages waiting for this peer
+
+    def __post_init__(self) -> None:
+        _check(isinstance(self.peer, NodeId), "peer must be a NodeId")
+        for name in ("heard", "rtt"):
+            v = getattr(self, name)
+            _check(v is None or (isinstance(v, float) and math.isfinite(v) and v >= 0), f"{name} must be None or >= 0")
+        _check(self.state in PEER_STATES, f"state must be one of {', '.join(PEER_STATES)}")
+        for name in ("msgs_in", "msgs_out", "bytes_in", "bytes_out", "sent", "retrans", "queued"):
+            v = getattr(self, name)
+            _check(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_SEQ, f"{name} must be 0..2^63-1")
+
+
+@dataclass(frozen=True, slots=True)
+class Raws:
+    """Raw statistics of node ``origin`` (report ``seq``, from 1), relayed by
+    ``sender``: its node type and timing, whether it is cut off, and a row per
+    peer.  Every node floods the newest report of every origin it holds, so
+    reports cross links that are only open one way."""
+
+    sender: NodeId
+    origin: NodeId
+    seq: int
+    name: str
+    node_type: str
+    beat: float
+    lost: int
+    cut_off: bool
+    peers: tuple[PeerStat, ...]
+
+    def __post_init__(self) -> None:
+        _check(isinstance(self.origin, NodeId), "origin must be a NodeId")
+        _check(isinstance(self.seq, int) and 1 <= self.seq <= MAX_SEQ, "seq must be 1..2^63-1")
+        _check_text(self.name, "name", MAX_NAME, empty=False)
+        _check(isinstance(self.node_type, str) and _TYPE_RE.fullmatch(self.node_type) is not None, "bad node type")
+        _check(isinstance(self.beat, float) and 0.01 <= self.beat <= MAX_BEAT, f"beat must be 0.01..{MAX_BEAT:g}")
+        _check(isinstance(self.lost, int) and 1 <= self.lost <= MAX_LOST, f"lost must be 1..{MAX_LOST}")
+        _check(isinstance(self.cut_off, bool), "cut_off must be a boolean")
+        _check(len({p.peer for p in self.peers}) == len(self.peers), "a peer appears twice")
+
+
+Message = Helo | Peer | Bout | Gbye | Chat | Beat | Time | Xmsg | Gsip | Dmsg | Dack | Raws
 
 
 # --------------------------------------------------------------------------- encode
@@ -289,6 +370,13 @@ def _encode_body(msg: Message) -> tuple[bytes, bytes]:
             "reply": msg.reply,
             "peers": msg.peers,
         }
+        if msg.node_type:
+            body["type"] = msg.node_type
+        if msg.beat:
+            body["beat"] = msg.beat
+            body["lost"] = msg.lost
+        if msg.rate:
+            body["rate"] = msg.rate
         return b"HELO", _json(body)
     if isinstance(msg, Peer):
         return b"PEER", _json({"uuid": msg.peer.hex(), "endpoint": msg.endpoint})
@@ -311,6 +399,16 @@ def _encode_body(msg: Message) -> tuple[bytes, bytes]:
         if msg.ask:
             digest["ask"] = {s.hex(): [list(r) for r in ranges] for s, ranges in msg.ask}
         return b"GSIP", _json(digest)
+    if isinstance(msg, Raws):
+        rows = [
+            [p.peer.hex(), p.heard, p.rtt, p.state, p.msgs_in, p.msgs_out, p.bytes_in, p.bytes_out,
+             p.sent, p.retrans, p.queued]
+            for p in msg.peers
+        ]
+        return b"RAWS", _json({
+            "origin": msg.origin.hex(), "seq": msg.seq, "name": msg.name, "type": msg.node_type,
+            "beat": msg.beat, "lost": msg.lost, "cut_off": msg.cut_off, "peers": rows,
+        })
     raise LocalProtocolError(f"not a huddle message: {msg!r}")
 
 
@@ -369,6 +467,53 @@ def _d_helo(sender: NodeId, body: str) -> Message:
         incarnation=_field(obj, "incarnation", "HELO", str),
         reply=_field(obj, "reply", "HELO", bool) if "reply" in obj else False,
         peers=_field(obj, "peers", "HELO", int) if "peers" in obj else 0,
+        node_type=_field(obj, "type", "HELO", str) if "type" in obj else "",
+        beat=_number(obj, "beat", "HELO") if "beat" in obj else 0.0,
+        lost=_field(obj, "lost", "HELO", int) if "lost" in obj else 0,
+        rate=_field(obj, "rate", "HELO", int) if "rate" in obj else 0,
+    )
+
+
+def _number(obj: dict[str, Any], key: str, kind: str) -> float:
+    value = obj.get(key)
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        raise DecodeError(f"{kind} field {key!r} must be a finite number")
+    return float(value)
+
+
+def _opt_number(value: object, what: str) -> float | None:
+    if value is None:
+        return None
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        raise DecodeError(f"{what} must be a finite number or null")
+    return float(value)
+
+
+def _peer_stat(row: object, index: int) -> PeerStat:
+    if not isinstance(row, list) or len(row) != 11:
+        raise DecodeError(f"RAWS peer row {index} must be a list of 11 values")
+    peer = _node_hex(row[0], f"RAWS peer row {index} uuid")
+    counters = [_seq(v, f"RAWS peer row {index} counter", 0) for v in row[4:]]
+    if not isinstance(row[3], str):
+        raise DecodeError(f"RAWS peer row {index} state must be text")
+    return PeerStat(
+        peer, _opt_number(row[1], "RAWS heard"), _opt_number(row[2], "RAWS rtt"), row[3], *counters,
+    )
+
+
+def _d_raws(sender: NodeId, body: str) -> Message:
+    obj = _object(body, "RAWS")
+    rows = _field(obj, "peers", "RAWS", list)
+    return Raws(
+        sender=sender,
+        origin=_node_hex(obj.get("origin"), "RAWS origin"),
+        seq=_seq(obj.get("seq"), "RAWS seq"),
+        name=_field(obj, "name", "RAWS", str),
+        node_type=_field(obj, "type", "RAWS", str),
+        beat=_number(obj, "beat", "RAWS"),
+        lost=_field(obj, "lost", "RAWS", int),
+        cut_off=_field(obj, "cut_off", "RAWS", bool),
+        peers=tuple(_peer_stat(r, i) for i, r in enumerate(rows)),
     )
 
 
@@ -503,6 +648,7 @@ _DECODERS: Final[dict[bytes, Callable[[NodeId, str], Message]]] = {
     b"TIME": _d_time,
     b"XMSG": _d_xmsg,
     b"GSIP": _d_gsip,
+    b"RAWS": _d_raws,
 }
 
 

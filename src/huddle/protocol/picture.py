@@ -1,0 +1,236 @@
+"""The system picture: the same view of the whole group on every node.
+
+Every node measures each peer (``PeerStat``: when it last heard from it, the
+round trip, messages and octets each way, addressed frames sent and sent
+again, octets queued) and publishes that as a RAWS report every
+``interval`` seconds.  Reports are flooded: a node keeps the newest report
+of every origin and passes a newer one on to its other peers, so a report
+crosses the mesh even where a link is open one way only.
+
+:func:`compute` turns a set of reports into a :class:`Picture` using nothing
+but their contents, so two nodes holding the same reports compute the same
+picture, byte for byte, and the same digest.  Reports change every few
+seconds, so the picture keeps only discrete facts (who is a member, each
+node's health, each link's state); numbers such as round trips and rates
+are given beside it and left out of the digest.
+
+Pure: time is passed in, nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from ..ids import NodeId
+from ..wire import Raws
+
+__all__ = ["Picture", "PictureTiming", "Pictures", "compute"]
+
+ADMITTED: Final = frozenset({"alive", "suspect"})
+
+
+@dataclass(frozen=True, slots=True)
+class PictureTiming:
+    interval: float = 2.0  # seconds between a node's own reports
+    expire_after: float = 10.0  # a report not renewed for this long is dropped: its node is gone
+    hear_window: float = 20.0  # heard within this many seconds counts as "hears", session or not
+    slow_rtt: float = 0.25  # seconds: a link with a longer round trip is slow
+    lossy_ratio: float = 0.05  # addressed frames sent again per frame sent, above which a peer is lossy
+    lossy_min_frames: int = 100  # ... counted only once this many frames were sent
+    queue_limit: int = 4 * 1024 * 1024  # octets queued for a node, above which it is lagging
+
+    def __post_init__(self) -> None:
+        if min(self.interval, self.expire_after, self.hear_window, self.slow_rtt) <= 0:
+            raise ValueError("picture intervals must be positive")
+        if self.expire_after < 2 * self.interval:
+            raise ValueError("expire_after must be at least twice the report interval")
+
+
+@dataclass(frozen=True, slots=True)
+class Picture:
+    members: tuple[dict[str, Any], ...]
+    links: tuple[dict[str, Any], ...]
+    digest: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"digest": self.digest, "members": list(self.members), "links": list(self.links)}
+
+
+def _hears(report: Raws, peer: NodeId, window: float) -> bool:
+    """Whether ``report``'s node hears ``peer``: an admitted session, or any
+    message from it within the window (a link open one way keeps sessions
+    from forming, but its messages still arrive)."""
+    for p in report.peers:
+        if p.peer == peer:
+            return p.state in ADMITTED or (p.heard is not None and p.heard <= window)
+    return False
+
+
+def _rtt(reports: Mapping[NodeId, Raws], a: NodeId, b: NodeId) -> float | None:
+    """The smaller round trip that either end measured (None: neither did)."""
+    rtts = [p.rtt for x, y in ((a, b), (b, a)) for p in reports[x].peers if p.peer == y and p.rtt is not None]
+    return min(rtts) if rtts else None
+
+
+def compute(reports: Mapping[NodeId, Raws], timing: PictureTiming = PictureTiming()) -> Picture:
+    """The picture of the nodes whose reports are given (the members)."""
+    ids = sorted(reports)
+    window = timing.hear_window
+    links: list[dict[str, Any]] = []
+    problems: dict[NodeId, set[str]] = {n: set() for n in ids}
+    up: dict[NodeId, int] = dict.fromkeys(ids, 0)  # links of each node that work at least one way
+    for i, a in enumerate(ids):
+        for b in ids[i + 1 :]:
+            ab = _hears(reports[b], a, window)  # a -> b works when b hears a
+            ba = _hears(reports[a], b, window)
+            rtt = _rtt(reports, a, b)
+            link: dict[str, Any] = {"a": str(a), "b": str(b)}
+            if ab and ba:
+                link["state"] = "slow" if rtt is not None and rtt > timing.slow_rtt else "two-way"
+            elif ab or ba:
+                src, dst = (a, b) if ab else (b, a)
+                link |= {"state": "one-way", "from": str(src), "to": str(dst)}
+                problems[src].add("one-way")
+                problems[dst].add("one-way")
+            else:
+                link["state"] = "down"
+                problems[a].add("unreachable")
+                problems[b].add("unreachable")
+            if link["state"] != "down":
+                up[a] += 1
+                up[b] += 1
+            if link["state"] == "slow":
+                problems[a].add("slow")
+                problems[b].add("slow")
+            links.append(link)
+    # What the others measured sending to a node: retransmissions and queues.
+    for n in ids:
+        sent = resent = 0
+        for other in ids:
+            for p in reports[other].peers:
+                if p.peer == n and other != n:
+                    sent += p.sent
+                    resent += p.retrans
+                    if p.queued > timing.queue_limit:
+                        problems[n].add("lagging")
+        if sent + resent >= timing.lossy_min_frames and resent > timing.lossy_ratio * (sent + resent):
+            problems[n].add("lossy")
+    members = []
+    for n in ids:
+        r = reports[n]
+        issues = problems[n]
+        if r.cut_off:
+            health = "cut-off"
+        elif len(ids) > 1 and not up[n]:
+            health = "isolated"
+        elif issues & {"one-way", "unreachable"}:
+            health = "degraded"
+        elif issues & {"lossy", "lagging", "slow"}:
+            health = "slow" if issues == {"slow"} else "lossy" if "lossy" in issues else "lagging"
+        else:
+            health = "ok"
+        members.append({
+            "uuid": str(n), "name": r.name, "type": r.node_type, "health": health, "problems": sorted(issues),
+        })
+    digest = hashlib.sha256(
+        json.dumps({"members": members, "links": links}, sort_keys=True, separators=(",", ":")).encode()
+    ).hexdigest()
+    return Picture(tuple(members), tuple(links), digest)
+
+
+@dataclass(slots=True)
+class _Held:
+    report: Raws
+    received: float  # local time
+    previous: Raws | None = None
+
+
+@dataclass(slots=True)
+class Pictures:
+    """The reports one node holds: its own and the newest of every other origin."""
+
+    uuid: NodeId
+    timing: PictureTiming = field(default_factory=PictureTiming)
+    _held: dict[NodeId, _Held] = field(default_factory=dict)
+    next_seq: int = 1
+    next_report: float = 0.0
+
+    def accept(self, report: Raws, now: float) -> bool:
+        """Keep ``report`` if it is newer than what is held of its origin.
+        True if it was (then it should be passed on)."""
+        held = self._held.get(report.origin)
+        if held is not None and held.report.seq >= report.seq:
+            return False
+        previous = held.report if held is not None else None
+        self._held[report.origin] = _Held(report, now, previous)
+        return True
+
+    def expire(self, now: float) -> None:
+        for origin in [o for o, h in self._held.items() if o != self.uuid and now - h.received > self.timing.expire_after]:
+            del self._held[origin]
+
+    def forget(self, origin: NodeId) -> None:
+        self._held.pop(origin, None)
+
+    def reports(self) -> dict[NodeId, Raws]:
+        return {o: h.report for o, h in self._held.items()}
+
+    def picture(self) -> Picture:
+        return compute(self.reports(), self.timing)
+
+    def rates(self) -> dict[NodeId, dict[str, float]]:
+        """Messages and octets per second in and out of each node, from its
+        last two reports (not part of the digest)."""
+        out: dict[NodeId, dict[str, float]] = {}
+        for origin, h in self._held.items():
+            prev = h.previous
+            span = (h.report.seq - prev.seq) / 1000 if prev is not None else 0.0  # seq: the report's time in ms
+            totals = _totals(h.report.peers)
+            if prev is None or span <= 0:
+                out[origin] = dict.fromkeys(totals, 0.0)
+                continue
+            before = _totals(prev.peers)
+            out[origin] = {k: max(0.0, (v - before[k]) / span) for k, v in totals.items()}
+        return out
+
+    def describe(self, now: float) -> dict[str, Any]:
+        """The picture, its digest, and the numbers beside it, for the API."""
+        pic = self.picture()
+        reports = self.reports()
+        rates = self.rates()
+        members = []
+        for m in pic.members:
+            n = NodeId.from_hex(m["uuid"])
+            r = reports[n]
+            rtts = [p.rtt for p in r.peers if p.rtt is not None and p.state in ADMITTED]
+            members.append(m | {
+                "seq": r.seq,
+                "age": round(now - self._held[n].received, 3),
+                "beat": r.beat,
+                "lost": r.lost,
+                "cut_off": r.cut_off,
+                "hears": sorted(str(p.peer) for p in r.peers if _hears(r, p.peer, self.timing.hear_window)),
+                "rtt_ms": round(statistics.median(rtts) * 1000, 3) if rtts else None,
+                "rates": {k: round(v, 1) for k, v in rates.get(n, {}).items()},
+            })
+        links = []
+        for link in pic.links:
+            a, b = (NodeId.from_hex(link[k]) for k in ("a", "b"))
+            rtt = _rtt(reports, a, b)
+            links.append(link | {"rtt_ms": None if rtt is None else round(rtt * 1000, 3)})
+        return {"digest": pic.digest, "members": members, "links": links}
+
+
+def _totals(peers: Iterable[Any]) -> dict[str, int]:
+    t = {"msgs_in": 0, "msgs_out": 0, "bytes_in": 0, "bytes_out": 0}
+    for p in peers:
+        t["msgs_in"] += p.msgs_in
+        t["msgs_out"] += p.msgs_out
+        t["bytes_in"] += p.bytes_in
+        t["bytes_out"] += p.bytes_out
+    return t

@@ -1,0 +1,247 @@
+"""The system picture (issue 6, part 6): the pure computation from hand-written
+reports, the RAWS codec, and the picture the simulated mesh agrees on."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from huddle import NodeId
+from huddle.errors import DecodeError, LocalProtocolError
+from huddle.protocol.events import CutOff
+from huddle.protocol.mesh import Timing
+from huddle.protocol.picture import Pictures, PictureTiming, compute
+from huddle.sim import SimNetwork, SimNode
+from huddle.wire import PeerStat, Raws, decode, encode
+
+A, B, C, D = (NodeId(bytes([i]) * 16) for i in (1, 2, 3, 4))
+NAMES = {A: "a", B: "b", C: "c", D: "d"}
+
+
+def stat(peer: NodeId, *, heard: float | None = 0.5, rtt: float | None = 0.002, state: str = "alive",
+         sent: int = 0, retrans: int = 0, queued: int = 0) -> PeerStat:
+    return PeerStat(peer, heard=heard, rtt=rtt, state=state, msgs_in=10, msgs_out=10, bytes_in=1000,
+                    bytes_out=1000, sent=sent, retrans=retrans, queued=queued)
+
+
+def report(origin: NodeId, *peers: PeerStat, seq: int = 1, cut_off: bool = False, node_type: str = "standard") -> Raws:
+    return Raws(sender=origin, origin=origin, seq=seq, name=NAMES[origin], node_type=node_type,
+                beat=0.5, lost=9, cut_off=cut_off, peers=tuple(peers))
+
+
+def full_mesh(*ids: NodeId) -> dict[NodeId, Raws]:
+    return {n: report(n, *(stat(p) for p in ids if p != n)) for n in ids}
+
+
+def health(pic: object) -> dict[str, str]:
+    return {m["name"]: m["health"] for m in pic.members}  # type: ignore[attr-defined]
+
+
+def states(pic: object) -> dict[tuple[str, str], str]:
+    return {(NAMES[NodeId.from_hex(x["a"])], NAMES[NodeId.from_hex(x["b"])]): x["state"] for x in pic.links}  # type: ignore[attr-defined]
+
+
+# ------------------------------------------------------------------ compute
+
+
+def test_a_full_mesh_is_healthy_and_every_link_two_way() -> None:
+    pic = compute(full_mesh(A, B, C))
+    assert health(pic) == {"a": "ok", "b": "ok", "c": "ok"}
+    assert states(pic) == {("a", "b"): "two-way", ("a", "c"): "two-way", ("b", "c"): "two-way"}
+    assert [m["type"] for m in pic.members] == ["standard"] * 3
+    assert len(pic.digest) == 64
+
+
+def test_the_digest_does_not_depend_on_order_or_on_the_numbers_beside_the_facts() -> None:
+    reports = full_mesh(A, B, C, D)
+    digests = {compute(dict(p)).digest for p in itertools.permutations(reports.items())}
+    assert len(digests) == 1
+    # Other round trips, counters and report numbers: the same facts, the same digest.
+    busier = {n: Raws(r.sender, r.origin, r.seq + 7, r.name, r.node_type, r.beat, r.lost, r.cut_off,
+                      tuple(stat(p.peer, heard=0.1, rtt=0.004, sent=50, retrans=1) for p in r.peers))
+              for n, r in reports.items()}
+    assert compute(busier).digest in digests
+    # A changed fact changes it.
+    cut = dict(reports)
+    cut[D] = report(D, cut_off=True)
+    assert compute(cut).digest not in digests
+
+
+def test_a_link_open_one_way_is_reported_as_one_way_with_its_direction() -> None:
+    # b's firewall drops what a sends: b never hears a; a still hears b's HELOs.
+    reports = {
+        A: report(A, stat(B, state="handshake", rtt=None), stat(C)),
+        B: report(B, stat(C)),
+        C: report(C, stat(A), stat(B)),
+    }
+    pic = compute(reports)
+    (ab,) = [x for x in pic.links if {x["a"], x["b"]} == {str(A), str(B)}]
+    assert ab["state"] == "one-way"
+    assert ab["from"] == str(B) and ab["to"] == str(A)
+    assert health(pic) == {"a": "degraded", "b": "degraded", "c": "ok"}
+    assert {m["name"]: m["problems"] for m in pic.members}["a"] == ["one-way"]
+
+
+def test_heard_long_ago_is_not_hearing_and_a_dead_link_is_down() -> None:
+    reports = {
+        A: report(A, stat(B, state="none", heard=60.0, rtt=None), stat(C)),
+        B: report(B, stat(A, state="none", heard=None, rtt=None), stat(C)),
+        C: report(C, stat(A), stat(B)),
+    }
+    pic = compute(reports)
+    assert states(pic)[("a", "b")] == "down"
+    assert health(pic)["a"] == "degraded" and health(pic)["c"] == "ok"
+
+
+def test_health_isolated_cut_off_slow_lossy_lagging() -> None:
+    lonely = {**full_mesh(A, B), C: report(C)}
+    assert health(compute(lonely))["c"] == "isolated"
+    assert health(compute({**full_mesh(A, B), C: report(C, cut_off=True)}))["c"] == "cut-off"
+    assert health(compute({A: report(A)})) == {"a": "ok"}  # alone and never had peers
+
+    slow = {A: report(A, stat(B, rtt=0.4)), B: report(B, stat(A, rtt=None))}
+    assert states(compute(slow))[("a", "b")] == "slow"
+    assert health(compute(slow)) == {"a": "slow", "b": "slow"}
+
+    # What a sent to b: 200 frames, 20 sent again (10 % > 5 %): b is lossy.
+    lossy = {A: report(A, stat(B, sent=200, retrans=20)), B: report(B, stat(A))}
+    assert health(compute(lossy)) == {"a": "ok", "b": "lossy"}
+    few = {A: report(A, stat(B, sent=20, retrans=10)), B: report(B, stat(A))}
+    assert health(compute(few))["b"] == "ok", "below lossy_min_frames nothing is concluded"
+
+    lagging = {A: report(A, stat(B, queued=5 * 1024 * 1024)), B: report(B, stat(A))}
+    assert health(compute(lagging)) == {"a": "ok", "b": "lagging"}
+
+
+def test_pictures_keep_the_newest_report_expire_silent_origins_and_give_rates() -> None:
+    held = Pictures(A, PictureTiming(interval=1.0, expire_after=3.0))
+    held.accept(report(A, seq=1000), 100.0)
+    assert held.accept(report(B, stat(A), seq=1000), 100.0)
+    assert not held.accept(report(B, stat(A), seq=900), 100.5), "an older report is not taken (nor passed on)"
+    newer = Raws(B, B, 3000, "b", "standard", 0.5, 9, False,
+                 (PeerStat(A, 0.1, 0.002, "alive", 30, 50, 3000, 5000, 0, 0, 0),))
+    assert held.accept(newer, 101.0)
+    rates = held.rates()
+    # From 10 in / 10 out / 1000 / 1000 to 30 / 50 / 3000 / 5000 in 2 s.
+    assert rates[B] == {"msgs_in": 10.0, "msgs_out": 20.0, "bytes_in": 1000.0, "bytes_out": 2000.0}
+    held.expire(103.5)
+    assert set(held.reports()) == {A, B}
+    held.expire(104.5)
+    assert set(held.reports()) == {A}, "b's report was not renewed within expire_after; a's own is kept"
+    described = held.describe(105.0)
+    assert [m["name"] for m in described["members"]] == ["a"]
+
+
+def test_timing_is_checked() -> None:
+    with pytest.raises(ValueError, match="twice the report interval"):
+        PictureTiming(interval=5.0, expire_after=6.0)
+    with pytest.raises(ValueError, match="positive"):
+        PictureTiming(slow_rtt=0)
+
+
+# -------------------------------------------------------------------- codec
+
+
+def test_raws_round_trips_and_hostile_reports_are_refused() -> None:
+    r = report(A, stat(B, heard=None, rtt=None, state="none"), stat(C, sent=5, retrans=1, queued=70), seq=12345)
+    assert decode(encode(r)) == r
+    with pytest.raises(LocalProtocolError):
+        report(A, stat(B), stat(B))  # a peer twice
+    with pytest.raises(LocalProtocolError):
+        report(A, node_type="Bad Type")
+    frames = encode(r)
+    for bad in (
+        b"{}", b"[1,2]", b"not json",
+        frames[2].replace(b'"none"', b'"sleepy"'),
+            frames[2].replace(b'null,null', b'-1,null'),
+        frames[2].replace(b'"seq":12345', b'"seq":0'),
+        frames[2].replace(b'"seq":12345', b'"seq":1.5'),
+        frames[2].replace(b'"cut_off":false', b'"cut_off":0'),
+    ):
+        assert bad != frames[2]
+        with pytest.raises(DecodeError):
+            decode([frames[0], frames[1], bad])
+
+
+# ---------------------------------------------------------------- simulator
+
+
+FAST = PictureTiming(interval=0.5, expire_after=2.0)
+
+
+def mesh_of(net: SimNetwork, n: int) -> list[SimNode]:
+    nodes = [net.add(f"n{i}", "g", uuid=NodeId(bytes([i + 1]) * 16), picture=FAST) for i in range(n)]
+    for prev, node in itertools.pairwise(nodes):
+        node.mesh.add_seed(prev.mesh.endpoint, net.now)
+    return nodes
+
+
+def digests(nodes: list[SimNode]) -> set[str]:
+    return {n.mesh.pictures.picture().digest for n in nodes}
+
+
+def test_six_simulated_nodes_compute_the_same_picture() -> None:
+    net = SimNetwork(seed=6)
+    nodes = mesh_of(net, 6)
+    assert net.settle(10.0, lambda: len(digests(nodes)) == 1 and len(nodes[0].mesh.pictures.picture().members) == 6)
+    pic = nodes[0].mesh.pictures.picture()
+    assert {m["health"] for m in pic.members} == {"ok"}
+    assert {x["state"] for x in pic.links} == {"two-way"} and len(pic.links) == 15
+    # In a full mesh nobody needs to relay a report.
+    assert sum(n.mesh.stats.reports_relayed for n in nodes) == 0
+    # A node leaves: everyone agrees again, on five.
+    net.stop(nodes[5])
+    rest = nodes[:5]
+    assert net.settle(10.0, lambda: len(digests(rest)) == 1 and len(rest[0].mesh.pictures.picture().members) == 5)
+
+
+def test_a_one_way_link_is_seen_as_one_by_every_node() -> None:
+    net = SimNetwork(seed=7)
+    a, b, c = mesh_of(net, 3)
+    assert net.settle(5.0, lambda: len(digests([a, b, c])) == 1 and len(a.mesh.pictures.picture().links) == 3)
+    net.block(a, b)  # what a sends to b is dropped; b still reaches a
+
+    def one_way() -> bool:
+        pics = [n.mesh.pictures.picture() for n in (a, b, c)]
+        if len({p.digest for p in pics}) != 1:
+            return False
+        return any(x["state"] == "one-way" for x in pics[0].links)
+
+    assert net.settle(30.0, one_way)
+    (link,) = [x for x in a.mesh.pictures.picture().links if x["state"] != "two-way"]
+    assert (link["from"], link["to"]) == (str(b.mesh.uuid), str(a.mesh.uuid))
+    # a's and b's reports crossed through c.
+    assert c.mesh.stats.reports_relayed > 0
+    net.heal()
+    assert net.settle(30.0, lambda: len(digests([a, b, c])) == 1 and
+                      {x["state"] for x in a.mesh.pictures.picture().links} == {"two-way"})
+
+
+def test_a_node_that_loses_every_peer_is_cut_off_until_one_comes_back() -> None:
+    net = SimNetwork(seed=8)
+    a, b, c = mesh_of(net, 3)
+    assert net.settle(5.0, lambda: len(a.mesh.pictures.picture().links) == 3)
+    net.partition(a, b)
+    net.partition(a, c)
+    assert net.settle(20.0, lambda: a.mesh.cut_off)
+    assert [e.cut_off for e in a.events if isinstance(e, CutOff)] == [True]
+    assert not b.mesh.cut_off and not c.mesh.cut_off
+    assert net.settle(10.0, lambda: a.mesh.pictures.picture().members[0]["health"] == "cut-off")
+    net.heal()
+    assert net.settle(30.0, lambda: not a.mesh.cut_off)
+    assert [e.cut_off for e in a.events if isinstance(e, CutOff)] == [True, False]
+
+
+def test_a_node_types_heartbeat_decides_how_soon_its_peers_count_it_gone() -> None:
+    net = SimNetwork(seed=9)
+    quick = Timing(heartbeat_interval=0.1, suspect_after=0.15, gone_after=0.3)
+    a = net.add("a", "g", timing=quick, node_type="console")
+    b = net.add("b", "g")  # default timing: gone after 5 s
+    a.mesh.discovered(b.mesh.uuid, b.mesh.endpoint, net.now)
+    assert net.settle(2.0, lambda: any(p.state == "alive" for p in b.mesh.peers(net.now)))
+    assert a.mesh.lost == 2  # 0.3 s / 0.1 s beat: two beats may be lost
+    net.crash(a)
+    start = net.now
+    assert net.settle(10.0, lambda: not b.mesh.peers(net.now) or b.mesh.peers(net.now)[0].state == "gone")
+    assert net.now - start < 1.0, "b used a's announced beat x (lost + 1), not its own 5 s"
