@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .config import DEFAULT_API, DEFAULT_BEACON_PORT, NodeConfig, load_config
+from .config import BUILTIN_TYPES, DEFAULT_API, DEFAULT_BEACON_PORT, NodeConfig, load_config
 from .errors import ConfigError, HuddleError
 
 __all__ = ["main"]
@@ -126,9 +126,16 @@ def build_parser() -> argparse.ArgumentParser:
                       help="largest addressed message accepted for sending (default: 134217728)")
     node.add_argument("--send-buffer", type=int, metavar="OCTETS",
                       help="queued + unacknowledged octets per peer before sends wait (default: 16777216)")
-    node.add_argument("--heartbeat-interval", type=_positive, metavar="SECONDS", help="BEAT period (default: 1)")
-    node.add_argument("--suspect-after", type=_positive, metavar="SECONDS", help="silence before 'suspect' (default: 2.5)")
-    node.add_argument("--gone-after", type=_positive, metavar="SECONDS", help="silence before 'gone' (default: 5)")
+    node.add_argument("--type", dest="node_type", metavar="TYPE",
+                      help="node type: " + ", ".join(BUILTIN_TYPES) + " or a [types.NAME] of --config; it sets the "
+                      "heartbeat, the beats that may be lost, the send rate and what is kept when cut off "
+                      "(see 'huddle node-types'; default: standard)")
+    node.add_argument("--heartbeat-interval", type=_positive, metavar="SECONDS",
+                      help="BEAT period (default: the node type's; standard: 1)")
+    node.add_argument("--suspect-after", type=_positive, metavar="SECONDS",
+                      help="silence before 'suspect' (default: half of --gone-after)")
+    node.add_argument("--gone-after", type=_positive, metavar="SECONDS",
+                      help="silence before 'gone' (default: heartbeat x (the type's lost heartbeats + 1); standard: 5)")
     node.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="default: info")
 
     peers = sub.add_parser("peers", help="list a node's peers", epilog=CLIENT_EPILOG)
@@ -261,6 +268,29 @@ def build_parser() -> argparse.ArgumentParser:
     broker.add_argument("--pub", required=True, metavar="tcp://HOST:PORT", help="where nodes' naming SUB sockets connect")
     broker.add_argument("--sub", required=True, metavar="tcp://HOST:PORT", help="where nodes' naming PUB sockets connect")
 
+    system = sub.add_parser(
+        "system", help="the system picture: members, health, links (who hears whom), rates",
+        description="Every node shares raw statistics of its peers every 2 s and computes the same picture "
+        "from them: members and their health (ok, slow, lossy, lagging, degraded, isolated, cut-off), each "
+        "link's state (two-way, slow, one-way A -> B, down) and a digest that is equal on every node once the "
+        "system is stable. Round trips and rates are shown beside it.", epilog=CLIENT_EPILOG,
+    )
+    _add_client_options(system)
+
+    types = sub.add_parser(
+        "node-types", help="list the node types (built-in and from --config) and what each sets",
+        description="A node type sets the heartbeat interval, how many heartbeats may be lost before peers "
+        "count the node gone, the rate at which it accepts addressed messages, and what it keeps when cut "
+        "off from every peer: continue (everything, still writable), read-only (everything, writes refused "
+        "with 409 until a peer is back), empty (drops the others' events, receives them again on reconnect).",
+        epilog="define your own in the config file:\n  [types.kiosk]\n  base = \"display\"\n"
+        "  heartbeat-interval = 0.5\n  lost-heartbeats = 3\n  send-rate = 65536\n  on-cut-off = \"empty\"\n\n"
+        "then: huddle node --config node.toml --type kiosk",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    types.add_argument("--config", type=Path, metavar="FILE", help="also list the [types.NAME] tables of this file")
+    types.add_argument("--json", action="store_true", help="print JSON")
+
     info = sub.add_parser("info", help="show the node's identity, clock and counters", epilog=CLIENT_EPILOG)
     _add_client_options(info)
 
@@ -280,7 +310,7 @@ def _node_config(args: argparse.Namespace) -> NodeConfig:
         mdns=args.mdns, mdns_type=args.mdns_type, naming=tuple(args.naming) if args.naming else None,
         naming_interval=args.naming_interval, naming_timeout=args.naming_timeout,
         mtu=args.mtu, max_message=args.max_message, send_buffer=args.send_buffer,
-        heartbeat_interval=args.heartbeat_interval, suspect_after=args.suspect_after,
+        node_type=args.node_type, heartbeat_interval=args.heartbeat_interval, suspect_after=args.suspect_after,
         gone_after=args.gone_after, log_level=args.log_level,
     )
 
@@ -350,6 +380,52 @@ def _print(args: argparse.Namespace, data: Any, text: str) -> None:
     print(json.dumps(data, indent=2, ensure_ascii=False) if args.json else text)
 
 
+def _table(rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+
+
+def _system_text(s: dict[str, Any]) -> str:
+    names = {m["uuid"]: m["name"] for m in s["members"]}
+    rows: list[tuple[str, ...]] = [("NAME", "UUID", "TYPE", "HEALTH", "PROBLEMS", "RTT ms", "MSG/S IN", "MSG/S OUT", "AGE s")]
+    for m in s["members"]:
+        r = m.get("rates") or {}
+        rows.append((m["name"], m["uuid"][:8], m["type"], m["health"], ",".join(m["problems"]) or "-",
+                     "-" if m.get("rtt_ms") is None else f"{m['rtt_ms']:.2f}",
+                     f"{r.get('msgs_in', 0):.0f}", f"{r.get('msgs_out', 0):.0f}", f"{m.get('age', 0):.1f}"))
+    links: list[tuple[str, ...]] = [("LINK", "STATE", "RTT ms")]
+    for x in s["links"]:
+        a, b = names.get(x["a"], x["a"][:8]), names.get(x["b"], x["b"][:8])
+        state = x["state"]
+        if state == "one-way":
+            state = f"one-way {names.get(x['from'], '?')} -> {names.get(x['to'], '?')}"
+        links.append((f"{a} - {b}", state, "-" if x.get("rtt_ms") is None else f"{x['rtt_ms']:.2f}"))
+    out = [_table(rows)]
+    if len(links) > 1:
+        out += ["", _table(links)]
+    out += ["", f"digest {s['digest']}"]
+    return "\n".join(out)
+
+
+def _types_text(types: list[dict[str, Any]]) -> str:
+    rows: list[tuple[str, ...]] = [("TYPE", "BEAT s", "LOST", "GONE AFTER s", "SEND RATE", "CUT OFF", "ABOUT")]
+    for t in types:
+        rate = "no limit" if not t["send_rate"] else f"{t['send_rate']} B/s"
+        rows.append((t["name"], f"{t['heartbeat_interval']:g}", str(t["lost_heartbeats"]),
+                     f"{t['gone_after']:g}", rate, t["on_cut_off"], t["about"]))
+    return _table(rows)
+
+
+def _cmd_node_types(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    custom = load_config(args.config).types if args.config else ()
+    merged = {**BUILTIN_TYPES, **{t.name: t for t in custom}}
+    types = [asdict(t) | {"gone_after": round(t.gone_after, 3)} for t in merged.values()]
+    print(json.dumps(types, indent=2) if args.json else _types_text(types))
+    return 0
+
+
 def _peers_text(peers: list[dict[str, Any]]) -> str:
     if not peers:
         return "no peers"
@@ -380,6 +456,10 @@ def event_text(e: dict[str, Any]) -> str:
     if kind == "message":
         shown = e.get("text") if "text" in e else f"<{e.get('size')} octets>"
         return f"> {(e.get('peer') or '')[:8]}#{e.get('seq')} {shown}"
+    if kind == "cut_off":
+        return "! cut off from every peer"
+    if kind == "reconnected":
+        return "* reconnected to the group"
     if kind == "clock_synced":
         return f"* clock synced to {who}: offset {e.get('offset', 0):+.6f} s, rtt {e.get('rtt_ms', 0):.2f} ms"
     return json.dumps(e, ensure_ascii=False)
@@ -445,6 +525,9 @@ def _client(args: argparse.Namespace) -> int:
             if args.command == "peers":
                 peers = await api.peers()
                 _print(args, peers, _peers_text(peers))
+            elif args.command == "system":
+                picture = await api.system()
+                _print(args, picture, _system_text(picture))
             elif args.command == "info":
                 info = await api.node()
                 text = "\n".join(f"{k}: {v}" for k, v in info.items() if k != "stats")
@@ -510,6 +593,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .demo import run_demo
 
             return run_demo(args.nodes)
+        if args.command == "node-types":
+            return _cmd_node_types(args)
         if args.command == "simulate":
             return _cmd_simulate(args)
         if args.command == "broker":

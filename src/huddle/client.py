@@ -94,6 +94,10 @@ class ApiClient:
         result: dict[str, Any] = await self._request("GET", "/api/v1/node")
         return result
 
+    async def system(self) -> dict[str, Any]:
+        result: dict[str, Any] = await self._request("GET", "/api/v1/system")
+        return result
+
     async def peers(self) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = await self._request("GET", "/api/v1/peers")
         return result

@@ -15,10 +15,67 @@ from .protocol import Timing
 from .protocol.delivery import DeliveryTiming
 from .wire.messages import MAX_GROUP, MAX_NAME
 
-__all__ = ["NodeConfig", "load_config", "normalise_mdns_type", "parse_hostport", "parse_naming_endpoint"]
+__all__ = [
+    "BUILTIN_TYPES", "CUT_OFF_MODES", "NodeConfig", "NodeType",
+    "load_config", "normalise_mdns_type", "parse_hostport", "parse_naming_endpoint",
+]
 
 DEFAULT_API = "127.0.0.1:8089"
 DEFAULT_BEACON_PORT = 5670
+
+
+CUT_OFF_MODES = ("continue", "read-only", "empty")
+_TYPE_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+
+
+@dataclass(frozen=True)
+class NodeType:
+    """What kind of node this is: how often it beats, how many beats its peers
+    may miss before counting it gone, how fast it accepts addressed messages,
+    and what it keeps of the others' state when it is cut off from all of them:
+
+    - ``continue``: everything, and it goes on writing (its events reach the
+      others when it reconnects);
+    - ``read-only``: everything, but it refuses new events (API: 409) until a
+      peer is back, so a console never acts on a view it cannot share;
+    - ``empty``: nothing of the others (their events leave its store and its
+      document); on reconnect it receives everything again.
+    """
+
+    name: str
+    heartbeat_interval: float = 1.0
+    lost_heartbeats: int = 4
+    send_rate: int = 0  # octets per second of addressed messages it accepts; 0: no limit
+    on_cut_off: str = "continue"
+    about: str = ""
+
+    def __post_init__(self) -> None:
+        if not _TYPE_NAME.match(self.name):
+            raise ConfigError(f"node type name {self.name!r} must be 1..32 of a-z 0-9 _ - starting with a letter")
+        if not 0.01 <= self.heartbeat_interval <= 60:
+            raise ConfigError(f"node type {self.name!r}: heartbeat-interval must be 0.01..60 seconds")
+        if not 1 <= self.lost_heartbeats <= 100:
+            raise ConfigError(f"node type {self.name!r}: lost-heartbeats must be 1..100")
+        if not 0 <= self.send_rate < 2**53:
+            raise ConfigError(f"node type {self.name!r}: send-rate must be 0 (no limit) or octets per second")
+        if self.on_cut_off not in CUT_OFF_MODES:
+            raise ConfigError(f"node type {self.name!r}: on-cut-off must be one of {', '.join(CUT_OFF_MODES)}")
+
+    @property
+    def gone_after(self) -> float:
+        return self.heartbeat_interval * (self.lost_heartbeats + 1)
+
+
+BUILTIN_TYPES: dict[str, NodeType] = {t.name: t for t in (
+    NodeType("standard", 1.0, 4, 0, "continue", "a laptop: beats every 1 s, gone after 5 s, keeps working alone"),
+    NodeType("console", 0.25, 3, 0, "read-only",
+             "an operator's console: gone after 1 s; cut off, it shows the others' state but refuses writes"),
+    NodeType("display", 0.5, 5, 0, "empty",
+             "a wall display: gone after 3 s; cut off, it drops the others' state and receives it all again"),
+    NodeType("server", 1.0, 9, 0, "continue", "a machine that must ride out pauses: gone after 10 s"),
+    NodeType("device", 2.0, 4, 256 * 1024, "continue",
+             "a small device on a slow link: beats every 2 s, addressed messages to it paced at 256 KiB/s"),
+)}
 
 
 def _default_data_dir() -> Path:
@@ -50,9 +107,11 @@ class NodeConfig:
     mtu: int = 60_000
     max_message: int = 128 * 1024 * 1024
     send_buffer: int = 16 * 1024 * 1024
-    heartbeat_interval: float = 1.0
-    suspect_after: float = 2.5
-    gone_after: float = 5.0
+    node_type: str = "standard"
+    types: tuple[NodeType, ...] = ()  # from [types.NAME] tables; may redefine a built-in
+    heartbeat_interval: float | None = None  # None: the node type's
+    suspect_after: float | None = None  # None: half of gone_after
+    gone_after: float | None = None  # None: the type's beat x (lost heartbeats + 1)
     log_level: str = "info"
 
     def __post_init__(self) -> None:
@@ -81,6 +140,7 @@ class NodeConfig:
             parse_hostport(seed, "seed")
         if self.log_level.lower() not in {"debug", "info", "warning", "error"}:
             raise ConfigError("log level must be debug, info, warning or error")
+        self.type_spec()
         try:
             self.timing()
             self.delivery_timing()
@@ -89,12 +149,24 @@ class NodeConfig:
         if self.send_buffer < self.mtu:
             raise ConfigError("send buffer must hold at least one frame (--send-buffer >= --mtu)")
 
+    def type_spec(self) -> NodeType:
+        """The node type named by ``node_type``: a [types.NAME] table, else a built-in."""
+        for t in self.types:
+            if t.name == self.node_type:
+                return t
+        if self.node_type in BUILTIN_TYPES:
+            return BUILTIN_TYPES[self.node_type]
+        known = sorted({*BUILTIN_TYPES, *(t.name for t in self.types)})
+        raise ConfigError(f"unknown node type {self.node_type!r}; known: {', '.join(known)} (or define [types.{self.node_type}])")
+
     def timing(self) -> Timing:
-        return Timing(
-            heartbeat_interval=self.heartbeat_interval,
-            suspect_after=self.suspect_after,
-            gone_after=self.gone_after,
-        )
+        """Liveness timers: explicit settings, else from the node type.  With
+        only a heartbeat interval given, the type's lost heartbeats still apply."""
+        t = self.type_spec()
+        beat = self.heartbeat_interval if self.heartbeat_interval is not None else t.heartbeat_interval
+        gone = self.gone_after if self.gone_after is not None else beat * (t.lost_heartbeats + 1)
+        suspect = self.suspect_after if self.suspect_after is not None else gone / 2
+        return Timing(heartbeat_interval=beat, suspect_after=suspect, gone_after=gone)
 
     def delivery_timing(self) -> DeliveryTiming:
         return DeliveryTiming(mtu=self.mtu, max_message=self.max_message, buffer_bytes=self.send_buffer)
@@ -168,7 +240,7 @@ def _coerce(key: str, value: Any) -> Any:
             if not isinstance(value, int) or isinstance(value, bool):
                 raise TypeError
             return value
-        if kind == "float":
+        if kind in ("float", "float | None"):
             if not isinstance(value, (int, float)) or isinstance(value, bool):
                 raise TypeError
             return float(value)
@@ -196,6 +268,9 @@ def load_config(path: Path | None) -> NodeConfig:
     if isinstance(node, dict):
         raw = {**node, **raw}
     values: dict[str, Any] = {}
+    types = raw.pop("types", None)
+    if types is not None:
+        values["types"] = _types(types, path)
     for key, value in raw.items():
         name = key.replace("-", "_")
         if name not in _FIELDS:
@@ -203,3 +278,34 @@ def load_config(path: Path | None) -> NodeConfig:
             raise ConfigError(f"unknown config key {key!r} in {path}; known keys: {known}")
         values[name] = _coerce(name, value)
     return NodeConfig(**values)
+
+
+_TYPE_KEYS = {"base", "heartbeat_interval", "lost_heartbeats", "send_rate", "on_cut_off", "about"}
+
+
+def _types(tables: Any, path: Path) -> tuple[NodeType, ...]:
+    """``[types.NAME]`` tables: each starts from ``base`` (a built-in, default
+    standard) and changes the keys it gives."""
+    if not isinstance(tables, dict) or not all(isinstance(v, dict) for v in tables.values()):
+        raise ConfigError(f"in {path}: node types are tables, e.g. [types.kiosk] with heartbeat-interval = 0.5")
+    out = []
+    for name, table in tables.items():
+        spec = {k.replace("-", "_"): v for k, v in table.items()}
+        unknown = set(spec) - _TYPE_KEYS
+        if unknown:
+            raise ConfigError(f"in {path}: [types.{name}] has unknown key(s) {', '.join(sorted(unknown))}; "
+                              f"known: {', '.join(sorted(k.replace('_', '-') for k in _TYPE_KEYS))}")
+        base_name = spec.pop("base", "standard")
+        if base_name not in BUILTIN_TYPES:
+            raise ConfigError(f"in {path}: [types.{name}] base must be a built-in type ({', '.join(BUILTIN_TYPES)})")
+        base = BUILTIN_TYPES[base_name]
+        spec.setdefault("about", f"defined in {path.name}, based on {base_name}")
+        checks: dict[str, tuple[type, ...]] = {"heartbeat_interval": (int, float), "lost_heartbeats": (int,),
+                                               "send_rate": (int,), "on_cut_off": (str,), "about": (str,)}
+        for key, value in spec.items():
+            if isinstance(value, bool) or not isinstance(value, checks[key]):
+                raise ConfigError(f"in {path}: [types.{name}] {key.replace('_', '-')} has the wrong type ({value!r})")
+        if "heartbeat_interval" in spec:
+            spec["heartbeat_interval"] = float(spec["heartbeat_interval"])
+        out.append(replace(base, name=name, **spec))
+    return tuple(out)

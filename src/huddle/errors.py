@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __all__ = [
     "ConfigError",
+    "CutOffReadOnly",
     "DataDirLocked",
     "DecodeError",
     "HuddleError",
@@ -44,3 +45,7 @@ class ConfigError(HuddleError):
 
 class DataDirLocked(HuddleError):
     """Another running node already owns this data directory."""
+
+
+class CutOffReadOnly(HuddleError):
+    """This node's type keeps it read-only while it is cut off from every peer."""

@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any
 from .config import NodeConfig, parse_hostport
 from .discovery import BeaconService, Interface, resolve_interface
 from .doc import DOC_KIND, DocEngine, OperationError, jams
-from .errors import ConfigError, DataDirLocked, LocalProtocolError
+from .errors import ConfigError, CutOffReadOnly, DataDirLocked, LocalProtocolError
 from .ids import NodeId
 from .log import SqliteStore
 from .protocol import Connect, Disconnect, Event, Mesh, Notify, PeerInfo, Send
 from .protocol.delivery import BufferFull, Delivery
-from .protocol.events import BufferSpace, LogAppended, PeerExcluded, stat_row
+from .protocol.events import BufferSpace, CutOff, LogAppended, PeerExcluded, stat_row
 from .protocol.replication import Replicator, canonical_json
 from .transport.zmq_transport import ZmqTransport
 from .wire import LogRecord, encode_parts
@@ -118,6 +118,7 @@ class Node:
 
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
+        self.node_type = config.type_spec()
         self.data_dir = DataDir(config.data_dir)
         self.uuid: NodeId | None = None
         self._mesh: Mesh | None = None
@@ -184,8 +185,19 @@ class Node:
             "clock_offset": mesh.offset,
             "clock_source": None if mesh.synced_with is None else str(mesh.synced_with),
             "started_at": self.started_at,
+            "type": self.node_type.name,
+            "on_cut_off": self.node_type.on_cut_off,
+            "cut_off": mesh.cut_off,
+            "read_only": self.read_only,
             "stats": stats,
         }
+
+    def system(self) -> dict[str, Any]:
+        """The system picture as this node computes it (same reports, same digest
+        on every node), with round trips and rates beside it."""
+        mesh = self.mesh
+        now = self.local_now()
+        return {"node": str(mesh.uuid), "time": self.mesh_time(), **mesh.pictures.describe(now)}
 
     def chat(self, text: str, to: NodeId | None = None) -> int:
         """Send a chat line now; returns the number of peers it went to."""
@@ -220,15 +232,29 @@ class Node:
             raise LocalProtocolError("the node is not running")
         return self._store
 
+    @property
+    def read_only(self) -> bool:
+        """True while a read-only node type (e.g. console) is cut off."""
+        return self.node_type.on_cut_off == "read-only" and self._mesh is not None and self._mesh.cut_off
+
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise CutOffReadOnly(
+                f"this {self.node_type.name} node is cut off from the group and read-only until a peer is back; "
+                "nothing was recorded")
+
     def emit(self, kind: str, body: Any) -> LogRecord:
         """Record an event of this node: persisted, then sent to every peer.
-        ``body`` is any JSON value.  Returns the record (source, seq, ...)."""
+        ``body`` is any JSON value.  Returns the record (source, seq, ...).
+        Raises CutOffReadOnly on a read-only node type while cut off."""
+        self._check_writable()
         record = self.log.append(kind, canonical_json(body), self.local_now(), self.mesh_time())
         self._execute()  # commits before anything is sent or returned
         return record
 
     def emit_many(self, events: list[tuple[str, Any]]) -> list[LogRecord]:
         """Record several events in one transaction and as few messages as possible."""
+        self._check_writable()
         now, stamp = self.local_now(), self.mesh_time()
         records = [self.log.append(kind, canonical_json(body), now, stamp) for kind, body in events]
         self._execute()
@@ -242,6 +268,7 @@ class Node:
         source, sequence and the eids of the elements it adds."""
         from .doc.engine import Key
 
+        self._check_writable()
         scratch = self.doc.document.clone()
         stamp = self.mesh_time()
         made: list[list[str]] = []
@@ -349,8 +376,9 @@ class Node:
             self._mesh = Mesh(
                 uuid, name=cfg.name, group=cfg.group, endpoint=endpoint,
                 incarnation=os.urandom(8).hex(), now=self.local_now(), timing=cfg.timing(),
-                excluded=self.data_dir.excluded(),
+                excluded=self.data_dir.excluded(), node_type=self.node_type.name, rate=self.node_type.send_rate,
             )
+            self._mesh.conn_counters = transport.counters
             self._store = SqliteStore(self.data_dir.path / "log.sqlite", cfg.group)
             self._log = Replicator(uuid, self._store, now=self.local_now())
             for batch in self._store.of_kind(DOC_KIND):
@@ -496,6 +524,20 @@ class Node:
         self._execute()
         return done
 
+    def _empty(self) -> None:
+        """Cut off, an ``empty`` node type drops every other node's events (store,
+        log state, document); its peers send them all again when it reconnects."""
+        store, mesh, uuid = self._store, self._mesh, self.uuid
+        if store is None or mesh is None or uuid is None:
+            return
+        dropped = store.drop_others(uuid)
+        self._log = Replicator(uuid, store, now=self.local_now())
+        mesh.replication = self._log
+        self.doc = DocEngine()
+        for batch in store.of_kind(DOC_KIND):
+            self.doc.load(batch)
+        log.info("cut off: dropped %d events of other nodes (node type %s)", dropped, self.node_type.name)
+
     def _publish(self, event: Event) -> None:
         if isinstance(event, PeerExcluded) and self._mesh is not None:
             self.data_dir.save_excluded(self._mesh.excluded)
@@ -503,6 +545,8 @@ class Node:
             space = self._space.get(event.peer)
             if space is not None:
                 space.set()
+        if isinstance(event, CutOff) and event.cut_off and self.node_type.on_cut_off == "empty":
+            self._empty()
         if isinstance(event, LogAppended):
             for run, _ in event.runs:
                 for record in run:

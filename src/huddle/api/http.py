@@ -18,7 +18,7 @@ from aiohttp import WSMsgType, web
 
 from ..config import parse_hostport
 from ..doc import OperationError, jams, parse_ops, to_json, to_xml
-from ..errors import ConfigError, LocalProtocolError
+from ..errors import ConfigError, CutOffReadOnly, LocalProtocolError
 from ..ids import NodeId
 from ..protocol import Event, PeerInfo
 from ..protocol.delivery import BufferFull, MessageTooLarge, NotIncluded
@@ -54,6 +54,8 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         elif exc.status == 405:
             reason = f"method {request.method} not allowed on {request.path}"
         return _error(exc.status, reason)
+    except CutOffReadOnly as exc:
+        return _error(409, str(exc))
     except asyncio.CancelledError:
         raise
     except Exception:
@@ -76,6 +78,11 @@ def _peer_json(p: PeerInfo) -> dict[str, Any]:
 async def _get_node(request: web.Request) -> web.Response:
     node = request.app[NODE_KEY]
     return web.json_response(node.info())
+
+
+async def _get_system(request: web.Request) -> web.Response:
+    node = request.app[NODE_KEY]
+    return web.json_response(node.system())
 
 
 async def _get_peers(request: web.Request) -> web.Response:
@@ -393,6 +400,7 @@ def make_app(node: Node) -> web.Application:
     app[NODE_KEY] = node
     app.router.add_get("/api/v1/node", _get_node)
     app.router.add_get("/api/v1/peers", _get_peers)
+    app.router.add_get("/api/v1/system", _get_system)
     app.router.add_post("/api/v1/chat", _post_chat)
     app.router.add_get("/api/v1/events", _events)
     app.router.add_post("/api/v1/events", _post_event)

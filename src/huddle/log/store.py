@@ -134,6 +134,12 @@ class SqliteStore:
         args.append(limit)
         return [_stored(row) for row in self._db.execute(sql, args)]
 
+    def drop_others(self, keep: NodeId) -> int:
+        """Delete every event of this group whose source is not ``keep``; returns how many."""
+        self.commit()
+        cur = self._db.execute("DELETE FROM events WHERE grp=? AND source<>?", (self.group, bytes(keep)))
+        return cur.rowcount
+
     def count(self) -> int:
         row = self._db.execute("SELECT COUNT(*) FROM events WHERE grp=?", (self.group,)).fetchone()
         return int(row[0])

@@ -54,6 +54,8 @@ class Conn:
     endpoint: str
     overflow: deque[list[bytes]] = field(default_factory=deque)
     dropped: int = 0
+    msgs: int = 0  # messages accepted for sending on this connection
+    octets: int = 0  # ... and their frames' octets
     responding: bool = True
     drained: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -184,6 +186,8 @@ class ZmqTransport:
         if not c.overflow:
             try:
                 _send_parts(c.sock, frames)
+                c.msgs += 1
+                c.octets += sum(map(len, frames))
                 return True
             except zmq.Again:
                 pass
@@ -197,12 +201,19 @@ class ZmqTransport:
                 self._on_stalled(conn)
             return False
         c.overflow.append(frames)
+        c.msgs += 1
+        c.octets += sum(map(len, frames))
         c.drained.clear()
         self._schedule_flush()
         return True
 
     def any_backlog(self) -> bool:
         return any(c.overflow for c in self.conns.values())
+
+    def counters(self, conn: int) -> tuple[int, int]:
+        """Messages and octets accepted for sending on ``conn`` since it was opened."""
+        c = self.conns.get(conn)
+        return (0, 0) if c is None else (c.msgs, c.octets)
 
     def backlog(self, conn: int) -> int:
         c = self.conns.get(conn)
