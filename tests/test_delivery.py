@@ -47,6 +47,29 @@ def test_messages_arrive_once_and_in_order_through_loss_duplication_and_reorderi
     assert a.mesh.delivery.queued(b.mesh.uuid) == 0  # everything acknowledged, the buffer is empty
 
 
+def test_a_peer_that_announced_a_send_rate_is_paced_and_the_others_are_not() -> None:
+    net = SimNetwork(seed=4)
+    a = net.add("a", "g", delivery=DeliveryTiming())
+    slow = net.add("slow", "g", delivery=DeliveryTiming(), node_type="device", rate=100_000)
+    fast = net.add("fast", "g", delivery=DeliveryTiming())
+    for x in (slow, fast):
+        x.mesh.discovered(a.mesh.uuid, a.mesh.endpoint, net.now)
+    assert net.settle(3.0, lambda: len(a.mesh.alive_peers()) == 2)
+    blob = b"x" * 50_000
+    for _ in range(20):  # 1 MB to each
+        send(net, a, slow, blob)
+        send(net, a, fast, blob)
+    net.run(1.0)
+    assert len(received(fast, a)) == 20, "a peer with no rate gets everything at once"
+    # 100 000 octets/s and a bucket of a tenth of that: about 2 messages a second.
+    early = len(received(slow, a))
+    assert 1 <= early <= 3, early
+    net.run(2.0)
+    assert len(received(slow, a)) <= 7
+    assert net.settle(15.0, lambda: len(received(slow, a)) == 20)
+    assert received(slow, a) == [blob] * 20
+
+
 def test_a_large_message_is_cut_and_joined_without_holding_up_others() -> None:
     net = SimNetwork(seed=1, latency=0.001)
     a, b, c = mesh(net, 3, DeliveryTiming(mtu=1000, window=8, buffer_bytes=10_000_000))

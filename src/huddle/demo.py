@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .cli import _peers_text, event_text
+from .cli import _peers_text, _system_text, event_text
 from .client import ApiClient
 
 __all__ = ["NodeProcess", "run_demo"]
@@ -117,6 +117,25 @@ async def _demo(nodes: list[NodeProcess]) -> None:
         print("\n".join("     " + line for line in _peers_text(peers).splitlines()))
         print()
     await _demo_document(nodes)
+    await _demo_system(nodes)
+
+
+async def _demo_system(nodes: list[NodeProcess]) -> None:
+    """Every node computes the same system picture: wait for equal digests, show one."""
+    print("== the system picture (huddle system; the same page at each node's / in a browser)")
+    deadline = time.monotonic() + 20
+    while True:
+        pictures = []
+        for n in nodes:
+            async with ApiClient(n.api) as api:
+                pictures.append(await api.system())
+        if len({p["digest"] for p in pictures}) == 1 and all(len(p["members"]) == len(nodes) for p in pictures):
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError("the nodes' system pictures did not agree within 20 s")
+        await asyncio.sleep(0.2)
+    print("\n".join(("   " + line).rstrip() for line in _system_text(pictures[0]).splitlines()))
+    print(f"   the same digest on all {len(nodes)} nodes; the status page: {nodes[0].api}/\n")
 
 
 async def _demo_document(nodes: list[NodeProcess]) -> None:

@@ -98,6 +98,7 @@ class SimNetwork:
         delivery: DeliveryTiming | None = None,
         node_type: str = "standard",
         picture: PictureTiming | None = None,
+        rate: int = 0,
     ) -> SimNode:
         if endpoint is None:
             endpoint = f"tcp://10.0.0.1:{self._next_port}"
@@ -106,7 +107,7 @@ class SimNetwork:
         mesh = Mesh(
             node_id, name=name, group=group, endpoint=endpoint,
             incarnation=self.rng.randbytes(8).hex(), now=self.now + skew, timing=timing,
-            node_type=node_type, picture=picture,
+            node_type=node_type, picture=picture, rate=rate,
         )
         node = SimNode(mesh=mesh, clock_skew=skew)
         if log or store is not None:
@@ -131,7 +132,7 @@ class SimNetwork:
             log=node.store is not None, store=store,
             log_timing=None if node.mesh.replication is None else node.mesh.replication.timing,
             delivery=None if node.mesh.delivery is None else node.mesh.delivery.timing,
-            node_type=node.mesh.node_type, picture=node.mesh.pictures.timing,
+            node_type=node.mesh.node_type, picture=node.mesh.pictures.timing, rate=node.mesh.rate,
         )
         if rejoin is not None:
             fresh.mesh.discovered(rejoin.mesh.uuid, rejoin.mesh.endpoint, self.local(fresh))

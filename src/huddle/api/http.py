@@ -391,6 +391,10 @@ async def _post_jam(request: web.Request) -> web.Response:
 _STATIC = Path(__file__).parent / "static"
 
 
+async def _get_status_page(request: web.Request) -> web.FileResponse:
+    return web.FileResponse(_STATIC / "status.html", headers={"Cache-Control": "no-cache"})
+
+
 async def _get_bout_page(request: web.Request) -> web.FileResponse:
     return web.FileResponse(_STATIC / "bout.html", headers={"Cache-Control": "no-cache"})
 
@@ -416,6 +420,7 @@ def make_app(node: Node) -> web.Application:
     app.router.add_get("/api/v1/bout/jams", _get_jams)
     app.router.add_post("/api/v1/bout/{action:start|stop}", _post_jam)
     app.router.add_get("/bout", _get_bout_page)
+    app.router.add_get("/", _get_status_page)
     return app
 
 
