@@ -15,9 +15,8 @@ Two processes on 127.0.0.1 each time.
                       the same ping-pong on DEALER/ROUTER.
 
 Rates are taken at the receiver; raw and huddle runs alternate; the ratio
-is the median of the per-pair ratios.  Throughput under loss is measured by
-the namespace test (tests/test_faults.py), not here: this machine has no
-netem, and nft loss needs root and namespaces.
+is the median of the per-pair ratios.  Throughput under loss:
+``addressed_loss.py`` (namespaces and nft; this machine has no netem).
 """
 
 from __future__ import annotations

@@ -186,7 +186,7 @@ def test_config_file_and_flags(tmp_path: Path) -> None:
     cfg = load_config(path)
     assert (cfg.beacon, cfg.mdns, cfg.mdns_type, cfg.naming, cfg.naming_interval, cfg.naming_timeout) == (
         False, True, "_nsode_derbyos_com._tcp", ("tcp://10.0.0.5:5680", "tcp://10.0.0.6:5680"), 0.0, 2.5)
-    assert NodeConfig().api == "127.0.0.1:8089"
+    assert NodeConfig().api == "127.0.0.1:8090"
 
 
 @pytest.mark.parametrize(

@@ -136,6 +136,15 @@ def build_parser() -> argparse.ArgumentParser:
                       help="silence before 'suspect' (default: half of --gone-after)")
     node.add_argument("--gone-after", type=_positive, metavar="SECONDS",
                       help="silence before 'gone' (default: heartbeat x (the type's lost heartbeats + 1); standard: 5)")
+    guests = node.add_argument_group("guests (the Noam protocol: browsers, scripts, small devices)")
+    guests.add_argument("--guests", action="store_true", default=None,
+                        help="host guests in this node's room (the group): answer marcos, accept registrations")
+    guests.add_argument("--guest-marco-port", type=int, metavar="PORT", help="UDP port of marco / polo (default: 1030)")
+    guests.add_argument("--guest-port", type=int, metavar="PORT", help="TCP port guests connect to; 0 picks one (default: 0)")
+    guests.add_argument("--guest-ws-port", type=int, metavar="PORT",
+                        help="WebSocket port for guests such as browsers; 0 picks one (default: 8089)")
+    guests.add_argument("--guest-max-message", type=int, metavar="OCTETS",
+                        help="longest message a guest may send; more gets it an error and a disconnect (default: 999999)")
     node.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="default: info")
 
     peers = sub.add_parser("peers", help="list a node's peers", epilog=CLIENT_EPILOG)
@@ -277,6 +286,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_client_options(system)
 
+    guests_p = sub.add_parser(
+        "guests", help="the guests of a node's room (Noam): registered, free, others; grab or fire one",
+        description="Guests are programs that join a node's room with the Noam protocol (UDP marco / polo on "
+        "port 1030, length-prefixed JSON over TCP or WebSocket) instead of running a node: browser pages, "
+        "scripts, small devices. Start the node with --guests. A free guest (one that asks for no room) joins "
+        "only when grabbed.", epilog=CLIENT_EPILOG,
+    )
+    guests_p.add_argument("--grab", metavar="NAME", help="take a free guest into this room: its next marco gets a polo")
+    guests_p.add_argument("--fire", metavar="NAME", help="remove a guest and close its connections")
+    _add_client_options(guests_p)
+
     types = sub.add_parser(
         "node-types", help="list the node types (built-in and from --config) and what each sets",
         description="A node type sets the heartbeat interval, how many heartbeats may be lost before peers "
@@ -311,7 +331,9 @@ def _node_config(args: argparse.Namespace) -> NodeConfig:
         naming_interval=args.naming_interval, naming_timeout=args.naming_timeout,
         mtu=args.mtu, max_message=args.max_message, send_buffer=args.send_buffer,
         node_type=args.node_type, heartbeat_interval=args.heartbeat_interval, suspect_after=args.suspect_after,
-        gone_after=args.gone_after, log_level=args.log_level,
+        gone_after=args.gone_after, log_level=args.log_level, guests=args.guests,
+        guest_marco_port=args.guest_marco_port, guest_port=args.guest_port, guest_ws_port=args.guest_ws_port,
+        guest_max_message=args.guest_max_message,
     )
 
 
@@ -404,6 +426,25 @@ def _system_text(s: dict[str, Any]) -> str:
     if len(links) > 1:
         out += ["", _table(links)]
     out += ["", f"digest {s['digest']}"]
+    return "\n".join(out)
+
+
+def _guests_text(g: dict[str, Any]) -> str:
+    head = f"room {g['room']!r}: marco UDP {g['marco_port']}, TCP {g['tcp_port']}, WebSocket {g['ws_port']}"
+    out = [head, ""]
+    if g["guests"]:
+        rows: list[tuple[str, ...]] = [("GUEST", "VIA", "ADDRESS", "HEARS", "SPEAKS", "HEARTBEAT", "IN", "OUT")]
+        for x in g["guests"]:
+            rows.append((x["name"], x["transport"], x["address"], ",".join(x["hears"]) or "-",
+                         ",".join(x["speaks"]) or "-", f"{x['heartbeat']:g} s" if x["heartbeat"] else "-",
+                         str(x["events_in"]), str(x["events_out"])))
+        out.append(_table(rows))
+    else:
+        out.append("no guests")
+    for title, key in (("free guests (grab with --grab NAME)", "free"), ("guests of other rooms", "others")):
+        if g[key]:
+            out += ["", title + ":"] + [f"  {x['name']} ({x['dialect']} {x['version']}) at {x['address']}"
+                                        + (f", room {x['room']!r}" if x["room"] else "") for x in g[key]]
     return "\n".join(out)
 
 
@@ -525,6 +566,14 @@ def _client(args: argparse.Namespace) -> int:
             if args.command == "peers":
                 peers = await api.peers()
                 _print(args, peers, _peers_text(peers))
+            elif args.command == "guests":
+                if args.grab or args.fire:
+                    name = args.grab or args.fire
+                    result = await api.guest_action(name, "grab" if args.grab else "fire")
+                    _print(args, result, f"{'grabbed' if args.grab else 'fired'} {name}")
+                else:
+                    info = await api.guests()
+                    _print(args, info, _guests_text(info))
             elif args.command == "system":
                 picture = await api.system()
                 _print(args, picture, _system_text(picture))

@@ -94,6 +94,16 @@ class ApiClient:
         result: dict[str, Any] = await self._request("GET", "/api/v1/node")
         return result
 
+    async def guests(self) -> dict[str, Any]:
+        result: dict[str, Any] = await self._request("GET", "/api/v1/guests")
+        return result
+
+    async def guest_action(self, name: str, action: str) -> dict[str, Any]:
+        from urllib.parse import quote
+
+        result: dict[str, Any] = await self._request("POST", f"/api/v1/guests/{quote(name, safe='')}/{action}", {})
+        return result
+
     async def system(self) -> dict[str, Any]:
         result: dict[str, Any] = await self._request("GET", "/api/v1/system")
         return result

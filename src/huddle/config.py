@@ -20,7 +20,7 @@ __all__ = [
     "load_config", "normalise_mdns_type", "parse_hostport", "parse_naming_endpoint",
 ]
 
-DEFAULT_API = "127.0.0.1:8089"
+DEFAULT_API = "127.0.0.1:8090"  # 8089 is the Noam guests' WebSocket port
 DEFAULT_BEACON_PORT = 5670
 
 
@@ -112,6 +112,11 @@ class NodeConfig:
     heartbeat_interval: float | None = None  # None: the node type's
     suspect_after: float | None = None  # None: half of gone_after
     gone_after: float | None = None  # None: the type's beat x (lost heartbeats + 1)
+    guests: bool = False  # host Noam guests (marco / polo, TCP and WebSocket)
+    guest_marco_port: int = 1030
+    guest_port: int = 0  # TCP port guests connect to; 0: a free one
+    guest_ws_port: int = 8089  # WebSocket port for guests (browsers); 0: a free one
+    guest_max_message: int = 999_999  # octets; a longer length prefix gets the guest an error and a disconnect
     log_level: str = "info"
 
     def __post_init__(self) -> None:
@@ -126,6 +131,12 @@ class NodeConfig:
             raise ConfigError(f"port range must be LOW-HIGH within 1..65535, got {lo}-{hi}")
         if not 1 <= self.beacon_port <= 65535:
             raise ConfigError(f"beacon port must be 1..65535, got {self.beacon_port}")
+        for what, port in (("guest marco port", self.guest_marco_port), ("guest port", self.guest_port),
+                           ("guest WebSocket port", self.guest_ws_port)):
+            if not 0 <= port <= 65535 or (what == "guest marco port" and port == 0):
+                raise ConfigError(f"{what} must be {'1' if 'marco' in what else '0'}..65535, got {port}")
+        if not 2 <= self.guest_max_message <= 999_999:
+            raise ConfigError(f"guest max message must be 2..999999 octets (6 digits), got {self.guest_max_message}")
         if self.beacon_interval <= 0:
             raise ConfigError("beacon interval must be positive")
         parse_hostport(self.api, "api")

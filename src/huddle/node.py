@@ -33,9 +33,12 @@ from .wire import LogRecord, encode_parts
 
 if TYPE_CHECKING:
     from .discovery.mdns import MdnsService
+    from .guests.server import GuestServer
     from .transport.naming import NamingClient
 
 __all__ = ["DataDir", "Node", "run_node"]
+
+GUEST_KEY = "noam_guest"  # a guest's event in the log: {"noam_guest": name, "value": value}
 
 log = logging.getLogger("huddle.node")
 
@@ -128,6 +131,7 @@ class Node:
         self._beacon: BeaconService | None = None
         self._mdns: MdnsService | None = None
         self._naming: NamingClient | None = None
+        self._guests: GuestServer | None = None
         self.interface: Interface | None = None
         self.api_url: str | None = None
         self._listeners: list[Listener] = []
@@ -189,6 +193,7 @@ class Node:
             "on_cut_off": self.node_type.on_cut_off,
             "cut_off": mesh.cut_off,
             "read_only": self.read_only,
+            "guests": None if self._guests is None else self._guests.ports(),
             "stats": stats,
         }
 
@@ -416,6 +421,8 @@ class Node:
                 )
                 await naming.start()  # closes itself if no broker answers
                 self._naming = naming
+            if cfg.guests:
+                await self._start_guests(cfg, iface.ip)
             from .api.http import start_api  # local import: aiohttp is only needed here
 
             api_runner, self.api_url = await start_api(self, cfg.api)
@@ -440,6 +447,8 @@ class Node:
                 self._execute()
             if self._beacon is not None:
                 self._beacon.close()
+            if self._guests is not None:
+                await self._guests.close()
             if self._naming is not None:
                 await self._naming.close()
             if self._mdns is not None:
@@ -450,6 +459,55 @@ class Node:
             transport.close()
             if self._store is not None:
                 self._store.close()
+
+    # ---------------------------------------------------------------- guests
+
+    async def _start_guests(self, cfg: NodeConfig, host: str) -> None:
+        from .guests.room import Room
+        from .guests.server import GuestServer, GuestSettings
+
+        server = GuestServer(
+            Room(cfg.group), GuestSettings(host=host, marco_port=cfg.guest_marco_port, tcp_port=cfg.guest_port,
+                                           ws_port=cfg.guest_ws_port, max_frame=cfg.guest_max_message),
+            on_event=self._guest_event, clock=self.local_now,
+        )
+        try:
+            await server.start()
+        except OSError as exc:
+            await server.close()
+            raise ConfigError(
+                f"cannot open the guest ports (marco UDP {cfg.guest_marco_port}, TCP {cfg.guest_port}, "
+                f"WebSocket {cfg.guest_ws_port}) on {host}: {exc.strerror or exc}; "
+                "pick others with --guest-port / --guest-ws-port (0: a free one)") from None
+        self._guests = server
+
+    @property
+    def guests(self) -> GuestServer | None:
+        return self._guests
+
+    def _guest_event(self, guest: str, topic: str, value: Any) -> None:
+        """A guest of ours spoke: its event becomes the group's (kind = topic)."""
+        self.emit(topic, {GUEST_KEY: guest, "value": value})
+
+    def _to_guests(self, record: LogRecord) -> None:
+        guests = self._guests
+        if guests is None or not guests.room.hears(record.kind):
+            return
+        body = json.loads(record.body)
+        if isinstance(body, dict) and set(body) == {GUEST_KEY, "value"} and isinstance(body[GUEST_KEY], str):
+            guests.deliver(body[GUEST_KEY], record.kind, body["value"], local_speaker=record.source == self.uuid)
+        else:  # a node's own event: the node speaks it, under its name
+            guests.deliver(self._name_of(record.source), record.kind, body, local_speaker=False)
+
+    def _name_of(self, uuid: NodeId) -> str:
+        mesh = self._mesh
+        if mesh is not None:
+            if uuid == mesh.uuid:
+                return mesh.name
+            for p in mesh.peers(self.local_now()):
+                if p.uuid == uuid:
+                    return p.name
+        return uuid.short
 
     def _snapshot(self) -> None:
         """A statistics row with the node's counters and each peer's state and RTT."""
@@ -552,6 +610,8 @@ class Node:
                 for record in run:
                     if record.kind == DOC_KIND:
                         self.doc.add(record)
+                    if self._guests is not None:
+                        self._to_guests(record)
         row = stat_row(event) if self._store is not None else None
         if row is not None and self._store is not None:
             self._store.add_stat(*row)

@@ -173,6 +173,8 @@ class SimNetwork:
         heapq.heappush(self._queue, (self.now + delay, self._counter, endpoint, frames))
 
     def _run_actions(self, node: SimNode) -> None:
+        last: Message | None = None  # a message sent to several peers is encoded once, as the node does
+        encoded: list[bytes] | Message = []
         for action in node.mesh.take_actions():
             if isinstance(action, Connect):
                 node.conns[action.conn] = action.endpoint
@@ -185,7 +187,9 @@ class SimNetwork:
                 if frozenset((node.mesh.endpoint, target)) in self.cut or (node.mesh.endpoint, target) in self.one_way:
                     continue
                 msg = action.message
-                payload: list[bytes] | Message = encode(msg) if self.wire else msg
+                if msg is not last:
+                    last, encoded = msg, encode(msg) if self.wire else msg
+                payload = encoded
                 delay = self.latency
                 if isinstance(msg, (Xmsg, Gsip, Dmsg, Dack)):
                     if self.loss and self.rng.random() < self.loss:

@@ -395,6 +395,44 @@ async def _get_status_page(request: web.Request) -> web.FileResponse:
     return web.FileResponse(_STATIC / "status.html", headers={"Cache-Control": "no-cache"})
 
 
+async def _get_guest_js(request: web.Request) -> web.FileResponse:
+    return web.FileResponse(_STATIC / "guest.js", headers={"Cache-Control": "no-cache",
+                                                           "Content-Type": "text/javascript; charset=utf-8"})
+
+
+def _guest_server(request: web.Request) -> Any:
+    guests = request.app[NODE_KEY].guests
+    if guests is None:
+        raise web.HTTPConflict(text="this node does not host guests: start it with --guests")
+    return guests
+
+
+async def _get_guests(request: web.Request) -> web.Response:
+    node = request.app[NODE_KEY]
+    guests = _guest_server(request)
+    room = guests.room
+    now = node.local_now()
+    return web.json_response({
+        "room": room.room, **guests.ports(),
+        "guests": [g.as_dict(now) for g in room.guests.values()],
+        "free": [x.as_dict(now) for x in room.free.values()],
+        "others": [x.as_dict(now) for x in room.others.values()],
+        "grabbed": sorted(room.grabbed),
+        "stats": dict(guests.stats) | {"fired": room.fired, "errors": room.errors},
+    })
+
+
+async def _post_guest_action(request: web.Request) -> web.Response:
+    guests = _guest_server(request)
+    name = request.match_info["name"]
+    if request.match_info["action"] == "grab":
+        guests.grab(name)
+        return web.json_response({"grabbed": name}, status=201)
+    if not guests.fire(name, "fired by hand"):
+        return _error(404, f"no guest {name!r} in this room")
+    return web.json_response({"fired": name})
+
+
 async def _get_bout_page(request: web.Request) -> web.FileResponse:
     return web.FileResponse(_STATIC / "bout.html", headers={"Cache-Control": "no-cache"})
 
@@ -421,6 +459,9 @@ def make_app(node: Node) -> web.Application:
     app.router.add_post("/api/v1/bout/{action:start|stop}", _post_jam)
     app.router.add_get("/bout", _get_bout_page)
     app.router.add_get("/", _get_status_page)
+    app.router.add_get("/guest.js", _get_guest_js)
+    app.router.add_get("/api/v1/guests", _get_guests)
+    app.router.add_post("/api/v1/guests/{name}/{action:grab|fire}", _post_guest_action)
     return app
 
 

@@ -803,7 +803,7 @@ class Mesh:
 
     def _publish_report(self, now: float) -> None:
         pictures = self.pictures
-        pictures.next_report = now + pictures.timing.interval
+        pictures.next_report = now + pictures.timing.interval * pictures.scale()
         pictures.expire(now)
         report = self.report(now)
         pictures.accept(report, now)

@@ -170,8 +170,16 @@ class Pictures:
         self._held[report.origin] = _Held(report, now, previous)
         return True
 
+    def scale(self) -> float:
+        """How much longer than ``interval`` reports are apart in a group of
+        this size: every node receives every report, so the report traffic
+        would grow with the square of the group; past 10 nodes the interval
+        grows with it (as RTCP does), and so does the time to expire."""
+        return max(1.0, len(self._held) / 10)
+
     def expire(self, now: float) -> None:
-        for origin in [o for o, h in self._held.items() if o != self.uuid and now - h.received > self.timing.expire_after]:
+        limit = self.timing.expire_after * self.scale()
+        for origin in [o for o, h in self._held.items() if o != self.uuid and now - h.received > limit]:
             del self._held[origin]
 
     def forget(self, origin: NodeId) -> None:

@@ -308,6 +308,17 @@ class PeerStat:
     queued: int = 0  # octets of addressed messages waiting for this peer
 
     def __post_init__(self) -> None:
+        # Reports carry a row per peer, and every node receives every report:
+        # one quick test of everything, the detailed checks only to say what is wrong.
+        if (
+            type(self.peer) is NodeId
+            and self.state in PEER_STATES
+            and (self.heard is None or (type(self.heard) is float and 0 <= self.heard < math.inf))
+            and (self.rtt is None or (type(self.rtt) is float and 0 <= self.rtt < math.inf))
+            and all(type(v) is int and 0 <= v <= MAX_SEQ for v in (
+                self.msgs_in, self.msgs_out, self.bytes_in, self.bytes_out, self.sent, self.retrans, self.queued))
+        ):
+            return
         _check(isinstance(self.peer, NodeId), "peer must be a NodeId")
         for name in ("heard", "rtt"):
             v = getattr(self, name)
@@ -481,24 +492,19 @@ def _number(obj: dict[str, Any], key: str, kind: str) -> float:
     return float(value)
 
 
-def _opt_number(value: object, what: str) -> float | None:
-    if value is None:
-        return None
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-        raise DecodeError(f"{what} must be a finite number or null")
-    return float(value)
-
-
 def _peer_stat(row: object, index: int) -> PeerStat:
-    if not isinstance(row, list) or len(row) != 11:
+    if type(row) is not list or len(row) != 11:
         raise DecodeError(f"RAWS peer row {index} must be a list of 11 values")
-    peer = _node_hex(row[0], f"RAWS peer row {index} uuid")
-    counters = [_seq(v, f"RAWS peer row {index} counter", 0) for v in row[4:]]
-    if not isinstance(row[3], str):
-        raise DecodeError(f"RAWS peer row {index} state must be text")
-    return PeerStat(
-        peer, _opt_number(row[1], "RAWS heard"), _opt_number(row[2], "RAWS rtt"), row[3], *counters,
-    )
+    heard, rtt = row[1], row[2]
+    # JSON writes 0.0 as 0: whole numbers become floats; PeerStat checks the rest.
+    if type(heard) is int:
+        heard = float(heard)
+    if type(rtt) is int:
+        rtt = float(rtt)
+    try:
+        return PeerStat(_node_hex(row[0], f"RAWS peer row {index} uuid"), heard, rtt, *row[3:])
+    except LocalProtocolError as exc:
+        raise DecodeError(f"RAWS peer row {index}: {exc}") from None
 
 
 def _d_raws(sender: NodeId, body: str) -> Message:

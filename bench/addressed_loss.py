@@ -1,0 +1,287 @@
+#!/usr/bin/env python3
+"""Addressed messages through a lossy network, against raw pyzmq through the same network.
+
+Two hosts in network namespaces on a bridge (needs root and iproute2; nft for
+the loss).  The bridge drops ``--loss`` % of all frames at random (nft numgen),
+both ways, TCP segments and acknowledgements alike.  Each run sends N
+100-octet messages from h1 to h2:
+
+* raw:    a blocking pyzmq DEALER in h1 pushes N messages to a ROUTER in h2,
+          which counts them.  TCP repairs every loss; ZeroMQ adds nothing.
+* huddle: a ``Node`` in each host; h1 awaits ``send_to_wait`` N times, h2
+          counts ``MessageReceived`` events.  Every message is acknowledged
+          (DACK) and kept until then; lost DACKs cause retransmissions.
+
+Rates are taken at the receiver (first send to last receipt, both on the same
+machine's clock); raw and huddle runs alternate; the ratio is the median of
+the per-pair ratios.  Runs without loss are made too, so the cost of loss on
+each is visible.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import benchlib
+
+PAYLOAD = b"x" * 100
+HERE = Path(__file__).resolve()
+
+
+# ------------------------------------------------------------------ roles (run inside a namespace)
+
+
+def role_raw_recv(port: int, n: int) -> None:
+    import zmq
+
+    ctx = zmq.Context()
+    router = ctx.socket(zmq.ROUTER)
+    router.setsockopt(zmq.RCVHWM, 0)
+    router.bind(f"tcp://0.0.0.0:{port}")
+    print("ready", flush=True)
+    count = 0
+    while count < n:
+        router.recv_multipart()
+        count += 1
+    print("done", count, time.time(), flush=True)
+    router.close(0)
+    ctx.term()
+
+
+def role_raw_send(address: str, n: int) -> None:
+    import zmq
+
+    ctx = zmq.Context()
+    dealer = ctx.socket(zmq.DEALER)
+    dealer.connect(address)
+    print("t0", time.time(), flush=True)
+    for _ in range(n):
+        dealer.send_multipart([b"DMSG", PAYLOAD])  # blocks at the high-water mark: paced by TCP
+    sys.stdin.readline()  # "stop": keep the socket until the receiver has everything
+    dealer.close(0)
+    ctx.term()
+
+
+def _config(name: str, tmp: str, seeds: tuple[str, ...] = ()) -> Any:
+    from huddle import NodeConfig
+
+    return NodeConfig(name=name, group="bench", data_dir=Path(tmp) / name, api="127.0.0.1:0", seeds=seeds,
+                      beacon=False, interface="eth0", log_level="warning")
+
+
+async def _role_huddle_recv(n: int, tmp: str) -> None:
+    from huddle import Node
+    from huddle.protocol.events import MessageReceived
+
+    node = Node(_config("h2", tmp))
+    task = asyncio.create_task(node.run())
+    await node.wait_ready()
+    count = 0
+    done = asyncio.Event()
+
+    def on_event(event: object) -> None:
+        nonlocal count
+        if isinstance(event, MessageReceived):
+            count += 1
+            if count >= n:
+                print("done", count, time.time(), flush=True)
+                done.set()
+
+    node.add_listener(on_event)
+    print("endpoint", node.mesh.endpoint, flush=True)
+    await asyncio.wait_for(done.wait(), 900)
+    await asyncio.to_thread(sys.stdin.readline)  # "stop"
+    node.stop()
+    await task
+
+
+async def _role_huddle_send(endpoint: str, n: int, tmp: str) -> None:
+    from huddle import Node
+
+    node = Node(_config("h1", tmp, (endpoint.removeprefix("tcp://"),)))
+    task = asyncio.create_task(node.run())
+    await node.wait_ready()
+    deadline = time.monotonic() + 30
+    while not node.mesh.alive_peers():
+        if time.monotonic() > deadline:
+            raise TimeoutError("h1 did not meet h2")
+        await asyncio.sleep(0.01)
+    peer = node.mesh.alive_peers()[0]
+    print("t0", time.time(), flush=True)
+    for i in range(n):
+        await node.send_to_wait(peer, PAYLOAD, 300)
+        if i % 1000 == 999:
+            await asyncio.sleep(0)
+    await asyncio.to_thread(sys.stdin.readline)  # "stop": keep retransmitting until the receiver is done
+    node.stop()
+    await task
+
+
+# ------------------------------------------------------------------ the network
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=20)
+
+
+class Net:
+    def __init__(self) -> None:
+        tag = f"hb{os.getpid() % 10000}"
+        self.bridge, self.hosts = f"{tag}br", [f"{tag}h1", f"{tag}h2"]
+        self.subnet = f"10.98.{random.randrange(1, 250)}"
+        self.ips = [f"{self.subnet}.1", f"{self.subnet}.2"]
+        self.made: list[str] = []
+
+    def up(self) -> None:
+        _ip("netns", "add", self.bridge)
+        self.made.append(self.bridge)
+        _ip("-n", self.bridge, "link", "add", "br0", "type", "bridge")
+        _ip("-n", self.bridge, "link", "set", "br0", "up")
+        for i, host in enumerate(self.hosts, 1):
+            _ip("netns", "add", host)
+            self.made.append(host)
+            _ip("-n", host, "link", "set", "lo", "up")
+            _ip("-n", host, "link", "add", "eth0", "type", "veth", "peer", "name", f"vb{i}", "netns", self.bridge)
+            _ip("-n", self.bridge, "link", "set", f"vb{i}", "master", "br0")
+            _ip("-n", self.bridge, "link", "set", f"vb{i}", "up")
+            _ip("-n", host, "addr", "add", f"{self.ips[i - 1]}/24", "dev", "eth0")
+            _ip("-n", host, "link", "set", "eth0", "up")
+
+    def loss(self, percent: int) -> None:
+        subprocess.run(["ip", "netns", "exec", self.bridge, "nft", "delete", "table", "bridge", "hb_loss"],
+                       check=False, capture_output=True, timeout=20)
+        if percent:
+            rules = ("add table bridge hb_loss\n"
+                     "add chain bridge hb_loss lossy { type filter hook forward priority 0; policy accept; }\n"
+                     f"add rule bridge hb_loss lossy numgen random mod 100 < {percent} drop\n")
+            subprocess.run(["ip", "netns", "exec", self.bridge, "nft", "-f", "-"], input=rules.encode(),
+                           check=True, capture_output=True, timeout=20)
+
+    def down(self) -> None:
+        for name in reversed(self.made):
+            subprocess.run(["ip", "netns", "del", name], check=False, capture_output=True, timeout=20)
+
+    def run(self, host: int, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(["ip", "netns", "exec", self.hosts[host - 1], sys.executable, str(HERE), *args],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+def _line(proc: subprocess.Popen[str], word: str, timeout: float) -> list[str]:
+    """The next stdout line of ``proc`` starting with ``word`` (its other words)."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the {word!r} process ended early (exit {proc.wait()})")
+        parts = line.split()
+        if parts and parts[0] == word:
+            return parts[1:]
+    raise TimeoutError(f"no {word!r} line within {timeout} s")
+
+
+def _finish(*procs: subprocess.Popen[str]) -> None:
+    for p in procs:
+        if p.stdin is not None:
+            try:
+                p.stdin.write("stop\n")
+                p.stdin.flush()
+            except BrokenPipeError:
+                pass
+    for p in procs:
+        try:
+            p.wait(30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def raw_rate(net: Net, n: int) -> float:
+    port = benchlib.free_port()
+    recv = net.run(2, "raw-recv", str(port), str(n))
+    _line(recv, "ready", 30)
+    send = net.run(1, "raw-send", f"tcp://{net.ips[1]}:{port}", str(n))
+    try:
+        t0 = float(_line(send, "t0", 30)[0])
+        _, t_last = _line(recv, "done", 900)
+        return n / (float(t_last) - t0)
+    finally:
+        _finish(send, recv)
+
+
+def huddle_rate(net: Net, n: int) -> float:
+    with tempfile.TemporaryDirectory(prefix="huddle-bench-") as tmp:
+        recv = net.run(2, "huddle-recv", str(n), tmp)
+        send = None
+        try:
+            (endpoint,) = _line(recv, "endpoint", 60)
+            send = net.run(1, "huddle-send", endpoint, str(n), tmp)
+            t0 = float(_line(send, "t0", 60)[0])
+            _, t_last = _line(recv, "done", 900)
+            return n / (float(t_last) - t0)
+        finally:
+            _finish(*(p for p in (send, recv) if p is not None))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args_in = sys.argv[1:] if argv is None else argv
+    if args_in and args_in[0] in ("raw-recv", "raw-send", "huddle-recv", "huddle-send"):
+        role, rest = args_in[0], args_in[1:]
+        if role == "raw-recv":
+            role_raw_recv(int(rest[0]), int(rest[1]))
+        elif role == "raw-send":
+            role_raw_send(rest[0], int(rest[1]))
+        elif role == "huddle-recv":
+            asyncio.run(_role_huddle_recv(int(rest[0]), rest[1]))
+        else:
+            asyncio.run(_role_huddle_send(rest[0], int(rest[1]), rest[2]))
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--messages", type=int, default=20_000, help="messages per run (default 20000)")
+    ap.add_argument("--loss", type=int, default=10, help="percent of frames the bridge drops (default 10)")
+    ap.add_argument("--reps", type=int, default=3, help="run pairs per setting (default 3)")
+    ap.add_argument("--quick", action="store_true", help="1 pair, 5000 messages")
+    args = ap.parse_args(args_in)
+    if args.quick:
+        args.reps, args.messages = 1, 5000
+    benchlib.header("Addressed messages through a lossy bridge, against raw pyzmq through the same bridge",
+                    messages=args.messages, loss=f"{args.loss} %", reps=args.reps)
+    net = Net()
+    try:
+        net.up()
+    except (subprocess.CalledProcessError, FileNotFoundError, PermissionError) as exc:
+        net.down()
+        print(f"SKIPPED: network namespaces cannot be made here (needs root, iproute2 and nft): {exc}")
+        return 0
+    rows: list[list[object]] = []
+    medians: dict[int, float] = {}
+    try:
+        for loss in (0, args.loss):
+            net.loss(loss)
+            ratios = []
+            for rep in range(args.reps):
+                raw = raw_rate(net, args.messages)
+                hud = huddle_rate(net, args.messages)
+                ratios.append(hud / raw)
+                rows.append([f"{loss} %", rep + 1, f"{raw:,.0f}", f"{hud:,.0f}", f"{hud / raw:.2f}x"])
+            medians[loss] = benchlib.median(ratios)
+    finally:
+        net.down()
+    benchlib.print_table(["loss", "run", "raw msg/s", "huddle msg/s", "ratio"], rows)
+    for loss, ratio in medians.items():
+        print(f"RESULT addressed messages at {loss} % loss: {ratio:.2f}x raw pyzmq (median of {args.reps})")
+    benchlib.footer()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

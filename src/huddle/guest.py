@@ -1,0 +1,266 @@
+"""A Python guest ("lemma") for huddle's rooms, speaking the Noam protocol.
+
+A guest does not run a node: it finds a host by broadcasting ``marco`` until
+a node of its room answers ``polo``, registers over TCP, then speaks and
+hears events.  Events it speaks become events of the node's group and reach
+every guest, on any node of the group, that hears their topic::
+
+    import asyncio
+    from huddle.guest import Guest
+
+    async def main():
+        async with Guest("scoreboard", room="derby", hears=["score"]) as g:
+            await g.speak("hello", {"from": "the scoreboard"})
+            async for event in g.events():
+                print(event.guest, event.topic, event.value)
+
+    asyncio.run(main())
+
+As the Noam document describes, the guest serves a TCP port of its own and
+the host connects to it to send events and heartbeat acknowledgements; the
+guest sends on the connection it opened.  With ``heartbeat`` P it sends a
+heartbeat P seconds after its last message; a host that hears nothing for 2 P
+fires it.  When the host closes the connection or fires it, the guest goes
+back to discovery (``reconnect=True``, the default) and registers again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import time
+from collections.abc import AsyncIterator
+from types import TracebackType
+from typing import Any
+
+from . import __version__
+from .guests.codec import (
+    Error,
+    Event,
+    FrameError,
+    FrameReader,
+    Heartbeat,
+    HeartbeatAck,
+    Marco,
+    Polo,
+    Register,
+    decode_datagram,
+    encode,
+    encode_datagram,
+)
+
+__all__ = ["Guest", "GuestError"]
+
+log = logging.getLogger("huddle.guest")
+
+
+class GuestError(Exception):
+    """The guest cannot reach a host, or the host refused it."""
+
+
+class _PoloProtocol(asyncio.DatagramProtocol):
+    def __init__(self, room: str) -> None:
+        self.room = room
+        self.found: asyncio.Future[tuple[str, int]] = asyncio.get_running_loop().create_future()
+
+    def datagram_received(self, data: bytes, addr: tuple[str | Any, int]) -> None:
+        with contextlib.suppress(FrameError):
+            m = decode_datagram(data)
+            if isinstance(m, Polo) and not self.found.done():
+                self.found.set_result((str(addr[0]), m.port))
+
+
+class Guest:
+    def __init__(
+        self,
+        name: str,
+        room: str = "",
+        *,
+        hears: list[str] | tuple[str, ...] = (),
+        speaks: list[str] | tuple[str, ...] = (),
+        heartbeat: float = 2.0,
+        heartbeat_ack: bool = False,
+        host: tuple[str, int] | None = None,
+        marco_address: str = "255.255.255.255",
+        marco_port: int = 1030,
+        marco_interval: float = 1.0,
+        listen: str = "0.0.0.0",
+        reconnect: bool = True,
+        dialect: str = "python",
+        version: str = __version__,
+    ) -> None:
+        """``host`` (IP, TCP port) skips discovery; otherwise marcos go to
+        ``marco_address``:``marco_port`` every ``marco_interval`` seconds.
+        ``listen`` is where the guest's own TCP server listens (port chosen
+        by the system); use "127.0.0.1" when the host is on this machine."""
+        self.name = name
+        self.room = room
+        self.hears = tuple(hears)
+        self.speaks = tuple(speaks)
+        self.heartbeat = heartbeat
+        self.heartbeat_ack = heartbeat_ack
+        self.fixed_host = host
+        self.marco_address = marco_address
+        self.marco_port = marco_port
+        self.marco_interval = marco_interval
+        self.listen = listen
+        self.reconnect = reconnect
+        self.dialect = dialect
+        self.version = version
+        self.host: tuple[str, int] | None = None  # the host we are registered with
+        self.port = 0  # our own TCP port
+        self.acks = 0  # heartbeat_acks received
+        self.errors: list[str] = []  # what hosts said in "error" messages
+        self.registrations = 0
+        self.registered = asyncio.Event()
+        self._events: asyncio.Queue[Event] = asyncio.Queue()
+        self._writer: asyncio.StreamWriter | None = None
+        self._server: asyncio.Server | None = None
+        self._runner: asyncio.Task[None] | None = None
+        self._last_sent = 0.0
+        self._closed = False
+        self._lost = asyncio.Event()
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    # ------------------------------------------------------------------ public
+
+    async def start(self, timeout: float = 30.0) -> None:
+        """Open our server, find a host, register; returns once registered."""
+        self._server = await asyncio.start_server(self._host_connected, self.listen, 0)
+        self.port = int(self._server.sockets[0].getsockname()[1])
+        self._runner = asyncio.create_task(self._run())
+        try:
+            await asyncio.wait_for(self.registered.wait(), timeout)
+        except TimeoutError:
+            await self.close()
+            raise GuestError(f"no host of room {self.room!r} answered within {timeout} s") from None
+
+    async def speak(self, topic: str, value: Any) -> None:
+        """Say an event on ``topic`` (any JSON value)."""
+        await self.registered.wait()
+        self._write(encode(Event(self.name, topic, value)))
+
+    async def next_event(self, timeout: float | None = None) -> Event:
+        return await asyncio.wait_for(self._events.get(), timeout)
+
+    async def events(self) -> AsyncIterator[Event]:
+        while True:
+            yield await self._events.get()
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._runner is not None:
+            self._runner.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._runner
+        if self._writer is not None:
+            self._writer.close()
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+
+    async def __aenter__(self) -> Guest:
+        await self.start()
+        return self
+
+    async def __aexit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        await self.close()
+
+    # ---------------------------------------------------------------- internals
+
+    def _write(self, data: bytes) -> None:
+        if self._writer is None or self._writer.is_closing():
+            raise GuestError("not connected to a host")
+        self._writer.write(data)
+        self._last_sent = time.monotonic()
+
+    async def _run(self) -> None:
+        while not self._closed:
+            try:
+                host = self.fixed_host or await self._discover()
+                reader, writer = await asyncio.open_connection(*host)
+            except OSError as exc:
+                log.info("cannot reach a host: %s", exc)
+                await asyncio.sleep(self.marco_interval)
+                continue
+            self._writer, self.host = writer, host
+            self._lost.clear()
+            self._write(encode(Register(self.name, self.port, self.hears, self.speaks, self.dialect, self.version,
+                                        heartbeat=self.heartbeat, heartbeat_ack=self.heartbeat_ack)))
+            self.registrations += 1
+            self.registered.set()
+            beats = asyncio.create_task(self._beat())
+            reading = asyncio.create_task(self._read(reader, own=True))
+            await self._lost.wait()
+            beats.cancel()
+            reading.cancel()
+            writer.close()
+            self.registered.clear()
+            self._writer = None
+            if not self.reconnect:
+                return
+
+    async def _discover(self) -> tuple[str, int]:
+        loop = asyncio.get_running_loop()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+        sock.bind(("", 0))
+        sock.setblocking(False)
+        transport, proto = await loop.create_datagram_endpoint(lambda: _PoloProtocol(self.room), sock=sock)
+        marco = encode_datagram(Marco(self.name, self.room, self.dialect, self.version))
+        try:
+            while True:
+                transport.sendto(marco, (self.marco_address, self.marco_port))
+                with contextlib.suppress(TimeoutError):
+                    return await asyncio.wait_for(asyncio.shield(proto.found), self.marco_interval)
+        finally:
+            transport.close()
+
+    async def _beat(self) -> None:
+        if not self.heartbeat:
+            return
+        while True:
+            due = self._last_sent + self.heartbeat - time.monotonic()
+            if due > 0:
+                await asyncio.sleep(due)
+                continue
+            try:
+                self._write(encode(Heartbeat(self.name)))
+            except GuestError:
+                self._lost.set()
+                return
+
+    async def _host_connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """The host connected back to our port: its events come here."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        try:
+            await self._read(reader, own=False)
+        finally:
+            writer.close()
+            if task is not None:
+                self._tasks.discard(task)
+
+    async def _read(self, reader: asyncio.StreamReader, *, own: bool) -> None:
+        frames = FrameReader()
+        try:
+            while True:
+                data = await reader.read(65536)
+                if not data:
+                    break
+                for m in frames.feed(data):
+                    if isinstance(m, Event):
+                        await self._events.put(m)
+                    elif isinstance(m, HeartbeatAck):
+                        self.acks += 1
+                    elif isinstance(m, Error):
+                        self.errors.append(m.reason)
+                        log.warning("the host says: %s", m.reason)
+        except (FrameError, ConnectionError, OSError) as exc:
+            log.info("lost the host: %s", exc)
+        if own:
+            self._lost.set()  # the host closed our connection (it fired us, or stopped): discover again

@@ -1,0 +1,290 @@
+"""The Noam wire format: UDP marco / polo, and length-prefixed JSON messages.
+
+A message on TCP (and, from huddle, on WebSocket) is its length in octets of
+UTF-8, written as 6 decimal digits, then a JSON array::
+
+    000042["event","guest1","topic1",[1,2,"potato"]]
+
+Messages, as the Noam document defines them:
+
+    ["marco", guest_name, room_name, dialect, lemma_version]        UDP, guest -> port 1030
+    ["polo", room_name, tcp_port]                                   UDP, host -> the marco's origin
+                                                                    (tcp_port a string: "7733")
+    ["register", guest_name, guest_tcp_port, hears, speaks, dialect, lemma_version, options]
+    ["event", guest_name, event_name, event_value]
+    ["heartbeat", guest_name]
+    ["heartbeat_ack", guest_name]
+
+and one of huddle's, sent to a guest before it is disconnected for bad input::
+
+    ["error", reason]
+
+Pure: bytes in, messages out; no sockets here.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from ..errors import RemoteProtocolError
+
+__all__ = [
+    "MAX_FRAME",
+    "Error",
+    "Event",
+    "FrameError",
+    "FrameReader",
+    "Heartbeat",
+    "HeartbeatAck",
+    "Marco",
+    "Polo",
+    "Register",
+    "decode_datagram",
+    "decode_payload",
+    "encode",
+    "encode_datagram",
+]
+
+PREFIX: Final = 6
+MAX_FRAME: Final = 999_999  # the most six digits can say
+MAX_NAME: Final = 255  # octets of a guest, room or topic name
+
+
+class FrameError(RemoteProtocolError):
+    """A guest sent something that is not a Noam message (the reason says what)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Marco:
+    guest: str
+    room: str
+    dialect: str
+    version: str
+
+
+@dataclass(frozen=True, slots=True)
+class Polo:
+    room: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class Register:
+    guest: str
+    port: int  # the guest's own TCP port for the host to connect to (0: none; ignored on WebSocket)
+    hears: tuple[str, ...]
+    speaks: tuple[str, ...]
+    dialect: str
+    version: str
+    heartbeat: float = 0.0  # seconds; 0: no heartbeats
+    heartbeat_ack: bool = False
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    guest: str
+    topic: str
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    guest: str
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatAck:
+    guest: str
+
+
+@dataclass(frozen=True, slots=True)
+class Error:
+    reason: str
+
+
+Message = Register | Event | Heartbeat | HeartbeatAck | Error
+
+
+# --------------------------------------------------------------------------- encode
+
+
+def _array(msg: Message | Marco | Polo) -> list[Any]:
+    if isinstance(msg, Event):
+        return ["event", msg.guest, msg.topic, msg.value]
+    if isinstance(msg, Heartbeat):
+        return ["heartbeat", msg.guest]
+    if isinstance(msg, HeartbeatAck):
+        return ["heartbeat_ack", msg.guest]
+    if isinstance(msg, Register):
+        options = dict(msg.options)
+        if msg.heartbeat:
+            options["heartbeat"] = f"{msg.heartbeat:g}"
+            options["heartbeat_ack"] = "true" if msg.heartbeat_ack else "false"
+        return ["register", msg.guest, msg.port, list(msg.hears), list(msg.speaks), msg.dialect, msg.version, options]
+    if isinstance(msg, Error):
+        return ["error", msg.reason]
+    if isinstance(msg, Marco):
+        return ["marco", msg.guest, msg.room, msg.dialect, msg.version]
+    return ["polo", msg.room, str(msg.port)]  # a string, as in the document's example
+
+
+def _json(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+def encode(msg: Message) -> bytes:
+    """``msg`` with its 6-digit length prefix.  Raises ValueError if it is too long."""
+    payload = _json(_array(msg))
+    if len(payload) > MAX_FRAME:
+        raise ValueError(f"a Noam message holds at most {MAX_FRAME} octets, this one is {len(payload)}")
+    return b"%06d" % len(payload) + payload
+
+
+def encode_datagram(msg: Marco | Polo) -> bytes:
+    """A marco or polo: a bare JSON array, no length prefix."""
+    return _json(_array(msg))
+
+
+# --------------------------------------------------------------------------- decode
+
+
+def _text(value: Any, what: str, *, empty: bool = True) -> str:
+    if not isinstance(value, str):
+        raise FrameError(f"{what} must be a string, got {type(value).__name__}")
+    if not empty and not value:
+        raise FrameError(f"{what} must not be empty")
+    if len(value.encode("utf-8", "surrogatepass")) > MAX_NAME:
+        raise FrameError(f"{what} is longer than {MAX_NAME} octets")
+    return value
+
+
+def _topics(value: Any, what: str) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise FrameError(f"{what} must be a list of topics")
+    return tuple(_text(t, f"a topic in {what}", empty=False) for t in value)
+
+
+def _port(value: Any) -> int:
+    # The document's example has a number; a string of digits is taken too.
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
+        raise FrameError(f"a TCP port must be 0..65535, got {value!r}")
+    return value
+
+
+def _flag(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise FrameError(f"heartbeat_ack must be true or false, got {value!r}")
+
+
+def _period(value: Any) -> float:
+    try:
+        period = float(value)
+    except (TypeError, ValueError):
+        raise FrameError(f"heartbeat must be a period in seconds, got {value!r}") from None
+    if isinstance(value, bool) or not 0 <= period <= 3600:  # NaN fails the range too
+        raise FrameError(f"heartbeat must be 0..3600 seconds, got {value!r}")
+    return period
+
+
+_ARITY: Final = {"register": 8, "event": 4, "heartbeat": 2, "heartbeat_ack": 2, "error": 2}
+
+
+def decode_payload(payload: bytes) -> Message:
+    """One message's JSON array (without its prefix)."""
+    try:
+        value = json.loads(payload.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise FrameError("the message is not UTF-8") from None
+    except (ValueError, RecursionError):
+        raise FrameError("the message is not JSON") from None
+    if not isinstance(value, list) or not value or not isinstance(value[0], str):
+        raise FrameError("a message is a JSON array that starts with its type")
+    kind = value[0]
+    if kind not in _ARITY:
+        raise FrameError(f"unknown message type {kind!r}")
+    # register's options are optional ("Optional field"): 7 items are taken too.
+    if len(value) != _ARITY[kind] and not (kind == "register" and len(value) == 7):
+        raise FrameError(f"{kind!r} has {_ARITY[kind]} items, got {len(value)}")
+    if kind == "event":
+        return Event(_text(value[1], "guest_name", empty=False), _text(value[2], "event_name", empty=False), value[3])
+    if kind == "heartbeat":
+        return Heartbeat(_text(value[1], "guest_name", empty=False))
+    if kind == "heartbeat_ack":
+        return HeartbeatAck(_text(value[1], "guest_name", empty=False))
+    if kind == "error":
+        return Error(str(value[1])[:1000])
+    options = value[7] if len(value) == 8 else {}
+    if options is None:
+        options = {}
+    if not isinstance(options, dict):
+        raise FrameError("options must be a JSON object")
+    return Register(
+        guest=_text(value[1], "guest_name", empty=False),
+        port=_port(value[2]),
+        hears=_topics(value[3], "hears"),
+        speaks=_topics(value[4], "speaks"),
+        dialect=_text(value[5], "dialect"),
+        version=_text(value[6], "lemma_version"),
+        heartbeat=_period(options["heartbeat"]) if "heartbeat" in options else 0.0,
+        heartbeat_ack=_flag(options["heartbeat_ack"]) if "heartbeat_ack" in options else False,
+        options=options,
+    )
+
+
+def decode_datagram(data: bytes) -> Marco | Polo:
+    """A UDP marco or polo."""
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise FrameError("the datagram is not JSON text") from None
+    if not isinstance(value, list) or not value:
+        raise FrameError("a datagram is a JSON array")
+    if value[0] == "marco":
+        if len(value) != 5:
+            raise FrameError(f"'marco' has 5 items, got {len(value)}")
+        return Marco(_text(value[1], "guest_name", empty=False), _text(value[2], "room_name"),
+                     _text(value[3], "dialect"), _text(value[4], "lemma_version"))
+    if value[0] == "polo":
+        if len(value) != 3:
+            raise FrameError(f"'polo' has 3 items, got {len(value)}")
+        return Polo(_text(value[1], "room_name"), _port(value[2]))
+    raise FrameError(f"not a marco or polo: {str(value[0])[:40]!r}")
+
+
+class FrameReader:
+    """Splits a TCP byte stream into messages.  ``feed`` returns the complete
+    messages; it raises FrameError at the first bad one (the connection should
+    then be closed: the stream cannot be resynchronised)."""
+
+    def __init__(self, max_frame: int = MAX_FRAME) -> None:
+        self.max_frame = max_frame
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> list[Message]:
+        self._buf += data
+        out: list[Message] = []
+        while len(self._buf) >= PREFIX:
+            head = bytes(self._buf[:PREFIX])
+            if not head.isdigit():
+                raise FrameError(f"a message starts with its length as 6 digits, got {head!r}")
+            length = int(head)
+            if length > self.max_frame:
+                raise FrameError(f"a message of {length} octets is over this host's limit of {self.max_frame}")
+            if len(self._buf) < PREFIX + length:
+                break
+            payload = bytes(self._buf[PREFIX:PREFIX + length])
+            del self._buf[:PREFIX + length]
+            out.append(decode_payload(payload))
+        return out
+
+    @property
+    def pending(self) -> int:
+        return len(self._buf)

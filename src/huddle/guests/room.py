@@ -1,0 +1,258 @@
+"""A node's room: the guests it hosts, as a pure state machine.
+
+The driver (``server.py``) feeds it what happens — a marco heard, a message
+or a closed connection from a guest, the group's events, the clock — and
+carries out the actions it returns: send a message to a guest, close a
+connection, record a guest's event in the group's log.  Time is passed in.
+
+Rules (the Noam document, and what it leaves open):
+
+- A marco whose room is this node's group gets a polo; so does a free guest
+  (room "") that this host has grabbed.  Any other marco puts its guest on
+  the free-guests or other-guests list.
+- ``register`` attaches a guest.  A second registration under the same name
+  replaces the first (a lemma that lost its connection and came back); the
+  old connection is closed.
+- A registered guest's ``event`` becomes an event of the group (kind = the
+  topic).  Every guest, on any node, whose hears list has the topic receives
+  it as ``["event", speaker, topic, value]``; the speaker does not get its own
+  event back.  Topics it speaks are added to its speaks list.
+- Heartbeats: a guest that asked for period P is fired when nothing has been
+  heard from it for 2 P (any message counts: the document has the lemma send
+  a heartbeat P after its last message).  ``heartbeat_ack`` is sent for each
+  heartbeat when asked for.
+- Bad input (not a Noam message, a message before ``register``, a
+  guest_name that is not the registered one) gets an ``error`` message and
+  the connection is closed; other guests are not affected.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .codec import Error, Event, Heartbeat, HeartbeatAck, Marco, Message, Polo, Register
+
+__all__ = ["Action", "Changed", "Close", "Emit", "GuestInfo", "Room", "SendTo", "Spotted"]
+
+
+@dataclass(frozen=True, slots=True)
+class SendTo:
+    guest: str
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    conn: int
+    reason: str
+    error: bool = False  # say ["error", reason] first
+
+
+@dataclass(frozen=True, slots=True)
+class Emit:
+    """Record a guest's event in the group's log."""
+
+    guest: str
+    topic: str
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Changed:
+    """A guest joined (``joined`` true) or left / was fired."""
+
+    guest: str
+    joined: bool
+    reason: str = ""
+
+
+Action = SendTo | Close | Emit | Changed
+
+
+@dataclass(slots=True)
+class GuestInfo:
+    name: str
+    conn: int
+    transport: str  # "tcp" or "ws"
+    address: str  # the guest's IP
+    port: int  # its own TCP port for the host to send on (0: use the registration connection)
+    hears: frozenset[str]
+    speaks: set[str]
+    dialect: str
+    version: str
+    heartbeat: float
+    ack: bool
+    registered_at: float
+    last_heard: float
+    received: int = 0
+    sent: int = 0
+
+    def as_dict(self, now: float) -> dict[str, Any]:
+        return {
+            "name": self.name, "transport": self.transport, "address": self.address, "port": self.port,
+            "hears": sorted(self.hears), "speaks": sorted(self.speaks), "dialect": self.dialect,
+            "version": self.version, "heartbeat": self.heartbeat, "heartbeat_ack": self.ack,
+            "connected_for": round(now - self.registered_at, 3), "silent_for": round(now - self.last_heard, 3),
+            "events_in": self.received, "events_out": self.sent,
+        }
+
+
+@dataclass(slots=True)
+class Spotted:
+    """A guest heard only by its marco: free (room "") or another room's."""
+
+    name: str
+    room: str
+    dialect: str
+    version: str
+    address: str
+    last_seen: float
+
+    def as_dict(self, now: float) -> dict[str, Any]:
+        return {"name": self.name, "room": self.room, "dialect": self.dialect, "version": self.version,
+                "address": self.address, "seen_ago": round(now - self.last_seen, 3)}
+
+
+@dataclass(slots=True)
+class Room:
+    room: str  # the group's name
+    tcp_port: int = 0  # what polo tells guests to connect to
+    spotted_for: float = 60.0  # a free or other guest unheard this long is dropped from the lists
+    guests: dict[str, GuestInfo] = field(default_factory=dict)
+    free: dict[str, Spotted] = field(default_factory=dict)
+    others: dict[str, Spotted] = field(default_factory=dict)
+    grabbed: set[str] = field(default_factory=set)
+    _conns: dict[int, str] = field(default_factory=dict)  # registration connection -> guest
+    fired: int = 0
+    errors: int = 0
+
+    # ---------------------------------------------------------------- discovery
+
+    def marco(self, m: Marco, address: str, now: float) -> Polo | None:
+        if m.room == self.room and self.room != "":
+            return Polo(self.room, self.tcp_port)
+        if m.room == "":
+            if m.guest in self.grabbed:
+                return Polo(self.room, self.tcp_port)
+            self.free[m.guest] = Spotted(m.guest, m.room, m.dialect, m.version, address, now)
+        else:
+            self.others[m.guest] = Spotted(m.guest, m.room, m.dialect, m.version, address, now)
+        return None
+
+    def grab(self, name: str) -> None:
+        """Take a free guest into this room: its next marco gets a polo."""
+        self.grabbed.add(name)
+        self.free.pop(name, None)
+
+    # -------------------------------------------------------------- connections
+
+    def received(self, conn: int, msg: Message, now: float, *, transport: str = "tcp",
+                 address: str = "") -> list[Action]:
+        if isinstance(msg, Register):
+            return self._register(conn, msg, now, transport, address)
+        name = self._conns.get(conn)
+        if name is None:
+            return self.bad(conn, f"{type(msg).__name__.lower()} before register: register first")
+        g = self.guests[name]
+        if isinstance(msg, Error):
+            return [Close(conn, f"the guest said: {msg.reason}"), *self._remove(name, f"error: {msg.reason}")]
+        if isinstance(msg, HeartbeatAck):
+            return self.bad(conn, "heartbeat_ack goes from host to guest")
+        if msg.guest != name:
+            return self.bad(conn, f"guest_name {msg.guest!r} is not the registered {name!r}")
+        g.last_heard = now
+        if isinstance(msg, Heartbeat):
+            return [SendTo(name, HeartbeatAck(name))] if g.ack else []
+        assert isinstance(msg, Event)
+        g.received += 1
+        g.speaks.add(msg.topic)
+        return [Emit(name, msg.topic, msg.value)]
+
+    def closed(self, conn: int) -> list[Action]:
+        """A guest's registration connection closed: it leaves."""
+        name = self._conns.get(conn)
+        if name is None:
+            return []
+        return self._remove(name, "disconnected")
+
+    def send_failed(self, name: str) -> list[Action]:
+        """Writing to a guest failed: it is fired (it goes back to discovery)."""
+        if name not in self.guests:
+            return []
+        self.fired += 1
+        return [Close(self.guests[name].conn, "send failed"), *self._remove(name, "fired: send failed")]
+
+    def fire(self, name: str, reason: str) -> list[Action]:
+        if name not in self.guests:
+            return []
+        self.fired += 1
+        return [Close(self.guests[name].conn, reason), *self._remove(name, f"fired: {reason}")]
+
+    # -------------------------------------------------------------------- events
+
+    def deliver(self, speaker: str, topic: str, value: Any, *, local_speaker: bool) -> list[Action]:
+        """A group event: to every guest here that hears ``topic`` (not to the
+        guest that said it, when it is ours)."""
+        out: list[Action] = []
+        for g in self.guests.values():
+            if topic in g.hears and not (local_speaker and g.name == speaker):
+                g.sent += 1
+                out.append(SendTo(g.name, Event(speaker, topic, value)))
+        return out
+
+    def hears(self, topic: str) -> bool:
+        """Whether any guest here hears ``topic``."""
+        return any(topic in g.hears for g in self.guests.values())
+
+    def tick(self, now: float) -> list[Action]:
+        out: list[Action] = []
+        for g in list(self.guests.values()):
+            if g.heartbeat and now - g.last_heard > 2 * g.heartbeat:
+                out += self.fire(g.name, f"silent for more than 2 x {g.heartbeat:g} s")
+        for spotted in (self.free, self.others):
+            for name in [n for n, s in spotted.items() if now - s.last_seen > self.spotted_for]:
+                del spotted[name]
+        return out
+
+    def next_deadline(self) -> float | None:
+        times = [g.last_heard + 2 * g.heartbeat for g in self.guests.values() if g.heartbeat]
+        return min(times) if times else None
+
+    # ----------------------------------------------------------------- internals
+
+    def _register(self, conn: int, m: Register, now: float, transport: str, address: str) -> list[Action]:
+        out: list[Action] = []
+        known = self._conns.get(conn)
+        if known is not None and known != m.guest:
+            return self.bad(conn, f"this connection is guest {known!r}; register {m.guest!r} on its own connection")
+        old = self.guests.get(m.guest)
+        if old is not None and old.conn != conn:
+            out.append(Close(old.conn, "replaced by a new registration"))
+            out += self._remove(m.guest, "registered again")
+        self.guests[m.guest] = GuestInfo(
+            name=m.guest, conn=conn, transport=transport, address=address,
+            port=m.port if transport == "tcp" else 0, hears=frozenset(m.hears), speaks=set(m.speaks),
+            dialect=m.dialect, version=m.version, heartbeat=m.heartbeat, ack=m.heartbeat_ack,
+            registered_at=now, last_heard=now,
+        )
+        self._conns[conn] = m.guest
+        self.free.pop(m.guest, None)
+        self.others.pop(m.guest, None)
+        out.append(Changed(m.guest, True))
+        return out
+
+    def _remove(self, name: str, reason: str) -> list[Action]:
+        g = self.guests.pop(name, None)
+        if g is None:
+            return []
+        self._conns.pop(g.conn, None)
+        return [Changed(name, False, reason)]
+
+    def bad(self, conn: int, reason: str) -> list[Action]:
+        self.errors += 1
+        out: list[Action] = [Close(conn, reason, error=True)]
+        name = self._conns.get(conn)
+        if name is not None:
+            out += self._remove(name, f"bad input: {reason}")
+        return out

@@ -1,0 +1,352 @@
+"""The asyncio driver of a node's room: UDP marco / polo, the guests' TCP and
+WebSocket connections, the host's connections back to guests, heartbeats.
+
+Everything the guests say goes through :class:`~huddle.guests.room.Room`;
+this module only moves bytes and carries out the room's actions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, cast
+
+from aiohttp import WSMsgType, web
+
+from .codec import PREFIX, Error, FrameError, FrameReader, Message, decode_datagram, decode_payload, encode, encode_datagram
+from .room import Action, Changed, Close, Emit, Room, SendTo
+
+__all__ = ["GuestServer", "GuestSettings"]
+
+log = logging.getLogger("huddle.guests")
+
+WRITE_LIMIT = 8 * 1024 * 1024  # octets waiting for one guest before it is fired as too slow
+
+
+@dataclass(frozen=True, slots=True)
+class GuestSettings:
+    host: str  # the IP the TCP and WebSocket servers listen on
+    marco_port: int = 1030  # UDP; several nodes on one machine share it (SO_REUSEADDR / SO_REUSEPORT)
+    tcp_port: int = 0  # 0: a free port
+    ws_port: int = 8089  # 0: a free port
+    max_frame: int = 999_999
+
+
+class _Marco(asyncio.DatagramProtocol):
+    def __init__(self, server: GuestServer) -> None:
+        self.server = server
+        self.transport: asyncio.DatagramTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.DatagramTransport, transport)
+
+    def datagram_received(self, data: bytes, addr: tuple[str | Any, int]) -> None:
+        self.server.stats["marcos"] += 1
+        try:
+            m = decode_datagram(data)
+        except FrameError as exc:
+            self.server.stats["bad_datagrams"] += 1
+            log.debug("dropped a datagram from %s: %s", addr, exc)
+            return
+        if not hasattr(m, "guest"):  # a polo from another host: not for us
+            return
+        polo = self.server.room.marco(m, str(addr[0]), self.server.clock())  # type: ignore[arg-type]
+        if polo is not None and self.transport is not None:
+            self.server.stats["polos"] += 1
+            self.transport.sendto(encode_datagram(polo), addr)
+
+
+class GuestServer:
+    def __init__(
+        self,
+        room: Room,
+        settings: GuestSettings,
+        *,
+        on_event: Callable[[str, str, Any], None],
+        on_change: Callable[[str, bool, str], None] = lambda guest, joined, reason: None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.room = room
+        self.settings = settings
+        self.on_event = on_event
+        self.on_change = on_change
+        self.clock = clock
+        self.tcp_port = 0
+        self.ws_port = 0
+        self.stats: dict[str, int] = {"marcos": 0, "polos": 0, "bad_datagrams": 0, "bad_frames": 0,
+                                      "connections": 0}
+        self._next_conn = 0
+        self._writers: dict[int, Callable[[bytes], bool]] = {}  # registration connection -> write
+        self._closers: dict[int, Callable[[], None]] = {}
+        self._back: dict[str, asyncio.StreamWriter] = {}  # guest -> the host's connection to its own port
+        self._udp: asyncio.DatagramTransport | None = None
+        self._tcp: asyncio.Server | None = None
+        self._ws: web.AppRunner | None = None
+        self._ticker: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    # ------------------------------------------------------------------ start/stop
+
+    async def start(self) -> None:
+        s = self.settings
+        loop = asyncio.get_running_loop()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if hasattr(socket, "SO_REUSEPORT"):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+        sock.bind(("", s.marco_port))  # broadcasts arrive on the wildcard address only
+        sock.setblocking(False)
+        transport, _ = await loop.create_datagram_endpoint(lambda: _Marco(self), sock=sock)
+        self._udp = transport
+        self._tcp = await asyncio.start_server(self._tcp_guest, s.host, s.tcp_port, reuse_address=True)
+        self.tcp_port = int(self._tcp.sockets[0].getsockname()[1])
+        self.room.tcp_port = self.tcp_port
+        app = web.Application()
+        app.router.add_get("/", self._ws_guest)
+        app.router.add_get("/{tail:.*}", self._ws_guest)
+        self._ws = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._ws.setup()
+        site = web.TCPSite(self._ws, s.host, s.ws_port, reuse_address=True)
+        await site.start()
+        for addr in self._ws.addresses:
+            self.ws_port = int(addr[1])
+            break
+        self._ticker = asyncio.create_task(self._tick())
+
+    async def close(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+        for name in list(self.room.guests):
+            self._run(self.room.fire(name, "the host is stopping"))
+        if self._udp is not None:
+            self._udp.close()
+        if self._tcp is not None:
+            self._tcp.close()
+        if self._ws is not None:
+            await self._ws.cleanup()
+        for w in self._back.values():
+            w.close()
+        for task in list(self._tasks):
+            task.cancel()
+
+    def ports(self) -> dict[str, int]:
+        return {"marco_port": self.settings.marco_port, "tcp_port": self.tcp_port, "ws_port": self.ws_port}
+
+    # -------------------------------------------------------------- group events
+
+    def deliver(self, speaker: str, topic: str, value: Any, *, local_speaker: bool) -> None:
+        self._run(self.room.deliver(speaker, topic, value, local_speaker=local_speaker))
+
+    def grab(self, name: str) -> None:
+        self.room.grab(name)
+
+    def fire(self, name: str, reason: str) -> bool:
+        actions = self.room.fire(name, reason)
+        self._run(actions)
+        return bool(actions)
+
+    # ----------------------------------------------------------------- internals
+
+    def _conn(self, write: Callable[[bytes], bool], close: Callable[[], None]) -> int:
+        self._next_conn += 1
+        self.stats["connections"] += 1
+        self._writers[self._next_conn] = write
+        self._closers[self._next_conn] = close
+        return self._next_conn
+
+    def _forget(self, conn: int) -> None:
+        self._writers.pop(conn, None)
+        self._closers.pop(conn, None)
+
+    def _received(self, conn: int, msg: Message, transport: str, address: str) -> None:
+        self._run(self.room.received(conn, msg, self.clock(), transport=transport, address=address))
+
+    def _bad(self, conn: int, reason: str) -> None:
+        self.stats["bad_frames"] += 1
+        self._run(self.room.bad(conn, reason))
+
+    def _run(self, actions: list[Action]) -> None:
+        for a in actions:
+            if isinstance(a, SendTo):
+                self._send(a.guest, encode(a.message))
+            elif isinstance(a, Emit):
+                try:
+                    self.on_event(a.guest, a.topic, a.value)
+                except Exception as exc:  # e.g. a read-only node cut off: tell the guest
+                    g = self.room.guests.get(a.guest)
+                    if g is not None:
+                        self._send(a.guest, encode(Error(f"event not recorded: {exc}")))
+            elif isinstance(a, Close):
+                write = self._writers.get(a.conn)
+                if a.error and write is not None:
+                    write(encode(Error(a.reason)))
+                close = self._closers.get(a.conn)
+                self._forget(a.conn)
+                if close is not None:
+                    close()
+            elif isinstance(a, Changed):
+                if not a.joined:
+                    back = self._back.pop(a.guest, None)
+                    if back is not None:
+                        back.close()
+                log.info("guest %s %s", a.guest, "joined" if a.joined else f"left ({a.reason})")
+                self.on_change(a.guest, a.joined, a.reason)
+                if a.joined:
+                    g = self.room.guests.get(a.guest)
+                    if g is not None and g.port:
+                        self._spawn(self._connect_back(a.guest, g.address, g.port, g.conn))
+
+    def _send(self, guest: str, data: bytes) -> None:
+        g = self.room.guests.get(guest)
+        if g is None:
+            return
+        back = self._back.get(guest)
+        if g.port:
+            if back is None:
+                return  # still connecting back; events before that are not queued
+            if back.transport.get_write_buffer_size() > WRITE_LIMIT:
+                self._run(self.room.fire(guest, "cannot keep up"))
+                return
+            back.write(data)
+            return
+        write = self._writers.get(g.conn)
+        if write is not None and not write(data):
+            self._run(self.room.fire(guest, "cannot keep up"))
+
+    async def _connect_back(self, guest: str, address: str, port: int, conn: int) -> None:
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(address, port), 5.0)
+        except (OSError, TimeoutError) as exc:
+            log.info("cannot connect back to guest %s at %s:%d: %s", guest, address, port, exc)
+            self._run(self.room.send_failed(guest))
+            return
+        g = self.room.guests.get(guest)
+        if g is None or g.conn != conn:
+            writer.close()
+            return
+        self._back[guest] = writer
+        self._spawn(self._watch_back(guest, reader, writer))
+
+    async def _watch_back(self, guest: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """The guest's own server closed our connection: it is gone."""
+        try:
+            while await reader.read(65536):
+                pass  # a guest has nothing to say here; its messages come on its own connection
+        except (OSError, ConnectionError):
+            pass
+        if self._back.get(guest) is writer:
+            self._run(self.room.send_failed(guest))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _tick(self) -> None:
+        while True:
+            self._run(self.room.tick(self.clock()))
+            await asyncio.sleep(0.1)
+
+    # --------------------------------------------------------------- TCP guests
+
+    async def _tcp_guest(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        address = str(peer[0]) if peer else ""
+
+        def write(data: bytes) -> bool:
+            if writer.is_closing():
+                return False
+            if writer.transport.get_write_buffer_size() > WRITE_LIMIT:
+                return False
+            writer.write(data)
+            return True
+
+        conn = self._conn(write, writer.close)
+        frames = FrameReader(self.settings.max_frame)
+        try:
+            while conn in self._writers:
+                data = await reader.read(65536)
+                if not data:
+                    break
+                try:
+                    messages = frames.feed(data)
+                except FrameError as exc:
+                    self._bad(conn, str(exc))
+                    break
+                for msg in messages:
+                    self._received(conn, msg, "tcp", address)
+                    if conn not in self._writers:
+                        break
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            if conn in self._writers:
+                self._forget(conn)
+                self._run(self.room.closed(conn))
+            with contextlib.suppress(Exception):
+                await writer.drain()
+            writer.close()
+
+    # --------------------------------------------------------- WebSocket guests
+
+    async def _ws_guest(self, request: web.Request) -> web.StreamResponse:
+        ws = web.WebSocketResponse(heartbeat=30.0, max_msg_size=self.settings.max_frame + PREFIX)
+        if not ws.can_prepare(request).ok:
+            return web.Response(status=400, text="a Noam guest connects here with a WebSocket\n")
+        await ws.prepare(request)
+        closing: list[bool] = []
+
+        def write(data: bytes) -> bool:
+            if ws.closed or closing:
+                return False
+            self._spawn(ws.send_str(data.decode("utf-8")))
+            return True
+
+        def close() -> None:
+            closing.append(True)
+            self._spawn(ws.close())
+
+        conn = self._conn(write, close)
+        address = request.remote or ""
+        try:
+            async for msg in ws:
+                if msg.type != WSMsgType.TEXT:
+                    if msg.type == WSMsgType.BINARY:
+                        self._bad(conn, "send text messages: a Noam message is JSON text")
+                    break
+                text: str = msg.data
+                try:
+                    messages = self._ws_messages(text.encode("utf-8"))
+                except FrameError as exc:
+                    self._bad(conn, str(exc))
+                    break
+                for m in messages:
+                    self._received(conn, m, "ws", address)
+                if conn not in self._writers:
+                    break
+        finally:
+            if conn in self._writers:
+                self._forget(conn)
+                self._run(self.room.closed(conn))
+            await asyncio.sleep(0)  # let a queued error message go out first
+            await ws.close()
+        return ws
+
+    def _ws_messages(self, data: bytes) -> list[Message]:
+        """A WebSocket message holds one Noam message, with its length prefix
+        (as the document writes every message) or without it (the frame has a length)."""
+        if data[:1] == b"[":
+            if len(data) > self.settings.max_frame:
+                raise FrameError(f"a message of {len(data)} octets is over this host's limit of {self.settings.max_frame}")
+            return [decode_payload(data)]
+        frames = FrameReader(self.settings.max_frame)
+        out = frames.feed(data)
+        if frames.pending or len(out) != 1:
+            raise FrameError("the length prefix does not match the message")
+        return out
