@@ -303,3 +303,34 @@ def test_a_browser_guest_on_one_node_and_a_python_guest_on_another(cluster: Clus
     expect(page.locator("body")).to_be_visible()
     assert page.evaluate("g.status") == "registered" and errors == []
     thread.join(10)
+
+
+def test_a_websocket_guest_with_bad_input_gets_an_error_and_is_closed(cluster: Cluster) -> None:
+    import aiohttp
+
+    a, ports = start_host(cluster, "a", free_port(socket.SOCK_DGRAM))
+    url = f"ws://127.0.0.1:{ports['ws_port']}/"
+
+    async def run() -> list[tuple[str, Any]]:
+        seen = []
+        async with aiohttp.ClientSession() as session:
+            for bad in ("000005hello", '["event","g"]', "000099" + '["heartbeat","g"]', b"\x00binary"):
+                async with session.ws_connect(url) as ws:
+                    await ws.send_str('["register","g",0,[],[],"py","1",{}]')  # without the prefix: taken too
+                    if isinstance(bad, bytes):
+                        await ws.send_bytes(bad)
+                    else:
+                        await ws.send_str(bad)
+                    msg = await ws.receive(timeout=10)
+                    closed = await ws.receive(timeout=10)
+                    seen.append((json.loads(msg.data[6:])[1], closed.type))
+        return seen
+
+    seen = asyncio.run(run())
+    reasons = [r for r, _ in seen]
+    assert "not JSON" in reasons[0]
+    assert "'event' has 4 items, got 2" in reasons[1]
+    assert "length prefix does not match" in reasons[2]
+    assert "send text messages" in reasons[3]
+    assert {t for _, t in seen} <= {aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSING}
+    assert get(a.api, "/api/v1/guests")["guests"] == []

@@ -5,8 +5,8 @@ frames of at most ``mtu`` octets (DMSG); every frame of the channel has a
 sequence number ``fseq`` (1, 2, ...), and the receiver acknowledges the
 highest ``fseq`` up to which it holds everything (DACK).  The sender keeps
 each frame until it is acknowledged and sends it again after
-``retransmit_after`` seconds without progress; at most ``window`` frames are
-in flight.  The receiver delivers frames in ``fseq`` order, joins fragments,
+``retransmit_after`` seconds without progress; at most ``window`` frames
+(and ``window_bytes``) are in flight.  The receiver delivers frames in ``fseq`` order, joins fragments,
 drops duplicates and keeps a bounded number of early frames.
 
 A channel outlives the connection: when a peer comes back with the same
@@ -51,16 +51,19 @@ class NotIncluded(LocalProtocolError):
 class DeliveryTiming:
     mtu: int = 60_000  # payload octets per frame
     max_message: int = 128 * 1024 * 1024
-    window: int = 64  # frames in flight per peer
+    window: int = 1024  # frames in flight per peer...
+    window_bytes: int = 1024 * 1024  # ...and octets (at least one frame goes)
     buffer_bytes: int = 16 * 1024 * 1024  # queued + unacknowledged octets per peer
     retransmit_after: float = 0.5
-    early_frames: int = 256  # frames kept that arrived ahead of a gap
+    early_frames: int = 1024  # frames kept that arrived ahead of a gap (as many as a sender has in flight)...
+    early_bytes: int = 4 * 1024 * 1024  # ...and their octets
 
     def __post_init__(self) -> None:
         if not 1 <= self.mtu <= 512 * 1024:
             raise ValueError("mtu must be 1..524288 octets")
-        if self.max_message < 1 or self.window < 1 or self.buffer_bytes < 1 or self.retransmit_after <= 0:
-            raise ValueError("max_message, window, buffer_bytes and retransmit_after must be positive")
+        if (self.max_message < 1 or self.window < 1 or self.window_bytes < 1 or self.buffer_bytes < 1
+                or self.retransmit_after <= 0):
+            raise ValueError("max_message, window, window_bytes, buffer_bytes and retransmit_after must be positive")
 
 
 @dataclass(slots=True)
@@ -82,6 +85,7 @@ class _Channel:
     next_mseq: int = 1
     unacked: deque[_Frame] = field(default_factory=deque)  # in fseq order; the first `inflight` were sent
     inflight: int = 0
+    inflight_bytes: int = 0  # octets of the first `inflight` frames
     buffered: int = 0
     progress_at: float = 0.0
     waiting: bool = False  # a send was refused: announce BufferSpace when there is room
@@ -89,6 +93,7 @@ class _Channel:
     # receiving
     expected: int = 1
     early: dict[int, Dmsg] = field(default_factory=dict)
+    early_bytes: int = 0
     parts: list[bytes] = field(default_factory=list)
     ack_due: bool = False
     # pacing: the peer's node type may limit the octets per second sent to it
@@ -188,7 +193,7 @@ class Delivery:
         ch.conn = conn
         if ch.incarnation != incarnation:  # it restarted: it knows nothing of this channel
             self._reset(ch, incarnation)
-        ch.inflight = 0  # what was in flight may be lost with the old connection: send again
+        ch.inflight = ch.inflight_bytes = 0  # what was in flight may be lost with the old connection: send again
         ch.progress_at = now
         self._pump(ch, now)
 
@@ -206,14 +211,14 @@ class Delivery:
             payload = b"".join(f.payload for f in frames)
             self._cut(ch, mseq, payload)
             ch.buffered += len(payload)
-        ch.expected, ch.early, ch.parts, ch.ack_due = 1, {}, [], False
+        ch.expected, ch.early, ch.early_bytes, ch.parts, ch.ack_due = 1, {}, 0, [], False
 
     def peer_down(self, peer: NodeId) -> None:
         """The connection is gone; the channel stays for a return of the same incarnation."""
         ch = self._channels.get(peer)
         if ch is not None:
             ch.conn = None
-            ch.inflight = 0
+            ch.inflight = ch.inflight_bytes = 0
 
     def forget(self, peer: NodeId) -> None:
         """Drop the channel (the node was excluded)."""
@@ -231,14 +236,17 @@ class Delivery:
             self.stats.duplicates += 1
             return
         if msg.fseq > ch.expected:
-            if len(ch.early) >= self.timing.early_frames:
+            if len(ch.early) >= self.timing.early_frames or ch.early_bytes >= self.timing.early_bytes:
                 self.stats.dropped_early += 1  # it will be sent again
                 return
             ch.early[msg.fseq] = msg
+            ch.early_bytes += len(msg.payload)
             return
         self._accept(ch, peer, msg)
         while ch.expected in ch.early:
-            self._accept(ch, peer, ch.early.pop(ch.expected))
+            early = ch.early.pop(ch.expected)
+            ch.early_bytes -= len(early.payload)
+            self._accept(ch, peer, early)
 
     def _accept(self, ch: _Channel, peer: NodeId, msg: Dmsg) -> None:
         ch.expected = msg.fseq + 1
@@ -263,6 +271,7 @@ class Delivery:
             freed += len(f.payload)
             if ch.inflight:
                 ch.inflight -= 1
+                ch.inflight_bytes -= len(f.payload)
         if freed:
             ch.buffered -= freed
             ch.progress_at = now
@@ -285,7 +294,7 @@ class Delivery:
                 # No progress: send the window again from the first unacknowledged frame.
                 self.stats.frames_resent += ch.inflight
                 ch.frames_resent += ch.inflight
-                ch.inflight = 0
+                ch.inflight = ch.inflight_bytes = 0
                 ch.progress_at = now
                 self._pump(ch, now)
 
@@ -311,13 +320,15 @@ class Delivery:
             # run into debt by one frame, so frames larger than the bucket still go.
             ch.tokens = min(rate / 10, ch.tokens + (now - ch.tokens_at) * rate)
             ch.tokens_at = now
-        while ch.inflight < min(window, len(ch.unacked)):
+        window_bytes = self.timing.window_bytes
+        while ch.inflight < min(window, len(ch.unacked)) and (not ch.inflight or ch.inflight_bytes < window_bytes):
             f = ch.unacked[ch.inflight]
             if rate:
                 if ch.tokens <= 0:
                     return
                 ch.tokens -= len(f.payload)
             ch.inflight += 1
+            ch.inflight_bytes += len(f.payload)
             f.sent_at = now
             ch.frames_sent += 1
             self.stats.frames_sent += 1
