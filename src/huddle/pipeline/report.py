@@ -141,6 +141,11 @@ def _lines(series: list[tuple[str, list[tuple[float, float]]]], title: str, xlab
         color = _COLORS[k % len(_COLORS)]
         path = " ".join(at(p) for p in sorted(pts))
         out.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.5" points="{path}"/>')
+        if len(pts) <= 60:  # few points: show each (one window alone draws no line)
+            for p in pts:
+                x, y = at(p).split(",")
+                out.append(f'<circle cx="{x}" cy="{y}" r="2.5" fill="{color}"><title>{escape(name)} at {p[0]:.4g}: '
+                           f"{p[1]:.4g}</title></circle>")
         out.append(f'<text x="{width - 170}" y="{30 + 14 * k}" font-size="12" fill="{color}">{escape(name)}</text>')
     out.append(f'<text x="5" y="{height - bottom}" font-size="11">0</text>')
     out.append(f'<text x="5" y="{height - bottom - plot_h + 4:.0f}" font-size="11">{y1:.4g}</text>')
@@ -155,7 +160,7 @@ def _mesh(links: Rows) -> str:
         return ""
     pairs = [(str(r["key"]).split(">", 1), int(r["receipts"])) for r in links]
     names = sorted({n for (ends, _) in pairs for n in ends})
-    size, radius = 420, 160
+    size, radius = 440, 150
     where = {n: (size / 2 + radius * math.cos(2 * math.pi * i / len(names)),
                  size / 2 + radius * math.sin(2 * math.pi * i / len(names))) for i, n in enumerate(names)}
     most = max(c for _, c in pairs) or 1
@@ -200,8 +205,9 @@ def render(d: ReportData) -> str:
     if "convergence" in d.jobs:
         parts.append("<h2>What each node lacks</h2>")
         parts.append(_table(d.missing_by_node, ["group", "node", "events", "ranges"]))
-        parts.append(_table(d.missing, ["group", "node", "source", "first_seq", "last_seq", "events"],
-                            "largest ranges first (table missing)"))
+        if d.missing:
+            parts.append(_table(d.missing, ["group", "node", "source", "first_seq", "last_seq", "events"],
+                                "largest ranges first (table missing)"))
         parts.append("<h3>Gaps no node can fill</h3>")
         parts.append(_table(d.gaps, ["group", "source", "first_seq", "last_seq", "events"]))
     if "consolidate" in d.jobs:
@@ -224,7 +230,7 @@ def render(d: ReportData) -> str:
             rows = [r for r in d.histogram if r["group"] == group]
             parts.append(_bars([_bucket_label(int(r["bucket"])) for r in rows],
                                [("receipts", [float(r["receipts"]) for r in rows])],
-                               f"group {group}: delay from origin to receiver (ms, log scale), receipts per bucket"))
+                               f"group {group}: receipts by delay from origin to receiver (ms, log scale; bucket lower bounds)"))
         receivers = [r for r in d.delays if r["by"] == "receiver"]
         if receivers:
             parts.append(_bars([_short(r["key"]) for r in receivers],
