@@ -129,19 +129,17 @@ def _check_events(events: DataFrame) -> tuple[int, int, int]:
     row breaks the schema (a JSON line that does not parse, a required value null)."""
     required = [f.name for f in schemas.EVENTS.fields if not f.nullable]
     broken = F.count(F.when(F.greatest(*(F.col(c).isNull() for c in required)), True))
-    try:
-        row = events.agg(
-            F.count(F.lit(1)).alias("rows"), broken.alias("broken"),
-            F.count_distinct("node").alias("nodes"), F.count_distinct("group").alias("groups"),
-        ).collect()[0]
+    try:  # per (group, node): a few rows out, counted in a hash table (a count of distinct strings sorts them all)
+        found = events.groupBy("group", "node").agg(F.count(F.lit(1)).alias("rows"), broken.alias("broken")).collect()
     except (PySparkException, Py4JJavaError) as exc:  # FAILFAST: a malformed JSON line, a Parquet column of another type
         raise InputError(f"an input file does not match the export's schema (docs/export.md): {_first_line(exc)}") from None
-    if row["broken"]:
-        raise InputError(f"{row['broken']} input row(s) lack a required column ({', '.join(required)}); "
+    bad = sum(int(r["broken"]) for r in found)
+    if bad:
+        raise InputError(f"{bad} input row(s) lack a required column ({', '.join(required)}); "
                          "are these huddle export files? (docs/export.md)")
-    if not row["rows"]:
+    if not found:
         raise InputError("the inputs hold no events")
-    return int(row["rows"]), int(row["nodes"]), int(row["groups"])
+    return sum(int(r["rows"]) for r in found), len({r["node"] for r in found}), len({r["group"] for r in found})
 
 
 def _first_line(exc: Exception) -> str:
@@ -178,10 +176,12 @@ def run(spark: SparkSession, inputs: Sequence[str], output: str, *, jobs: Sequen
     if "consolidate" in jobs or "propagation" in jobs:
         consolidated = write("consolidated", events.transform(T.consolidate), files=None)
     if "consolidate" in jobs and consolidated is not None:
-        conflicting = write("conflicts", T.conflicts(events, consolidated))
         counts = consolidated.agg(F.count(F.lit(1)).alias("n"), F.count(F.when(F.col("conflict"), True)).alias("c"))
         got = counts.collect()[0]
         summary.events, summary.conflicts = int(got["n"]), int(got["c"])
+        # No conflict (the usual case): no pass over the input to find the copies of none.
+        found = T.conflicts(events, consolidated) if summary.conflicts else spark.createDataFrame([], schemas.CONFLICTS)
+        conflicting = write("conflicts", found)
         data.conflicts = rows_of(conflicting, "group", "source", "seq", "node")
     if "convergence" in jobs:
         held = write("held_ranges", events.transform(T.held_ranges), files=None)
