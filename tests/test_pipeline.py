@@ -276,6 +276,8 @@ def test_bad_job_names_and_flags_are_refused_before_spark_starts(capsys: pytest.
     assert cli.main(["pipeline", "run", "--input", "x", "--output", "y", "--jobs", "converge"]) == 2
     assert "unknown job(s) converge in --jobs: choose from consolidate, convergence" in capsys.readouterr().err
     assert cli.main(["pipeline", "run", "--input", "x", "--output", "y", "--conf", "novalue"]) == 2
+    assert cli.main(["pipeline", "run", "--input", "/nonexistent/export", "--output", "y"]) == 1
+    assert "huddle pipeline: input /nonexistent/export does not exist" in capsys.readouterr().err
     assert tuple(cli.PIPELINE_JOBS) == jobs.JOBS
 
 

@@ -555,9 +555,11 @@ def _cmd_pipeline(args: argparse.Namespace) -> int:
         raise ConfigError(f"unknown job(s) {', '.join(bad) or '(none given)'} in --jobs: choose from "
                           f"{', '.join(PIPELINE_JOBS)}")
     try:
+        from .pipeline.io import check_inputs
         from .pipeline.jobs import run_session
     except ImportError as exc:
         raise ConfigError(f"the pipeline needs PySpark: pip install 'pyspark>=4.0,<5' ({exc})") from None
+    check_inputs(args.input)  # before Spark takes its seconds to start
     jobs = [j.strip() for j in args.jobs.split(",") if j.strip()]
     summary = run_session(args.input, args.output, jobs=jobs, master=args.master, conf=conf,
                           window_seconds=args.window)

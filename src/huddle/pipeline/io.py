@@ -32,7 +32,7 @@ from pyspark.sql.types import StructType
 from ..errors import HuddleError
 from . import schemas
 
-__all__ = ["InputError", "read_events", "read_stats", "read_table", "write_table", "write_text"]
+__all__ = ["InputError", "check_inputs", "read_events", "read_stats", "read_table", "write_table", "write_text"]
 
 
 class InputError(HuddleError):
@@ -51,18 +51,26 @@ _PARQUET = (".parquet",)
 _JSON = (".jsonl", ".json", ".ndjson")
 
 
+def check_inputs(paths: Sequence[str]) -> None:
+    """Raise :class:`InputError` if there is no path or a local one does not
+    exist (URIs are checked when read); cheap, so callers can check before
+    starting Spark."""
+    if not paths:
+        raise InputError("no input paths")
+    for path in paths:
+        local = _local(path)
+        if local is not None and not local.exists():
+            raise InputError(f"input {path} does not exist")
+
+
 def read_table(spark: SparkSession, paths: Sequence[str], stem: str, schema: StructType, *,
                required: bool = True) -> DataFrame:
     """Every ``stem.parquet`` / ``stem.jsonl`` under ``paths`` (see the module's
     doc), as one DataFrame with ``schema``.  ``required``: a path with no such
     table is an :class:`InputError` (else it adds no rows)."""
-    if not paths:
-        raise InputError("no input paths")
+    check_inputs(paths)
     parts: list[DataFrame] = []
     for path in paths:
-        local = _local(path)
-        if local is not None and not local.exists():
-            raise InputError(f"input {path} does not exist")
         try:
             found = [df for df in _read_one(spark, path, stem, schema) if df.inputFiles()]
         except AnalysisException as exc:  # a URI that does not resolve, a file Spark cannot read
