@@ -19,6 +19,10 @@ from .errors import ConfigError, HuddleError
 
 __all__ = ["main"]
 
+# The pipeline's jobs (huddle.pipeline.jobs.JOBS; a test keeps the two equal): named here so
+# that `huddle --help` and a bad --jobs answer without importing Spark.
+PIPELINE_JOBS = ("consolidate", "convergence", "propagation", "replay", "system")
+
 NODE_EPILOG = """\
 examples, one per way of finding peers (they mix: one group may use all of them):
   # UDP beacons (the default): nodes on this machine, on loopback
@@ -233,6 +237,46 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--format", choices=["parquet", "jsonl"], default="parquet", help="export format")
     sim.add_argument("--codec", action="store_true",
                      help="send every message through the wire codec, as the tests do (about 2x slower)")
+
+    pipe = sub.add_parser(
+        "pipeline", help="the audit pipeline on Apache Spark: did every node get everything, how fast, same document?",
+        description="Audit exported node logs (huddle export, huddle simulate --export) on Apache Spark through "
+        "PySpark: local[*] on this machine by default, or any Spark cluster. Needs Java 17 or newer. "
+        "docs/pipeline.md lists the tables and their columns.",
+    )
+    pipe_sub = pipe.add_subparsers(dest="pipeline_command", metavar="ACTION", required=True)
+    p_run = pipe_sub.add_parser(
+        "run", help="run the jobs over exported logs; writes Parquet tables and report.html",
+        description="Read every node's exported log, run the jobs, write one Parquet table per result and "
+        "report.html (findings first, then plots) under --output.\n\njobs:\n"
+        "  consolidate  one row per event (group, source, seq): first receipt, copies, content conflicts\n"
+        "  convergence  per node and source, the ranges it lacks that another node holds; gaps no node holds\n"
+        "  propagation  delay origin -> receiver (p50/p90/p99 by source, receiver, hops, link); throughput\n"
+        "  replay       each node's document from its doc events, by huddle's own engine, vs the group's\n"
+        "  system       membership changes, heartbeat loss, exclusions, counters from the statistics rows",
+        epilog="examples:\n"
+        "  huddle simulate --nodes 3 --events 10000 --loss 0.05 --export /tmp/sim\n"
+        "  huddle pipeline run --input /tmp/sim --output /tmp/audit      # then open /tmp/audit/report.html\n"
+        "  huddle pipeline run --input a/ b/ c/ --output out --jobs convergence,propagation\n"
+        "  huddle pipeline run --input hdfs:///logs/day1 --output hdfs:///audit/day1 --master yarn\n\n"
+        "An input is a file (events.parquet, events.jsonl) or a directory searched at any depth for them; "
+        "stats.parquet / stats.jsonl beside them feed the system job.\n\n"
+        "exit status: 0 done, 3 done and the nodes did NOT converge, 1 an error (no Java, bad input), 2 bad usage",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p_run.add_argument("--input", nargs="+", required=True, metavar="PATH",
+                       help="exported logs: files or directories, local paths or Hadoop URIs (hdfs://, s3a://)")
+    p_run.add_argument("--output", required=True, metavar="PATH",
+                       help="directory (or URI) for the tables and report.html; tables there are replaced")
+    p_run.add_argument("--master", default=None,
+                       help="Spark master: local[*] (the default: this machine's cores), local[2], yarn, "
+                       "spark://HOST:7077; under spark-submit, the one it was given")
+    p_run.add_argument("--jobs", default=",".join(PIPELINE_JOBS), metavar="LIST",
+                       help=f"comma-separated subset of {','.join(PIPELINE_JOBS)} (default: all)")
+    p_run.add_argument("--window", type=float, default=1.0, metavar="SECONDS",
+                       help="throughput window (default: 1 s)")
+    p_run.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                       help="extra Spark setting, repeatable (e.g. --conf spark.driver.memory=8g)")
 
     doc = sub.add_parser(
         "doc", help="the shared bout document: show, apply operations, export, history, jams",
@@ -629,6 +673,34 @@ def _client(args: argparse.Namespace) -> int:
         return 130
 
 
+def _cmd_pipeline(args: argparse.Namespace) -> int:
+    conf: dict[str, str] = {}
+    for item in args.conf:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--conf wants KEY=VALUE, got {item!r}")
+        conf[key.strip()] = value.strip()
+    if args.window <= 0:
+        raise ConfigError(f"--window must be positive, got {args.window}")
+    bad = sorted(set(j.strip() for j in args.jobs.split(",") if j.strip()) - set(PIPELINE_JOBS))
+    if bad or not args.jobs.strip(","):
+        raise ConfigError(f"unknown job(s) {', '.join(bad) or '(none given)'} in --jobs: choose from "
+                          f"{', '.join(PIPELINE_JOBS)}")
+    try:
+        from .pipeline.io import check_inputs
+        from .pipeline.jobs import run_session
+    except ImportError as exc:
+        raise ConfigError(f"the pipeline needs PySpark: pip install 'pyspark>=4.0,<5' ({exc})") from None
+    check_inputs(args.input)  # before Spark takes its seconds to start
+    jobs = [j.strip() for j in args.jobs.split(",") if j.strip()]
+    summary = run_session(args.input, args.output, jobs=jobs, master=args.master, conf=conf,
+                          window_seconds=args.window)
+    for line in summary.lines():
+        print(line)
+    print(f"tables and report.html in {args.output}: {', '.join(summary.tables)}")
+    return 0 if summary.converged is not False else 3
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -655,6 +727,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
             run_broker(args.pub, args.sub, lambda p, s: print(f"broker pub={p} sub={s}", flush=True))
             return 0
+        if args.command == "pipeline":
+            return _cmd_pipeline(args)
         if args.command == "export":
             from .log.export import export
 

@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""The audit pipeline on Spark against the same queries in DuckDB, on the same Parquet files.
+
+Workload (made once, not timed): ``huddle simulate --nodes 3 --loss 0.01
+--export`` of N events (3 N exported rows, one Parquet file per node).
+
+Per repetition, in turn, each writing its result tables as Parquet:
+
+* baseline: DuckDB (in-process, all cores) runs the same queries in SQL:
+  consolidate (one row per event, first receipt, copies, conflict flag),
+  held ranges, missing ranges, gaps (gaps and islands with window
+  functions), delays by source / receiver / hops / link (p50, p90, p99,
+  exact quantiles) and throughput per second;
+* huddle: ``huddle.pipeline.jobs.run`` with the jobs consolidate,
+  convergence and propagation on ``local[*]`` (the defaults of ``huddle
+  pipeline run``), in a session started before the clock (its start is
+  printed apart): the same tables, plus the conflicts, the delay histogram and
+  report.html.
+
+Target (issue 9): huddle's time <= 3x DuckDB's.  ``bench`` extra: duckdb.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import benchlib
+
+QUERIES = """
+CREATE OR REPLACE TEMP VIEW events AS SELECT * FROM read_parquet('{src}/*/events.parquet');
+COPY (
+  SELECT "group", source, seq,
+         arg_min({{'timestamp': timestamp, 'kind': kind, 'body': body}}, {{'h': hops, 'n': node}}) AS c,
+         min(CASE WHEN node <> source THEN received_at END) AS first_received_at,
+         count(*) AS copies,
+         min({{'t': timestamp, 'k': kind, 'b': body}}) <> max({{'t': timestamp, 'k': kind, 'b': body}}) AS conflict
+  FROM events GROUP BY ALL
+) TO '{out}/consolidated.parquet' (FORMAT parquet, COMPRESSION zstd);
+CREATE OR REPLACE TEMP TABLE held AS
+  SELECT node, "group", source, min(seq) AS first_seq, max(seq) AS last_seq
+  FROM (SELECT node, "group", source, seq,
+               seq - dense_rank() OVER (PARTITION BY node, "group", source ORDER BY seq) AS run FROM events)
+  GROUP BY node, "group", source, run;
+CREATE OR REPLACE TEMP TABLE uni AS
+  SELECT "group", source, min(first_seq) AS first_seq, max(last_seq) AS last_seq FROM (
+    SELECT *, sum(starts) OVER (PARTITION BY "group", source ORDER BY first_seq, last_seq
+                                ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS run FROM (
+      SELECT *, CASE WHEN reach IS NULL OR first_seq > reach + 1 THEN 1 ELSE 0 END AS starts FROM (
+        SELECT "group", source, first_seq, last_seq,
+               max(last_seq) OVER (PARTITION BY "group", source ORDER BY first_seq, last_seq
+                                   ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach FROM held)))
+  GROUP BY "group", source, run;
+COPY (
+  WITH top AS (SELECT "group", source, max(last_seq) AS top FROM uni GROUP BY ALL),
+  nodes AS (SELECT DISTINCT "group", node FROM held),
+  padded AS (SELECT node, "group", source, first_seq, last_seq FROM held
+             UNION ALL SELECT node, "group", source, top + 1, top + 1 FROM nodes JOIN top USING ("group")),
+  holes AS (SELECT node, "group", source,
+                   coalesce(lag(last_seq) OVER (PARTITION BY node, "group", source ORDER BY first_seq) + 1, 1) AS hf,
+                   first_seq - 1 AS hl FROM padded)
+  SELECT node, h."group", h.source, greatest(hf, u.first_seq) AS first_seq, least(hl, u.last_seq) AS last_seq,
+         least(hl, u.last_seq) - greatest(hf, u.first_seq) + 1 AS events
+  FROM holes h JOIN uni u ON h."group" = u."group" AND h.source = u.source AND hf <= u.last_seq AND u.first_seq <= hl
+  WHERE hf <= hl
+) TO '{out}/missing.parquet' (FORMAT parquet);
+COPY (
+  SELECT * FROM (SELECT "group", source,
+                        coalesce(lag(last_seq) OVER (PARTITION BY "group", source ORDER BY first_seq) + 1, 1) AS first_seq,
+                        first_seq - 1 AS last_seq FROM uni) WHERE first_seq <= last_seq
+) TO '{out}/gaps.parquet' (FORMAT parquet);
+CREATE OR REPLACE TEMP VIEW receipts AS
+  SELECT "group", source, node, hops, received_from, received_at, received_at - timestamp AS delay
+  FROM events WHERE node <> source;
+COPY (
+  SELECT "group", d.by, d.key, count(*) AS receipts,
+         quantile_disc(delay, [0.5, 0.9, 0.99]) AS p, max(delay) AS max
+  FROM (SELECT "group", delay, unnest([{{'by': 'source', 'key': source}}, {{'by': 'receiver', 'key': node}},
+                                       {{'by': 'hops', 'key': hops::VARCHAR}},
+                                       {{'by': 'link', 'key': coalesce(received_from, '?') || '>' || node}}]) AS d
+        FROM receipts)
+  GROUP BY ALL
+) TO '{out}/delays.parquet' (FORMAT parquet);
+COPY (
+  SELECT coalesce(a."group", b."group") AS "group", coalesce(a.w, b.w) AS window_start,
+         coalesce(originated, 0) AS originated, coalesce(receipts, 0) AS receipts
+  FROM (SELECT "group", floor(c.timestamp) AS w, count(*) AS originated
+        FROM read_parquet('{out}/consolidated.parquet') GROUP BY ALL) a
+  FULL OUTER JOIN (SELECT "group", floor(received_at) AS w, count(*) AS receipts FROM receipts GROUP BY ALL) b
+  ON a."group" = b."group" AND a.w = b.w
+) TO '{out}/throughput.parquet' (FORMAT parquet);
+"""
+
+
+def run_duckdb(src: Path, out: Path) -> tuple[float, int]:
+    import duckdb
+
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    con = duckdb.connect()
+    con.execute(QUERIES.format(src=src, out=out))
+    missing = con.execute(f"SELECT coalesce(sum(events), 0) FROM read_parquet('{out}/missing.parquet')").fetchone()
+    con.close()
+    return time.perf_counter() - t0, int(missing[0]) if missing else -1
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--events", type=int, action="append", help="events to simulate (repeatable; default 1000000)")
+    ap.add_argument("--reps", type=int, default=3, help="repetitions (default 3)")
+    ap.add_argument("--quick", action="store_true", help="one repetition of 200000 events")
+    args = ap.parse_args()
+    sizes = args.events or ([200_000] if args.quick else [1_000_000])
+    reps = 1 if args.quick else args.reps
+    try:
+        import duckdb
+    except ImportError:
+        sys.exit("bench/pipeline.py needs duckdb: pip install -e '.[bench]'")
+    from huddle.pipeline import jobs
+    from huddle.pipeline.session import start_session
+
+    benchlib.header("pipeline", sizes=sizes, reps=reps, duckdb=duckdb.__version__)
+    t0 = time.perf_counter()
+    spark = start_session("local[*]")
+    print(f"spark session started in {time.perf_counter() - t0:.1f} s (not counted below)")
+    rows: list[list[object]] = []
+    medians: dict[int, tuple[float, float]] = {}
+    work = Path(tempfile.mkdtemp(prefix="huddle-bench-pipeline-"))
+    try:
+        for n in sizes:
+            src = work / f"sim{n}"
+            subprocess.run([sys.executable, "-m", "huddle", "simulate", "--nodes", "3", "--events", str(n),
+                            "--loss", "0.01", "--seed", "1", "--export", str(src)], check=True, capture_output=True)
+            base_t, huddle_t = [], []
+            for rep in range(reps):
+                b, lacking = run_duckdb(src, work / f"duck{n}-{rep}")
+                t1 = time.perf_counter()
+                summary = jobs.run(spark, [str(src)], str(work / f"spark{n}-{rep}"),
+                                   jobs=["consolidate", "convergence", "propagation"])
+                h = time.perf_counter() - t1
+                benchlib.check(f"{n} events: same missing count", f"duckdb {lacking}, huddle {summary.missing_events}",
+                               lacking == summary.missing_events)
+                base_t.append(b)
+                huddle_t.append(h)
+                rows.append([n, summary.rows, f"{b:.2f}", f"{h:.2f}", f"{h / b:.1f}x"])
+            medians[n] = (benchlib.median(base_t), benchlib.median(huddle_t))
+    finally:
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    benchlib.print_table(["events", "rows", "duckdb s", "huddle s", "ratio"], rows)
+    for n, (b, h) in medians.items():
+        benchlib.target(f"{n} events: huddle's pipeline <= 3x DuckDB's time",
+                        f"{h:.2f} s vs {b:.2f} s = {h / b:.1f}x (medians of {reps})", h <= 3 * b)
+    if len(medians) > 1:
+        (n0, (_, h0)), (n1, (_, h1)) = sorted(medians.items())[0], sorted(medians.items())[-1]
+        growth = (h1 / h0) / (n1 / n0)
+        benchlib.target(f"time grows at most linearly from {n0} to {n1} events",
+                        f"{h1 / h0:.1f}x the time for {n1 / n0:.0f}x the events", growth <= 1.1)
+    benchlib.footer()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,239 @@
+"""The pipeline's jobs: read, transform, write.  :func:`run` takes a session;
+:func:`run_session` makes one for the CLI.
+
+Each job writes Parquet directories under the output path (docs/pipeline.md):
+
+- ``consolidate``: ``consolidated``, ``conflicts``
+- ``convergence``: ``held_ranges``, ``missing``, ``gaps``
+- ``propagation``: ``delays``, ``delay_histogram``, ``throughput``
+- ``replay``: ``documents``, ``replay``
+- ``system``: ``membership``, ``node_health``, ``snapshots``
+
+and every run writes ``summary`` (one row of headline numbers) and
+``report.html`` (the findings and plots, for a person, readable without Spark).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from py4j.protocol import Py4JJavaError
+from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from ..errors import ConfigError
+from . import schemas
+from . import transforms as T
+from .io import InputError, read_events, read_stats, write_table, write_text
+from .report import ReportData, render
+from .session import start_session
+
+__all__ = ["JOBS", "Summary", "check_jobs", "parse_jobs", "run", "run_session"]
+
+JOBS = ("consolidate", "convergence", "propagation", "replay", "system")
+
+# Rows of each detail table the report shows (the Parquet tables have them all).
+REPORT_ROWS = 50
+
+
+@dataclass
+class Summary:
+    """Headline numbers of a run (None: the job that finds it did not run)."""
+
+    rows: int
+    nodes: int
+    groups: int
+    events: int | None = None
+    conflicts: int | None = None
+    missing_ranges: int | None = None
+    missing_events: int | None = None
+    gap_events: int | None = None
+    worst_p99: float | None = None
+    worst_receiver: str | None = None
+    divergent: list[str] | None = None
+    stats_rows: int | None = None
+    timeouts: int | None = None
+    suspects: int | None = None
+    exclusions: int | None = None
+    tables: list[str] = field(default_factory=list)
+
+    @property
+    def converged(self) -> bool | None:
+        """Every node holds every event some node holds, no copies differ, and
+        every node's document is its group's (None: convergence did not run)."""
+        if self.missing_ranges is None:
+            return None
+        return self.missing_ranges == 0 and not self.conflicts and not self.divergent
+
+    def lines(self) -> list[str]:
+        """The findings, for a person: worst news first."""
+        out: list[str] = []
+        if self.converged is not None:
+            out.append("converged: every node holds every event" + (" and the same document" if self.divergent == [] else "")
+                       if self.converged else "NOT converged")
+        if self.conflicts:
+            out.append(f"integrity: {self.conflicts} event(s) have different content on different nodes (table conflicts)")
+        if self.missing_ranges:
+            out.append(f"missing: {self.missing_events} event copies in {self.missing_ranges} range(s) (table missing)")
+        if self.gap_events:
+            out.append(f"lost: {self.gap_events} event(s) below a source's last number that no node holds (table gaps)")
+        if self.divergent:
+            out.append(f"documents: {len(self.divergent)} node(s) differ from their group's document: "
+                       f"{', '.join(n[:8] for n in self.divergent[:10])} (table replay)")
+        if self.worst_p99 is not None:
+            out.append(f"worst lag: receiver {str(self.worst_receiver)[:8]}, p99 delay {self.worst_p99 * 1000:.1f} ms "
+                       "(table delays)")
+        if self.timeouts or self.suspects or self.exclusions:
+            out.append(f"system: {self.suspects} heartbeat loss(es), {self.timeouts} peer timeout(s), "
+                       f"{self.exclusions} exclusion(s) (table node_health)")
+        counted = f"{self.rows} rows from {self.nodes} node(s) in {self.groups} group(s)"
+        out.append(f"input: {counted}" + ("" if self.events is None else f", {self.events} distinct events"))
+        return out
+
+
+def _join(base: str, name: str) -> str:
+    return f"{base.rstrip('/')}/{name}"
+
+
+def parse_jobs(text: str) -> list[str]:
+    """``consolidate,convergence`` -> the jobs, checked (:class:`ConfigError`)."""
+    jobs = [j.strip() for j in text.split(",") if j.strip()]
+    check_jobs(jobs)
+    return jobs
+
+
+def check_jobs(jobs: Sequence[str]) -> None:
+    """Raise :class:`ConfigError` unless ``jobs`` is a non-empty subset of :data:`JOBS`."""
+    unknown = sorted(set(jobs) - set(JOBS))
+    if unknown or not jobs:
+        raise ConfigError(f"unknown job(s) {', '.join(unknown) or '(none given)'}: choose from {', '.join(JOBS)}")
+
+
+def run_session(inputs: Sequence[str], output: str, *, jobs: Sequence[str] = JOBS, master: str | None = None,
+                conf: Mapping[str, str] | None = None, window_seconds: float = 1.0) -> Summary:
+    """:func:`run` in a session of its own, stopped at the end (the CLI's entry)."""
+    check_jobs(jobs)
+    spark = start_session(master, conf)
+    try:
+        return run(spark, inputs, output, jobs=jobs, window_seconds=window_seconds)
+    finally:
+        spark.stop()
+
+
+def _check_events(events: DataFrame) -> tuple[int, int, int]:
+    """One pass over the input: (rows, nodes, groups); an :class:`InputError` if a
+    row breaks the schema (a JSON line that does not parse, a required value null)."""
+    required = [f.name for f in schemas.EVENTS.fields if not f.nullable]
+    broken = F.count(F.when(F.greatest(*(F.col(c).isNull() for c in required)), True))
+    try:  # per (group, node): a few rows out, counted in a hash table (a count of distinct strings sorts them all)
+        found = events.groupBy("group", "node").agg(F.count(F.lit(1)).alias("rows"), broken.alias("broken")).collect()
+    except (PySparkException, Py4JJavaError) as exc:  # FAILFAST: a malformed JSON line, a Parquet column of another type
+        raise InputError(f"an input file does not match the export's schema (docs/export.md): {_first_line(exc)}") from None
+    bad = sum(int(r["broken"]) for r in found)
+    if bad:
+        raise InputError(f"{bad} input row(s) lack a required column ({', '.join(required)}); "
+                         "are these huddle export files? (docs/export.md)")
+    if not found:
+        raise InputError("the inputs hold no events")
+    return sum(int(r["rows"]) for r in found), len({r["node"] for r in found}), len({r["group"] for r in found})
+
+
+def _first_line(exc: Exception) -> str:
+    """The root cause of a Spark error in one line (the JVM's last 'Caused by:'), not its stack."""
+    text = str(exc).strip()
+    causes = [line.split("Caused by:", 1)[1].strip() for line in text.splitlines() if "Caused by:" in line]
+    line = causes[-1] if causes else (text.splitlines()[0] if text else type(exc).__name__)
+    return re.sub(r"^[\w.$]+(Exception|Error): ", "", line)[:400]
+
+
+def run(spark: SparkSession, inputs: Sequence[str], output: str, *, jobs: Sequence[str] = JOBS,
+        window_seconds: float = 1.0) -> Summary:
+    """Run ``jobs`` (a subset of :data:`JOBS`, in any order) over the exports
+    under ``inputs``, writing tables and ``report.html`` under ``output``."""
+    check_jobs(jobs)
+    if window_seconds <= 0:
+        raise ConfigError(f"the throughput window must be positive, got {window_seconds}")
+    events = read_events(spark, inputs)
+    rows, nodes, groups = _check_events(events)
+    summary = Summary(rows=rows, nodes=nodes, groups=groups)
+    data = ReportData(inputs=list(inputs), jobs=list(jobs))
+
+    def write(name: str, df: DataFrame, files: int | None = 1) -> DataFrame:
+        """Write, then read back: later steps start from the stored table, not from the plan."""
+        path = _join(output, name)
+        write_table(df, path, files)
+        summary.tables.append(name)
+        return spark.read.schema(df.schema).parquet(path)
+
+    def rows_of(df: DataFrame, *order: Any, limit: int = REPORT_ROWS) -> list[dict[str, Any]]:
+        return [r.asDict() for r in df.orderBy(*order).limit(limit).collect()]
+
+    consolidated: DataFrame | None = None
+    if "consolidate" in jobs or "propagation" in jobs:
+        consolidated = write("consolidated", events.transform(T.consolidate), files=None)
+    if "consolidate" in jobs and consolidated is not None:
+        counts = consolidated.agg(F.count(F.lit(1)).alias("n"), F.count(F.when(F.col("conflict"), True)).alias("c"))
+        got = counts.collect()[0]
+        summary.events, summary.conflicts = int(got["n"]), int(got["c"])
+        # No conflict (the usual case): no pass over the input to find the copies of none.
+        found = T.conflicts(events, consolidated) if summary.conflicts else spark.createDataFrame([], schemas.CONFLICTS)
+        conflicting = write("conflicts", found)
+        data.conflicts = rows_of(conflicting, "group", "source", "seq", "node")
+    if "convergence" in jobs:
+        held = write("held_ranges", events.transform(T.held_ranges), files=None)
+        lacking = write("missing", held.transform(T.missing))
+        lost = write("gaps", held.transform(T.gaps))
+        got = lacking.agg(F.count(F.lit(1)).alias("n"), F.sum("events").alias("e")).collect()[0]
+        summary.missing_ranges, summary.missing_events = int(got["n"]), int(got["e"] or 0)
+        summary.gap_events = int(lost.agg(F.sum("events").alias("e")).collect()[0]["e"] or 0)
+        data.missing = rows_of(lacking, F.desc("events"), "node", "source", "first_seq")
+        data.gaps = rows_of(lost, F.desc("events"), "source", "first_seq")
+        data.missing_by_node = rows_of(
+            lacking.groupBy("group", "node").agg(F.sum("events").alias("events"), F.count(F.lit(1)).alias("ranges")),
+            F.desc("events"), limit=1000)
+    if "propagation" in jobs and consolidated is not None:
+        lag = write("delays", events.transform(T.delays))
+        hist = write("delay_histogram", events.transform(T.delay_histogram))
+        flow = write("throughput", T.throughput(events, consolidated, window_seconds))
+        data.delays = rows_of(lag, "group", "by", F.desc("p99"), limit=10_000)
+        data.histogram = rows_of(hist, "group", "bucket", limit=10_000)
+        data.throughput = rows_of(flow, "group", "window_start", limit=100_000)
+        data.window_seconds = window_seconds
+        worst = [r for r in data.delays if r["by"] == "receiver"]
+        if worst:
+            top = max(worst, key=lambda r: r["p99"])
+            summary.worst_p99, summary.worst_receiver = float(top["p99"]), str(top["key"])
+    if "replay" in jobs:
+        docs = write("documents", events.transform(T.documents))
+        checked = write("replay", T.replay(events, docs))
+        data.replay = rows_of(checked, "same", "group", "node", limit=1000)
+        data.documents = rows_of(docs.filter(F.col("node") == T.GROUP_DOCUMENT), "group", limit=20)
+        summary.divergent = [str(r["node"]) for r in data.replay if not r["same"]]
+    if "system" in jobs:
+        stats = read_stats(spark, inputs)
+        member = write("membership", stats.transform(T.membership))
+        health = write("node_health", stats.transform(T.node_health))
+        snaps = write("snapshots", stats.transform(T.snapshots))
+        data.health = rows_of(health, "group", "node", limit=1000)
+        data.membership = rows_of(member, "ts", limit=500)
+        data.snapshots = rows_of(snaps.select("group", "node", "ts", "peers", "peers_alive", "received", "sent"),
+                                 "node", "ts", limit=20_000)
+        summary.stats_rows = int(stats.count())
+        summary.timeouts = sum(int(r["timeouts"]) for r in data.health)
+        summary.suspects = sum(int(r["suspects"]) for r in data.health)
+        summary.exclusions = sum(int(r["exclusions"]) for r in data.health)
+    summary.tables.append("summary")
+    spark.createDataFrame([(
+        summary.rows, summary.events, summary.conflicts, summary.missing_ranges, summary.missing_events,
+        summary.gap_events, summary.worst_p99, None if summary.divergent is None else len(summary.divergent),
+        summary.converged,
+    )], schemas.SUMMARY).coalesce(1).write.mode("overwrite").parquet(_join(output, "summary"))
+    data.findings = summary.lines()
+    data.converged = summary.converged
+    write_text(spark, _join(output, "report.html"), render(data))
+    summary.tables.append("report.html")
+    return summary

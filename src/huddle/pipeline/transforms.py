@@ -1,0 +1,397 @@
+"""The pipeline's pure transforms: ``DataFrame -> DataFrame``, no session, no I/O.
+
+Inputs are in :data:`.schemas.EVENTS`; outputs are in the schema of the same
+name in :mod:`.schemas`.  Use them with ``df.transform(...)`` or call them.
+
+Sequence numbers are handled as ranges (``first_seq`` .. ``last_seq``, both
+included), never as one row per missing number: a node that lacks a million
+events lacks one range, and no step crosses nodes' rows with each other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from ..doc.ops import DOC_KIND
+from . import schemas
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ..doc import DocEngine
+
+__all__ = [
+    "KEY",
+    "conflicts",
+    "consolidate",
+    "delay_histogram",
+    "delays",
+    "document_facts",
+    "documents",
+    "gaps",
+    "held_ranges",
+    "membership",
+    "missing",
+    "node_health",
+    "receipts",
+    "replay",
+    "snapshots",
+    "throughput",
+    "union_ranges",
+]
+
+KEY = ["group", "source", "seq"]  # identifies an event across the mesh
+_PAIR = ["group", "source"]
+_CONTENT = ["timestamp", "kind", "body"]  # what every copy of an event must agree on
+
+
+# ---------------------------------------------------------------- consolidate
+
+def consolidate(events: DataFrame) -> DataFrame:
+    """One row per event (group, source, seq).
+
+    - ``timestamp``, ``kind``, ``body``: the copy closest to the source (fewest
+      hops, then the lowest node id), so the source's own copy when it is there;
+    - ``first_received_at``: the earliest ``received_at`` on a node other than
+      the source; null when only the source holds the event;
+    - ``copies``: how many rows hold the event (one per node, each node's
+      export given once);
+    - ``conflict``: some copy differs from another in timestamp, kind or body
+      (compared by a 64-bit hash of the three: a fixed-width value Spark
+      aggregates in a hash table, where comparing the strings themselves
+      makes it sort every row; two different contents with the same hash, a
+      chance of 2^-64 a pair, would go unflagged).
+    """
+    content = F.struct(*_CONTENT)
+    digest = F.xxhash64(*_CONTENT)
+    return (
+        events.groupBy(*KEY)
+        .agg(
+            F.min_by(content, F.struct("hops", "node")).alias("c"),
+            F.min(F.when(F.col("node") != F.col("source"), F.col("received_at"))).alias("first_received_at"),
+            F.count(F.lit(1)).alias("copies"),
+            (F.min(digest) != F.max(digest)).alias("conflict"),
+        )
+        .select(*KEY, *(F.col("c")[c].alias(c) for c in _CONTENT), "first_received_at", "copies", "conflict")
+    )
+
+
+def conflicts(events: DataFrame, consolidated: DataFrame) -> DataFrame:
+    """Every node's copy of each event :func:`consolidate` flagged, so the
+    versions can be compared: group, source, seq, node, timestamp, kind, body."""
+    flagged = consolidated.filter(F.col("conflict")).select(*KEY)
+    return events.join(flagged, KEY, "left_semi").select(*KEY, "node", *_CONTENT)
+
+
+# ---------------------------------------------------------------- convergence
+
+def held_ranges(events: DataFrame) -> DataFrame:
+    """The runs of consecutive sequence numbers each node holds from each source:
+    node, group, source, first_seq, last_seq."""
+    by_node = Window.partitionBy("node", *_PAIR).orderBy("seq")
+    # Within a run, seq - rank is constant (dense_rank: a row given twice does not split a run).
+    return (
+        events.select("node", *_PAIR, "seq")
+        .withColumn("run", F.col("seq") - F.dense_rank().over(by_node))
+        .groupBy("node", *_PAIR, "run")
+        .agg(F.min("seq").alias("first_seq"), F.max("seq").alias("last_seq"))
+        .drop("run")
+    )
+
+
+def _merge(ranges: DataFrame, keys: list[str]) -> DataFrame:
+    """Overlapping or adjacent ranges with the same ``keys`` merged into one."""
+    ordered = Window.partitionBy(*keys).orderBy("first_seq", "last_seq")
+    reach = F.max("last_seq").over(ordered.rowsBetween(Window.unboundedPreceding, -1))
+    starts = F.when(reach.isNull() | (F.col("first_seq") > reach + 1), 1).otherwise(0)
+    return (
+        ranges.withColumn("starts", starts)
+        .withColumn("run", F.sum("starts").over(ordered.rowsBetween(Window.unboundedPreceding, Window.currentRow)))
+        .groupBy(*keys, "run")
+        .agg(F.min("first_seq").alias("first_seq"), F.max("last_seq").alias("last_seq"))
+        .select(*keys, "first_seq", "last_seq")
+    )
+
+
+def union_ranges(held: DataFrame) -> DataFrame:
+    """What at least one node holds, per group and source, from :func:`held_ranges`:
+    group, source, first_seq, last_seq."""
+    return _merge(held.select(*_PAIR, "first_seq", "last_seq"), _PAIR)
+
+
+def _holes(ranges: DataFrame, keys: list[str]) -> DataFrame:
+    """The numbers from 1 up to each range's start not covered by an earlier
+    range with the same ``keys`` (ranges disjoint and not adjacent)."""
+    ordered = Window.partitionBy(*keys).orderBy("first_seq")
+    first = F.coalesce(F.lag("last_seq").over(ordered) + 1, F.lit(1).cast("long"))
+    return (
+        ranges.select(*keys, first.alias("hole_first"), (F.col("first_seq") - 1).alias("hole_last"))
+        .filter(F.col("hole_first") <= F.col("hole_last"))
+    )
+
+
+def _count(first: str, last: str) -> Column:
+    return (F.col(last) - F.col(first) + 1).alias("events")
+
+
+def missing(held: DataFrame) -> DataFrame:
+    """Per node and source, the ranges the node lacks that some node holds:
+    node, group, source, first_seq, last_seq, events.
+
+    The nodes of a group are the nodes with at least one event in it; a node
+    lacks a source's events up to the highest number any node holds, and
+    nothing beyond (no one can know of those)."""
+    union = union_ranges(held)
+    top = union.groupBy(*_PAIR).agg(F.max("last_seq").alias("top"))
+    nodes = held.select("group", "node").distinct()
+    # Each node gets a one-number range just past the top of every source of its
+    # group, so its trailing gap (or all of [1, top] if it holds nothing from the
+    # source) is a hole before that range like any other.
+    sentinel = nodes.join(top, "group").select(
+        "node", *_PAIR, (F.col("top") + 1).alias("first_seq"), (F.col("top") + 1).alias("last_seq"))
+    holes = _holes(held.unionByName(sentinel), ["node", *_PAIR])
+    # A hole is lacked only where some node holds the numbers: intersect with the union.
+    u = union.select(*_PAIR, F.col("first_seq").alias("u_first"), F.col("last_seq").alias("u_last"))
+    both = holes.join(u, _PAIR).filter((F.col("hole_first") <= F.col("u_last")) & (F.col("u_first") <= F.col("hole_last")))
+    return both.select(
+        "node", *_PAIR,
+        F.greatest("hole_first", "u_first").alias("first_seq"),
+        F.least("hole_last", "u_last").alias("last_seq"),
+    ).select("node", *_PAIR, "first_seq", "last_seq", _count("first_seq", "last_seq"))
+
+
+def gaps(held: DataFrame) -> DataFrame:
+    """Per source, the numbers below the highest one held that no node holds
+    (lost for good unless a node not in the input has them):
+    group, source, first_seq, last_seq, events."""
+    holes = _holes(union_ranges(held), _PAIR)
+    return holes.select(
+        *_PAIR, F.col("hole_first").alias("first_seq"), F.col("hole_last").alias("last_seq"),
+    ).select(*_PAIR, "first_seq", "last_seq", _count("first_seq", "last_seq"))
+
+
+# ---------------------------------------------------------------- propagation
+
+PERCENTILE_ACCURACY = 10_000  # percentile_approx: exact below 10,000 rows a key, else rank error <= 1/10,000
+
+DIMENSIONS = ("source", "receiver", "hops", "link")  # what the delays are grouped by
+
+
+def receipts(events: DataFrame) -> DataFrame:
+    """One row per copy a node received from elsewhere: group, source, node,
+    hops, received_from, received_at, delay (seconds from the source's timestamp)."""
+    return events.filter(F.col("node") != F.col("source")).select(
+        *_PAIR, "node", "hops", "received_from", "received_at",
+        (F.col("received_at") - F.col("timestamp")).alias("delay"))
+
+
+def delays(events: DataFrame) -> DataFrame:
+    """Delay from origin to receiver, in one pass for every dimension:
+    group, by, key, receipts, p50, p90, p99, max (seconds).
+
+    ``by`` is ``source`` (key: the source), ``receiver`` (key: the node that
+    received), ``hops`` (key: links crossed, as text) or ``link`` (key:
+    ``from>to``, the peer a copy came from and the node).  Percentiles are
+    Spark's ``percentile_approx``: the smallest delay with at least that share
+    of the receipts at or below it (exact for keys with fewer than 10,000
+    receipts)."""
+    link = F.concat_ws(">", F.coalesce("received_from", F.lit("?")), "node")
+    keys = F.array(
+        F.struct(F.lit("source").alias("by"), F.col("source").alias("key")),
+        F.struct(F.lit("receiver").alias("by"), F.col("node").alias("key")),
+        F.struct(F.lit("hops").alias("by"), F.col("hops").cast("string").alias("key")),
+        F.struct(F.lit("link").alias("by"), link.alias("key")),
+    )
+    p = F.percentile_approx("delay", [0.5, 0.9, 0.99], PERCENTILE_ACCURACY)
+    return (
+        receipts(events)
+        .select("group", "delay", F.inline(keys))
+        .groupBy("group", "by", "key")
+        .agg(F.count(F.lit(1)).alias("receipts"), p.alias("p"), F.max("delay").alias("max"))
+        .select("group", "by", "key", "receipts", F.col("p")[0].alias("p50"), F.col("p")[1].alias("p90"),
+                F.col("p")[2].alias("p99"), "max")
+    )
+
+
+HISTOGRAM_STEPS = 4  # histogram buckets per factor of ten of delay
+
+
+def delay_histogram(events: DataFrame) -> DataFrame:
+    """How many receipts took how long, on a log scale: group, bucket, receipts.
+    Bucket ``b`` holds delays in [10^(b/4), 10^((b+1)/4)) milliseconds
+    (-12 .. 19: 1 µs .. 100 s, the ends taking everything beyond); a delay of
+    zero or less (clocks a little apart) is bucket -13."""
+    ms = F.col("delay") * 1000.0
+    bucket = F.when(
+        ms <= 0, F.lit(-13),
+    ).otherwise(F.least(F.lit(19), F.greatest(F.lit(-12), F.floor(F.log10(ms) * HISTOGRAM_STEPS).cast("int"))))
+    return (
+        receipts(events).groupBy("group", bucket.cast("int").alias("bucket"))
+        .agg(F.count(F.lit(1)).alias("receipts"))
+    )
+
+
+def _window(col: str, seconds: float) -> Column:
+    return (F.floor(F.col(col) / seconds) * F.lit(seconds)).cast("double").alias("window_start")
+
+
+def throughput(events: DataFrame, consolidated: DataFrame, window_seconds: float = 1.0) -> DataFrame:
+    """Per group and window of ``window_seconds`` (starting on multiples of it,
+    in mesh time): events originated (by timestamp, each event once) and copies
+    received from elsewhere (by received_at).  group, window_start, originated,
+    receipts; windows with neither are left out."""
+    if window_seconds <= 0:
+        raise ValueError(f"window_seconds must be positive, got {window_seconds}")
+    made = consolidated.groupBy("group", _window("timestamp", window_seconds)).agg(F.count(F.lit(1)).alias("originated"))
+    got = receipts(events).groupBy("group", _window("received_at", window_seconds)).agg(F.count(F.lit(1)).alias("receipts"))
+    return made.join(got, ["group", "window_start"], "full_outer").select(
+        "group", "window_start",
+        F.coalesce("originated", F.lit(0).cast("long")).alias("originated"),
+        F.coalesce("receipts", F.lit(0).cast("long")).alias("receipts"),
+    )
+
+
+# ---------------------------------------------------------------- replay
+
+GROUP_DOCUMENT = "*"  # the ``node`` of a group's document made from every node's events
+
+
+def _document_of(pdf: pd.DataFrame) -> pd.DataFrame:
+    """One (group, node)'s ``doc`` events -> its document, by huddle's own engine."""
+    import pandas as pd
+
+    from ..doc import DocEngine
+    from ..ids import NodeId
+    from ..wire import LogRecord
+
+    engine = DocEngine()
+    engine.load(
+        LogRecord(NodeId.from_hex(src), int(seq), float(ts), DOC_KIND, body)
+        for src, seq, ts, body in zip(pdf["source"], pdf["seq"], pdf["timestamp"], pdf["body"], strict=True)
+    )
+    group, node = (pdf["group"].iloc[0], pdf["node"].iloc[0]) if len(pdf) else ("", "")
+    row = {"group": group, "node": node, **document_facts(engine)}
+    return pd.DataFrame([row])
+
+
+def document_facts(engine: DocEngine) -> dict[str, Any]:
+    """What the replay keeps of a document: doc_events, applied, dropped,
+    digest (SHA-256 of the canonical XML with eids), xml (without eids)."""
+    from ..doc import to_xml
+
+    doc = engine.document
+    return {
+        "doc_events": len(engine), "applied": doc.applied, "dropped": len(doc.dropped),
+        "digest": hashlib.sha256(to_xml(doc.root, eids=True).encode()).hexdigest(),
+        "xml": to_xml(doc.root),
+    }
+
+
+def documents(events: DataFrame) -> DataFrame:
+    """The document each node's ``doc`` events make, and the group's document
+    (node ``*``) from every node's events consolidated: group, node,
+    doc_events, applied, dropped, digest, xml.
+
+    The documents are made by :class:`huddle.doc.DocEngine` itself in the
+    Python workers (one pandas frame per group and node), so the order and
+    the rules are the node's own, not a second definition.  A node with no
+    ``doc`` event has no row here (its document is the empty bout)."""
+    docs = events.filter(F.col("kind") == DOC_KIND)
+    cols = ["group", "node", "source", "seq", "timestamp", "body"]
+    whole = docs.transform(consolidate).select(
+        "group", F.lit(GROUP_DOCUMENT).alias("node"), "source", "seq", "timestamp", "body")
+    return (
+        docs.select(*cols).unionByName(whole)
+        .groupBy("group", "node").applyInPandas(_document_of, schema=schemas.DOCUMENTS)
+    )
+
+
+def replay(events: DataFrame, docs: DataFrame) -> DataFrame:
+    """Each node's document compared with its group's: group, node, doc_events,
+    group_doc_events, same.  ``docs`` is :func:`documents` of ``events``;
+    every node with an event in the group has a row, a node with no ``doc``
+    event counting as the empty bout."""
+    empty = document_facts(_empty_engine())
+    nodes = events.select("group", "node").distinct()
+    mine = docs.filter(F.col("node") != GROUP_DOCUMENT).select("group", "node", "doc_events", "digest")
+    theirs = docs.filter(F.col("node") == GROUP_DOCUMENT).select(
+        "group", F.col("doc_events").alias("group_doc_events"), F.col("digest").alias("group_digest"))
+    return (
+        nodes.join(mine, ["group", "node"], "left").join(theirs, "group", "left")
+        .select(
+            "group", "node",
+            F.coalesce("doc_events", F.lit(0).cast("long")).alias("doc_events"),
+            F.coalesce("group_doc_events", F.lit(0).cast("long")).alias("group_doc_events"),
+            (F.coalesce("digest", F.lit(empty["digest"])) == F.coalesce("group_digest", F.lit(empty["digest"])))
+            .alias("same"),
+        )
+    )
+
+
+def _empty_engine() -> DocEngine:
+    from ..doc import DocEngine
+
+    return DocEngine()
+
+
+# ---------------------------------------------------------------- system picture
+
+def membership(stats: DataFrame) -> DataFrame:
+    """The membership events of the statistics rows, in mesh time: group, node,
+    ts, event, peer, name, reason.  ``reason`` is the detail's ``reason``
+    (peer_left, peer_excluded, peer_refused) or ``state`` (peer_state:
+    suspect when heartbeats stop, alive when they resume)."""
+    detail = F.col("detail")
+    return stats.filter(F.col("event") != "snapshot").select(
+        "group", "node", "ts", "event", "peer",
+        F.get_json_object(detail, "$.name").alias("name"),
+        F.coalesce(F.get_json_object(detail, "$.reason"), F.get_json_object(detail, "$.state")).alias("reason"),
+    )
+
+
+def node_health(stats: DataFrame) -> DataFrame:
+    """Per node, what its statistics rows say happened: group, node, first_ts,
+    last_ts, joins, leaves, timeouts (a peer gone silent), suspects (heartbeats
+    missed), refusals, exclusions, snapshots."""
+    m = membership(stats)
+
+    def n(cond: Column) -> Column:
+        return F.count(F.when(cond, True))
+
+    event, reason = F.col("event"), F.coalesce(F.col("reason"), F.lit(""))
+    rows = m.groupBy("group", "node").agg(
+        n(event == "peer_joined").alias("joins"),
+        n(event == "peer_left").alias("leaves"),
+        n((event == "peer_left") & (reason == "timeout")).alias("timeouts"),
+        n((event == "peer_state") & (reason == "suspect")).alias("suspects"),
+        n(event == "peer_refused").alias("refusals"),
+        n(event == "peer_excluded").alias("exclusions"),
+    )
+    span = stats.groupBy("group", "node").agg(
+        F.min("ts").alias("first_ts"), F.max("ts").alias("last_ts"),
+        n(F.col("event") == "snapshot").alias("snapshots"))
+    zero = F.lit(0).cast("long")
+    return span.join(rows, ["group", "node"], "left").select(
+        "group", "node", "first_ts", "last_ts",
+        *(F.coalesce(c, zero).alias(c) for c in ("joins", "leaves", "timeouts", "suspects", "refusals", "exclusions")),
+        "snapshots",
+    )
+
+
+def snapshots(stats: DataFrame) -> DataFrame:
+    """The counters of each periodic snapshot row: group, node, ts, received,
+    sent, decode_errors, refused, send_dropped, log_originated, log_received,
+    log_duplicates, log_resends, peers, peers_alive, rtt_ms_max."""
+    d = F.from_json("detail", schemas.SNAPSHOT_DETAIL)
+    return stats.filter(F.col("event") == "snapshot").select("group", "node", "ts", d.alias("d")).select(
+        "group", "node", "ts",
+        *(F.col("d")[c].alias(c) for c in ("received", "sent", "decode_errors", "refused", "send_dropped")),
+        *(F.col("d")["log"][c].alias(f"log_{c}") for c in ("originated", "received", "duplicates", "resends")),
+        F.coalesce(F.size(F.col("d")["peers"]), F.lit(0)).alias("peers"),
+        F.size(F.filter(F.col("d")["peers"], lambda p: p["state"] == "alive")).alias("peers_alive"),
+        F.array_max(F.transform(F.col("d")["peers"], lambda p: p["rtt_ms"])).alias("rtt_ms_max"),
+    )

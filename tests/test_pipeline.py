@@ -1,0 +1,370 @@
+"""The audit pipeline on Spark: each transform against hand-written rows, bad
+input, and exports of real runs (simulated, and three node processes) to report.html.
+
+One SparkSession (``local[1]``, one shuffle partition, no UI) serves the module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pyspark = pytest.importorskip("pyspark")
+
+from pyspark.sql import DataFrame, SparkSession  # noqa: E402
+from pyspark.testing import assertDataFrameEqual  # noqa: E402
+
+from huddle import cli  # noqa: E402
+from huddle.errors import ConfigError  # noqa: E402
+from huddle.pipeline import jobs, schemas  # noqa: E402
+from huddle.pipeline import transforms as T  # noqa: E402
+from huddle.pipeline.io import InputError, read_events, read_stats  # noqa: E402
+from huddle.pipeline.session import SparkSetupError, require_java, start_session  # noqa: E402
+
+pytestmark = pytest.mark.spark
+
+A, B, C = "a" * 32, "b" * 32, "c" * 32  # node / source ids
+G = "bout"
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    try:
+        require_java()
+    except SparkSetupError as exc:
+        pytest.skip(str(exc))
+    # Adaptive execution re-plans every stage: on rows this few that is most of a query's time.
+    session = start_session("local[1]", {"spark.sql.shuffle.partitions": "1", "spark.default.parallelism": "1",
+                                         "spark.driver.memory": "1g", "spark.sql.adaptive.enabled": "false"})
+    yield session
+    session.stop()
+
+
+def ev(node: str, source: str, seq: int, *, ts: float = 100.0, kind: str = "k", body: str = '{"n":1}',
+       hops: int | None = None, at: float | None = None, frm: str | None = None, group: str = G) -> tuple[Any, ...]:
+    """An export row; the defaults make the source's own copy, recorded at ``ts``."""
+    own = node == source
+    return (node, group, source, seq, ts, kind, body, 0 if own else (1 if hops is None else hops),
+            ts if at is None else at, None if own else (frm or source))
+
+
+def events(spark: SparkSession, *rows: tuple[Any, ...]) -> DataFrame:
+    return spark.createDataFrame(list(rows), schemas.EVENTS)
+
+
+# ------------------------------------------------------------------ consolidate
+
+
+def test_consolidate_keeps_one_row_per_event_with_first_receipt_copies_and_conflicts(spark: SparkSession) -> None:
+    df = events(
+        spark,
+        ev(A, A, 1, ts=10.0), ev(B, A, 1, ts=10.0, at=10.5), ev(C, A, 1, ts=10.0, hops=2, at=10.25, frm=B),
+        ev(A, A, 2, ts=11.0, body='{"n":2}'), ev(B, A, 2, ts=11.0, body='{"n":"forged"}', at=11.5),
+        ev(B, B, 1, ts=12.0, kind="chat"),
+    )
+    want = spark.createDataFrame([
+        (G, A, 1, 10.0, "k", '{"n":1}', 10.25, 3, False),
+        (G, A, 2, 11.0, "k", '{"n":2}', 11.5, 2, True),  # the source's copy is the one kept
+        (G, B, 1, 12.0, "chat", '{"n":1}', None, 1, False),  # only its source holds it: never received
+    ], schemas.CONSOLIDATED)
+    got = df.transform(T.consolidate)
+    assertDataFrameEqual(got, want, checkRowOrder=False)
+    assertDataFrameEqual(T.conflicts(df, got), spark.createDataFrame([
+        (G, A, 2, A, 11.0, "k", '{"n":2}'),
+        (G, A, 2, B, 11.0, "k", '{"n":"forged"}'),
+    ], schemas.CONFLICTS))
+
+
+# ------------------------------------------------------------------ convergence
+
+
+def test_held_ranges_are_islands_of_consecutive_numbers(spark: SparkSession) -> None:
+    df = events(spark, *(ev(B, A, q) for q in (1, 2, 2, 3, 5, 6, 9)), ev(B, B, 1), ev(C, A, 4))
+    assertDataFrameEqual(df.transform(T.held_ranges), spark.createDataFrame([
+        (B, G, A, 1, 3), (B, G, A, 5, 6), (B, G, A, 9, 9), (B, G, B, 1, 1), (C, G, A, 4, 4),
+    ], schemas.HELD_RANGES))
+
+
+@pytest.fixture(scope="module")
+def patchy(spark: SparkSession) -> DataFrame:
+    """A holds source A 1..10 and source B 1..2; B holds A 1..3, 6..10 and 12;
+    C holds A 1..2 and 12.  Nobody holds A#11."""
+    held = [(A, q) for q in range(1, 11)] + [(B, q) for q in (1, 2, 3, 6, 7, 8, 9, 10, 12)] + [(C, q) for q in (1, 2, 12)]
+    return events(spark, *(ev(node, A, q) for node, q in held), ev(A, B, 1), ev(A, B, 2))
+
+
+def test_missing_lists_what_each_node_lacks_as_ranges(spark: SparkSession, patchy: DataFrame) -> None:
+    assertDataFrameEqual(patchy.transform(T.held_ranges).transform(T.missing), spark.createDataFrame([
+        (A, G, A, 12, 12, 1),
+        (B, G, A, 4, 5, 2),
+        (C, G, A, 3, 10, 8),
+        (B, G, B, 1, 2, 2),  # holds nothing of source B: lacks all it could have
+        (C, G, B, 1, 2, 2),
+    ], schemas.MISSING), checkRowOrder=False)
+
+
+def test_gaps_are_the_numbers_no_node_holds(spark: SparkSession, patchy: DataFrame) -> None:
+    lost = events(spark, ev(A, C, 4), ev(B, C, 5), ev(B, C, 9))
+    held = patchy.unionByName(lost).transform(T.held_ranges)
+    assertDataFrameEqual(held.transform(T.gaps), spark.createDataFrame([
+        (G, A, 11, 11, 1), (G, C, 1, 3, 3), (G, C, 6, 8, 3),
+    ], schemas.GAPS), checkRowOrder=False)
+
+
+def test_a_converged_mesh_lacks_nothing(spark: SparkSession) -> None:
+    df = events(spark, *(ev(node, src, q) for node in (A, B) for src in (A, B) for q in (1, 2, 3)))
+    held = df.transform(T.held_ranges)
+    assert held.transform(T.missing).count() == 0 and held.transform(T.gaps).count() == 0
+
+
+# ------------------------------------------------------------------ propagation
+
+
+@pytest.fixture(scope="module")
+def travelled(spark: SparkSession) -> DataFrame:
+    """A's events 1..3 at t=100 reach B after 0.25, 0.5, 0.75 s; C gets #1 from B after 1 s (2 hops)."""
+    return events(
+        spark, *(ev(A, A, q) for q in (1, 2, 3)),
+        ev(B, A, 1, at=100.25), ev(B, A, 2, at=100.5), ev(B, A, 3, at=100.75),
+        ev(C, A, 1, hops=2, frm=B, at=101.0),
+    )
+
+
+def test_delays_by_source_receiver_hops_and_link(spark: SparkSession, travelled: DataFrame) -> None:
+    assertDataFrameEqual(travelled.transform(T.delays), spark.createDataFrame([
+        (G, "source", A, 4, 0.5, 1.0, 1.0, 1.0),
+        (G, "receiver", B, 3, 0.5, 0.75, 0.75, 0.75),
+        (G, "receiver", C, 1, 1.0, 1.0, 1.0, 1.0),
+        (G, "hops", "1", 3, 0.5, 0.75, 0.75, 0.75),
+        (G, "hops", "2", 1, 1.0, 1.0, 1.0, 1.0),
+        (G, "link", f"{A}>{B}", 3, 0.5, 0.75, 0.75, 0.75),
+        (G, "link", f"{B}>{C}", 1, 1.0, 1.0, 1.0, 1.0),
+    ], schemas.DELAYS), checkRowOrder=False)
+
+
+def test_delay_histogram_buckets_are_quarter_decades_of_milliseconds(spark: SparkSession) -> None:
+    df = events(spark, ev(B, A, 1, at=100.002), ev(B, A, 2, at=100.0025), ev(B, A, 3, at=100.3),
+                ev(C, A, 1, at=99.99), ev(C, A, 2, at=100.0))
+    # 2 ms and 2.5 ms: 10^(1/4)=1.78 .. 10^(2/4)=3.16 -> bucket 1; 300 ms: 10^(9/4)=178 .. 316 -> 9; <= 0: -13
+    assertDataFrameEqual(df.transform(T.delay_histogram), spark.createDataFrame([
+        (G, -13, 2), (G, 1, 2), (G, 9, 1),
+    ], schemas.DELAY_HISTOGRAM), checkRowOrder=False)
+
+
+def test_throughput_counts_originated_and_received_per_window(spark: SparkSession, travelled: DataFrame) -> None:
+    consolidated = travelled.transform(T.consolidate)
+    assertDataFrameEqual(T.throughput(travelled, consolidated, 0.5), spark.createDataFrame([
+        (G, 100.0, 3, 1), (G, 100.5, 0, 2), (G, 101.0, 0, 1),
+    ], schemas.THROUGHPUT), checkRowOrder=False)
+    with pytest.raises(ValueError, match="positive"):
+        T.throughput(travelled, consolidated, 0)
+
+
+# ------------------------------------------------------------------ replay
+
+
+PERSON = '{"children":[{"attrs":{"name":"Ada","number":"12"},"tag":"person"}],"op":"add","to":{"team":"home"}}'
+JAM = '{"attribute":"start","op":"set","to":{"jam":1,"period":1},"value":"100"}'
+
+
+def test_replay_compares_each_nodes_document_with_the_groups(spark: SparkSession) -> None:
+    df = events(
+        spark,
+        ev(A, A, 1, ts=5.0, kind="doc", body=PERSON), ev(A, B, 1, ts=6.0, kind="doc", body=JAM),
+        ev(B, B, 1, ts=6.0, kind="doc", body=JAM),
+        ev(C, C, 1, kind="chat"),  # C holds no doc event: its document is the empty bout
+    )
+    docs = df.transform(T.documents)
+    assertDataFrameEqual(T.replay(df, docs), spark.createDataFrame([
+        (G, A, 2, 2, True), (G, B, 1, 2, False), (G, C, 0, 2, False),
+    ], schemas.REPLAY), checkRowOrder=False)
+    whole = {r["node"]: r for r in docs.collect()}
+    assert set(whole) == {A, B, "*"}
+    assert whole["*"]["doc_events"] == 2 and whole["*"]["dropped"] == 0
+    assert '<person name="Ada" number="12"/>' in whole["*"]["xml"] and 'start="100"' in whole["*"]["xml"]
+    assert whole["*"]["xml"] == whole[A]["xml"] and "Ada" not in whole[B]["xml"]
+
+
+def test_replay_uses_the_nodes_own_engine(spark: SparkSession) -> None:
+    """One definition: the pipeline's document is byte for byte what huddle.doc makes of the same records."""
+    from huddle.doc import DocEngine, to_xml
+    from huddle.ids import NodeId
+    from huddle.wire import LogRecord
+
+    remove = '{"op":"remove","to":{"jam":1,"period":1}}'
+    rows = [ev(A, A, 1, ts=7.0, kind="doc", body=remove), ev(A, B, 1, ts=6.0, kind="doc", body=JAM),
+            ev(A, A, 2, ts=8.0, kind="doc", body="not json")]
+    engine = DocEngine()
+    for r in reversed(rows):
+        engine.add(LogRecord(NodeId.from_hex(r[2]), r[3], r[4], r[5], r[6]))
+    docs = {r["node"]: r for r in events(spark, *rows).transform(T.documents).collect()}
+    assert docs["*"]["xml"] == to_xml(engine.document.root)
+    assert docs["*"]["dropped"] == 1 and docs["*"]["applied"] == engine.document.applied
+
+
+# ------------------------------------------------------------------ system picture
+
+
+def stat(node: str, ts: float, event: str, peer: str | None, **detail: Any) -> tuple[Any, ...]:
+    return (node, G, ts, event, peer, json.dumps(detail))
+
+
+def test_system_picture_from_the_statistics_rows(spark: SparkSession) -> None:
+    snap = {"received": 40, "sent": 30, "decode_errors": 0, "refused": 1, "send_dropped": 0, "beacons": {"sent": 3},
+            "log": {"originated": 5, "received": 9, "duplicates": 2, "resends": 1, "asks": 0},
+            "peers": [{"uuid": B, "state": "alive", "rtt_ms": 1.5}, {"uuid": C, "state": "suspect", "rtt_ms": None}]}
+    stats = spark.createDataFrame([
+        stat(A, 1.0, "peer_joined", B, name="b", endpoint="tcp://127.0.0.1:1"),
+        stat(A, 2.0, "peer_state", C, name="c", state="suspect"),
+        stat(A, 3.0, "peer_left", C, name="c", reason="timeout"),
+        stat(A, 4.0, "peer_excluded", C, name="c", reason="excluded: garbage"),
+        stat(A, 5.0, "snapshot", None, **snap),
+        stat(B, 1.5, "peer_joined", A, name="a", endpoint="tcp://127.0.0.1:2"),
+    ], schemas.STATS)
+    assertDataFrameEqual(stats.transform(T.membership), spark.createDataFrame([
+        (G, A, 1.0, "peer_joined", B, "b", None),
+        (G, A, 2.0, "peer_state", C, "c", "suspect"),
+        (G, A, 3.0, "peer_left", C, "c", "timeout"),
+        (G, A, 4.0, "peer_excluded", C, "c", "excluded: garbage"),
+        (G, B, 1.5, "peer_joined", A, "a", None),
+    ], schemas.MEMBERSHIP), checkRowOrder=False)
+    assertDataFrameEqual(stats.transform(T.node_health), spark.createDataFrame([
+        (G, A, 1.0, 5.0, 1, 1, 1, 1, 0, 1, 1),
+        (G, B, 1.5, 1.5, 1, 0, 0, 0, 0, 0, 0),
+    ], schemas.NODE_HEALTH), checkRowOrder=False)
+    assertDataFrameEqual(stats.transform(T.snapshots), spark.createDataFrame([
+        (G, A, 5.0, 40, 30, 0, 1, 0, 5, 9, 2, 1, 2, 1, 1.5),
+    ], schemas.SNAPSHOTS))
+
+
+# ------------------------------------------------------------------ bad input and bad use
+
+
+def test_missing_and_empty_inputs_are_clear_errors(spark: SparkSession, tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="does not exist"):
+        read_events(spark, [str(tmp_path / "nope")])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match=r"no events\.parquet or events\.jsonl under"):
+        read_events(spark, [str(tmp_path / "empty")])
+    assert read_stats(spark, [str(tmp_path / "empty")]).count() == 0  # statistics are optional
+
+
+def test_input_that_breaks_the_schema_is_refused(spark: SparkSession, tmp_path: Path) -> None:
+    bad = tmp_path / "bad" / "events.jsonl"
+    bad.parent.mkdir()
+    bad.write_text('{"node":"x","group":"g","source":"s","seq":"one","timestamp":1.0,"kind":"k","body":"{}",'
+                   '"hops":0,"received_at":1.0,"received_from":null}\n')
+    with pytest.raises(InputError, match="does not match the export's schema"):
+        jobs.run(spark, [str(bad)], str(tmp_path / "out"), jobs=["consolidate"])
+    short = tmp_path / "short" / "events.jsonl"
+    short.parent.mkdir()
+    short.write_text('{"node":"x","group":"g","seq":1}\n')
+    with pytest.raises(InputError, match="lack a required column"):
+        jobs.run(spark, [str(short.parent)], str(tmp_path / "out"), jobs=["consolidate"])
+
+
+def test_bad_job_names_and_flags_are_refused_before_spark_starts(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ConfigError, match="unknown job"):
+        jobs.check_jobs(["consolidate", "nonsense"])
+    assert cli.main(["pipeline", "run", "--input", "x", "--output", "y", "--jobs", "converge"]) == 2
+    assert "unknown job(s) converge in --jobs: choose from consolidate, convergence" in capsys.readouterr().err
+    assert cli.main(["pipeline", "run", "--input", "x", "--output", "y", "--conf", "novalue"]) == 2
+    assert cli.main(["pipeline", "run", "--input", "/nonexistent/export", "--output", "y"]) == 1
+    assert "huddle pipeline: input /nonexistent/export does not exist" in capsys.readouterr().err
+    assert tuple(cli.PIPELINE_JOBS) == jobs.JOBS
+
+
+def test_help_teaches_the_jobs_and_an_example() -> None:
+    out = subprocess.run([sys.executable, "-m", "huddle", "pipeline", "run", "--help"],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    assert "convergence  per node and source" in out and "huddle pipeline run --input /tmp/sim" in out
+    assert "exit status" in out
+
+
+def test_no_java_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(SparkSetupError, match="needs Java 17 or newer, and there is no java"):
+        require_java(str(tmp_path / "java"))
+    old = tmp_path / "old-java"
+    old.write_text('#!/bin/sh\necho \'openjdk version "11.0.20" 2023-07-18\' >&2\n')
+    old.chmod(0o755)
+    with pytest.raises(SparkSetupError, match="found Java 11"):
+        require_java(str(old))
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-jdk"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert cli.main(["pipeline", "run", "--input", str(tmp_path), "--output", str(tmp_path / "o")]) == 1
+
+
+# ------------------------------------------------------------------ end to end
+
+
+def simulate(out: Path, fmt: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "huddle", "simulate", "--nodes", "3", "--events", "300",
+                           "--loss", "0.05", "--seed", "3", "--export", str(out), "--format", fmt],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONHASHSEED": "0"})
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_simulated_run_end_to_end_to_the_report(spark: SparkSession, tmp_path: Path) -> None:
+    simulate(tmp_path / "sim", "jsonl")
+    nodes = sorted(p.name for p in (tmp_path / "sim").iterdir())
+    assert len(nodes) == 3
+    # Take 7 events of one source away from one node: the pipeline must find exactly those.
+    victim = tmp_path / "sim" / nodes[2] / "events.jsonl"
+    rows = [json.loads(line) for line in victim.read_text().splitlines()]
+    source = nodes[0]
+    dropped = {r["seq"] for r in rows if r["source"] == source and 20 <= r["seq"] <= 26}
+    assert len(dropped) == 7
+    victim.write_text("".join(json.dumps(r) + "\n" for r in rows if not (r["source"] == source and r["seq"] in dropped)))
+    summary = jobs.run(spark, [str(tmp_path / "sim")], str(tmp_path / "audit"))
+    assert summary.nodes == 3 and summary.events == 300 and summary.conflicts == 0
+    assert (summary.missing_ranges, summary.missing_events, summary.gap_events) == (1, 7, 0)
+    assert summary.converged is False and summary.divergent == []  # simulated events are not doc events
+    assert summary.worst_p99 is not None and 0 < summary.worst_p99 < 60
+    missing = spark.read.parquet(str(tmp_path / "audit" / "missing")).collect()
+    assert [(r["node"], r["source"], r["first_seq"], r["last_seq"]) for r in missing] == [(nodes[2], source, 20, 26)]
+    page = (tmp_path / "audit" / "report.html").read_text()
+    assert page.index("NOT converged") < page.index("<svg")  # findings first, then plots
+    assert "missing: 7 event copies in 1 range(s)" in page and "<polyline" in page and "The mesh" in page
+    for table in ("consolidated", "held_ranges", "gaps", "delays", "throughput", "replay", "node_health", "summary"):
+        assert (tmp_path / "audit" / table).is_dir(), table
+
+
+@pytest.mark.processes
+def test_three_node_processes_end_to_end(spark: SparkSession, tmp_path: Path) -> None:
+    """A real run: three nodes on 127.0.0.1, events and document operations, each node exported."""
+    from conftest import Cluster, http, wait_for
+
+    cluster = Cluster(tmp_path)
+    try:
+        nodes = [cluster.start(n) for n in ("a", "b", "c")]
+        wait_for(lambda: cluster.mesh_complete(nodes), 20, "mesh")
+        for i in range(10):
+            assert http(nodes[i % 3].api, "/api/v1/events", {"kind": "score", "body": {"i": i}})[0] == 201
+        status, _ = http(nodes[1].api, "/api/v1/doc/ops", [
+            {"op": "add", "to": {"team": "home"}, "children": [{"tag": "person", "attrs": {"number": "7", "name": "Bo"}}]}])
+        assert status == 201
+
+        def everywhere() -> bool:
+            sums = [http(n.api, "/api/v1/log/summary")[1] for n in nodes]
+            return all(s["events"] == 11 and not s["gaps"] for s in sums)
+
+        wait_for(everywhere, 15, "11 events on every node")
+        for n in nodes:
+            done = subprocess.run([sys.executable, "-m", "huddle", "export", "--data-dir", str(tmp_path / n.name),
+                                   "--out", str(tmp_path / "export" / n.name)], capture_output=True, text=True, timeout=60)
+            assert done.returncode == 0, done.stderr
+    finally:
+        cluster.close()
+    summary = jobs.run(spark, [str(tmp_path / "export")], str(tmp_path / "audit"))
+    assert (summary.nodes, summary.events, summary.rows) == (3, 11, 33)
+    assert summary.converged is True and summary.divergent == [] and summary.missing_events == 0
+    assert summary.stats_rows is not None and summary.stats_rows > 0
+    page = (tmp_path / "audit" / "report.html").read_text()
+    assert "Converged" in page and "Bo" in page and "peer_joined" in page
