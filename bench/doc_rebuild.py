@@ -33,7 +33,7 @@ import time
 import benchlib
 
 from huddle.doc import DocEngine, to_xml
-from huddle.gcutil import few_collections
+from huddle.gcutil import paused_collections
 from huddle.ids import NodeId
 from huddle.protocol.replication import canonical_json
 from huddle.wire import LogRecord
@@ -89,7 +89,7 @@ def main() -> None:
     xml = ""
     for _ in range(args.reps):
         t0 = time.perf_counter()
-        with few_collections():  # the same collector settings as DocEngine.load and the rebuild
+        with paused_collections():  # the same collector settings as DocEngine.load and the rebuild
             keys = []
             for r in records:
                 json.loads(r.body)

@@ -423,3 +423,19 @@ def test_the_short_path_gives_what_the_general_path_gives(bodies: list[str]) -> 
         outcomes.append((to_xml(doc.root, eids=True), doc.dropped, doc.applied,
                          {eid: doc.history_of(eid) for eid in sorted(doc.index)}))
     assert outcomes[0] == outcomes[1]
+
+
+def test_paused_collections_leave_the_collector_as_they_found_it() -> None:
+    import gc
+
+    from huddle.gcutil import paused_collections
+
+    for collect in (True, False):
+        with paused_collections(collect=collect):
+            assert not gc.isenabled()
+            with paused_collections(collect=collect):
+                assert not gc.isenabled()
+            assert not gc.isenabled()  # the outer block still pauses
+            young = [[i] for i in range(1000)]
+        assert gc.isenabled() and gc.get_freeze_count() == 0
+        assert gc.get_count()[0] < 100 and all(gc.is_tracked(x) for x in young)

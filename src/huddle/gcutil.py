@@ -27,8 +27,8 @@ def few_collections() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def paused_collections() -> Iterator[None]:
-    """No collection while the block runs, then one of the young generations.
+def paused_collections(*, collect: bool = True) -> Iterator[None]:
+    """No collection while the block runs; at its end, one of the young generations.
 
     For work whose objects nearly all live on and make no garbage cycles
     (loading and building the bout document): the collector would find
@@ -36,6 +36,13 @@ def paused_collections() -> Iterator[None]:
     oldest generation, costs less than walking them at every threshold on
     the way (and than leaving them young, to be walked by the next two
     collections).  In a block that is already paused, nothing changes.
+
+    ``collect=False``, for a block whose new objects all live on (a document
+    just built): they are moved to the oldest generation without that walk,
+    which could only find them alive (``gc.freeze`` then ``gc.unfreeze``: the
+    permanent generation is empty before and after).  The full collections
+    walk them from then on, as they would have.  Where something else froze
+    objects, the young generations are collected instead.
     """
     if not gc.isenabled():
         yield
@@ -45,4 +52,8 @@ def paused_collections() -> Iterator[None]:
         yield
     finally:
         gc.enable()
-        gc.collect(1)
+        if collect or gc.get_freeze_count():
+            gc.collect(1)
+        else:
+            gc.freeze()
+            gc.unfreeze()

@@ -31,7 +31,9 @@ MAX_TEXT = 65_536  # characters of text in one element: appends beyond it are dr
 Key = tuple[float, bytes, int]  # (timestamp, source, seq): the order of application
 
 # The short path's vocabulary: what an add may put in a jam, what a set may change on one.
-_ADDABLE: dict[str, frozenset[str]] = {tag: attrs for tag, attrs in SCHEMA.items() if tag not in NOT_ADDED}
+# The tag with its attributes: the element takes this str, not the parsed body's copy.
+_ADDABLE: dict[str, tuple[str, frozenset[str]]] = {
+    tag: (tag, attrs) for tag, attrs in SCHEMA.items() if tag not in NOT_ADDED}
 _JAM_SETTABLE = SCHEMA["jam"] - FIXED["jam"]
 
 # Bodies are parsed by orjson (several times faster than json); what it refuses (NaN, lone surrogates)
@@ -164,55 +166,67 @@ class BoutDocument:
         if type(p) is not int or type(j) is not int or not 1 <= p <= 2 or not 1 <= j <= MAX_JAM:
             return False
         kind = op.get("op")
-        if kind == "set":
+        if kind == "add":
+            if len(op) != 3:
+                return False
+            children = op.get("children")
+            if type(children) is not list or len(children) != 1:
+                return False
+            node = children[0]
+            if type(node) is not dict:
+                return False
+            tag = node.get("tag", "")
+            vocabulary = _ADDABLE.get(tag) if type(tag) is str else None
+            if vocabulary is None:
+                return False
+            tag, allowed = vocabulary
+            attrs = node.get("attrs")
+            if attrs is None:
+                attrs, members = {}, 1
+            elif type(attrs) is dict and attrs and allowed.issuperset(attrs):
+                try:  # every value a string (join refuses others), none too long (their sum is not)
+                    if len("".join(attrs.values())) > MAX_STRING:
+                        return False
+                except TypeError:
+                    return False
+                members = 2
+            else:
+                return False
+            text = node.get("text")
+            if text is None:
+                text = ""
+            elif type(text) is not str or not text or len(text) > MAX_STRING:
+                return False
+            else:
+                members += 1
+            if len(node) != members:  # no eid, no children, nothing unknown
+                return False
+            jam = self._jams.get((p, j)) or self._make_jam(p, j, key)
+            e = Element(tag, None, attrs, text, key, 1)  # attrs: the parsed body's own dict, used once
+            e.parent = jam
+            if type(jam.children) is list:
+                jam.children.append(e)
+            else:
+                jam.children = [e]
+            self._unindexed.append(e)
+            payload: Any = e
+        elif kind == "set":
             name, value = op.get("attribute"), op.get("value")
             if (len(op) != 4 or type(name) is not str or name not in _JAM_SETTABLE
                     or type(value) is not str or len(value) > MAX_STRING):
                 return False
             jam = self._jams.get((p, j)) or self._make_jam(p, j, key)
             jam.attrs[name] = value
-            _note(jam, key, "set", op)
-            self.applied += 1
-            return True
-        if kind != "add" or len(op) != 3:
-            return False
-        children = op.get("children")
-        if type(children) is not list or len(children) != 1:
-            return False
-        node = children[0]
-        if type(node) is not dict:
-            return False
-        tag = node.get("tag")
-        if type(tag) is not str:
-            return False
-        allowed = _ADDABLE.get(tag)
-        if allowed is None:
-            return False
-        members = 1
-        attrs = node.get("attrs")
-        if attrs is None:
-            attrs = {}
+            payload = op
         else:
-            if type(attrs) is not dict or not attrs:
-                return False
-            for name, value in attrs.items():
-                if name not in allowed or type(value) is not str or len(value) > MAX_STRING:
-                    return False
-            members += 1
-        text = node.get("text")
-        if text is None:
-            text = ""
-        else:
-            if type(text) is not str or not text or len(text) > MAX_STRING:
-                return False
-            members += 1
-        if len(node) != members:  # no eid, no children, nothing unknown
             return False
-        jam = self._jams.get((p, j)) or self._make_jam(p, j, key)
-        e = Element(tag, None, attrs, text, key=key, n=1)  # attrs: the parsed body's own dict, used once
-        jam.append(e)
-        self._unindexed.append(e)
-        _note(jam, key, "add", e)
+        changes = jam.changes
+        if changes is not None:  # as always but in a clone: its history began with "create"
+            changes.append(key)  # _note, inline
+            changes.append(kind)
+            changes.append(payload)
+        else:
+            _note(jam, key, kind, payload)
         self.applied += 1
         return True
 
@@ -366,7 +380,7 @@ def _build(node: dict[str, Any], key: Key, made: list[Element], given: list[str]
     eid = node.get("eid")
     if eid:
         given.append(eid)
-    e = Element(node["tag"], eid, dict(node.get("attrs", ())), node.get("text", ""), key=key, n=len(made) + 1)
+    e = Element(node["tag"], eid, dict(node.get("attrs", ())), node.get("text", ""), key, len(made) + 1)
     made.append(e)
     for c in node.get("children", ()):
         e.append(_build(c, key, made, given))
@@ -379,7 +393,9 @@ def _note(e: Element, key: Key, what: str, payload: Any) -> None:
     if changes is None:
         e.changes = [key, what, payload]
     else:
-        changes += (key, what, payload)
+        changes.append(key)
+        changes.append(what)
+        changes.append(payload)
 
 
 def _added_under(e: Element) -> Element:
@@ -497,7 +513,7 @@ class DocEngine:
             events.sort(key=_second)
             doc = BoutDocument()
             apply, fast = doc.apply_body, self._fast
-            with paused_collections():  # a rebuild makes many long-lived objects
+            with paused_collections(collect=False):  # it makes a million objects that live on
                 for _, key, body in events:
                     apply(body, key, fast=fast)
             self._doc, self._stale, self._last = doc, False, events[-1][1]

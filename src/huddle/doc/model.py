@@ -78,7 +78,9 @@ class Element:
 
     __slots__ = ("_eid", "attrs", "before", "changes", "children", "key", "n", "parent", "removed", "tag", "text")
 
-    def __init__(self, tag: str, eid: str | None, attrs: dict[str, str] | None = None, text: str = "", *,
+    # Positional only in effect: a keyword argument makes constructing a class several times
+    # slower (a dict per call), and a rebuild constructs a million.
+    def __init__(self, tag: str, eid: str | None, attrs: dict[str, str] | None = None, text: str = "",  # noqa: PLR0917
                  key: tuple[float, bytes, int] | None = None, n: int = 0) -> None:
         self.tag = tag
         self._eid = eid
@@ -132,7 +134,7 @@ class Element:
             yield from c.walk()
 
     def copy(self) -> Element:
-        out = Element(self.tag, self._eid, dict(self.attrs), self.text, key=self.key, n=self.n)
+        out = Element(self.tag, self._eid, dict(self.attrs), self.text, self.key, self.n)
         for c in self.children:
             out.append(c.copy())
         return out
