@@ -40,7 +40,7 @@ _JAM_SETTABLE = SCHEMA["jam"] - FIXED["jam"]
 # or might read differently (integers past 64 bits become floats) goes to json.loads: see apply_body.
 _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
-_first, _second = itemgetter(0), itemgetter(1)
+_first = itemgetter(0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -478,39 +478,47 @@ class DocEngine:
 
     def add(self, record: LogRecord) -> bool:
         """Take a log record (others than kind ``doc`` are ignored); True if new."""
-        if record.kind != DOC_KIND:
-            return False
-        source = self._sources.get(record.source)
-        if source is None:
-            source = self._sources[record.source] = bytes(record.source)
-        key: Key = (record.timestamp, source, record.seq)
-        seen = self._seen
-        n = len(seen)
-        seen.add(key)
-        if len(seen) == n:
-            return False  # a duplicate
-        self._events.append((record.timestamp, key, record.body))
-        if self._last is not None and key < self._last:
-            self._stale = True  # sorted and replayed when the document is next read
-        else:
-            self._last = key
-        if not self._stale:
-            self._doc.apply_body(record.body, key, fast=self._fast)
-        return True
+        return self._take((record,)) == 1
 
     def load(self, records: Iterable[LogRecord]) -> int:
         """Take many records at once (a node starting on its store); returns how many were new."""
         with paused_collections():
-            return sum(self.add(r) for r in records)
+            return self._take(records)
+
+    def _take(self, records: Iterable[LogRecord]) -> int:
+        seen, events, sources = self._seen, self._events, self._sources
+        new = 0
+        for r in records:
+            if r.kind != DOC_KIND:
+                continue
+            source = sources.get(r.source)
+            if source is None:
+                source = sources[r.source] = bytes(r.source)
+            stamp = r.timestamp
+            key: Key = (stamp, source, r.seq)
+            n = len(seen)
+            seen.add(key)
+            if len(seen) == n:
+                continue  # a duplicate
+            new += 1
+            events.append((stamp, key, r.body))
+            if not self._stale:
+                if self._last is not None and key < self._last:
+                    self._stale = True  # sorted and replayed when the document is next read
+                else:
+                    self._last = key
+                    self._doc.apply_body(r.body, key, fast=self._fast)
+        return new
 
     @property
     def document(self) -> BoutDocument:
         if self._stale:
             events = self._events
-            # By timestamp, then by key: nearly sorted already, that second sort is one pass
-            # unless timestamps tie.  Timestamps are finite (the wire and the store check).
+            # By timestamp (floats), then as tuples: by then nearly sorted, one pass unless
+            # timestamps tie (keys are unique: bodies are never compared).  Both orders agree:
+            # timestamps are finite (the wire and the store check).
             events.sort(key=_first)
-            events.sort(key=_second)
+            events.sort()
             doc = BoutDocument()
             apply, fast = doc.apply_body, self._fast
             with paused_collections(collect=False):  # it makes a million objects that live on
