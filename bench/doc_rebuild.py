@@ -11,10 +11,11 @@ Per repetition, in turn:
 
 * baseline: ``json.loads`` of every body, then sorting the keys: the least
   any rebuild from stored events must do (with the same garbage-collector
-  settings as huddle's load and rebuild);
+  settings as huddle's load);
 * huddle:   a fresh ``DocEngine`` takes every record (``load``, as a node
-  starting on its store: each body is parsed and checked again, as for a
-  peer's event) and the document is read, which sorts and applies them all.
+  starting on its store: duplicates refused, bodies kept) and the document
+  is read, which sorts them and parses, checks again (as for a peer's
+  event) and applies every body.
   Load and apply are timed apart; the rebuild's CPU time (this process's)
   is shown too, as a hint when other work shares the machine.
 

@@ -67,7 +67,7 @@ class BoutDocument:
         self._jams: dict[tuple[int, int], Element] = {}
         self.dropped: list[dict[str, Any]] = []
         self.applied = 0
-        self.made: list[Element] = []  # the elements the last add made
+        self.made: list[Element] = []  # the elements the last add made by apply() (not apply_body's short path)
 
     @property
     def index(self) -> dict[str, Element]:
