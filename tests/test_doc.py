@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import uuid
 from typing import Any
@@ -282,6 +283,10 @@ class Convergence(RuleBasedStateMachine):
             e = engine_of(delivery)
             assert to_xml(e.document.root, eids=True) == expected
             assert e.document.dropped == self.reference.document.dropped
+        general = DocEngine(fast=False)  # every operation the general way: the same document
+        general.load(self.records)
+        assert to_xml(general.document.root, eids=True) == expected
+        assert general.document.dropped == self.reference.document.dropped
 
 
 Convergence.TestCase.settings = settings(max_examples=60, stateful_step_count=25, deadline=None)
@@ -354,3 +359,83 @@ def test_the_fast_check_accepts_only_what_normalise_leaves_unchanged(value: Any)
         assert normal == value
     if normal is not None:
         assert is_normal(normal)  # every stored body takes the fast path
+
+
+# ------------------------------------------------------------------ the short path
+
+ODD = st.one_of(
+    st.sampled_from(["", "x", "home", "start", "lead", "number", "eid", "lineup", "note", "jam"]),
+    st.integers(-1, 3), st.just(2**70), st.floats(allow_nan=True), st.booleans(), st.none(), st.text(max_size=2),
+)
+FAST_SHAPED = st.fixed_dictionaries(
+    {"op": st.sampled_from(["add", "set", "add", "set", "remove", "move"]),
+     "to": st.fixed_dictionaries({"period": st.sampled_from([1, 2, 1, 0, 3, "1", True, 1.0]),
+                                  "jam": st.sampled_from([1, 2, 200, 201, 0, "2", False, 2.0])},
+                                 optional={"team": st.just("home")})},
+    optional={
+        "children": st.lists(st.fixed_dictionaries(
+            {"tag": st.sampled_from(["lineup", "note", "points", "jam", "team", "bogus", 1])},
+            optional={"attrs": st.dictionaries(st.sampled_from(["team", "number", "by", "code", "x", "eid"]), ODD,
+                                               max_size=3) | ODD,
+                      "text": ODD, "eid": st.just("6842b56c-44ca-525c-b89d-51bee1a2c0b6") | ODD,
+                      "children": st.just([{"tag": "note"}]) | ODD}), max_size=2) | ODD,
+        "attribute": st.sampled_from(["start", "duration", "lead", "called", "number", "eid", "name"]) | ODD,
+        "value": ODD, "text": ODD, "xml": st.just("<note/>")},
+)
+JAM = st.builds(lambda p, j: {"period": p, "jam": j}, st.integers(1, 2), st.integers(1, 3))
+COMMON = st.one_of(
+    st.builds(lambda to, tag, attrs, text: {"op": "add", "to": to, "children": [
+        {"tag": tag, **({"attrs": attrs} if attrs else {}), **({"text": text} if text else {})}]},
+        JAM, st.sampled_from(["lineup", "note", "points", "penalty", "timeout", "person"]),
+        st.dictionaries(st.sampled_from(["team", "number", "by", "points"]), st.sampled_from(["home", "1", ""]),
+                        max_size=2), st.sampled_from(["", "ok"])),
+    st.builds(lambda to, name, value: {"op": "set", "to": to, "attribute": name, "value": value},
+              JAM, st.sampled_from(["start", "duration", "lead", "called", "number"]), st.sampled_from(["1", ""])),
+    st.builds(lambda to: {"op": "remove", "to": to}, JAM),
+)
+BODIES = st.one_of(
+    COMMON.map(canonical_json),
+    FAST_SHAPED.map(lambda op: json.dumps(op, sort_keys=True)),
+    FAST_SHAPED.map(json.dumps),
+    st.sampled_from([
+        '{"op":"set","to":{"period":1,"jam":1},"attribute":"start","value":NaN}',
+        '{"op":"set","to":{"period":1,"jam":1},"attribute":"start","value":1e999}',
+        '{"op":"set","to":{"period":1,"jam":1},"attribute":"start","value":123456789012345678901234567890}',
+        '{"op":"set","to":{"period":1,"jam":123456789012345678901234567890},"attribute":"start","value":"1"}',
+        '{"op":"set","to":{"period":1,"jam":1},"attribute":"start","value":"\\ud800"}',
+        '{"op":"set","to":{"period":1,"jam":1},"attribute":"start","value":"a","value":"b"}',
+        '{"op":"add","to":{"period":1,"jam":1},"children":[{"tag":"note","text":"x","tag":"lineup"}]}',
+        '{"op":"add","to":{"period":1,"jam":1},"children":[{"tag":"note"}]} ', "{", "[]", "null",
+    ]),
+)
+
+
+@given(st.lists(BODIES, min_size=1, max_size=6))
+@settings(max_examples=300, deadline=None)
+def test_the_short_path_gives_what_the_general_path_gives(bodies: list[str]) -> None:
+    """Bodies near the short path's shapes (set a jam's attribute, add one element to a jam), valid or
+    not, parsed by orjson or not: the document, drops and histories are those of the general path."""
+    outcomes = []
+    for fast in (True, False):
+        doc = BoutDocument()
+        for i, body in enumerate(bodies):
+            doc.apply_body(body, (float(i), bytes(A), i + 1), fast=fast)
+        outcomes.append((to_xml(doc.root, eids=True), doc.dropped, doc.applied,
+                         {eid: doc.history_of(eid) for eid in sorted(doc.index)}))
+    assert outcomes[0] == outcomes[1]
+
+
+def test_paused_collections_leave_the_collector_as_they_found_it() -> None:
+    import gc
+
+    from huddle.gcutil import paused_collections
+
+    for collect in (True, False):
+        with paused_collections(collect=collect):
+            assert not gc.isenabled()
+            with paused_collections(collect=collect):
+                assert not gc.isenabled()
+            assert not gc.isenabled()  # the outer block still pauses
+            young = [[i] for i in range(1000)]
+        assert gc.isenabled() and gc.get_freeze_count() == 0
+        assert gc.get_count()[0] < 100 and all(gc.is_tracked(x) for x in young)

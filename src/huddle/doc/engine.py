@@ -14,18 +14,33 @@ import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
-from ..gcutil import few_collections
+import orjson
+
+from ..gcutil import paused_collections
 from ..wire import LogRecord
 from .model import FIXED, PERMANENT, SCHEMA, Element, default_bout, derived_eid
-from .ops import DOC_KIND, OperationError, is_normal, normalise
+from .ops import DOC_KIND, MAX_JAM, MAX_STRING, NOT_ADDED, OperationError, is_normal, normalise
 
 __all__ = ["MAX_TEXT", "BoutDocument", "DocEngine", "Key", "jams"]
 
 MAX_TEXT = 65_536  # characters of text in one element: appends beyond it are dropped
 
 Key = tuple[float, bytes, int]  # (timestamp, source, seq): the order of application
+
+# The short path's vocabulary: what an add may put in a jam, what a set may change on one.
+# The tag with its attributes: the element takes this str, not the parsed body's copy.
+_ADDABLE: dict[str, tuple[str, frozenset[str]]] = {
+    tag: (tag, attrs) for tag, attrs in SCHEMA.items() if tag not in NOT_ADDED}
+_JAM_SETTABLE = SCHEMA["jam"] - FIXED["jam"]
+
+# Bodies are parsed by orjson (several times faster than json); what it refuses (NaN, lone surrogates)
+# or might read differently (integers past 64 bits become floats) goes to json.loads: see apply_body.
+_loads = orjson.loads
+_JSONDecodeError = orjson.JSONDecodeError
+_first = itemgetter(0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +67,7 @@ class BoutDocument:
         self._jams: dict[tuple[int, int], Element] = {}
         self.dropped: list[dict[str, Any]] = []
         self.applied = 0
-        self.made: list[Element] = []  # the elements the last add made
+        self.made: list[Element] = []  # the elements the last add made by apply() (not apply_body's short path)
 
     @property
     def index(self) -> dict[str, Element]:
@@ -78,11 +93,26 @@ class BoutDocument:
         return out
 
     def history_of(self, eid: str) -> list[dict[str, Any]] | None:
-        """The element's changes in application order (None: no element ever had this eid)."""
+        """The element's changes in application order (None: no element ever had this eid).
+
+        Built on demand from what applying kept: an element of the same eid
+        removed earlier (``before``: its history comes first), the event that
+        added it (``key``), and its later changes, flat (``changes``)."""
         e = self.index.get(eid) or self._removed.get(eid)
         if e is None:
             return None
-        return [{**_origin(key), **_change(what, payload)} for key, what, payload in e.changes or ()]
+        chain = []
+        while e is not None:
+            chain.append(e)
+            e = e.before
+        out: list[dict[str, Any]] = []
+        for e in reversed(chain):
+            if e.key is not None:  # made by an add: that is its first change
+                out.append({**_origin(e.key), "op": "add", "parent": _added_under(e).eid})
+            changes = e.changes or ()
+            for i in range(0, len(changes), 3):
+                out.append({**_origin(changes[i]), **_change(changes[i + 1], changes[i + 2])})
+        return out
 
     # ------------------------------------------------------------ applying
 
@@ -95,6 +125,110 @@ class BoutDocument:
             return exc.reason
         self.applied += 1
         return None
+
+    def apply_body(self, body: str, key: Key, *, fast: bool = True) -> None:
+        """Apply a stored ``doc`` event: its body is read and checked again (a
+        peer may be buggy or hostile); one that is not a valid operation is
+        dropped, and the drop recorded, as one that does not fit.
+
+        The common operations (set a jam's attribute, add one element to a
+        jam) take a short path: the body is parsed by orjson and checked and
+        applied in one step, with the outcome :meth:`apply` would give.
+        Anything else goes the general way (``fast=False``: everything, for
+        the tests that compare the two)."""
+        if fast:
+            try:
+                op = _loads(body)
+            except _JSONDecodeError:
+                pass  # json may still read it (NaN, big numbers): decode_op says
+            else:
+                if self._fast(op, key):
+                    return
+                if is_normal(op):  # then it holds no float: json.loads would give the same value
+                    self.apply(op, key)
+                    return
+        decoded = decode_op(body)
+        if isinstance(decoded, str):
+            self.dropped.append({**_origin(key), "op": None, "to": None, "reason": decoded})
+        else:
+            self.apply(decoded, key)
+
+    def _fast(self, op: Any, key: Key) -> bool:
+        """Apply ``op`` if it is a valid operation in normal form of a common
+        shape (what :func:`is_normal` and :meth:`_apply` check, for these
+        shapes only); False, having changed nothing, if it is not."""
+        if type(op) is not dict:
+            return False
+        to = op.get("to")
+        if type(to) is not dict or len(to) != 2:
+            return False
+        p, j = to.get("period"), to.get("jam")
+        if type(p) is not int or type(j) is not int or not 1 <= p <= 2 or not 1 <= j <= MAX_JAM:
+            return False
+        kind = op.get("op")
+        if kind == "add":
+            if len(op) != 3:
+                return False
+            children = op.get("children")
+            if type(children) is not list or len(children) != 1:
+                return False
+            node = children[0]
+            if type(node) is not dict:
+                return False
+            tag = node.get("tag", "")
+            vocabulary = _ADDABLE.get(tag) if type(tag) is str else None
+            if vocabulary is None:
+                return False
+            tag, allowed = vocabulary
+            attrs = node.get("attrs")
+            if attrs is None:
+                attrs, members = {}, 1
+            elif type(attrs) is dict and attrs and allowed.issuperset(attrs):
+                try:  # every value a string (join refuses others), none too long (their sum is not)
+                    if len("".join(attrs.values())) > MAX_STRING:
+                        return False
+                except TypeError:
+                    return False
+                members = 2
+            else:
+                return False
+            text = node.get("text")
+            if text is None:
+                text = ""
+            elif type(text) is not str or not text or len(text) > MAX_STRING:
+                return False
+            else:
+                members += 1
+            if len(node) != members:  # no eid, no children, nothing unknown
+                return False
+            jam = self._jams.get((p, j)) or self._make_jam(p, j, key)
+            e = Element(tag, None, attrs, text, key, 1)  # attrs: the parsed body's own dict, used once
+            e.parent = jam
+            if type(jam.children) is list:
+                jam.children.append(e)
+            else:
+                jam.children = [e]
+            self._unindexed.append(e)
+            payload: Any = e
+        elif kind == "set":
+            name, value = op.get("attribute"), op.get("value")
+            if (len(op) != 4 or type(name) is not str or name not in _JAM_SETTABLE
+                    or type(value) is not str or len(value) > MAX_STRING):
+                return False
+            jam = self._jams.get((p, j)) or self._make_jam(p, j, key)
+            jam.attrs[name] = value
+            payload = op
+        else:
+            return False
+        changes = jam.changes
+        if changes is not None:  # as always but in a clone: its history began with "create"
+            changes.append(key)  # _note, inline
+            changes.append(kind)
+            changes.append(payload)
+        else:
+            _note(jam, key, kind, payload)
+        self.applied += 1
+        return True
 
     def check(self, op: dict[str, Any]) -> None:
         """Raise :class:`OperationError` if ``op`` cannot apply to the document as it is now."""
@@ -119,7 +253,7 @@ class BoutDocument:
                 return
             parent = target.parent
             assert parent is not None
-            parent.children.remove(target)
+            parent.remove(target)
             index = self.index
             for e in target.walk():
                 e.removed = True
@@ -148,10 +282,8 @@ class BoutDocument:
         if text is not None and len(target.text) + len(text) > MAX_TEXT:
             raise _Unresolved(f"the text of <{target.tag}> would pass {MAX_TEXT} characters")
         made: list[Element] = []
-        counter = [0]
-        origin = (key[1], key[2])
-        new = [_build(n, origin, counter, made) for n in op.get("children", ())]
-        given = [e.eid for e in made if e.origin is None]  # eids the operation names itself
+        given: list[str] = []  # eids the operation names itself
+        new = [_build(n, key, made, given) for n in op.get("children", ())]
         if given:
             index = self.index
             clash = next((eid for i, eid in enumerate(given) if eid in index or eid in given[:i]), None)
@@ -167,11 +299,10 @@ class BoutDocument:
                 self._enter(e)
         else:
             self._unindexed.extend(made)
-        for e in made:
-            _note(e, key, "added", target)
+        # Each made element's own history starts with this event: its key says so (see history_of).
         if text is not None:
             target.text += text
-        _note(target, key, "add", (new, text))
+        _note(target, key, "add", new[0] if len(new) == 1 and text is None else (new, text))
 
     def _enter(self, e: Element) -> None:
         """Index an element whose eid may have been used before (a jam made
@@ -179,8 +310,18 @@ class BoutDocument:
         eid = e.eid
         self._index[eid] = e
         old = self._removed.pop(eid, None)
-        if old is not None and old.changes:
-            e.changes = list(old.changes)
+        if old is not None:
+            e.before = old
+
+    def _make_jam(self, period: int, number: int, key: Key) -> Element:
+        """A jam referred to for the first time (or again, after a remove)."""
+        jam = Element("jam", derived_eid(f"bout/period/{period}/jam/{number}"), {"number": str(number)})
+        parent = self._periods[str(period)]
+        _insert_jam(parent, jam)
+        self._enter(jam)
+        self._jams[(period, number)] = jam
+        _note(jam, key, "create", (parent, "jam"))
+        return jam
 
     def _check_attribute(self, tag: str, name: str) -> None:
         allowed = SCHEMA.get(tag, frozenset())
@@ -208,12 +349,7 @@ class BoutDocument:
             if jam is None:
                 if not create:
                     return None
-                jam = Element("jam", derived_eid(f"bout/period/{to['period']}/jam/{to['jam']}"),
-                              {"number": str(to["jam"])})
-                _insert_jam(period, jam)
-                self._enter(jam)
-                self._jams[(to["period"], to["jam"])] = jam
-                _note(jam, key, "create", (period, "jam"))
+                jam = self._make_jam(to["period"], to["jam"], key)
             return jam
         if "team" in to:
             team = self._teams[to["team"]]
@@ -240,22 +376,37 @@ class BoutDocument:
         return e
 
 
-def _build(node: dict[str, Any], origin: tuple[bytes, int], counter: list[int], made: list[Element]) -> Element:
-    counter[0] += 1
+def _build(node: dict[str, Any], key: Key, made: list[Element], given: list[str]) -> Element:
     eid = node.get("eid")
-    e = Element(node["tag"], eid, dict(node.get("attrs", ())), node.get("text", ""),
-                None if eid else (origin[0], origin[1], counter[0]))
+    if eid:
+        given.append(eid)
+    e = Element(node["tag"], eid, dict(node.get("attrs", ())), node.get("text", ""), key, len(made) + 1)
     made.append(e)
     for c in node.get("children", ()):
-        e.append(_build(c, origin, counter, made))
+        e.append(_build(c, key, made, given))
     return e
 
 
 def _note(e: Element, key: Key, what: str, payload: Any) -> None:
-    if e.changes is None:
-        e.changes = [(key, what, payload)]
+    """Add to an element's history (flat: key, what, payload)."""
+    changes = e.changes
+    if changes is None:
+        e.changes = [key, what, payload]
     else:
-        e.changes.append((key, what, payload))
+        changes.append(key)
+        changes.append(what)
+        changes.append(payload)
+
+
+def _added_under(e: Element) -> Element:
+    """The element an add put ``e`` under: its parent, or for an element
+    nested in what the add made, the add's target."""
+    parent = e.parent
+    assert parent is not None
+    while parent.key is not None and parent.key == e.key:
+        parent = parent.parent
+        assert parent is not None
+    return parent
 
 
 def _insert_jam(period: Element, jam: Element) -> None:
@@ -263,8 +414,7 @@ def _insert_jam(period: Element, jam: Element) -> None:
     number = int(jam.attrs["number"])
     for i, c in enumerate(period.children):
         if c.tag == "jam" and int(c.attrs["number"]) > number:
-            jam.parent = period
-            period.children.insert(i, jam)
+            period.insert(i, jam)
             return
     period.append(jam)
 
@@ -281,9 +431,9 @@ def _change(what: str, payload: Any) -> dict[str, Any]:
         return {"op": "set", "text": payload["text"]}
     if what == "create":
         return {"op": "create", "parent": payload[0].eid, "tag": payload[1]}
-    if what == "added":  # the element itself was added, under payload
-        return {"op": "add", "parent": payload.eid}
     if what == "add":  # children or text were added to it
+        if isinstance(payload, Element):  # one child, no text
+            return {"op": "add", "children": [payload.eid]}
         children, text = payload
         return {"op": "add", **({"children": [c.eid for c in children]} if children else {}),
                 **({"text": text} if text is not None else {})}
@@ -306,58 +456,77 @@ class DocEngine:
 
     Events arriving in order are applied at once; one that sorts before an
     applied event makes the document be rebuilt from its events the next
-    time it is read.  Duplicates are ignored.
+    time it is read.  Duplicates are ignored.  Bodies are kept as they came
+    (a string is small; a parsed operation is many objects) and read again
+    when the document is rebuilt.
     """
 
-    def __init__(self) -> None:
-        self._keys: list[Key] = []
-        self._ops: dict[Key, dict[str, Any] | str] = {}  # a str: the body could not be read
+    def __init__(self, *, fast: bool = True) -> None:
+        self._seen: set[Key] = set()
+        # (timestamp, key, body): in order of arrival, sorted when the document is rebuilt.  The
+        # timestamp first, so that the sort compares floats, not tuples (several times faster).
+        self._events: list[tuple[float, Key, str]] = []
+        self._last: Key | None = None  # the greatest key while nothing arrived out of order
+        self._sources: dict[bytes, bytes] = {}  # one bytes object per source, shared by its keys
         self._doc = BoutDocument()
         self._stale = False
+        self._fast = fast  # False: every operation takes the general path (tests compare the two)
         self.rebuilds = 0
 
     def __len__(self) -> int:
-        return len(self._keys)
+        return len(self._seen)
 
     def add(self, record: LogRecord) -> bool:
         """Take a log record (others than kind ``doc`` are ignored); True if new."""
-        if record.kind != DOC_KIND:
-            return False
-        key: Key = (record.timestamp, bytes(record.source), record.seq)
-        if key in self._ops:
-            return False
-        op = decode_op(record.body)
-        self._ops[key] = op
-        if self._keys and key < self._keys[-1]:
-            self._stale = True  # sorted and replayed when the document is next read
-        self._keys.append(key)
-        if not self._stale:
-            self._apply(self._doc, key, op)
-        return True
+        return self._take((record,)) == 1
 
     def load(self, records: Iterable[LogRecord]) -> int:
         """Take many records at once (a node starting on its store); returns how many were new."""
-        with few_collections():
-            return sum(self.add(r) for r in records)
+        with paused_collections():
+            return self._take(records)
+
+    def _take(self, records: Iterable[LogRecord]) -> int:
+        seen, events, sources = self._seen, self._events, self._sources
+        new = 0
+        for r in records:
+            if r.kind != DOC_KIND:
+                continue
+            source = sources.get(r.source)
+            if source is None:
+                source = sources[r.source] = bytes(r.source)
+            stamp = r.timestamp
+            key: Key = (stamp, source, r.seq)
+            n = len(seen)
+            seen.add(key)
+            if len(seen) == n:
+                continue  # a duplicate
+            new += 1
+            events.append((stamp, key, r.body))
+            if not self._stale:
+                if self._last is not None and key < self._last:
+                    self._stale = True  # sorted and replayed when the document is next read
+                else:
+                    self._last = key
+                    self._doc.apply_body(r.body, key, fast=self._fast)
+        return new
 
     @property
     def document(self) -> BoutDocument:
         if self._stale:
-            self._keys.sort()
+            events = self._events
+            # By timestamp (floats), then as tuples: by then nearly sorted, one pass unless
+            # timestamps tie (keys are unique: bodies are never compared).  Both orders agree:
+            # timestamps are finite (the wire and the store check).
+            events.sort(key=_first)
+            events.sort()
             doc = BoutDocument()
-            with few_collections():  # a rebuild makes many long-lived objects
-                for key in self._keys:
-                    self._apply(doc, key, self._ops[key])
-            self._doc, self._stale = doc, False
+            apply, fast = doc.apply_body, self._fast
+            with paused_collections(collect=False):  # it makes a million objects that live on
+                for _, key, body in events:
+                    apply(body, key, fast=fast)
+            self._doc, self._stale, self._last = doc, False, events[-1][1]
             self.rebuilds += 1
         return self._doc
-
-    @staticmethod
-    def _apply(doc: BoutDocument, key: Key, op: dict[str, Any] | str) -> None:
-        if isinstance(op, str):
-            doc.dropped.append({**_origin(key), "op": None, "to": None, "reason": op})
-        else:
-            doc.apply(op, key)
 
 
 def decode_op(body: str) -> dict[str, Any] | str:

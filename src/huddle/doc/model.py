@@ -65,36 +65,61 @@ def derived_eid(name: str) -> str:
 
 class Element:
     """One element.  Its eid is given, fixed (derived from a name), or derived
-    from the event that added it (``origin``: source, seq, n) the first time
-    it is asked for: most elements of a large document are never addressed
-    by eid, and deriving one costs a SHA-1."""
+    from the event that added it (``key``: timestamp, source, seq; ``n``: its
+    number among the elements that event added) the first time it is asked
+    for: most elements of a large document are never addressed by eid, and
+    deriving one costs a SHA-1.
 
-    __slots__ = ("_eid", "attrs", "changes", "children", "origin", "parent", "removed", "tag", "text")
+    ``key`` is set on every element an ``add`` made (given eid or not): it is
+    also the first entry of the element's history, which the engine does not
+    store (see ``BoutDocument.history_of``).  ``changes`` holds the rest, flat:
+    ``[key, what, payload, key, what, payload, ...]``; ``before`` is an element
+    of the same eid removed earlier, whose history this one continues."""
 
-    def __init__(self, tag: str, eid: str | None, attrs: dict[str, str] | None = None, text: str = "",
-                 origin: tuple[bytes, int, int] | None = None) -> None:
+    __slots__ = ("_eid", "attrs", "before", "changes", "children", "key", "n", "parent", "removed", "tag", "text")
+
+    # Positional only in effect: a keyword argument makes constructing a class several times
+    # slower (a dict per call), and a rebuild constructs a million.
+    def __init__(self, tag: str, eid: str | None, attrs: dict[str, str] | None = None, text: str = "",  # noqa: PLR0917
+                 key: tuple[float, bytes, int] | None = None, n: int = 0) -> None:
         self.tag = tag
         self._eid = eid
         self.attrs: dict[str, str] = {} if attrs is None else attrs
         self.text = text
-        self.children: list[Element] = []
+        self.children: list[Element] | tuple[()] = ()  # a list from the first child on
         self.parent: Element | None = None
-        self.origin = origin
-        self.changes: list[tuple[Any, str, Any]] | None = None  # this element's history (engine)
+        self.key = key
+        self.n = n
+        self.changes: list[Any] | None = None  # this element's history (engine)
+        self.before: Element | None = None
         self.removed = False
 
     @property
     def eid(self) -> str:
         eid = self._eid
         if eid is None:
-            assert self.origin is not None
-            source, seq, n = self.origin
-            eid = self._eid = derived_eid(f"{source.hex()}:{seq}:{n}")
+            assert self.key is not None
+            _, source, seq = self.key
+            eid = self._eid = derived_eid(f"{source.hex()}:{seq}:{self.n}")
         return eid
 
     def append(self, child: Element) -> None:
         child.parent = self
-        self.children.append(child)
+        if isinstance(self.children, list):
+            self.children.append(child)
+        else:  # most elements never have a child: they share the empty tuple
+            self.children = [child]
+
+    def insert(self, i: int, child: Element) -> None:
+        child.parent = self
+        if isinstance(self.children, list):
+            self.children.insert(i, child)
+        else:
+            self.children = [child]
+
+    def remove(self, child: Element) -> None:
+        assert isinstance(self.children, list)
+        self.children.remove(child)
 
     def find(self, tag: str, **attrs: str) -> Element | None:
         """The first child with ``tag`` and these attribute values."""
@@ -109,7 +134,7 @@ class Element:
             yield from c.walk()
 
     def copy(self) -> Element:
-        out = Element(self.tag, self._eid, dict(self.attrs), self.text, self.origin)
+        out = Element(self.tag, self._eid, dict(self.attrs), self.text, self.key, self.n)
         for c in self.children:
             out.append(c.copy())
         return out

@@ -245,8 +245,8 @@ def _count(nodes: list[dict[str, Any]]) -> None:
 # --------------------------------------------------------------------------- fast check
 
 
-_NOT_ADDED: Final = frozenset({"bout", "team", "period", "jam"})
-_MAX_TEXT: Final = 100_000
+NOT_ADDED: Final = frozenset({"bout", "team", "period", "jam"})  # elements an add may not make
+MAX_STRING: Final = 100_000  # characters in one string of an operation
 
 
 def is_normal(op: Any) -> bool:
@@ -263,14 +263,14 @@ def is_normal(op: Any) -> bool:
     if kind == "set":
         if n == 4:
             name, value = op.get("attribute"), op.get("value")
-            return (type(name) is str and name not in {"eid", ""} and type(value) is str and len(value) <= _MAX_TEXT)
+            return (type(name) is str and name not in {"eid", ""} and type(value) is str and len(value) <= MAX_STRING)
         text = op.get("text")
-        return n == 3 and type(text) is str and len(text) <= _MAX_TEXT
+        return n == 3 and type(text) is str and len(text) <= MAX_STRING
     if kind == "add":
         children, text = op.get("children"), op.get("text")
         if n != 2 + (children is not None) + (text is not None):
             return False
-        if text is not None and (type(text) is not str or not text or len(text) > _MAX_TEXT):
+        if text is not None and (type(text) is not str or not text or len(text) > MAX_STRING):
             return False
         if children is None:
             return text is not None
@@ -319,7 +319,7 @@ def _normal_node(node: Any, depth: int, count: list[int]) -> bool:
         return False
     tag = node.get("tag")
     allowed = SCHEMA.get(tag) if type(tag) is str else None
-    if allowed is None or tag in _NOT_ADDED:
+    if allowed is None or tag in NOT_ADDED:
         return False
     n = 1
     attrs = node.get("attrs")
@@ -328,7 +328,7 @@ def _normal_node(node: Any, depth: int, count: list[int]) -> bool:
         if type(attrs) is not dict or not attrs:
             return False
         for k, v in attrs.items():
-            if k not in allowed or type(v) is not str or len(v) > _MAX_TEXT:
+            if k not in allowed or type(v) is not str or len(v) > MAX_STRING:
                 return False
     eid = node.get("eid")
     if eid is not None:
@@ -338,7 +338,7 @@ def _normal_node(node: Any, depth: int, count: list[int]) -> bool:
     text = node.get("text")
     if text is not None:
         n += 1
-        if type(text) is not str or not text or len(text) > _MAX_TEXT:
+        if type(text) is not str or not text or len(text) > MAX_STRING:
             return False
     children = node.get("children")
     if children is not None:
