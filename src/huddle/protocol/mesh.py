@@ -67,6 +67,8 @@ from .replication import Replicator
 
 __all__ = ["Mesh", "PeerInfo", "Phase", "Timing"]
 
+REPORT_SOON: Final = 0.2  # seconds from a change of our sessions to our next RAWS report
+
 log = logging.getLogger("huddle.mesh")
 
 _SEED_BACKOFF_MAX: Final = 10.0
@@ -668,6 +670,7 @@ class Mesh:
                     seed.peer = s.uuid
                     s.seed = seed.endpoint
         self._notify(PeerJoined(s.uuid, s.name, s.endpoint, self.mesh_time(now)))
+        self._report_soon(now)
         self._had_peers = True
         if self.cut_off:
             self.cut_off = False
@@ -701,6 +704,7 @@ class Mesh:
             gone = PeerInfo(info.uuid, info.name, info.endpoint, info.group, "gone", info.last_seen, info.rtt)
             self._gone[s.uuid] = _Gone(gone, now + self.timing.gone_retention)
             self._notify(PeerLeft(s.uuid, s.name, reason, self.mesh_time(now)))
+            self._report_soon(now)
             if not self._closed and not self.cut_off and not any(x.admitted for x in self._sessions.values()):
                 self.cut_off = True
                 self._notify(CutOff(True, self.mesh_time(now)))
@@ -800,6 +804,12 @@ class Mesh:
             sender=self.uuid, origin=self.uuid, seq=seq, name=self.name, node_type=self.node_type,
             beat=float(self.beat), lost=self.lost, cut_off=self.cut_off, peers=tuple(rows),
         )
+
+    def _report_soon(self, now: float) -> None:
+        """Our sessions changed: say so within REPORT_SOON seconds rather than
+        at the next interval, so that no node keeps computing the picture from
+        a report that no longer holds (a few joins in a row make one report)."""
+        self.pictures.next_report = min(self.pictures.next_report, now + REPORT_SOON)
 
     def _publish_report(self, now: float) -> None:
         pictures = self.pictures
