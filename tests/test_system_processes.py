@@ -22,9 +22,11 @@ def system(api: str) -> dict:  # type: ignore[type-arg]
 
 
 def agreed(nodes: list[NodeProcess], members: int) -> str | None:
-    """The digest, if every node computes the same picture of ``members`` nodes."""
+    """The digest, if every node computes the same picture of ``members`` healthy nodes (a
+    picture agreed on while reports are still catching up with a join may show a stale link)."""
     pics = [system(n.api) for n in nodes]
-    if len({p["digest"] for p in pics}) == 1 and all(len(p["members"]) == members for p in pics):
+    if (len({p["digest"] for p in pics}) == 1 and all(len(p["members"]) == members for p in pics)
+            and all(m["health"] == "ok" for m in pics[0]["members"])):
         return str(pics[0]["digest"])
     return None
 
