@@ -145,6 +145,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="WebSocket port for guests such as browsers; 0 picks one (default: 8089)")
     guests.add_argument("--guest-max-message", type=int, metavar="OCTETS",
                         help="longest message a guest may send; more gets it an error and a disconnect (default: 999999)")
+    posts_g = node.add_argument_group("sharing posts (Hydra)")
+    posts_g.add_argument("--posts-policy", metavar="POLICY",
+                         help="what to fetch from peers: all, newest:N (per session) or budget:OCTETS[k|m|g] (default: all)")
+    posts_g.add_argument("--posts-chunk", type=int, metavar="OCTETS", help="octets per CHUNK request (default: 262144)")
+    posts_g.add_argument("--posts-interval", type=_positive, metavar="SECONDS",
+                         help="seconds between sync sessions with a peer (default: 2)")
     node.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="default: info")
 
     peers = sub.add_parser("peers", help="list a node's peers", epilog=CLIENT_EPILOG)
@@ -334,6 +340,7 @@ def _node_config(args: argparse.Namespace) -> NodeConfig:
         gone_after=args.gone_after, log_level=args.log_level, guests=args.guests,
         guest_marco_port=args.guest_marco_port, guest_port=args.guest_port, guest_ws_port=args.guest_ws_port,
         guest_max_message=args.guest_max_message,
+        posts_policy=args.posts_policy, posts_chunk=args.posts_chunk, posts_interval=args.posts_interval,
     )
 
 
