@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,7 @@ pytestmark = pytest.mark.processes
 
 # The large-file tests' size.  The issue asks for 200 MB; on this 2-core machine shared with
 # other work, see bench/README.md for the throughput measured and why this size.
-BIG = int(os.environ.get("HUDDLE_POSTS_BIG_MB", "64")) * 1024 * 1024
+BIG = int(os.environ.get("HUDDLE_POSTS_BIG_MB", "200")) * 1024 * 1024
 
 
 def add_post(api: str, content: bytes, subject: str, parent: str = "", mime: str = "text/plain") -> dict[str, Any]:
@@ -73,3 +75,99 @@ def test_small_posts_reach_a_peer_and_announce(cluster: Cluster) -> None:
     wait_for(lambda: ids(b.api) == {first["id"], reply["id"]}, 20, "b has both posts")
     with urllib.request.urlopen(f"{b.api}/api/v1/posts/{first['id']}/content", timeout=10) as resp:
         assert resp.read() == b"hello"
+
+
+def test_large_post_fetched_with_bounded_memory(cluster: Cluster, tmp_path: Path) -> None:
+    """3 nodes: one posts a large file, the two others fetch it: same digest, RSS well below the size."""
+    src = tmp_path / "big.bin"
+    digest = make_file(src, BIG)
+    a = cluster.start("a")
+    b = cluster.start("b")
+    c = cluster.start("c")
+    wait_for(lambda: cluster.mesh_complete([a, b, c]), 30, "mesh")
+    started = time.monotonic()
+    post = upload_file(a.api, src, "big")
+    assert post["digest"] == digest and post["size"] == BIG
+    wait_for(lambda: all(post["id"] in ids(n.api) for n in (b, c)), 120, "b and c hold the big post", 0.2)
+    took = time.monotonic() - started
+    for n in (b, c):
+        h = hashlib.sha1()
+        with urllib.request.urlopen(f"{n.api}/api/v1/posts/{post['id']}/content", timeout=60) as resp:
+            while block := resp.read(1024 * 1024):
+                h.update(block)
+        assert h.hexdigest() == digest
+        peak = vm_hwm_kib(n.proc.pid) * 1024
+        print(f"{n.name}: peak RSS {peak / 2**20:.0f} MiB for a {BIG / 2**20:.0f} MiB post, {took:.1f} s")
+        assert peak < min(BIG / 2, 120 * 2**20), f"{n.name} peak RSS {peak} for a {BIG}-octet post"
+    # a Range request is answered with just that part
+    req = urllib.request.Request(f"{b.api}/api/v1/posts/{post['id']}/content", headers={"Range": "bytes=10-19"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        assert resp.status == 206
+        with src.open("rb") as f:
+            f.seek(10)
+            assert resp.read() == f.read(10)
+
+
+def test_fetcher_killed_mid_file_resumes(cluster: Cluster, tmp_path: Path) -> None:
+    src = tmp_path / "big.bin"
+    digest = make_file(src, BIG)
+    a = cluster.start("a")
+    post = upload_file(a.api, src, "big")
+    b = cluster.start("b", "--posts-chunk", "65536")
+    part = cluster.tmp / "b" / "posts" / f"{post['id']}.part"
+
+    def partway() -> bool:
+        return part.exists() and BIG // 4 < part.stat().st_size < BIG * 3 // 4
+
+    wait_for(partway, 60, "b partway through the post", 0.005)
+    b.signal(signal.SIGKILL)
+    b.wait(10)
+    had = part.stat().st_size
+    b2 = cluster.start("b", data_dir=cluster.tmp / "b")
+    wait_for(lambda: post["id"] in ids(b2.api), 120, "b holds the post after its restart", 0.2)
+    stats = get(b2.api, "/api/v1/posts/stats")
+    print(f"had {had} octets at the kill; fetched {stats['octets_fetched']} after the restart")
+    assert stats["octets_fetched"] <= BIG - had + 4 * 2**20  # resumed (a chunk or so may be fetched twice)
+    assert stats["octets_fetched"] < BIG
+    assert get(b2.api, f"/api/v1/posts/{post['id']}")["digest"] == digest
+
+
+def test_tampered_blob_refused_and_good_copy_fetched(cluster: Cluster) -> None:
+    content = os.urandom(3 * 1024 * 1024)
+    a = cluster.start("a")
+    p = cluster.start("p")
+    wait_for(lambda: cluster.mesh_complete([a, p]), 20, "mesh")
+    post = add_post(p.api, content, "photo", mime="image/jpeg")
+    wait_for(lambda: post["id"] in ids(a.api), 30, "a holds the post")
+    # Tamper with a's copy, then let d meet a alone: a refuses to serve it and drops it.
+    blob = cluster.tmp / "a" / "posts" / f"{post['id']}.data"
+    with blob.open("r+b") as f:
+        f.seek(1000)
+        f.write(b"tampered")
+    p.signal(signal.SIGTERM)
+    p.wait(10)
+    d = cluster.start("d")
+    wait_for(lambda: get(a.api, "/api/v1/posts/stats")["server"]["corrupt_refused"] >= 1, 30,
+             "a refuses its corrupt copy")
+    assert post["id"] not in ids(a.api) and post["id"] not in ids(d.api)
+    status, body = http(a.api, f"/api/v1/posts/{post['id']}/content")
+    assert status == 404, body
+    # The holder of a good copy comes back: both fetch it, and it is the original.
+    p2 = cluster.start("p", data_dir=cluster.tmp / "p")
+    for n in (a, d):
+        wait_for(lambda n=n: post["id"] in ids(n.api), 30, f"{n.name} fetches a good copy")
+        with urllib.request.urlopen(f"{n.api}/api/v1/posts/{post['id']}/content", timeout=10) as resp:
+            assert resp.read() == content
+    assert p2.api
+
+
+def test_thousand_small_posts_over_four_nodes_converge(cluster: Cluster) -> None:
+    nodes = [cluster.start(name) for name in ("n1", "n2", "n3", "n4")]
+    wait_for(lambda: cluster.mesh_complete(nodes), 30, "mesh")
+    made: set[str] = set()
+    for i in range(1000):
+        made.add(add_post(nodes[i % 4].api, f"post {i}".encode(), f"subject {i}")["id"])
+    assert len(made) == 1000
+    started = time.monotonic()
+    wait_for(lambda: all(ids(n.api) == made for n in nodes), 120, "every node holds the 1000 posts", 0.5)
+    print(f"converged {time.monotonic() - started:.1f} s after the last post")

@@ -261,6 +261,7 @@ class ClientStats:
     posts_skipped: int = 0
     posts_fetched: int = 0
     octets_fetched: int = 0
+    stale: int = 0  # messages passed over while waiting for HELLO-OK
 
 
 @dataclass(slots=True)
@@ -336,6 +337,11 @@ class Client:
     # ------------------------------------------------------------------ moves
 
     def _receive(self, msg: HydraMessage) -> None:
+        if self.state is _State.HELLO and not isinstance(msg, HelloOk):
+            # Replies to an earlier session (ours before a restart, re-sent by the channel to this
+            # incarnation) come before the answer to our HELLO: pass them over.
+            self.stats.stale += 1
+            return
         if isinstance(msg, Error):
             if msg.status == 404 and self.state is _State.NEXT and self._cursor not in (HEAD, TAIL):
                 # The server no longer has our range's end: start again from its newest.
