@@ -186,14 +186,16 @@ class Policy:
     def __post_init__(self) -> None:
         if self.mode not in ("all", "newest", "budget"):
             raise ValueError(f"policy must be all, newest:N or budget:OCTETS, not {self.mode!r}")
-        if self.limit < 0 or (self.mode != "all" and self.limit == 0 and self.mode == "newest"):
+        if self.limit < 0 or (self.mode == "newest" and self.limit == 0):
             raise ValueError("newest:N needs N >= 1; a budget must be >= 0")
 
     @classmethod
     def parse(cls, text: str) -> Policy:
-        mode, _, n = text.partition(":")
-        if mode == "all" and not n:
+        mode, sep, n = text.partition(":")
+        if mode == "all" and not sep:
             return cls()
+        if mode not in ("newest", "budget"):
+            raise ValueError(f"policy must be all, newest:N or budget:OCTETS[kmg], not {text!r}")
         units = {"k": 1024, "m": 1024**2, "g": 1024**3}
         mult = units.get(n[-1:].lower(), 1)
         digits = n[:-1] if mult > 1 else n
