@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import select
 import signal
+import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -19,13 +23,11 @@ pytestmark = pytest.mark.processes
 # other work, see bench/README.md for the throughput measured and why this size.
 BIG = int(os.environ.get("HUDDLE_POSTS_BIG_MB", "200")) * 1024 * 1024
 
-
 def add_post(api: str, content: bytes, subject: str, parent: str = "", mime: str = "text/plain") -> dict[str, Any]:
     q = urllib.parse.urlencode({"subject": subject, "mime": mime} | ({"parent": parent} if parent else {}))
     status, body = http(api, f"/api/v1/posts?{q}", raw=content)
     assert status in (200, 201), body
     return body  # type: ignore[no-any-return]
-
 
 def upload_file(api: str, path: Path, subject: str) -> dict[str, Any]:
     """Stream a file to POST /api/v1/posts (urllib sends a file object in blocks)."""
@@ -34,14 +36,11 @@ def upload_file(api: str, path: Path, subject: str) -> dict[str, Any]:
         req = urllib.request.Request(f"{api}/api/v1/posts?{q}", data=f, method="POST")
         req.add_header("Content-Length", str(path.stat().st_size))
         with urllib.request.urlopen(req, timeout=120) as resp:
-            import json
 
             return json.loads(resp.read())  # type: ignore[no-any-return]
 
-
 def ids(api: str) -> set[str]:
     return {p["id"] for p in get(api, "/api/v1/posts?limit=100000")}
-
 
 def make_file(path: Path, size: int) -> str:
     h = hashlib.sha1()
@@ -57,13 +56,11 @@ def make_file(path: Path, size: int) -> str:
             i += 1
     return h.hexdigest()
 
-
 def vm_hwm_kib(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1])
     raise AssertionError("no VmHWM")
-
 
 def test_small_posts_reach_a_peer_and_announce(cluster: Cluster) -> None:
     a = cluster.start("a")
@@ -75,7 +72,6 @@ def test_small_posts_reach_a_peer_and_announce(cluster: Cluster) -> None:
     wait_for(lambda: ids(b.api) == {first["id"], reply["id"]}, 20, "b has both posts")
     with urllib.request.urlopen(f"{b.api}/api/v1/posts/{first['id']}/content", timeout=10) as resp:
         assert resp.read() == b"hello"
-
 
 def test_large_post_fetched_with_bounded_memory(cluster: Cluster, tmp_path: Path) -> None:
     """3 nodes: one posts a large file, the two others fetch it: same digest, RSS well below the size."""
@@ -107,7 +103,6 @@ def test_large_post_fetched_with_bounded_memory(cluster: Cluster, tmp_path: Path
             f.seek(10)
             assert resp.read() == f.read(10)
 
-
 def test_fetcher_killed_mid_file_resumes(cluster: Cluster, tmp_path: Path) -> None:
     src = tmp_path / "big.bin"
     digest = make_file(src, BIG)
@@ -130,7 +125,6 @@ def test_fetcher_killed_mid_file_resumes(cluster: Cluster, tmp_path: Path) -> No
     assert stats["octets_fetched"] <= BIG - had + 4 * 2**20  # resumed (a chunk or so may be fetched twice)
     assert stats["octets_fetched"] < BIG
     assert get(b2.api, f"/api/v1/posts/{post['id']}")["digest"] == digest
-
 
 def test_tampered_blob_refused_and_good_copy_fetched(cluster: Cluster) -> None:
     content = os.urandom(3 * 1024 * 1024)
@@ -160,7 +154,6 @@ def test_tampered_blob_refused_and_good_copy_fetched(cluster: Cluster) -> None:
             assert resp.read() == content
     assert p2.api
 
-
 def test_thousand_small_posts_over_four_nodes_converge(cluster: Cluster) -> None:
     nodes = [cluster.start(name) for name in ("n1", "n2", "n3", "n4")]
     wait_for(lambda: cluster.mesh_complete(nodes), 30, "mesh")
@@ -171,3 +164,58 @@ def test_thousand_small_posts_over_four_nodes_converge(cluster: Cluster) -> None
     started = time.monotonic()
     wait_for(lambda: all(ids(n.api) == made for n in nodes), 120, "every node holds the 1000 posts", 0.5)
     print(f"converged {time.monotonic() - started:.1f} s after the last post")
+
+def huddle(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "huddle", *args], capture_output=True, text=True, timeout=timeout)
+
+def test_cli_add_list_get_and_clear_errors(cluster: Cluster, tmp_path: Path) -> None:
+    a = cluster.start("a")
+    b = cluster.start("b")
+    wait_for(lambda: cluster.mesh_complete([a, b]), 20, "mesh")
+    tail = subprocess.Popen([sys.executable, "-m", "huddle", "tail", "--api", b.api, "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert tail.stdout is not None
+
+        def tail_listening() -> bool:  # chat until the tail shows a line: it is connected
+            http(a.api, "/api/v1/chat", {"text": "ping"})
+            return bool(select.select([tail.stdout], [], [], 0.2)[0])
+
+        wait_for(tail_listening, 20, "huddle tail connected")
+        photo = tmp_path / "cat.png"
+        photo.write_bytes(os.urandom(300_000))
+        r = huddle("post", "add", str(photo), "--subject", "a cat", "--api", a.api, "--json")
+        assert r.returncode == 0, r.stderr
+        post = json.loads(r.stdout)
+        assert post["mime_type"] == "image/png" and post["new"] and post["size"] == 300_000
+        r = huddle("post", "add", str(photo), "--subject", "re: a cat", "--parent", post["id"], "--mime",
+                   "text/x-note", "--api", a.api)
+        assert r.returncode == 0 and r.stdout.startswith("added post "), r.stderr
+        wait_for(lambda: len(ids(b.api)) == 2, 20, "b holds both posts")
+        r = huddle("posts", "--api", b.api)
+        assert r.returncode == 0 and "a cat" in r.stdout and f"(re {post['id'][:12]})" in r.stdout
+        listed = json.loads(huddle("posts", "--api", a.api, "--json").stdout)
+        assert [p["subject"] for p in listed] == ["re: a cat", "a cat"]  # newest first
+        out = tmp_path / "got.png"
+        r = huddle("post", "get", post["id"], "-o", str(out), "--api", b.api)
+        assert r.returncode == 0, r.stderr
+        assert out.read_bytes() == photo.read_bytes()
+        # clear errors
+        r = huddle("post", "get", "0" * 40, "-o", str(out), "--api", b.api)
+        assert r.returncode == 1 and f"404 no post {'0' * 40}" in r.stderr
+        r = huddle("post", "add", str(tmp_path / "nope"), "--subject", "x", "--api", a.api)
+        assert r.returncode == 1 and "cannot read" in r.stderr and "No such file" in r.stderr
+        r = huddle("post", "add", str(photo), "--subject", "x", "--parent", "1" * 40, "--api", a.api)
+        assert r.returncode == 1 and "parent post" in r.stderr and "not in this node's store" in r.stderr
+        r = huddle("post", "add", str(photo), "--subject", "x", "--parent", "zz", "--api", a.api)
+        assert r.returncode == 1 and "not a post id" in r.stderr
+        status, body = http(a.api, "/api/v1/messages", {"to": "all", "base64": "qqBoaQ=="})
+        assert status == 400 and "AA A0" in body["error"]
+    finally:
+        tail.terminate()
+        stdout, _ = tail.communicate(timeout=10)
+    events = [json.loads(line) for line in stdout.splitlines() if line.strip()]
+    news = [e for e in events if e["type"] == "post_new"]
+    assert {e["subject"] for e in news} == {"a cat", "re: a cat"}
+    assert all(e["from"] for e in news)
+    assert not [e for e in events if e["type"] == "message"]  # the sync itself is not in the stream

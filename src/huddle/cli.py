@@ -317,6 +317,10 @@ def build_parser() -> argparse.ArgumentParser:
     types.add_argument("--config", type=Path, metavar="FILE", help="also list the [types.NAME] tables of this file")
     types.add_argument("--json", action="store_true", help="print JSON")
 
+    from .posts.cli import add_parsers as add_post_parsers  # Hydra posts
+
+    add_post_parsers(sub, _add_client_options, CLIENT_EPILOG)
+
     info = sub.add_parser("info", help="show the node's identity, clock and counters", epilog=CLIENT_EPILOG)
     _add_client_options(info)
 
@@ -504,6 +508,9 @@ def event_text(e: dict[str, Any]) -> str:
     if kind == "message":
         shown = e.get("text") if "text" in e else f"<{e.get('size')} octets>"
         return f"> {(e.get('peer') or '')[:8]}#{e.get('seq')} {shown}"
+    if kind == "post_new":
+        where = f"from {(e.get('from') or '')[:8]}" if e.get("from") else "added here"
+        return f"+ post {e.get('id', '')[:12]} {e.get('subject')!r} ({e.get('size')} octets, {where})"
     if kind == "cut_off":
         return "! cut off from every peer"
     if kind == "reconnected":
@@ -622,6 +629,10 @@ def _client(args: argparse.Namespace) -> int:
                 _print(args, result, f"queued {len(result['sent'])} message(s)")
             elif args.command == "doc":
                 await _doc(api, args)
+            elif args.command in ("post", "posts"):
+                from .posts.cli import run as run_posts
+
+                await run_posts(api, args, lambda data, text: _print(args, data, text))
             elif args.command == "tail":
                 async for event in api.events(args.count):
                     print(json.dumps(event, ensure_ascii=False) if args.json else event_text(event), flush=True)
