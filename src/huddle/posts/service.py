@@ -79,7 +79,9 @@ class PostService:
             self._on_message(event.peer, event.payload)
             return True
         if isinstance(event, PeerJoined):
-            self._next_session[event.peer] = 0.0  # meet: sync at the next tick
+            self._next_session[event.peer] = 0.0  # meet: sync now
+            if event.peer not in self.clients:
+                self._start(event.peer, time.monotonic())
         elif isinstance(event, PeerLeft):
             self.server.forget(str(event.peer))
             client = self.clients.get(event.peer)

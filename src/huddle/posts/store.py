@@ -100,6 +100,7 @@ class PostStore:
         self._used = 0
         self._claimed: set[str] = set()
         self._parts: dict[str, IO[bytes]] = {}
+        self._hashes: dict[str, tuple[Any, int]] = {}  # id -> (SHA1 so far, octets hashed) of a .part
         self._verified: dict[str, tuple[int, int]] = {}  # id -> (size, mtime_ns) whose digest matched
         for f in self.posts.glob("upload-*.tmp"):
             f.unlink(missing_ok=True)
@@ -228,7 +229,10 @@ class PostStore:
             content.unlink(missing_ok=True)
             return False
         seq = self._order[-1][0] + 1 if self._order else 1
-        os.replace(content, self.data_path(pid))
+        data = self.data_path(pid)
+        os.replace(content, data)
+        st = data.stat()
+        self._verified[pid] = (st.st_size, st.st_mtime_ns)  # its digest was just checked
         meta = self.posts / f"{pid}.json"
         tmp = meta.with_suffix(".jtmp")
         tmp.write_text(json.dumps({"seq": seq, "post": post.to_json()}, indent=1) + "\n")
@@ -261,6 +265,7 @@ class PostStore:
 
     def release(self, pid: str) -> None:
         self._claimed.discard(pid)
+        self._hashes.pop(pid, None)
         f = self._parts.pop(pid, None)
         if f is not None:
             f.close()
@@ -279,8 +284,21 @@ class PostStore:
             self._parts[pid] = f
         if offset == 0:
             f.truncate(0)
+            self._hashes[pid] = (hashlib.sha1(usedforsecurity=False), 0)
+        elif pid not in self._hashes:  # resuming: hash what is already there, once
+            h = hashlib.sha1(usedforsecurity=False)
+            f.seek(0)
+            done = 0
+            while done < offset and (block := f.read(min(READ_BLOCK, offset - done))):
+                h.update(block)
+                done += len(block)
+            self._hashes[pid] = (h, done)
         f.seek(offset)
         f.write(data)
+        h, done = self._hashes[pid]
+        if done == offset:  # chunks come in order: the digest grows as the file does
+            h.update(data)
+            self._hashes[pid] = (h, done + len(data))
 
     def complete(self, post: Post) -> bool:
         """The fetched content is all on disk: check it and keep the post; False (and the
@@ -288,13 +306,16 @@ class PostStore:
         pid = post.id
         f = self._parts.pop(pid, None)
         if f is not None:
-            f.truncate(post.size) if f.seek(0, os.SEEK_END) > post.size else None
             f.close()
         self._claimed.discard(pid)
         part = self.posts / f"{pid}.part"
         if post.size == 0:
             part.touch()
-        digest, size = _digest_file(part)
+        running = self._hashes.pop(pid, None)
+        if running is not None and running[1] == post.size == part.stat().st_size:
+            digest, size = running[0].hexdigest(), post.size  # hashed as it was written
+        else:
+            digest, size = _digest_file(part)
         if digest != post.digest or size != post.size:
             log.warning("fetched content of %s does not match its digest (%s, %d octets): dropped", pid, digest, size)
             part.unlink(missing_ok=True)
