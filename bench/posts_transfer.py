@@ -19,8 +19,10 @@ ratios (runs alternate).  Peak RSS of ``b`` (VmHWM) is reported beside it.
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing as mp
 import os
+import shutil
 import socket
 import statistics
 import tempfile
@@ -96,7 +98,7 @@ def huddle_copy(src: Path, tmp: Path, chunk: int, extra: list[str]) -> tuple[flo
             req = urllib.request.Request(f"{a.api}/api/v1/posts?{q}", data=f, method="POST")
             req.add_header("Content-Length", str(src.stat().st_size))
             with urllib.request.urlopen(req, timeout=300) as resp:
-                pid = __import__("json").loads(resp.read())["id"]
+                pid = json.loads(resp.read())["id"]
         b = benchlib.NodeProc("b", tmp, *beacon)
         nodes.append(b)
         benchlib.read_api_lines([b])
@@ -117,7 +119,10 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5, help="pairs of runs (default 5)")
     ap.add_argument("--chunk", type=int, default=256 * 1024, help="octets per CHUNK (default 262144)")
     ap.add_argument("--node-args", default="", help="more 'huddle node' flags for both nodes, e.g. '--mtu 250000'")
+    ap.add_argument("--quick", action="store_true", help="2 runs of 100 MiB")
     args = ap.parse_args()
+    if args.quick:
+        args.runs, args.size_mb = 2, 100
     size = args.size_mb * 1024 * 1024
     benchlib.header("posts_transfer: a large post node -> node vs a plain TCP copy", size_mib=args.size_mb,
                     runs=args.runs, chunk=args.chunk, node_args=args.node_args or "-")
@@ -131,7 +136,7 @@ def main() -> None:
             run_dir = tmp / f"run{i}"
             run_dir.mkdir()
             t_h, peak = huddle_copy(src, run_dir, args.chunk, args.node_args.split())
-            __import__("shutil").rmtree(run_dir)
+            shutil.rmtree(run_dir)
             mbps_tcp, mbps_h = size / t_tcp / 2**20, size / t_h / 2**20
             ratios.append(mbps_h / mbps_tcp)
             rss.append(peak)

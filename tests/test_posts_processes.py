@@ -196,6 +196,7 @@ def test_cli_add_list_get_and_clear_errors(cluster: Cluster, tmp_path: Path) -> 
         assert r.returncode == 0 and "a cat" in r.stdout and f"(re {post['id'][:12]})" in r.stdout
         listed = json.loads(huddle("posts", "--api", a.api, "--json").stdout)
         assert [p["subject"] for p in listed] == ["re: a cat", "a cat"]  # newest first
+        assert {p["id"] for p in listed} == ids(b.api)
         out = tmp_path / "got.png"
         r = huddle("post", "get", post["id"], "-o", str(out), "--api", b.api)
         assert r.returncode == 0, r.stderr

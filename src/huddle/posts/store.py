@@ -150,7 +150,9 @@ class PostStore:
         return self._used
 
     def newest_first(self, limit: int | None = None) -> list[Post]:
-        ids = [pid for _, pid in reversed(self._order)]
+        """By creation timestamp, newest first (ties: the later arrival here first).  The sync
+        uses the arrival order instead, which differs: a fetcher gets the newest posts first."""
+        ids = sorted(self._meta, key=lambda p: (self._meta[p].timestamp, self._seq[p]), reverse=True)
         return [self._meta[p] for p in ids[:limit]]
 
     def data_path(self, pid: str) -> Path:
