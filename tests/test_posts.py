@@ -251,14 +251,20 @@ def test_client_fetches_newest_first_and_keeps_the_range() -> None:
     completed = [a.post.id for a in seen if isinstance(a, Complete)]
     assert completed == [p.id for p in reversed(posts)]  # newest first
     assert all(local.held[p.id] == bytes([i]) * (1000 * i) for i, p in enumerate(posts))
-    # Two new posts; the next session asks only for newer ones and skips none it holds.
+    # Two new posts: the next session fetches them newest first, meets the range's newest and
+    # jumps below its oldest; it asks for no post it has been through.
     new = [src.add("q1", b"one"), src.add("q2", b"two")]
     client2 = Client(local, "c", "client", range=done.range)
     done2, seen2 = run_session(client2, server, local)
     assert done2 is not None and done2.range == Range(posts[0].id, new[1].id)
-    sent = [a.msg for a in seen2 if isinstance(a, SendMsg)]
-    assert NextNewer(posts[4].id) in sent and NextOlder(HEAD) not in sent
+    assert [a.post.id for a in seen2 if isinstance(a, Complete)] == [new[1].id, new[0].id]
+    nexts = [a.msg for a in seen2 if isinstance(a, SendMsg) and isinstance(a.msg, NextOlder)]
+    assert nexts == [NextOlder(HEAD), NextOlder(new[1].id), NextOlder(new[0].id), NextOlder(posts[0].id)]
     assert client2.stats.posts_fetched == 2 and client2.stats.posts_skipped == 0
+    # A server that dropped the range's oldest: 404, and the client walks again from HEAD.
+    src.posts = [x for x in src.posts if x[0].id != posts[0].id]
+    done3, _ = run_session(Client(local, "c", "client", range=done2.range), server, local)
+    assert done3 is not None and done3.reason == "done" and done3.range == Range(posts[1].id, new[1].id)
 
 
 def test_client_skips_held_posts_and_resumes_a_partial_file() -> None:

@@ -8,9 +8,9 @@ replies; the client is fed messages and the time, and returns actions
 :class:`Finished`) for the driver to carry out.
 
 The client keeps, per server, the range of the server's posts it has been
-through (``oldest``, ``newest``, in the server's order).  A session asks for
-posts newer than ``newest`` first, then older than ``oldest`` (from the
-server's newest, ``HEAD``, when the range is empty), skips posts it holds,
+through (``oldest``, ``newest``, in the server's order).  A session walks the
+server's posts newest first (NEXT-OLDER from ``HEAD``); when it meets the
+range's ``newest`` it jumps to below the range's ``oldest``; it skips posts it holds,
 asks META for the others, then the content in chunks, with up to ``window``
 CHUNK requests in flight, starting where a partial file it already has stops.
 """
@@ -280,8 +280,8 @@ class Client:
     timeout: float = 30.0  # no reply for this long ends the session
     state: _State = _State.IDLE
     stats: ClientStats = field(default_factory=ClientStats)
-    _direction: str = "newer"
     _cursor: str = HEAD
+    _known: Range | None = None  # the range of earlier sessions, passed over in one step when met
     _oldest: str | None = None
     _newest: str | None = None
     _dirty: bool = False
@@ -300,7 +300,7 @@ class Client:
         if self.window < 1:
             raise ValueError("window must be >= 1")
         if self.range is not None:
-            self._oldest, self._newest = self.range.oldest, self.range.newest
+            self._known = self.range
 
     @property
     def done(self) -> bool:
@@ -347,10 +347,10 @@ class Client:
         if isinstance(msg, Error):
             if msg.status == 404 and self.state is _State.NEXT and self._cursor not in (HEAD, TAIL):
                 # The server no longer has our range's end: start again from its newest.
-                self._oldest = self._newest = None
+                self._oldest = self._newest = self._known = None
                 self._dirty = False
-                self._direction, self._cursor = "older", HEAD
-                self._send(NextOlder(HEAD))
+                self._cursor = HEAD
+                self._next()
                 return
             self._send(Goodbye())
             self._finish(f"server error {msg.status}: {msg.reason}", failed=True)
@@ -362,19 +362,20 @@ class Client:
         if expected is None or not isinstance(msg, expected):
             raise RemoteProtocolError(f"{type(msg).__name__} in state {self.state.value}")
         if isinstance(msg, HelloOk):
-            if self._newest is not None:
-                self._direction, self._cursor = "newer", self._newest
-            else:
-                self._direction, self._cursor = "older", HEAD
+            self._cursor = HEAD
             self._next()
         elif isinstance(msg, NextEmpty):
-            if self._direction == "newer" and self._oldest is not None:
-                self._direction, self._cursor = "older", self._oldest
+            self._goodbye()
+        elif isinstance(msg, NextOk):
+            known = self._known
+            if known is not None and msg.ident == known.newest:
+                # The posts down to known.oldest were seen in earlier sessions: go on below them.
+                self._newest = self._newest or known.newest
+                self._oldest = self._cursor = known.oldest
+                self._known = None
                 self._next()
             else:
-                self._goodbye()
-        elif isinstance(msg, NextOk):
-            self._on_next(msg.ident)
+                self._on_next(msg.ident)
         elif isinstance(msg, MetaOk):
             self._on_meta(msg)
         elif isinstance(msg, ChunkOk):
@@ -384,18 +385,14 @@ class Client:
 
     def _next(self) -> None:
         self._current = self._post = None
-        self._send(NextOlder(self._cursor) if self._direction == "older" else NextNewer(self._cursor))
+        self._send(NextOlder(self._cursor))
         self.state = _State.NEXT
 
     def _passed(self, pid: str) -> None:
         """We are done with ``pid`` (held, fetched or skipped): extend the range."""
-        if self._newest is None or self._oldest is None:
-            self._newest = self._oldest = pid
-        elif self._direction == "older":
-            self._oldest = pid
-        else:
+        if self._newest is None:
             self._newest = pid
-        self._cursor = pid
+        self._oldest = self._cursor = pid
         self._next()
 
     def _on_next(self, pid: str) -> None:
