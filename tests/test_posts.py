@@ -370,7 +370,7 @@ def test_out_of_order_chunk_is_a_protocol_error() -> None:
     client.receive(NextOk(p.id), 0.0)
     client.receive(MetaOk(p.subject, p.timestamp, "", p.digest, p.mime_type, p.size), 0.0)
     out = client.receive(ChunkOk(5, b"xxxxx"), 0.0)
-    assert isinstance(out[-1], Finished) and "expected" in out[-1].reason
+    assert isinstance(out[-1], Finished) and "was asked" in out[-1].reason
 
 
 @pytest.mark.parametrize(("msg", "status"), [
@@ -445,3 +445,38 @@ def test_one_store_per_directory(tmp_path: Path) -> None:
     with pytest.raises(DataDirLocked):
         PostStore(tmp_path)
     store.close()
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"posts_policy": "some"}, "policy must be"),
+    ({"posts_policy": "newest:0"}, "N >= 1"),
+    ({"posts_chunk": 10}, "posts chunk must be"),
+    ({"posts_chunk": 100_000, "max_message": 100_000, "mtu": 1000, "send_buffer": 100_000}, "max-message"),
+    ({"posts_interval": 0}, "interval must be positive"),
+])
+def test_posts_settings_are_checked(changes: dict[str, object], message: str) -> None:
+    from huddle.config import NodeConfig
+    from huddle.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        NodeConfig(**changes)  # type: ignore[arg-type]
+
+
+def test_server_caps_a_chunk() -> None:
+    src = FakeSource()
+    src.add("a", b"x" * 100)
+    server = Server(src, "s", "n", max_chunk=30)
+    server.receive("c", Hello("c", "n"))
+    server.receive("c", NextOlder(HEAD))
+    reply = server.receive("c", Chunk(0, 100))
+    assert isinstance(reply, ChunkOk) and len(reply.content) == 30
+
+
+def test_a_server_that_caps_chunks_below_the_clients_size() -> None:
+    src = FakeSource()
+    content = bytes(range(256)) * 40
+    p = src.add("a", content)
+    local = FakeLocal()
+    client = Client(local, "c", "n", chunk_size=1000, window=4)
+    done, _ = run_session(client, Server(src, "s", "n", max_chunk=300), local)
+    assert done is not None and done.reason == "done" and local.held[p.id] == content

@@ -174,6 +174,9 @@ class NodeConfig:
             raise ConfigError(str(exc)) from None
         if not 1024 <= self.posts_chunk <= MAX_CHUNK:
             raise ConfigError(f"posts chunk must be 1024..{MAX_CHUNK} octets, got {self.posts_chunk}")
+        if self.posts_chunk + 64 > self.max_message:
+            raise ConfigError(f"posts chunk ({self.posts_chunk}) must leave 64 octets within --max-message "
+                              f"({self.max_message}): a chunk travels in one addressed message")
         if self.posts_interval <= 0:
             raise ConfigError("posts interval must be positive")
 

@@ -63,7 +63,8 @@ class PostService:
         self._publish = publish
         uuid = node.uuid
         assert uuid is not None
-        self.server = Server(store, str(uuid), node.config.name)
+        # A CHUNK-OK must fit in one addressed message (its header is 15 octets).
+        self.server = Server(store, str(uuid), node.config.name, max_chunk=node.config.max_message - 64)
         self.clients: dict[NodeId, Client] = {}
         self._next_session: dict[NodeId, float] = {}
         self._out: dict[NodeId, deque[bytes]] = {}

@@ -18,6 +18,7 @@ CHUNK requests in flight, starting where a partial file it already has stops.
 from __future__ import annotations
 
 import enum
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -97,8 +98,9 @@ class ServerStats:
 class Server:
     """Answers the clients of every peer from one :class:`Source`."""
 
-    def __init__(self, source: Source, identity: str, nickname: str) -> None:
+    def __init__(self, source: Source, identity: str, nickname: str, max_chunk: int = MAX_CHUNK) -> None:
         self.source = source
+        self.max_chunk = max(1, min(max_chunk, MAX_CHUNK))  # octets per CHUNK-OK, whatever is asked
         self.identity = identity
         self.nickname = nickname
         self.sessions: dict[str, _ServerSession] = {}
@@ -143,7 +145,7 @@ class Server:
                                   post.size)
                 if msg.offset > post.size:
                     return Error(416, f"offset {msg.offset} is past the content's {post.size} octets")
-                data = self.source.read(session.current, msg.offset, min(msg.octets, MAX_CHUNK))
+                data = self.source.read(session.current, msg.offset, min(msg.octets, self.max_chunk))
                 self.stats.chunks_served += 1
                 self.stats.octets_served += len(data)
                 return ChunkOk(msg.offset, data)
@@ -289,7 +291,7 @@ class Client:
     _post: Post | None = None
     _next_request: int = 0  # next offset to ask for
     _written: int = 0  # octets of content on disk
-    _in_flight: int = 0
+    _asked: deque[tuple[int, int]] = field(default_factory=deque)  # CHUNKs in flight: (offset, octets)
     _fetched_now: int = 0  # posts fetched this session (newest:N)
     _last_heard: float = 0.0
     _actions: list[ClientAction] = field(default_factory=list)
@@ -430,7 +432,7 @@ class Client:
         if start > post.size:
             start = 0
         self._written = self._next_request = start
-        self._in_flight = 0
+        self._asked.clear()
         if start == post.size:
             self._complete()
             return
@@ -440,31 +442,33 @@ class Client:
     def _request_chunks(self) -> None:
         post = self._post
         assert post is not None
-        while self._in_flight < self.window and self._next_request < post.size:
+        while len(self._asked) < self.window and self._next_request < post.size:
             n = min(self.chunk_size, post.size - self._next_request)
             self._send(Chunk(self._next_request, n))
+            self._asked.append((self._next_request, n))
             self._next_request += n
-            self._in_flight += 1
 
     def _on_chunk(self, msg: ChunkOk) -> None:
         post, pid = self._post, self._current
         assert post is not None and pid is not None
-        if msg.offset != self._written or not msg.content or self._written + len(msg.content) > post.size:
+        size = len(msg.content)
+        if (not self._asked or msg.offset != self._asked[0][0] or not 0 < size <= self._asked[0][1]
+                or msg.offset + size > post.size):
             self._actions.append(Release(pid))
-            raise RemoteProtocolError(f"CHUNK-OK at {msg.offset} ({len(msg.content)} octets) where "
-                                      f"{self._written} of {post.size} was expected")
+            raise RemoteProtocolError(f"CHUNK-OK at {msg.offset} ({size} octets) where "
+                                      f"{self._asked[0] if self._asked else 'none'} (offset, octets) was asked")
+        _, asked = self._asked.popleft()
+        if msg.offset != self._written:
+            return  # asked before a short chunk left a hole: asked again from the hole
         self._actions.append(WriteChunk(pid, msg.offset, msg.content))
-        self._written += len(msg.content)
-        self._in_flight -= 1
-        self.stats.octets_fetched += len(msg.content)
+        self._written += size
+        self.stats.octets_fetched += size
         if self._written == post.size:
             self._complete()
-        elif self._in_flight == 0 and self._next_request > self._written:
-            # a short chunk: ask again from where the content stops
+            return
+        if size < asked:  # the server sends less than asked (its cap): go on from where it stops
             self._next_request = self._written
-            self._request_chunks()
-        else:
-            self._request_chunks()
+        self._request_chunks()
 
     def _complete(self) -> None:
         post = self._post
