@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from ..errors import CutOffReadOnly
 from ..posts.model import MAX_MIME, PostError, is_post_id, now_timestamp
 from ..posts.sync import CorruptContent, UnknownPost
 
@@ -37,7 +38,13 @@ def _error(status: int, message: str) -> web.Response:
 
 
 async def _post_post(request: web.Request) -> web.Response:
-    service = _service(request)
+    from .http import NODE_KEY
+
+    node = request.app[NODE_KEY]
+    if node.read_only:  # as for events: a read-only node type that is cut off records nothing
+        raise CutOffReadOnly(f"this {node.node_type.name} node is cut off from the group and read-only until "
+                             "a peer is back; no post was added")
+    service = node.posts
     q = request.query
     unknown = set(q) - {"subject", "parent", "mime"}
     if unknown:
