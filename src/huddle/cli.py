@@ -150,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="what to fetch from peers: all, newest:N (per session) or budget:OCTETS[k|m|g] (default: all)")
     posts_g.add_argument("--posts-chunk", type=int, metavar="OCTETS", help="octets per CHUNK request (default: 262144)")
     posts_g.add_argument("--posts-interval", type=_positive, metavar="SECONDS",
-                         help="seconds between sync sessions with a peer (default: 2)")
+                         help="seconds before a sync session that failed or left posts behind is tried again (default: 2)")
     node.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="default: info")
 
     peers = sub.add_parser("peers", help="list a node's peers", epilog=CLIENT_EPILOG)

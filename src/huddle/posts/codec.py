@@ -17,7 +17,7 @@ from ..errors import DecodeError
 
 __all__ = [
     "CLIENT_COMMANDS", "MAX_CHUNK", "SIGNATURE", "Chunk", "ChunkOk", "Error", "Goodbye", "GoodbyeOk",
-    "Hello", "HelloOk", "HydraMessage", "Meta", "MetaOk", "NextEmpty", "NextNewer", "NextOk", "NextOlder",
+    "Hello", "HelloOk", "HydraMessage", "Meta", "MetaOk", "News", "NextEmpty", "NextNewer", "NextOk", "NextOlder",
     "decode", "encode", "is_hydra",
 ]
 
@@ -109,8 +109,15 @@ class Error:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class News:
+    """huddle's addition: a server tells a peer's client it has posts (at a meeting) or a new one."""
+
+    ID: ClassVar[int] = 14
+
+
 HydraMessage = (Hello | HelloOk | NextOlder | NextNewer | NextOk | NextEmpty | Meta | MetaOk | Chunk | ChunkOk
-                | Goodbye | GoodbyeOk | Error)
+                | Goodbye | GoodbyeOk | Error | News)
 # Commands a client sends (to the peer's server); the others go to the peer's client.
 CLIENT_COMMANDS = frozenset({Hello.ID, NextOlder.ID, NextNewer.ID, Meta.ID, Chunk.ID, Goodbye.ID})
 
@@ -204,6 +211,8 @@ def decode(payload: bytes) -> HydraMessage:
         msg = Goodbye()
     elif cmd == GoodbyeOk.ID:
         msg = GoodbyeOk()
+    elif cmd == News.ID:
+        msg = News()
     elif cmd == Error.ID:
         msg = Error(r.number(2, "status"), r.string("reason"))
     else:

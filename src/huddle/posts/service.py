@@ -3,9 +3,12 @@
 It owns the :class:`~huddle.posts.store.PostStore`, the node's one sync
 :class:`~huddle.posts.sync.Server` and a :class:`~huddle.posts.sync.Client`
 session per peer it is fetching from, and carries their messages in the
-node's addressed messages (DMSG).  A session starts when a peer joins and
-again every ``interval`` seconds while none runs with that peer, so posts
-added later reach every peer that stays.
+node's addressed messages (DMSG).  A node tells a peer's client when it has
+posts to offer (NEWS): when they meet, if its store is not empty, and
+whenever a post is new in its store.  The client then runs a session; NEWS
+during a session gets another one after it, and a session that failed or
+left posts behind is tried again ``interval`` seconds later.  Nodes with
+nothing to share send nothing.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from ..errors import DecodeError, HuddleError
 from ..ids import NodeId
 from ..protocol.delivery import BufferFull
 from ..protocol.events import Event, MessageReceived, PeerJoined, PeerLeft, PostAdded
-from .codec import CLIENT_COMMANDS, decode, encode, is_hydra
+from .codec import CLIENT_COMMANDS, News, decode, encode, is_hydra
 from .model import Post
 from .store import PostStore
 from .sync import (
@@ -66,7 +69,8 @@ class PostService:
         # A CHUNK-OK must fit in one addressed message (its header is 15 octets).
         self.server = Server(store, str(uuid), node.config.name, max_chunk=node.config.max_message - 64)
         self.clients: dict[NodeId, Client] = {}
-        self._next_session: dict[NodeId, float] = {}
+        self._wanted: dict[NodeId, float] = {}  # peers with posts to offer -> when to start a session
+        self._again: set[NodeId] = set()  # NEWS came during the session: run another after it
         self._out: dict[NodeId, deque[bytes]] = {}
         self._pumps: dict[NodeId, asyncio.Task[None]] = {}
         self.stats: dict[str, int] = {"sessions": 0, "sessions_failed": 0, "posts_fetched": 0,
@@ -80,15 +84,15 @@ class PostService:
             self._on_message(event.peer, event.payload)
             return True
         if isinstance(event, PeerJoined):
-            self._next_session[event.peer] = 0.0  # meet: sync now
-            if event.peer not in self.clients:
-                self._start(event.peer, time.monotonic())
+            if len(self.store):  # meet: tell it we have posts
+                self._send(event.peer, encode(News()))
         elif isinstance(event, PeerLeft):
             self.server.forget(str(event.peer))
             client = self.clients.get(event.peer)
             if client is not None:
                 self._carry(event.peer, client.abort(f"peer left: {event.reason}"))
-            self._next_session.pop(event.peer, None)
+            self._wanted.pop(event.peer, None)
+            self._again.discard(event.peer)
         return False
 
     def _on_message(self, peer: NodeId, payload: bytes) -> None:
@@ -100,6 +104,13 @@ class PostService:
             return
         if payload[2] in CLIENT_COMMANDS:
             self._send(peer, encode(self.server.receive(str(peer), msg)))
+            return
+        if isinstance(msg, News):
+            if peer in self.clients:
+                self._again.add(peer)
+            else:
+                self._wanted[peer] = 0.0
+                self._start(peer, time.monotonic())
             return
         client = self.clients.get(peer)
         if client is not None:
@@ -114,7 +125,7 @@ class PostService:
             for peer in alive:
                 if peer in self.clients:
                     self._carry(peer, self.clients[peer].tick(now))
-                elif now >= self._next_session.get(peer, 0.0):
+                elif peer in self._wanted and now >= self._wanted[peer]:
                     self._start(peer, now)
             for peer in list(self.clients):
                 if peer not in alive:
@@ -149,12 +160,19 @@ class PostService:
                     log.info("post sync with %s ended: %s", peer.short, a.reason)
                 if a.range is not None or a.reason == "done":
                     self.store.save_range(str(peer), a.range)
-                self._next_session[peer] = time.monotonic() + self.settings.interval
+                if peer in self._again:  # NEWS during the session
+                    self._again.discard(peer)
+                    self._wanted[peer] = 0.0
+                elif a.complete:
+                    self._wanted.pop(peer, None)
+                else:
+                    self._wanted[peer] = time.monotonic() + self.settings.interval
 
     def _complete(self, peer: NodeId, post: Post) -> None:
         if self.store.complete(post):
             self.stats["posts_fetched"] += 1
             self._publish(PostAdded(post.to_json(), peer, time.time()))
+            self._news(but=peer)
         elif not self.store.holds(post.id):
             self.stats["bad_content"] += 1
 
@@ -188,6 +206,14 @@ class PostService:
 
     def added(self, post: Post) -> None:
         self._publish(PostAdded(post.to_json(), None, time.time()))
+        self._news(but=None)
+
+    def _news(self, but: NodeId | None) -> None:
+        """A post is new here: tell every peer (but the one it came from)."""
+        payload = encode(News())
+        for peer in self.node.mesh.alive_peers():
+            if peer != but:
+                self._send(peer, payload)
 
     def describe(self) -> dict[str, Any]:
         return {"posts": len(self.store), "octets": self.store.used(), "sessions_running": len(self.clients),

@@ -240,10 +240,12 @@ class Release:
 
 @dataclass(frozen=True, slots=True)
 class Finished:
-    """The session is over: ``range`` to keep for this server (None: forget it)."""
+    """The session is over: ``range`` to keep for this server (None: forget it); ``complete``
+    when it went through every post it was offered (else another session should follow)."""
 
     range: Range | None
     reason: str
+    complete: bool = False
 
 
 ClientAction = SendMsg | WriteChunk | Complete | Release | Finished
@@ -491,7 +493,7 @@ class Client:
         elif failed and not self._dirty and self.range is not None:
             keep = self.range  # what we had before still holds
         self.state = _State.DONE
-        self._actions.append(Finished(keep, reason))
+        self._actions.append(Finished(keep, reason, complete=not failed and not self._dirty))
 
     def _send(self, msg: HydraMessage) -> None:
         self._actions.append(SendMsg(msg))
