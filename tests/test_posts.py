@@ -480,3 +480,11 @@ def test_a_server_that_caps_chunks_below_the_clients_size() -> None:
     client = Client(local, "c", "n", chunk_size=1000, window=4)
     done, _ = run_session(client, Server(src, "s", "n", max_chunk=300), local)
     assert done is not None and done.reason == "done" and local.held[p.id] == content
+
+
+def test_a_next_ok_that_is_not_a_post_id_ends_the_session() -> None:
+    client = Client(FakeLocal(), "c", "n")
+    client.start(0.0)
+    client.receive(HelloOk("s", "n"), 0.0)
+    out = client.receive(NextOk("../../etc/passwd"), 0.0)
+    assert SendMsg(Goodbye()) in out and isinstance(out[-1], Finished) and "not a post id" in out[-1].reason

@@ -40,7 +40,7 @@ from .codec import (
     NextOk,
     NextOlder,
 )
-from .model import Post, PostError
+from .model import Post, PostError, is_post_id
 
 __all__ = [
     "Client", "ClientAction", "Complete", "Finished", "Local", "Policy", "Range", "Release", "SendMsg",
@@ -400,6 +400,8 @@ class Client:
         self._next()
 
     def _on_next(self, pid: str) -> None:
+        if not is_post_id(pid):  # it names files here: only 40 lowercase hex digits
+            raise RemoteProtocolError(f"NEXT-OK names {pid[:60]!r}, not a post id")
         self.stats.posts_seen += 1
         if self.local.holds(pid):
             self.stats.posts_skipped += 1
