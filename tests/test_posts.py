@@ -292,9 +292,15 @@ def test_policies() -> None:
     src = FakeSource()
     posts = [src.add(f"p{i}", b"x" * 100 * (i + 1)) for i in range(5)]
     local = FakeLocal()
-    done, _ = run_session(Client(local, "c", "n", policy=Policy("newest", 2)), Server(src, "s", "n"), local)
+    server = Server(src, "s", "n")
+    done, _ = run_session(Client(local, "c", "n", policy=Policy("newest", 2)), server, local)
     assert set(local.held) == {posts[4].id, posts[3].id}
-    assert done is not None and done.range is None  # the rest is left for another session
+    assert done is not None and done.complete and done.range == Range(posts[3].id, posts[4].id)
+    # Again, with one new post: the two newest are the new one and posts[4]; nothing older.
+    new = src.add("new", b"n")
+    done, _ = run_session(Client(local, "c", "n", range=done.range, policy=Policy("newest", 2)), server, local)
+    assert set(local.held) == {posts[4].id, posts[3].id, new.id} and done is not None and done.complete
+    src.posts.remove((new, b"n"))
     local = FakeLocal()
     run_session(Client(local, "c", "n", policy=Policy("budget", 700)), Server(src, "s", "n"), local)
     assert set(local.held) == {posts[4].id, posts[1].id}  # 500 + 200 octets; 400 would not fit after 500

@@ -147,7 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="longest message a guest may send; more gets it an error and a disconnect (default: 999999)")
     posts_g = node.add_argument_group("sharing posts (Hydra)")
     posts_g.add_argument("--posts-policy", metavar="POLICY",
-                         help="what to fetch from peers: all, newest:N (per session) or budget:OCTETS[k|m|g] (default: all)")
+                         help="what to fetch from peers: all, newest:N (each peer's N newest) "
+                         "or budget:OCTETS[k|m|g] (default: all)")
     posts_g.add_argument("--posts-chunk", type=int, metavar="OCTETS", help="octets per CHUNK request (default: 262144)")
     posts_g.add_argument("--posts-interval", type=_positive, metavar="SECONDS",
                          help="seconds before a sync session that failed or left posts behind is tried again (default: 2)")

@@ -179,8 +179,9 @@ class Local(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Policy:
-    """What to fetch: ``all``; ``newest`` (at most ``limit`` posts per session, newest first);
-    ``budget`` (only while the store holds at most ``limit`` octets)."""
+    """What to fetch: ``all``; ``newest`` (only the server's ``limit`` newest posts: a session
+    stops after that many); ``budget`` (no post that would take the store's content past
+    ``limit`` octets; such a post is passed over for good)."""
 
     mode: str = "all"
     limit: int = 0
@@ -294,7 +295,7 @@ class Client:
     _next_request: int = 0  # next offset to ask for
     _written: int = 0  # octets of content on disk
     _asked: deque[tuple[int, int]] = field(default_factory=deque)  # CHUNKs in flight: (offset, octets)
-    _fetched_now: int = 0  # posts fetched this session (newest:N)
+    _seen_now: int = 0  # posts offered this session (newest:N stops after N)
     _last_heard: float = 0.0
     _actions: list[ClientAction] = field(default_factory=list)
 
@@ -372,7 +373,7 @@ class Client:
             self._goodbye()
         elif isinstance(msg, NextOk):
             known = self._known
-            if known is not None and msg.ident == known.newest:
+            if known is not None and msg.ident == known.newest and self.policy.mode != "newest":
                 # The posts down to known.oldest were seen in earlier sessions: go on below them.
                 self._newest = self._newest or known.newest
                 self._oldest = self._cursor = known.oldest
@@ -402,14 +403,14 @@ class Client:
     def _on_next(self, pid: str) -> None:
         if not is_post_id(pid):  # it names files here: only 40 lowercase hex digits
             raise RemoteProtocolError(f"NEXT-OK names {pid[:60]!r}, not a post id")
+        if self.policy.mode == "newest" and self._seen_now >= self.policy.limit:
+            self._goodbye()  # the server's N newest are held (or being fetched): no further
+            return
+        self._seen_now += 1
         self.stats.posts_seen += 1
         if self.local.holds(pid):
             self.stats.posts_skipped += 1
             self._passed(pid)
-            return
-        if self.policy.mode == "newest" and self._fetched_now >= self.policy.limit:
-            self._dirty = True  # this one and the rest are left for another time
-            self._goodbye()
             return
         if not self.local.claim(pid):
             self._dirty = True  # another session is fetching it; look again next time
@@ -427,8 +428,8 @@ class Client:
             self._actions.append(Release(pid))
             raise RemoteProtocolError(f"META-OK of {pid} has metadata whose id is {post.id}")
         if self.policy.mode == "budget" and self.local.used() + post.size > self.policy.limit:
+            # Over the budget: passed over for good (the range covers it), not retried.
             self._actions.append(Release(pid))
-            self._dirty = True
             self._passed(pid)
             return
         self._post = post
@@ -479,7 +480,6 @@ class Client:
         assert post is not None
         self._actions.append(Complete(post))
         self.stats.posts_fetched += 1
-        self._fetched_now += 1
         self._passed(post.id)
 
     def _goodbye(self) -> None:
