@@ -220,3 +220,14 @@ def test_cli_add_list_get_and_clear_errors(cluster: Cluster, tmp_path: Path) -> 
     assert {e["subject"] for e in news} == {"a cat", "re: a cat"}
     assert all(e["from"] for e in news)
     assert not [e for e in events if e["type"] == "message"]  # the sync itself is not in the stream
+
+
+def test_policy_newest_one(cluster: Cluster) -> None:
+    a = cluster.start("a")
+    made = [add_post(a.api, f"old {i}".encode(), f"old {i}")["id"] for i in range(3)]
+    b = cluster.start("b", "--posts-policy", "newest:1")
+    wait_for(lambda: ids(b.api) == {made[2]}, 20, "b holds a's newest post")
+    newer = add_post(a.api, b"new", "new")["id"]
+    wait_for(lambda: newer in ids(b.api), 20, "b fetches the new newest")
+    assert ids(b.api) == {made[2], newer}
+    assert get(b.api, "/api/v1/posts/stats")["posts_fetched"] == 2
