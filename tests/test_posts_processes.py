@@ -212,6 +212,22 @@ def test_cli_add_list_get_and_clear_errors(cluster: Cluster, tmp_path: Path) -> 
         assert r.returncode == 1 and "not a post id" in r.stderr
         status, body = http(a.api, "/api/v1/messages", {"to": "all", "base64": "qqBoaQ=="})
         assert status == 400 and "AA A0" in body["error"]
+        for path, code, words in [
+            ("/api/v1/posts", 400, "subject"),
+            ("/api/v1/posts?subject=x&colour=red", 400, "unknown parameter"),
+            ("/api/v1/posts?subject=x&mime=text", 400, "TYPE/SUBTYPE"),
+        ]:
+            status, body = http(a.api, path, raw=b"data")
+            assert status == code and words in body["error"], (path, body)
+        for path, code, words in [
+            (f"/api/v1/posts/{'0' * 40}", 404, "no post"),
+            (f"/api/v1/posts/{'0' * 40}/content", 404, "no post"),
+            ("/api/v1/posts?limit=0", 400, "limit"),
+        ]:
+            status, body = http(a.api, path)
+            assert status == code and words in body["error"], (path, body)
+        status, body = http(a.api, "/api/v1/posts?subject=a%20cat&mime=image/png", raw=photo.read_bytes())
+        assert status in (200, 201) and body["size"] == 300_000
     finally:
         tail.terminate()
         stdout, _ = tail.communicate(timeout=10)
