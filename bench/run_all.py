@@ -21,7 +21,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 # The mesh benchmark runs last: its 32 processes leave the load average high for a minute.
 BENCHMARKS = ["chat_throughput", "round_trip", "crash_detection", "log_throughput", "catch_up", "doc_rebuild",
-              "addressed", "addressed_loss", "guest_events", "mesh_formation"]
+              "addressed", "addressed_loss", "guest_events", "posts_transfer", "mesh_formation"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -149,6 +149,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help="WebSocket port for guests such as browsers; 0 picks one (default: 8089)")
     guests.add_argument("--guest-max-message", type=int, metavar="OCTETS",
                         help="longest message a guest may send; more gets it an error and a disconnect (default: 999999)")
+    posts_g = node.add_argument_group("sharing posts (Hydra)")
+    posts_g.add_argument("--posts-policy", metavar="POLICY",
+                         help="what to fetch from peers: all, newest:N (each peer's N newest) "
+                         "or budget:OCTETS[k|m|g] (default: all)")
+    posts_g.add_argument("--posts-chunk", type=int, metavar="OCTETS", help="octets per CHUNK request (default: 262144)")
+    posts_g.add_argument("--posts-interval", type=_positive, metavar="SECONDS",
+                         help="seconds before a sync session that failed or left posts behind is tried again (default: 2)")
     node.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="default: info")
 
     peers = sub.add_parser("peers", help="list a node's peers", epilog=CLIENT_EPILOG)
@@ -355,6 +362,10 @@ def build_parser() -> argparse.ArgumentParser:
     types.add_argument("--config", type=Path, metavar="FILE", help="also list the [types.NAME] tables of this file")
     types.add_argument("--json", action="store_true", help="print JSON")
 
+    from .posts.cli import add_parsers as add_post_parsers  # Hydra posts
+
+    add_post_parsers(sub, _add_client_options, CLIENT_EPILOG)
+
     info = sub.add_parser("info", help="show the node's identity, clock and counters", epilog=CLIENT_EPILOG)
     _add_client_options(info)
 
@@ -378,6 +389,7 @@ def _node_config(args: argparse.Namespace) -> NodeConfig:
         gone_after=args.gone_after, log_level=args.log_level, guests=args.guests,
         guest_marco_port=args.guest_marco_port, guest_port=args.guest_port, guest_ws_port=args.guest_ws_port,
         guest_max_message=args.guest_max_message,
+        posts_policy=args.posts_policy, posts_chunk=args.posts_chunk, posts_interval=args.posts_interval,
     )
 
 
@@ -541,6 +553,9 @@ def event_text(e: dict[str, Any]) -> str:
     if kind == "message":
         shown = e.get("text") if "text" in e else f"<{e.get('size')} octets>"
         return f"> {(e.get('peer') or '')[:8]}#{e.get('seq')} {shown}"
+    if kind == "post_new":
+        where = f"from {(e.get('from') or '')[:8]}" if e.get("from") else "added here"
+        return f"+ post {e.get('id', '')[:12]} {e.get('subject')!r} ({e.get('size')} octets, {where})"
     if kind == "cut_off":
         return "! cut off from every peer"
     if kind == "reconnected":
@@ -659,6 +674,10 @@ def _client(args: argparse.Namespace) -> int:
                 _print(args, result, f"queued {len(result['sent'])} message(s)")
             elif args.command == "doc":
                 await _doc(api, args)
+            elif args.command in ("post", "posts"):
+                from .posts.cli import run as run_posts
+
+                await run_posts(api, args, lambda data, text: _print(args, data, text))
             elif args.command == "tail":
                 async for event in api.events(args.count):
                     print(json.dumps(event, ensure_ascii=False) if args.json else event_text(event), flush=True)

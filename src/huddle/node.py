@@ -34,6 +34,7 @@ from .wire import LogRecord, encode_parts
 if TYPE_CHECKING:
     from .discovery.mdns import MdnsService
     from .guests.server import GuestServer
+    from .posts.service import PostService
     from .transport.naming import NamingClient
 
 __all__ = ["DataDir", "Node", "run_node"]
@@ -132,6 +133,7 @@ class Node:
         self._mdns: MdnsService | None = None
         self._naming: NamingClient | None = None
         self._guests: GuestServer | None = None
+        self._posts: PostService | None = None
         self.interface: Interface | None = None
         self.api_url: str | None = None
         self._listeners: list[Listener] = []
@@ -423,6 +425,7 @@ class Node:
                 self._naming = naming
             if cfg.guests:
                 await self._start_guests(cfg, iface.ip)
+            self._start_posts(cfg)
             from .api.http import start_api  # local import: aiohttp is only needed here
 
             api_runner, self.api_url = await start_api(self, cfg.api)
@@ -438,6 +441,8 @@ class Node:
                 tasks = [tg.create_task(self._ticker())]
                 if self._beacon is not None:
                     tasks.append(tg.create_task(self._beacon.run()))
+                if self._posts is not None:
+                    tasks.append(tg.create_task(self._posts.run()))
                 await self._stop.wait()
                 for task in tasks:
                     task.cancel()
@@ -459,6 +464,25 @@ class Node:
             transport.close()
             if self._store is not None:
                 self._store.close()
+            if self._posts is not None:
+                self._posts.close()
+
+    # ---------------------------------------------------------------- posts (Hydra)
+
+    def _start_posts(self, cfg: NodeConfig) -> None:
+        from .posts.service import PostService, PostSettings
+        from .posts.store import PostStore
+        from .posts.sync import Policy
+
+        settings = PostSettings(policy=Policy.parse(cfg.posts_policy), chunk_size=cfg.posts_chunk,
+                                interval=cfg.posts_interval)
+        self._posts = PostService(self, PostStore(self.data_dir.path), settings, self._publish)
+
+    @property
+    def posts(self) -> PostService:
+        if self._posts is None:
+            raise LocalProtocolError("the node is not running")
+        return self._posts
 
     # ---------------------------------------------------------------- guests
 
@@ -597,6 +621,8 @@ class Node:
         log.info("cut off: dropped %d events of other nodes (node type %s)", dropped, self.node_type.name)
 
     def _publish(self, event: Event) -> None:
+        if self._posts is not None and self._posts.handle(event):
+            return  # a Hydra sync message: the post service's, not the event stream's
         if isinstance(event, PeerExcluded) and self._mesh is not None:
             self.data_dir.save_excluded(self._mesh.excluded)
         if isinstance(event, BufferSpace):

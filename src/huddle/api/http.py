@@ -276,6 +276,8 @@ async def _post_messages(request: web.Request) -> web.Response:
             return _error(400, "'base64' is not valid base64")
     else:
         return _error(400, "give the message as 'text' (a string), 'texts' (a list of strings) or 'base64'")
+    if any(p[:2] == b"\xaa\xa0" for p in payloads):  # Hydra posts' signature (protocol.md 15.1)
+        return _error(400, "an addressed message may not begin with the octets AA A0: they mark Hydra post sync")
     wait = body.get("wait", 10)
     if not isinstance(wait, (int, float)) or isinstance(wait, bool) or not 0 <= wait <= 300:
         return _error(400, "'wait' must be 0..300 seconds")
@@ -462,6 +464,9 @@ def make_app(node: Node) -> web.Application:
     app.router.add_get("/guest.js", _get_guest_js)
     app.router.add_get("/api/v1/guests", _get_guests)
     app.router.add_post("/api/v1/guests/{name}/{action:grab|fire}", _post_guest_action)
+    from .posts_http import add_post_routes  # Hydra posts
+
+    add_post_routes(app)
     return app
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "PeerNew",
     "PeerRefused",
     "PeerStateChanged",
+    "PostAdded",
     "Send",
 ]
 
@@ -275,5 +276,18 @@ def record_json(r: LogRecord, received_from: NodeId | None = None, *, arriving: 
     }
 
 
+@dataclass(frozen=True, slots=True)
+class PostAdded:
+    """A Hydra post is new in this node's store: added here (``peer`` None) or fetched from ``peer``."""
+
+    post: dict[str, Any]  # Post.to_json(): id, subject, timestamp, parent_id, mime_type, digest, size
+    peer: NodeId | None
+    time: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": "post_new", **self.post, "from": None if self.peer is None else str(self.peer),
+                "time": self.time}
+
+
 Event = (PeerJoined | PeerLeft | PeerStateChanged | PeerRefused | ChatReceived | ClockSynced | LogAppended
-         | MessageReceived | BufferSpace | PeerNew | PeerExcluded | CutOff)
+         | MessageReceived | BufferSpace | PeerNew | PeerExcluded | CutOff | PostAdded)

@@ -1,0 +1,120 @@
+"""HTTP routes of post sharing (Hydra posts), added to the node's API app.
+
+    POST /api/v1/posts?subject=S[&parent=ID][&mime=TYPE]   body: the content (streamed to disk)
+    GET  /api/v1/posts[?limit=N]                             newest first
+    GET  /api/v1/posts/stats                                 sync counters
+    GET  /api/v1/posts/{id}                                  metadata
+    GET  /api/v1/posts/{id}/content                          the content; Range requests work
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from ..errors import CutOffReadOnly
+from ..posts.model import MAX_MIME, PostError, is_post_id, now_timestamp
+from ..posts.sync import CorruptContent, UnknownPost
+
+if TYPE_CHECKING:
+    from ..posts.service import PostService
+
+__all__ = ["add_post_routes"]
+
+UPLOAD_BLOCK = 256 * 1024
+_ID = "{pid:[0-9a-f]{40}}"
+
+
+def _service(request: web.Request) -> PostService:
+    from .http import NODE_KEY
+
+    return request.app[NODE_KEY].posts
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+async def _post_post(request: web.Request) -> web.Response:
+    from .http import NODE_KEY
+
+    node = request.app[NODE_KEY]
+    if node.read_only:  # as for events: a read-only node type that is cut off records nothing
+        raise CutOffReadOnly(f"this {node.node_type.name} node is cut off from the group and read-only until "
+                             "a peer is back; no post was added")
+    service = node.posts
+    q = request.query
+    unknown = set(q) - {"subject", "parent", "mime"}
+    if unknown:
+        return _error(400, f"unknown parameter(s): {', '.join(sorted(unknown))}; expected subject, parent, mime")
+    subject = q.get("subject")
+    if subject is None:
+        return _error(400, "give the post's subject: ?subject=...")
+    parent = q.get("parent", "")
+    if parent and not is_post_id(parent):
+        return _error(400, f"parent {parent!r} is not a post id (40 lowercase hex digits)")
+    if parent and not service.store.holds(parent):
+        return _error(404, f"parent post {parent} is not in this node's store")
+    mime = q.get("mime") or request.headers.get("Content-Type") or "application/octet-stream"
+    if len(mime) > MAX_MIME:
+        return _error(400, "MIME type too long")
+    upload = service.store.upload()
+    try:
+        async for block in request.content.iter_chunked(UPLOAD_BLOCK):
+            upload.write(block)
+    except BaseException:
+        upload.abort()
+        raise
+    try:
+        post, new = upload.finish(subject, now_timestamp(time.time()), parent, mime)
+    except PostError as exc:
+        return _error(400, str(exc))
+    if new:
+        service.added(post)
+    return web.json_response(post.to_json() | {"new": new}, status=201 if new else 200)
+
+
+async def _get_posts(request: web.Request) -> web.Response:
+    service = _service(request)
+    raw = request.query.get("limit", "1000")
+    if not raw.isdigit() or not 1 <= int(raw) <= 100_000:
+        return _error(400, "'limit' must be 1..100000")
+    return web.json_response([p.to_json() for p in service.store.newest_first(int(raw))])
+
+
+async def _get_stats(request: web.Request) -> web.Response:
+    return web.json_response(_service(request).describe())
+
+
+async def _get_post(request: web.Request) -> web.Response:
+    pid = request.match_info["pid"]
+    post = _service(request).store.get(pid)
+    if post is None:
+        return _error(404, f"no post {pid} in this node's store")
+    return web.json_response(post.to_json())
+
+
+async def _get_content(request: web.Request) -> web.StreamResponse:
+    store = _service(request).store
+    pid = request.match_info["pid"]
+    post = store.get(pid)
+    if post is None:
+        return _error(404, f"no post {pid} in this node's store")
+    try:
+        path = store.verify(pid)  # the digest is checked before anything is served
+    except UnknownPost:
+        return _error(404, f"no post {pid} in this node's store")
+    except CorruptContent as exc:
+        return _error(410, f"{exc}; it will be fetched again from a peer")
+    # FileResponse answers Range requests (206 / 416) and streams from disk.
+    return web.FileResponse(path, headers={"Content-Type": post.mime_type, "X-Post-Digest": post.digest})
+
+
+def add_post_routes(app: web.Application) -> None:
+    app.router.add_post("/api/v1/posts", _post_post)
+    app.router.add_get("/api/v1/posts", _get_posts)
+    app.router.add_get("/api/v1/posts/stats", _get_stats)
+    app.router.add_get(f"/api/v1/posts/{_ID}", _get_post)
+    app.router.add_get(f"/api/v1/posts/{_ID}/content", _get_content)

@@ -1,0 +1,99 @@
+"""A post: immutable metadata and a content of zero or more octets.
+
+``post_id = sha1(subject ":" timestamp ":" parent_id ":" mime_type ":" digest)``
+in hex, where ``digest`` is the SHA1 of the content in hex and ``parent_id``
+is the empty string for a post without a parent.  The same post has the same
+id on every node.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from ..errors import HuddleError
+
+__all__ = ["Post", "PostError", "content_digest", "is_post_id", "now_timestamp", "post_id"]
+
+_TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z\Z")
+_HEX40 = re.compile(r"[0-9a-f]{40}\Z")
+MAX_SUBJECT = 64 * 1024
+MAX_MIME = 255
+
+
+class PostError(HuddleError):
+    """A post's metadata is not valid (bad timestamp, digest, id, ...)."""
+
+
+def is_post_id(text: str) -> bool:
+    return bool(_HEX40.match(text))
+
+
+def now_timestamp(now: float) -> str:
+    """``now`` (seconds since the epoch) as ``yyyy-mm-ddThh:mm:ssZ``."""
+    return datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def post_id(subject: str, timestamp: str, parent_id: str, mime_type: str, digest: str) -> str:
+    text = f"{subject}:{timestamp}:{parent_id}:{mime_type}:{digest}"
+    return hashlib.sha1(text.encode("utf-8"), usedforsecurity=False).hexdigest()
+
+
+def content_digest(chunks: Iterable[bytes]) -> tuple[str, int]:
+    """SHA1 (hex) and size of a content given in chunks."""
+    h = hashlib.sha1(usedforsecurity=False)
+    size = 0
+    for chunk in chunks:
+        h.update(chunk)
+        size += len(chunk)
+    return h.hexdigest(), size
+
+
+@dataclass(frozen=True, slots=True)
+class Post:
+    subject: str
+    timestamp: str
+    parent_id: str  # "" for none
+    mime_type: str
+    digest: str
+    size: int
+
+    def __post_init__(self) -> None:
+        if len(self.subject.encode("utf-8", "surrogatepass")) > MAX_SUBJECT:
+            raise PostError(f"subject longer than {MAX_SUBJECT} octets")
+        if not _TIMESTAMP.match(self.timestamp):
+            raise PostError(f"timestamp {self.timestamp!r} is not ISO 8601 UTC (yyyy-mm-ddThh:mm:ssZ)")
+        if self.parent_id and not is_post_id(self.parent_id):
+            raise PostError(f"parent id {self.parent_id!r} is not a post id (40 lowercase hex digits)")
+        if not self.mime_type or len(self.mime_type) > MAX_MIME or not self.mime_type.isascii() \
+                or "/" not in self.mime_type or any(c.isspace() for c in self.mime_type):
+            raise PostError(f"MIME type {self.mime_type!r} is not TYPE/SUBTYPE")
+        if not is_post_id(self.digest):
+            raise PostError(f"digest {self.digest!r} is not a SHA1 in hex")
+        if not 0 <= self.size < 2**63:
+            raise PostError(f"size {self.size} out of range")
+
+    @property
+    def id(self) -> str:
+        return post_id(self.subject, self.timestamp, self.parent_id, self.mime_type, self.digest)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "subject": self.subject, "timestamp": self.timestamp,
+                "parent_id": self.parent_id or None, "mime_type": self.mime_type,
+                "digest": self.digest, "size": self.size}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Post:
+        try:
+            post = cls(subject=str(data["subject"]), timestamp=str(data["timestamp"]),
+                       parent_id=str(data.get("parent_id") or ""), mime_type=str(data["mime_type"]),
+                       digest=str(data["digest"]), size=int(data["size"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise PostError(f"bad post metadata: {exc}") from None
+        if "id" in data and data["id"] != post.id:
+            raise PostError(f"post id {data['id']} does not match its metadata ({post.id})")
+        return post

@@ -1,0 +1,225 @@
+"""The asyncio driver of post sharing inside a node.
+
+It owns the :class:`~huddle.posts.store.PostStore`, the node's one sync
+:class:`~huddle.posts.sync.Server` and a :class:`~huddle.posts.sync.Client`
+session per peer it is fetching from, and carries their messages in the
+node's addressed messages (DMSG).  A node tells a peer's client when it has
+posts to offer (NEWS): when they meet, if its store is not empty, and
+whenever a post is new in its store.  The client then runs a session; NEWS
+during a session gets another one after it, and a session that failed or
+left posts behind is tried again ``interval`` seconds later.  Nodes with
+nothing to share send nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..errors import DecodeError, HuddleError
+from ..ids import NodeId
+from ..protocol.delivery import BufferFull
+from ..protocol.events import Event, MessageReceived, PeerJoined, PeerLeft, PostAdded
+from .codec import CLIENT_COMMANDS, News, decode, encode, is_hydra
+from .model import Post
+from .store import PostStore
+from .sync import (
+    Client,
+    ClientAction,
+    Complete,
+    Finished,
+    Policy,
+    Release,
+    SendMsg,
+    Server,
+    WriteChunk,
+)
+
+if TYPE_CHECKING:
+    from ..node import Node
+
+__all__ = ["PostService", "PostSettings"]
+
+log = logging.getLogger("huddle.posts")
+
+
+@dataclass(frozen=True, slots=True)
+class PostSettings:
+    policy: Policy = field(default_factory=Policy)
+    chunk_size: int = 256 * 1024
+    window: int = 4
+    interval: float = 2.0
+    timeout: float = 30.0
+
+
+class PostService:
+    def __init__(self, node: Node, store: PostStore, settings: PostSettings,
+                 publish: Callable[[Event], None]) -> None:
+        self.node = node
+        self.store = store
+        self.settings = settings
+        self._publish = publish
+        uuid = node.uuid
+        assert uuid is not None
+        # A CHUNK-OK must fit in one addressed message (its header is 15 octets).
+        self.server = Server(store, str(uuid), node.config.name, max_chunk=node.config.max_message - 64)
+        self.clients: dict[NodeId, Client] = {}
+        self._wanted: dict[NodeId, float] = {}  # peers with posts to offer -> when to start a session
+        self._again: set[NodeId] = set()  # NEWS came during the session: run another after it
+        self._out: dict[NodeId, deque[bytes]] = {}
+        self._pumps: dict[NodeId, asyncio.Task[None]] = {}
+        self.stats: dict[str, int] = {"sessions": 0, "sessions_failed": 0, "posts_fetched": 0,
+                                      "octets_fetched": 0, "bad_content": 0, "decode_errors": 0}
+
+    # ------------------------------------------------------------- events
+
+    def handle(self, event: Event) -> bool:
+        """Called with every node event; True when it was a Hydra message (consumed)."""
+        if isinstance(event, MessageReceived) and is_hydra(event.payload):
+            self._on_message(event.peer, event.payload)
+            return True
+        if isinstance(event, PeerJoined):
+            if len(self.store):  # meet: tell it we have posts
+                self._send(event.peer, encode(News()))
+        elif isinstance(event, PeerLeft):
+            self.server.forget(str(event.peer))
+            client = self.clients.get(event.peer)
+            if client is not None:
+                self._carry(event.peer, client.abort(f"peer left: {event.reason}"))
+            self._wanted.pop(event.peer, None)
+            self._again.discard(event.peer)
+        return False
+
+    def _on_message(self, peer: NodeId, payload: bytes) -> None:
+        try:
+            msg = decode(payload)
+        except DecodeError as exc:
+            self.stats["decode_errors"] += 1
+            log.warning("bad Hydra message from %s: %s", peer.short, exc)
+            return
+        if payload[2] in CLIENT_COMMANDS:
+            self._send(peer, encode(self.server.receive(str(peer), msg)))
+            return
+        if isinstance(msg, News):
+            if peer in self.clients:
+                self._again.add(peer)
+            else:
+                self._wanted[peer] = 0.0
+                self._start(peer, time.monotonic())
+            return
+        client = self.clients.get(peer)
+        if client is not None:
+            self._carry(peer, client.receive(msg, time.monotonic()))
+
+    # ------------------------------------------------------------- sessions
+
+    async def run(self) -> None:
+        while True:
+            now = time.monotonic()
+            alive = set(self.node.mesh.alive_peers())
+            for peer in alive:
+                if peer in self.clients:
+                    self._carry(peer, self.clients[peer].tick(now))
+                elif peer in self._wanted and now >= self._wanted[peer]:
+                    self._start(peer, now)
+            for peer in list(self.clients):
+                if peer not in alive:
+                    self._carry(peer, self.clients[peer].abort("peer not alive"))
+            await asyncio.sleep(min(0.5, self.settings.interval))
+
+    def _start(self, peer: NodeId, now: float) -> None:
+        uuid = self.node.uuid
+        assert uuid is not None
+        s = self.settings
+        client = Client(self.store, str(uuid), self.node.config.name, range=self.store.load_range(str(peer)),
+                        policy=s.policy, chunk_size=s.chunk_size, window=s.window, timeout=s.timeout)
+        self.clients[peer] = client
+        self.stats["sessions"] += 1
+        self._carry(peer, client.start(now))
+
+    def _carry(self, peer: NodeId, actions: list[ClientAction]) -> None:
+        for a in actions:
+            if isinstance(a, SendMsg):
+                self._send(peer, encode(a.msg))
+            elif isinstance(a, WriteChunk):
+                self.store.write_chunk(a.pid, a.offset, a.data)
+                self.stats["octets_fetched"] += len(a.data)
+            elif isinstance(a, Complete):
+                self._complete(peer, a.post)
+            elif isinstance(a, Release):
+                self.store.release(a.pid)
+            elif isinstance(a, Finished):
+                self.clients.pop(peer, None)
+                if a.reason != "done":
+                    self.stats["sessions_failed"] += 1
+                    log.info("post sync with %s ended: %s", peer.short, a.reason)
+                if a.range is not None or a.reason == "done":
+                    self.store.save_range(str(peer), a.range)
+                if peer in self._again:  # NEWS during the session
+                    self._again.discard(peer)
+                    self._wanted[peer] = 0.0
+                elif a.complete:
+                    self._wanted.pop(peer, None)
+                else:
+                    self._wanted[peer] = time.monotonic() + self.settings.interval
+
+    def _complete(self, peer: NodeId, post: Post) -> None:
+        if self.store.complete(post):
+            self.stats["posts_fetched"] += 1
+            self._publish(PostAdded(post.to_json(), peer, time.time()))
+            self._news(but=peer)
+        elif not self.store.holds(post.id):
+            self.stats["bad_content"] += 1
+
+    # ------------------------------------------------------------- sending
+
+    def _send(self, peer: NodeId, payload: bytes) -> None:
+        queue = self._out.setdefault(peer, deque())
+        if not queue:
+            try:
+                self.node.send_to(peer, payload)
+                return
+            except BufferFull:
+                pass
+            except HuddleError as exc:
+                log.info("cannot send a Hydra message to %s: %s", peer.short, exc)
+                return
+        queue.append(payload)
+        if peer not in self._pumps or self._pumps[peer].done():
+            self._pumps[peer] = asyncio.ensure_future(self._pump(peer, queue))
+
+    async def _pump(self, peer: NodeId, queue: deque[bytes]) -> None:
+        try:
+            while queue:
+                await self.node.send_to_wait(peer, queue[0], timeout=60.0)
+                queue.popleft()
+        except HuddleError as exc:
+            log.info("dropping %d Hydra message(s) to %s: %s", len(queue), peer.short, exc)
+            queue.clear()
+
+    # ------------------------------------------------------------- local posts
+
+    def added(self, post: Post) -> None:
+        self._publish(PostAdded(post.to_json(), None, time.time()))
+        self._news(but=None)
+
+    def _news(self, but: NodeId | None) -> None:
+        """A post is new here: tell every peer (but the one it came from)."""
+        payload = encode(News())
+        for peer in self.node.mesh.alive_peers():
+            if peer != but:
+                self._send(peer, payload)
+
+    def describe(self) -> dict[str, Any]:
+        return {"posts": len(self.store), "octets": self.store.used(), "sessions_running": len(self.clients),
+                **self.stats, "server": asdict(self.server.stats)}
+
+    def close(self) -> None:
+        for task in self._pumps.values():
+            task.cancel()
+        self.store.close()

@@ -1,0 +1,349 @@
+"""The post store in a node's data directory.
+
+    posts/lock          flock: one process per store
+    posts/ID.json       metadata and the local arrival sequence (the server's order)
+    posts/ID.data       the content
+    posts/ID.part       content of an interrupted fetch (resumed where it stops)
+    peers/UUID.json     per peer: the range of its posts we have been through
+
+Content goes to and from disk in chunks and is never held whole in memory.
+Its SHA1 is checked on arrival (before a post is kept) and before it is served
+(again whenever the file's size or modification time changed); a file that
+does not match is dropped, and the peers' ranges are forgotten so that the
+post is fetched again.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from ..errors import ConfigError, DataDirLocked
+from .model import Post, PostError, is_post_id
+from .sync import HEAD, TAIL, CorruptContent, Range, UnknownPost
+
+__all__ = ["PostStore", "Upload"]
+
+log = logging.getLogger("huddle.posts")
+
+READ_BLOCK = 1024 * 1024
+
+
+def _digest_file(path: Path) -> tuple[str, int]:
+    h = hashlib.sha1(usedforsecurity=False)
+    size = 0
+    with path.open("rb") as f:
+        while block := f.read(READ_BLOCK):
+            h.update(block)
+            size += len(block)
+    return h.hexdigest(), size
+
+
+class Upload:
+    """Content being added by hand (a file, an HTTP body): hashed as it is written."""
+
+    def __init__(self, store: PostStore) -> None:
+        self._store = store
+        self.path = store.posts / f"upload-{os.getpid()}-{id(self):x}.tmp"
+        self._file: IO[bytes] = self.path.open("wb")
+        self._hash = hashlib.sha1(usedforsecurity=False)
+        self.size = 0
+
+    def write(self, data: bytes) -> None:
+        self._file.write(data)
+        self._hash.update(data)
+        self.size += len(data)
+
+    def finish(self, subject: str, timestamp: str, parent_id: str, mime_type: str) -> tuple[Post, bool]:
+        """Keep the post; (post, False) if the store already held it."""
+        self._file.close()
+        try:
+            post = Post(subject, timestamp, parent_id, mime_type, self._hash.hexdigest(), self.size)
+            if parent_id and not self._store.holds(parent_id):
+                raise PostError(f"parent post {parent_id} is not in this node's store")
+        except PostError:
+            self.path.unlink(missing_ok=True)
+            raise
+        return post, self._store.keep(post, self.path)
+
+    def abort(self) -> None:
+        self._file.close()
+        self.path.unlink(missing_ok=True)
+
+
+class PostStore:
+    def __init__(self, data_dir: Path) -> None:
+        self.posts = data_dir / "posts"
+        self.peers = data_dir / "peers"
+        try:
+            self.posts.mkdir(parents=True, exist_ok=True)
+            self.peers.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot create the post store in {data_dir}: {exc.strerror}") from None
+        self._lock = os.open(self.posts / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock)
+            raise DataDirLocked(f"the post store {self.posts} is in use by another process") from None
+        self._meta: dict[str, Post] = {}
+        self._seq: dict[str, int] = {}
+        self._order: list[tuple[int, str]] = []  # (seq, id), oldest first
+        self._used = 0
+        self._claimed: set[str] = set()
+        self._parts: dict[str, IO[bytes]] = {}
+        self._hashes: dict[str, tuple[Any, int]] = {}  # id -> (SHA1 so far, octets hashed) of a .part
+        self._verified: dict[str, tuple[int, int]] = {}  # id -> (size, mtime_ns) whose digest matched
+        for f in self.posts.glob("upload-*.tmp"):
+            f.unlink(missing_ok=True)
+        for f in self.posts.glob("*.json"):
+            self._load(f)
+        self._order.sort()
+
+    def _load(self, path: Path) -> None:
+        pid = path.stem
+        try:
+            raw = json.loads(path.read_text())
+            post = Post.from_json(raw["post"])
+            seq = int(raw["seq"])
+        except (OSError, ValueError, KeyError, TypeError, PostError) as exc:
+            log.warning("dropping %s: unreadable metadata (%s)", path.name, exc)
+            path.unlink(missing_ok=True)
+            return
+        data = self.posts / f"{pid}.data"
+        if post.id != pid or not data.exists() or data.stat().st_size != post.size:
+            log.warning("dropping post %s: its content is missing or of the wrong size", pid)
+            path.unlink(missing_ok=True)
+            data.unlink(missing_ok=True)
+            return
+        self._meta[pid] = post
+        self._seq[pid] = seq
+        self._order.append((seq, pid))
+        self._used += post.size
+
+    def close(self) -> None:
+        for f in self._parts.values():
+            f.close()
+        self._parts.clear()
+        os.close(self._lock)
+
+    # ------------------------------------------------------------- reading
+
+    def __len__(self) -> int:
+        return len(self._meta)
+
+    def holds(self, pid: str) -> bool:
+        return pid in self._meta
+
+    def get(self, pid: str) -> Post | None:
+        return self._meta.get(pid)
+
+    def used(self) -> int:
+        return self._used
+
+    def newest_first(self, limit: int | None = None) -> list[Post]:
+        """By creation timestamp, newest first (ties: the later arrival here first).  The sync
+        uses the arrival order instead, which differs: a fetcher gets the newest posts first."""
+        ids = sorted(self._meta, key=lambda p: (self._meta[p].timestamp, self._seq[p]), reverse=True)
+        return [self._meta[p] for p in ids[:limit]]
+
+    def data_path(self, pid: str) -> Path:
+        return self.posts / f"{pid}.data"
+
+    def verify(self, pid: str) -> Path:
+        """The content's path after checking its digest (cached while the file is unchanged);
+        UnknownPost, or CorruptContent after dropping the post."""
+        post = self._meta.get(pid)
+        if post is None:
+            raise UnknownPost(pid)
+        path = self.data_path(pid)
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            self.drop(pid, "its content file is gone")
+            raise UnknownPost(pid) from None
+        stamp = (st.st_size, st.st_mtime_ns)
+        if self._verified.get(pid) != stamp:
+            digest, size = _digest_file(path)
+            if digest != post.digest or size != post.size:
+                self.drop(pid, f"content digest {digest} ({size} octets) does not match {post.digest}")
+                raise CorruptContent(f"post {pid}: content does not match its digest; dropped")
+            self._verified[pid] = stamp
+        return path
+
+    # Source, for the sync server
+    def older(self, ident: str) -> str | None:
+        if ident == HEAD:
+            return self._order[-1][1] if self._order else None
+        i = self._index(ident)
+        return self._order[i - 1][1] if i > 0 else None
+
+    def newer(self, ident: str) -> str | None:
+        if ident == TAIL:
+            return self._order[0][1] if self._order else None
+        i = self._index(ident)
+        return self._order[i + 1][1] if i + 1 < len(self._order) else None
+
+    def _index(self, pid: str) -> int:
+        seq = self._seq.get(pid)
+        if seq is None:
+            raise UnknownPost(pid)
+        return bisect.bisect_left(self._order, (seq, pid))
+
+    def meta(self, pid: str) -> Post:
+        post = self._meta.get(pid)
+        if post is None:
+            raise UnknownPost(pid)
+        return post
+
+    def read(self, pid: str, offset: int, size: int) -> bytes:
+        path = self.verify(pid)
+        with path.open("rb") as f:
+            f.seek(offset)
+            return f.read(size)
+
+    def iter_content(self, pid: str, start: int = 0, end: int | None = None) -> Iterator[bytes]:
+        path = self.verify(pid)
+        with path.open("rb") as f:
+            f.seek(start)
+            left = (self._meta[pid].size if end is None else end) - start
+            while left > 0 and (block := f.read(min(READ_BLOCK, left))):
+                left -= len(block)
+                yield block
+
+    # ------------------------------------------------------------- writing
+
+    def upload(self) -> Upload:
+        return Upload(self)
+
+    def keep(self, post: Post, content: Path) -> bool:
+        """Move ``content`` (already checked against ``post.digest``) in as ``post``; False if held."""
+        pid = post.id
+        if pid in self._meta:
+            content.unlink(missing_ok=True)
+            return False
+        seq = self._order[-1][0] + 1 if self._order else 1
+        data = self.data_path(pid)
+        os.replace(content, data)
+        st = data.stat()
+        self._verified[pid] = (st.st_size, st.st_mtime_ns)  # its digest was just checked
+        meta = self.posts / f"{pid}.json"
+        tmp = meta.with_suffix(".jtmp")
+        tmp.write_text(json.dumps({"seq": seq, "post": post.to_json()}, indent=1) + "\n")
+        os.replace(tmp, meta)
+        self._meta[pid] = post
+        self._seq[pid] = seq
+        self._order.append((seq, pid))
+        self._used += post.size
+        return True
+
+    def drop(self, pid: str, why: str) -> None:
+        post = self._meta.pop(pid, None)
+        if post is None:
+            return
+        log.warning("dropping post %s: %s", pid, why)
+        seq = self._seq.pop(pid)
+        self._order.remove((seq, pid))
+        self._used -= post.size
+        self._verified.pop(pid, None)
+        (self.posts / f"{pid}.json").unlink(missing_ok=True)
+        self.data_path(pid).unlink(missing_ok=True)
+        self.forget_ranges()  # so that every peer is asked for it again
+
+    # Local, for the sync client
+    def claim(self, pid: str) -> bool:
+        if pid in self._claimed or pid in self._meta:
+            return False
+        self._claimed.add(pid)
+        return True
+
+    def release(self, pid: str) -> None:
+        self._claimed.discard(pid)
+        self._hashes.pop(pid, None)
+        f = self._parts.pop(pid, None)
+        if f is not None:
+            f.close()
+
+    def partial(self, pid: str) -> int:
+        try:
+            return (self.posts / f"{pid}.part").stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def write_chunk(self, pid: str, offset: int, data: bytes) -> None:
+        f = self._parts.get(pid)
+        if f is None:
+            path = self.posts / f"{pid}.part"
+            f = path.open("r+b" if path.exists() else "w+b")
+            self._parts[pid] = f
+        if offset == 0:
+            f.truncate(0)
+            self._hashes[pid] = (hashlib.sha1(usedforsecurity=False), 0)
+        elif pid not in self._hashes:  # resuming: hash what is already there, once
+            h = hashlib.sha1(usedforsecurity=False)
+            f.seek(0)
+            done = 0
+            while done < offset and (block := f.read(min(READ_BLOCK, offset - done))):
+                h.update(block)
+                done += len(block)
+            self._hashes[pid] = (h, done)
+        f.seek(offset)
+        f.write(data)
+        h, done = self._hashes[pid]
+        if done == offset:  # chunks come in order: the digest grows as the file does
+            h.update(data)
+            self._hashes[pid] = (h, done + len(data))
+
+    def complete(self, post: Post) -> bool:
+        """The fetched content is all on disk: check it and keep the post; False (and the
+        partial file dropped) if its digest does not match."""
+        pid = post.id
+        f = self._parts.pop(pid, None)
+        if f is not None:
+            f.close()
+        self._claimed.discard(pid)
+        part = self.posts / f"{pid}.part"
+        if post.size == 0:
+            part.touch()
+        running = self._hashes.pop(pid, None)
+        if running is not None and running[1] == post.size == part.stat().st_size:
+            digest, size = running[0].hexdigest(), post.size  # hashed as it was written
+        else:
+            digest, size = _digest_file(part)
+        if digest != post.digest or size != post.size:
+            log.warning("fetched content of %s does not match its digest (%s, %d octets): dropped", pid, digest, size)
+            part.unlink(missing_ok=True)
+            return False
+        return self.keep(post, part)
+
+    # ------------------------------------------------------------- peers
+
+    def load_range(self, peer: str) -> Range | None:
+        path = self.peers / f"{peer}.json"
+        with contextlib.suppress(FileNotFoundError, ValueError, KeyError, TypeError):
+            raw: dict[str, Any] = json.loads(path.read_text())
+            oldest, newest = raw["oldest"], raw["newest"]
+            if is_post_id(oldest) and is_post_id(newest):
+                return Range(oldest, newest)
+        return None
+
+    def save_range(self, peer: str, rng: Range | None) -> None:
+        path = self.peers / f"{peer}.json"
+        if rng is None:
+            path.unlink(missing_ok=True)
+            return
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"oldest": rng.oldest, "newest": rng.newest}) + "\n")
+        os.replace(tmp, path)
+
+    def forget_ranges(self) -> None:
+        for f in self.peers.glob("*.json"):
+            f.unlink(missing_ok=True)

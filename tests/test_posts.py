@@ -1,0 +1,496 @@
+"""Hydra posts without processes: the id, the codec, the sync state machines, the store."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from huddle.errors import DecodeError
+from huddle.posts import codec
+from huddle.posts.codec import (
+    Chunk,
+    ChunkOk,
+    Error,
+    Goodbye,
+    GoodbyeOk,
+    Hello,
+    HelloOk,
+    Meta,
+    MetaOk,
+    News,
+    NextEmpty,
+    NextNewer,
+    NextOk,
+    NextOlder,
+    decode,
+    encode,
+)
+from huddle.posts.model import Post, PostError, post_id
+from huddle.posts.store import PostStore
+from huddle.posts.sync import (
+    HEAD,
+    Client,
+    Complete,
+    CorruptContent,
+    Finished,
+    Policy,
+    Range,
+    Release,
+    SendMsg,
+    Server,
+    UnknownPost,
+    WriteChunk,
+)
+
+# ----------------------------------------------------------------------------- the id
+
+
+def test_post_id_as_the_source_defines_it() -> None:
+    # sha1(b"hi") = c22b5f91...; the id is the SHA1 of this text, worked out by hand with sha1sum:
+    #   printf 'hello:2026-01-02T03:04:05Z::text/plain:c22b5f9178342609428d6f51b2c5af4c0bde6a42' | sha1sum
+    digest = "c22b5f9178342609428d6f51b2c5af4c0bde6a42"
+    assert hashlib.sha1(b"hi").hexdigest() == digest
+    expected = "3d2202849b78c149e3de1d48f2a0e2e7921b1cdf"
+    assert post_id("hello", "2026-01-02T03:04:05Z", "", "text/plain", digest) == expected
+    assert Post("hello", "2026-01-02T03:04:05Z", "", "text/plain", digest, 2).id == expected
+
+
+def test_post_id_depends_on_every_field() -> None:
+    base = ("s", "2026-01-02T03:04:05Z", "", "text/plain", "0" * 40)
+    seen = {post_id(*base)}
+    for i, other in enumerate(("t", "2026-01-02T03:04:06Z", "1" * 40, "image/png", "2" * 40)):
+        changed = list(base)
+        changed[i] = other
+        seen.add(post_id(*changed))
+    assert len(seen) == 6
+
+
+@pytest.mark.parametrize(("field_name", "value", "message"), [
+    ("timestamp", "2026-01-02 03:04:05", "ISO 8601"),
+    ("parent_id", "xyz", "parent id"),
+    ("mime_type", "text", "TYPE/SUBTYPE"),
+    ("digest", "ABC", "digest"),
+    ("size", -1, "size"),
+])
+def test_bad_metadata_is_refused(field_name: str, value: object, message: str) -> None:
+    good = {"subject": "s", "timestamp": "2026-01-02T03:04:05Z", "parent_id": "", "mime_type": "text/plain",
+            "digest": "0" * 40, "size": 0}
+    with pytest.raises(PostError, match=message):
+        Post(**(good | {field_name: value}))  # type: ignore[arg-type]
+
+
+def test_from_json_checks_the_id() -> None:
+    post = Post("s", "2026-01-02T03:04:05Z", "", "text/plain", "0" * 40, 0)
+    assert Post.from_json(post.to_json()) == post
+    with pytest.raises(PostError, match="does not match"):
+        Post.from_json(post.to_json() | {"id": "1" * 40})
+
+
+# ----------------------------------------------------------------------------- the codec
+
+text = st.text(max_size=60).filter(lambda t: len(t.encode()) <= 255)
+messages = st.one_of(
+    st.builds(Hello, text, text), st.builds(HelloOk, text, text), st.builds(NextOlder, text),
+    st.builds(NextNewer, text), st.builds(NextOk, text), st.just(NextEmpty()), st.just(Meta()),
+    st.builds(MetaOk, st.text(max_size=300), text, text, text, text, st.integers(0, 2**64 - 1)),
+    st.builds(Chunk, st.integers(0, 2**64 - 1), st.integers(0, 2**32 - 1)),
+    st.builds(ChunkOk, st.integers(0, 2**64 - 1), st.binary(max_size=300)),
+    st.just(Goodbye()), st.just(GoodbyeOk()), st.builds(Error, st.integers(0, 65535), text), st.just(News()),
+)
+
+
+@given(messages)
+def test_codec_round_trip(msg: codec.HydraMessage) -> None:
+    raw = encode(msg)
+    assert raw[:2] == b"\xaa\xa0" and raw[2] == msg.ID
+    assert decode(raw) == msg
+
+
+@given(st.binary(max_size=200))
+def test_decode_arbitrary_bytes_returns_or_raises_decode_error(raw: bytes) -> None:
+    for data in (raw, b"\xaa\xa0" + raw):
+        with contextlib.suppress(DecodeError):
+            decode(data)
+
+
+def test_the_documents_bytes() -> None:
+    assert encode(NextOlder("HEAD")) == b"\xaa\xa0\x03\x04HEAD"
+    assert encode(Chunk(1, 2)) == b"\xaa\xa0\x09" + (1).to_bytes(8, "big") + (2).to_bytes(4, "big")
+    assert encode(ChunkOk(0, b"xy")) == b"\xaa\xa0\x0a" + bytes(8) + b"\x00\x00\x00\x02xy"
+    assert encode(Error(404, "no")) == b"\xaa\xa0\x0d\x01\x94\x02no"
+
+
+@pytest.mark.parametrize(("raw", "message"), [
+    (b"hello", "signature"),
+    (b"\xaa\xa0", "signature"),
+    (b"\xaa\xa0\x63", "unknown Hydra command 99"),
+    (b"\xaa\xa0\x03\x05HEAD", "cut short"),
+    (b"\xaa\xa0\x06x", "extra octet"),
+    (b"\xaa\xa0\x03\x01\xff", "UTF-8"),
+    (b"\xaa\xa0\x0a" + bytes(8) + b"\x00\x00\x00\x09xy", "cut short in chunk"),
+])
+def test_decode_bad_input(raw: bytes, message: str) -> None:
+    with pytest.raises(DecodeError, match=message):
+        decode(raw)
+
+
+def test_a_string_over_255_octets_cannot_be_encoded() -> None:
+    with pytest.raises(ValueError, match="255"):
+        encode(NextOk("x" * 256))
+
+
+# ----------------------------------------------------------------------------- state machines
+
+
+def _meta_of(subject: str, content: bytes) -> Post:
+    return Post(subject, "2026-01-02T03:04:05Z", "", "text/plain", hashlib.sha1(content).hexdigest(), len(content))
+
+
+@dataclass
+class FakeSource:
+    """The server's store in memory, oldest first."""
+
+    posts: list[tuple[Post, bytes]] = field(default_factory=list)
+    corrupt: set[str] = field(default_factory=set)
+
+    def add(self, subject: str, content: bytes) -> Post:
+        post = _meta_of(subject, content)
+        self.posts.append((post, content))
+        return post
+
+    def _i(self, pid: str) -> int:
+        for i, (p, _) in enumerate(self.posts):
+            if p.id == pid:
+                return i
+        raise UnknownPost(pid)
+
+    def older(self, ident: str) -> str | None:
+        i = len(self.posts) if ident == HEAD else self._i(ident)
+        return self.posts[i - 1][0].id if i > 0 else None
+
+    def newer(self, ident: str) -> str | None:
+        i = -1 if ident == "TAIL" else self._i(ident)
+        return self.posts[i + 1][0].id if i + 1 < len(self.posts) else None
+
+    def meta(self, pid: str) -> Post:
+        return self.posts[self._i(pid)][0]
+
+    def read(self, pid: str, offset: int, size: int) -> bytes:
+        if pid in self.corrupt:
+            raise CorruptContent(f"post {pid}: content does not match its digest; dropped")
+        return self.posts[self._i(pid)][1][offset:offset + size]
+
+
+@dataclass
+class FakeLocal:
+    held: dict[str, bytes] = field(default_factory=dict)
+    parts: dict[str, bytearray] = field(default_factory=dict)
+    claimed: set[str] = field(default_factory=set)
+    busy: set[str] = field(default_factory=set)
+
+    def holds(self, pid: str) -> bool:
+        return pid in self.held
+
+    def claim(self, pid: str) -> bool:
+        if pid in self.busy:
+            return False
+        self.claimed.add(pid)
+        return True
+
+    def partial(self, pid: str) -> int:
+        return len(self.parts.get(pid, b""))
+
+    def used(self) -> int:
+        return sum(len(c) for c in self.held.values())
+
+
+def run_session(client: Client, server: Server, local: FakeLocal, now: float = 0.0,
+                stop_after: int | None = None) -> tuple[Finished | None, list[object]]:
+    """Drive a client and a server back to back; returns the Finished action and every action."""
+    queue = list(client.start(now))
+    seen: list[object] = []
+    sent = 0
+    while queue:
+        action = queue.pop(0)
+        seen.append(action)
+        if isinstance(action, SendMsg):
+            sent += 1
+            if stop_after is not None and sent > stop_after:
+                return None, seen
+            reply = server.receive("client", decode(encode(action.msg)))
+            queue.extend(client.receive(decode(encode(reply)), now))
+        elif isinstance(action, WriteChunk):
+            part = local.parts.setdefault(action.pid, bytearray())
+            assert len(part) == action.offset
+            part.extend(action.data)
+        elif isinstance(action, Complete):
+            data = bytes(local.parts.pop(action.post.id, b""))
+            assert hashlib.sha1(data).hexdigest() == action.post.digest
+            local.held[action.post.id] = data
+        elif isinstance(action, Release):
+            local.claimed.discard(action.pid)
+        elif isinstance(action, Finished):
+            return action, seen
+    return None, seen
+
+
+def test_client_fetches_newest_first_and_keeps_the_range() -> None:
+    src = FakeSource()
+    posts = [src.add(f"p{i}", bytes([i]) * (1000 * i)) for i in range(5)]
+    local = FakeLocal()
+    server = Server(src, "s", "server")
+    client = Client(local, "c", "client", chunk_size=700, window=2)
+    done, seen = run_session(client, server, local)
+    assert done is not None and done.reason == "done"
+    assert done.range == Range(posts[0].id, posts[4].id)
+    completed = [a.post.id for a in seen if isinstance(a, Complete)]
+    assert completed == [p.id for p in reversed(posts)]  # newest first
+    assert all(local.held[p.id] == bytes([i]) * (1000 * i) for i, p in enumerate(posts))
+    # Two new posts: the next session fetches them newest first, meets the range's newest and
+    # jumps below its oldest; it asks for no post it has been through.
+    new = [src.add("q1", b"one"), src.add("q2", b"two")]
+    client2 = Client(local, "c", "client", range=done.range)
+    done2, seen2 = run_session(client2, server, local)
+    assert done2 is not None and done2.range == Range(posts[0].id, new[1].id)
+    assert [a.post.id for a in seen2 if isinstance(a, Complete)] == [new[1].id, new[0].id]
+    nexts = [a.msg for a in seen2 if isinstance(a, SendMsg) and isinstance(a.msg, NextOlder)]
+    assert nexts == [NextOlder(HEAD), NextOlder(new[1].id), NextOlder(new[0].id), NextOlder(posts[0].id)]
+    assert client2.stats.posts_fetched == 2 and client2.stats.posts_skipped == 0
+    # A server that dropped the range's oldest: 404, and the client walks again from HEAD.
+    src.posts = [x for x in src.posts if x[0].id != posts[0].id]
+    done3, _ = run_session(Client(local, "c", "client", range=done2.range), server, local)
+    assert done3 is not None and done3.reason == "done" and done3.range == Range(posts[1].id, new[1].id)
+
+
+def test_client_skips_held_posts_and_resumes_a_partial_file() -> None:
+    src = FakeSource()
+    a = src.add("a", b"A" * 5000)
+    b = src.add("b", b"B" * 5000)
+    local = FakeLocal(held={a.id: b"A" * 5000}, parts={b.id: bytearray(b"B" * 3000)})
+    client = Client(local, "c", "client", chunk_size=1000)
+    done, seen = run_session(client, Server(src, "s", "server"), local)
+    assert done is not None and done.reason == "done"
+    chunks = [a.msg for a in seen if isinstance(a, SendMsg) and isinstance(a.msg, Chunk)]
+    assert [c.offset for c in chunks] == [3000, 4000]
+    assert client.stats.octets_fetched == 2000 and client.stats.posts_skipped == 1
+    assert local.held[b.id] == b"B" * 5000
+
+
+def test_policies() -> None:
+    assert Policy.parse("all") == Policy()
+    assert Policy.parse("newest:3") == Policy("newest", 3)
+    assert Policy.parse("budget:2m") == Policy("budget", 2 * 1024 * 1024)
+    for bad in ("some", "newest:x", "newest:0", "budget:", "all:3"):
+        with pytest.raises(ValueError):
+            Policy.parse(bad)
+    src = FakeSource()
+    posts = [src.add(f"p{i}", b"x" * 100 * (i + 1)) for i in range(5)]
+    local = FakeLocal()
+    server = Server(src, "s", "n")
+    done, _ = run_session(Client(local, "c", "n", policy=Policy("newest", 2)), server, local)
+    assert set(local.held) == {posts[4].id, posts[3].id}
+    assert done is not None and done.complete and done.range == Range(posts[3].id, posts[4].id)
+    # Again, with one new post: the two newest are the new one and posts[4]; nothing older.
+    new = src.add("new", b"n")
+    done, _ = run_session(Client(local, "c", "n", range=done.range, policy=Policy("newest", 2)), server, local)
+    assert set(local.held) == {posts[4].id, posts[3].id, new.id} and done is not None and done.complete
+    src.posts.remove((new, b"n"))
+    local = FakeLocal()
+    run_session(Client(local, "c", "n", policy=Policy("budget", 700)), Server(src, "s", "n"), local)
+    assert set(local.held) == {posts[4].id, posts[1].id}  # 500 + 200 octets; 400 would not fit after 500
+
+
+def test_corrupt_content_is_an_error_and_the_range_is_kept() -> None:
+    src = FakeSource()
+    a = src.add("a", b"good")
+    src.corrupt.add(a.id)
+    local = FakeLocal()
+    server = Server(src, "s", "n")
+    done, seen = run_session(Client(local, "c", "n", range=None), server, local)
+    assert done is not None and "500" in done.reason and done.range is None
+    assert any(isinstance(x, Release) and x.pid == a.id for x in seen)
+    assert server.stats.corrupt_refused == 1 and not local.held
+
+
+def test_a_busy_post_is_passed_over_and_the_range_not_saved() -> None:
+    src = FakeSource()
+    a, b = src.add("a", b"1"), src.add("b", b"2")
+    local = FakeLocal(busy={b.id})
+    done, _ = run_session(Client(local, "c", "n"), Server(src, "s", "n"), local)
+    assert done is not None and done.reason == "done" and done.range is None
+    assert set(local.held) == {a.id}
+
+
+def test_a_forgotten_range_end_restarts_from_head() -> None:
+    src = FakeSource()
+    a = src.add("a", b"1")
+    local = FakeLocal()
+    client = Client(local, "c", "n", range=Range("9" * 40, "9" * 40))
+    done, _ = run_session(client, Server(src, "s", "n"), local)
+    assert done is not None and done.range == Range(a.id, a.id) and a.id in local.held
+
+
+def test_metadata_that_does_not_give_the_announced_id_ends_the_session() -> None:
+    local = FakeLocal()
+    client = Client(local, "c", "n")
+    client.start(0.0)
+    client.receive(HelloOk("s", "n"), 0.0)
+    client.receive(NextOk("1" * 40), 0.0)
+    actions = client.receive(MetaOk("s", "2026-01-02T03:04:05Z", "", "0" * 40, "text/plain", 0), 0.0)
+    assert SendMsg(Goodbye()) in actions and any(isinstance(a, Release) for a in actions)
+    assert isinstance(actions[-1], Finished) and "id" in actions[-1].reason and client.done
+
+
+def test_the_client_times_out_with_a_fake_clock() -> None:
+    client = Client(FakeLocal(), "c", "n", timeout=30.0)
+    client.start(100.0)
+    assert client.tick(129.0) == []
+    client.receive(HelloOk("s", "n"), 129.0)  # heard: the clock restarts
+    assert client.tick(158.0) == []
+    out = client.tick(159.5)
+    assert isinstance(out[-1], Finished) and "no answer" in out[-1].reason
+
+
+def test_stale_replies_before_hello_ok_are_passed_over() -> None:
+    src = FakeSource()
+    src.add("a", b"x")
+    client = Client(FakeLocal(), "c", "n")
+    client.start(0.0)
+    assert client.receive(ChunkOk(0, b"old"), 0.0) == []
+    assert client.receive(NextEmpty(), 0.0) == []
+    assert client.stats.stale == 2
+    assert client.receive(HelloOk("s", "n"), 0.0) == [SendMsg(NextOlder(HEAD))]
+
+
+def test_out_of_order_chunk_is_a_protocol_error() -> None:
+    src = FakeSource()
+    p = src.add("a", b"x" * 10)
+    client = Client(FakeLocal(), "c", "n", chunk_size=5)
+    client.start(0.0)
+    client.receive(HelloOk("s", "n"), 0.0)
+    client.receive(NextOk(p.id), 0.0)
+    client.receive(MetaOk(p.subject, p.timestamp, "", p.digest, p.mime_type, p.size), 0.0)
+    out = client.receive(ChunkOk(5, b"xxxxx"), 0.0)
+    assert isinstance(out[-1], Finished) and "was asked" in out[-1].reason
+
+
+@pytest.mark.parametrize(("msg", "status"), [
+    (Meta(), 400), (Chunk(0, 10), 400), (NextOlder("1" * 40), 404), (NextOk("x"), 400),
+])
+def test_server_errors(msg: codec.HydraMessage, status: int) -> None:
+    server = Server(FakeSource(), "s", "n")
+    assert server.receive("c", Meta()) == Error(400, "say HELLO first (got META)")
+    server.receive("c", Hello("c", "n"))
+    reply = server.receive("c", msg)
+    assert isinstance(reply, Error) and reply.status == status
+
+
+def test_server_refuses_an_offset_past_the_content() -> None:
+    src = FakeSource()
+    p = src.add("a", b"abc")
+    server = Server(src, "s", "n")
+    server.receive("c", Hello("c", "n"))
+    assert server.receive("c", NextOlder(HEAD)) == NextOk(p.id)
+    assert server.receive("c", Chunk(1, 100)) == ChunkOk(1, b"bc")
+    reply = server.receive("c", Chunk(4, 1))
+    assert isinstance(reply, Error) and reply.status == 416
+
+
+# ----------------------------------------------------------------------------- the store
+
+
+def test_store_keeps_verifies_and_drops(tmp_path: Path) -> None:
+    store = PostStore(tmp_path)
+    up = store.upload()
+    for block in (b"abc", b"def"):
+        up.write(block)
+    post, new = up.finish("s", "2026-01-02T03:04:05Z", "", "text/plain")
+    assert new and post.digest == hashlib.sha1(b"abcdef").hexdigest()
+    assert store.read(post.id, 2, 3) == b"cde"
+    assert store.older(HEAD) == post.id and store.older(post.id) is None
+    up2 = store.upload()
+    with pytest.raises(PostError, match="parent"):
+        up2.finish("s", "2026-01-02T03:04:05Z", "1" * 40, "text/plain")
+    store.save_range("peer", Range(post.id, post.id))
+    store.close()
+    store = PostStore(tmp_path)  # reopened: the post and the range are still there
+    assert store.holds(post.id) and store.load_range("peer") == Range(post.id, post.id)
+    store.data_path(post.id).write_bytes(b"abcdeX")  # tampered, same size
+    with pytest.raises(CorruptContent):
+        store.read(post.id, 0, 6)
+    assert not store.holds(post.id) and store.load_range("peer") is None
+    store.close()
+
+
+def test_store_resumes_a_partial_fetch_and_refuses_a_bad_digest(tmp_path: Path) -> None:
+    store = PostStore(tmp_path)
+    post = _meta_of("s", b"0123456789")
+    assert store.claim(post.id) and not store.claim(post.id)
+    store.write_chunk(post.id, 0, b"01234")
+    store.release(post.id)
+    assert store.partial(post.id) == 5
+    assert store.claim(post.id)
+    store.write_chunk(post.id, 5, b"56789")
+    assert store.complete(post) and store.holds(post.id)
+    bad = _meta_of("t", b"good")
+    store.claim(bad.id)
+    store.write_chunk(bad.id, 0, b"evil")
+    assert not store.complete(bad) and not store.holds(bad.id) and store.partial(bad.id) == 0
+    store.close()
+
+
+def test_one_store_per_directory(tmp_path: Path) -> None:
+    from huddle.errors import DataDirLocked
+
+    store = PostStore(tmp_path)
+    with pytest.raises(DataDirLocked):
+        PostStore(tmp_path)
+    store.close()
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"posts_policy": "some"}, "policy must be"),
+    ({"posts_policy": "newest:0"}, "N >= 1"),
+    ({"posts_chunk": 10}, "posts chunk must be"),
+    ({"posts_interval": 0}, "interval must be positive"),
+])
+def test_posts_settings_are_checked(changes: dict[str, object], message: str) -> None:
+    from huddle.config import NodeConfig
+    from huddle.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        NodeConfig(**changes)  # type: ignore[arg-type]
+
+
+def test_server_caps_a_chunk() -> None:
+    src = FakeSource()
+    src.add("a", b"x" * 100)
+    server = Server(src, "s", "n", max_chunk=30)
+    server.receive("c", Hello("c", "n"))
+    server.receive("c", NextOlder(HEAD))
+    reply = server.receive("c", Chunk(0, 100))
+    assert isinstance(reply, ChunkOk) and len(reply.content) == 30
+
+
+def test_a_server_that_caps_chunks_below_the_clients_size() -> None:
+    src = FakeSource()
+    content = bytes(range(256)) * 40
+    p = src.add("a", content)
+    local = FakeLocal()
+    client = Client(local, "c", "n", chunk_size=1000, window=4)
+    done, _ = run_session(client, Server(src, "s", "n", max_chunk=300), local)
+    assert done is not None and done.reason == "done" and local.held[p.id] == content
+
+
+def test_a_next_ok_that_is_not_a_post_id_ends_the_session() -> None:
+    client = Client(FakeLocal(), "c", "n")
+    client.start(0.0)
+    client.receive(HelloOk("s", "n"), 0.0)
+    out = client.receive(NextOk("../../etc/passwd"), 0.0)
+    assert SendMsg(Goodbye()) in out and isinstance(out[-1], Finished) and "not a post id" in out[-1].reason
