@@ -87,6 +87,9 @@ def test_a_console_cut_off_is_read_only_until_a_peer_is_back(cluster: Cluster, t
     assert status == 409 and "read-only" in body["error"]
     status, body = http(a.api, "/api/v1/doc/ops", {"op": "set", "to": {"path": "bout/venue"}, "text": "Hall 7"})
     assert status == 409
+    status, body = http(a.api, "/api/v1/posts?subject=photo", raw=b"\x89PNG not really")
+    assert status == 409 and "no post was added" in body["error"]
+    assert get(a.api, "/api/v1/posts") == [], "nothing was stored"
     out = subprocess.run([sys.executable, "-m", "huddle", "emit", "note", '"x"', "--api", a.api],
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 1 and "cut off" in out.stderr
