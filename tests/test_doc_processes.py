@@ -114,7 +114,7 @@ def test_the_document_survives_a_restart(cluster: Cluster, tmp_path: Path) -> No
     assert doc_xml(again.api) == before and 'name="Hall 7"' in before
 
 
-def test_the_demo_shows_the_mesh_chat_and_the_document() -> None:
+def test_the_demo_shows_the_mesh_chat_document_posts_guests_and_picture() -> None:
     out = subprocess.run([sys.executable, "-m", "huddle", "demo"], capture_output=True, text=True,
                          timeout=120, check=False)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -122,6 +122,10 @@ def test_the_demo_shows_the_mesh_chat_and_the_document() -> None:
     assert "<alice> hello from alice" in out.stdout
     assert '<penalty code="B" number="7" team="away"/>' in out.stdout
     assert "what jam are we on? active: period 1 jam 1" in out.stdout
+    assert "carol's copy is byte for byte the same" in out.stdout
+    assert 'scoreboard heard scorekeeper say \'score\': {"points": 4, "team": "home"}' in out.stdout
+    assert "the same digest on all 3 nodes" in out.stdout
+    assert "Traceback" not in out.stdout + out.stderr
     assert "all stopped, exit codes [0, 0, 0]" in out.stdout
 
 

@@ -7,6 +7,7 @@ user would, and uses only 127.0.0.1.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import signal
@@ -117,6 +118,8 @@ async def _demo(nodes: list[NodeProcess]) -> None:
         print("\n".join("     " + line for line in _peers_text(peers).splitlines()))
         print()
     await _demo_document(nodes)
+    await _demo_posts(nodes)
+    await _demo_guests(nodes)
     await _demo_system(nodes)
 
 
@@ -167,13 +170,73 @@ async def _demo_document(nodes: list[NodeProcess]) -> None:
     print(f"   what jam are we on? active: period {active['period']} jam {active['jam']}\n")
 
 
+def _huddle(*args: str) -> str:
+    """Run a ``huddle`` client command as a user would; its output, or an error with its stderr."""
+    out = subprocess.run([sys.executable, "-m", "huddle", *args], check=False, capture_output=True, text=True,
+                         timeout=60)
+    if out.returncode != 0:
+        raise RuntimeError(f"huddle {' '.join(args)} failed: {out.stderr.strip()}")
+    return out.stdout
+
+
+async def _demo_posts(nodes: list[NodeProcess]) -> None:
+    """One node shares a file; the others fetch it on their own (Hydra sync, newest first)."""
+    first, last = nodes[0], nodes[-1]
+    size = 4 << 20
+    print(f"== sharing a file: {first.name} posts a {size >> 20} MiB photo; the others fetch it by themselves")
+    with tempfile.TemporaryDirectory(prefix="huddle-demo-post-") as tmp:
+        photo = Path(tmp) / "jam1.jpg"
+        photo.write_bytes(random.Random(7).randbytes(size))
+        print("   $ huddle post add jam1.jpg --subject 'jam 1, the line-up'")
+        print("   " + _huddle("post", "add", str(photo), "--subject", "jam 1, the line-up", "--api", first.api).strip())
+        added = json.loads(_huddle("posts", "--json", "--api", first.api))[0]
+        deadline = time.monotonic() + 30
+        for n in nodes[1:]:
+            while True:
+                held = json.loads(_huddle("posts", "--json", "--api", n.api))
+                if any(p["id"] == added["id"] for p in held):
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{n.name} did not fetch the post within 30 s")
+                await asyncio.sleep(0.1)
+        print(f"   $ huddle posts   (at {last.name})")
+        print("\n".join("   " + line for line in _huddle("posts", "--api", last.api).strip().splitlines()))
+        copy = Path(tmp) / "copy.jpg"
+        _huddle("post", "get", added["id"], "-o", str(copy), "--api", last.api)
+        same = copy.read_bytes() == photo.read_bytes()
+        print(f"   {last.name}'s copy is {'byte for byte the same' if same else 'DIFFERENT'} (SHA1 {added['digest']})\n")
+        if not same:
+            raise RuntimeError("the fetched copy differs from the original")
+
+
+async def _demo_guests(nodes: list[NodeProcess]) -> None:
+    """A guest on the first node speaks; a guest on the last node hears it, over the mesh."""
+    from .guest import Guest
+
+    first, last = nodes[0], nodes[-1]
+    ports = []
+    for n in (first, last):
+        async with ApiClient(n.api) as api:
+            ports.append((await api.guests())["tcp_port"])
+    print(f"== guests (the Noam protocol): a scoreboard on {last.name} hears what a scorekeeper on {first.name} says")
+    async with Guest("scoreboard", room="demo", hears=["score"], host=("127.0.0.1", ports[1]),
+                     listen="127.0.0.1") as board, \
+            Guest("scorekeeper", room="demo", speaks=["score"], host=("127.0.0.1", ports[0]),
+                  listen="127.0.0.1") as keeper:
+        await keeper.speak("score", {"team": "home", "points": 4})
+        event = await board.next_event(timeout=10)
+    print(f"   scoreboard heard {event.guest} say {event.topic!r}: {json.dumps(event.value)}")
+    print("   the same from a browser: <script src=\"/guest.js\"> (see docs/guests.md)\n")
+
+
 def run_demo(count: int = 3) -> int:
     names = ["alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi"]
     count = max(2, min(count, len(names)))
     port = random.randint(20000, 40000)
     with tempfile.TemporaryDirectory(prefix="huddle-demo-") as tmp:
         nodes = [
-            NodeProcess(names[i], Path(tmp) / names[i], "--beacon-port", str(port), "--beacon-interval", "0.2")
+            NodeProcess(names[i], Path(tmp) / names[i], "--beacon-port", str(port), "--beacon-interval", "0.2",
+                        "--guests", "--guest-marco-port", str(port + 1), "--guest-port", "0", "--guest-ws-port", "0")
             for i in range(count)
         ]
         ok = False

@@ -159,8 +159,10 @@ class Guest:
             self._writer.close()
         if self._server is not None:
             self._server.close()
-        for task in list(self._tasks):
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def __aenter__(self) -> Guest:
         await self.start()
@@ -240,6 +242,8 @@ class Guest:
             self._tasks.add(task)
         try:
             await self._read(reader, own=False)
+        except asyncio.CancelledError:
+            pass  # close() ended it; asyncio would report a stream callback ending cancelled as an error
         finally:
             writer.close()
             if task is not None:
