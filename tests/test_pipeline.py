@@ -183,13 +183,51 @@ def test_replay_compares_each_nodes_document_with_the_groups(spark: SparkSession
     )
     docs = df.transform(T.documents)
     assertDataFrameEqual(T.replay(df, docs), spark.createDataFrame([
-        (G, A, 2, 2, True), (G, B, 1, 2, False), (G, C, 0, 2, False),
+        (G, A, 2, 2, True, None, None, "none"), (G, B, 1, 2, False, None, None, "none"),
+        (G, C, 0, 2, False, None, None, "none"),
     ], schemas.REPLAY), checkRowOrder=False)
     whole = {r["node"]: r for r in docs.collect()}
     assert set(whole) == {A, B, "*"}
     assert whole["*"]["doc_events"] == 2 and whole["*"]["dropped"] == 0
     assert '<person name="Ada" number="12"/>' in whole["*"]["xml"] and 'start="100"' in whole["*"]["xml"]
     assert whole["*"]["xml"] == whole[A]["xml"] and "Ada" not in whole[B]["xml"]
+
+
+def test_replay_checks_the_document_each_node_showed(spark: SparkSession) -> None:
+    """A node's last ``document`` row against the document its events received by then make."""
+    from huddle.doc import DocEngine, digest
+    from huddle.ids import NodeId
+    from huddle.wire import LogRecord
+
+    only_person = DocEngine()  # what a node holding PERSON alone shows, computed as the node does
+    only_person.add(LogRecord(NodeId.from_hex(A), 1, 5.0, "doc", PERSON))
+    shown_by_a = digest(only_person.document.root)
+    df = events(
+        spark,
+        ev(A, A, 1, ts=5.0, at=10.0, kind="doc", body=PERSON), ev(A, B, 1, ts=6.0, at=20.0, kind="doc", body=JAM),
+        ev(B, B, 1, ts=6.0, at=15.0, kind="doc", body=JAM),
+        ev(C, C, 1, kind="chat"),
+        ev("d" * 32, "d" * 32, 1, kind="chat"),
+    )
+    stats = spark.createDataFrame([
+        stat(A, 1.0, "document", None, doc_events=0, applied=0, dropped=0, digest="0" * 64),  # an older row
+        stat(A, 15.0, "document", None, doc_events=1, applied=1, dropped=0, digest=shown_by_a),  # PERSON only
+        stat(A, 16.0, "snapshot", None, received=1),
+        stat(B, 30.0, "document", None, doc_events=1, applied=1, dropped=0, digest="f" * 64),  # not what JAM makes
+        stat("d" * 32, 9.0, "document", None, doc_events=2, applied=2, dropped=0, digest="e" * 64),  # events gone
+    ], schemas.STATS)
+    last = stats.transform(T.shown)
+    assertDataFrameEqual(last, spark.createDataFrame([
+        (G, A, 15.0, 1, shown_by_a), (G, B, 30.0, 1, "f" * 64), (G, "d" * 32, 9.0, 2, "e" * 64),
+    ], schemas.SHOWN), checkRowOrder=False)
+    checked = T.replay(df, df.transform(T.documents), last, T.shown_documents(df, last))
+    assertDataFrameEqual(checked, spark.createDataFrame([
+        (G, A, 2, 2, True, 15.0, 1, "same"),
+        (G, B, 1, 2, False, 30.0, 1, "differs"),
+        (G, C, 0, 2, False, None, None, "none"),
+        (G, "d" * 32, 0, 2, False, 9.0, 2, "uncomparable"),
+    ], schemas.REPLAY), checkRowOrder=False)
+    assert stats.transform(T.membership).count() == 0, "document rows are not membership events"
 
 
 def test_replay_uses_the_nodes_own_engine(spark: SparkSession) -> None:
@@ -356,6 +394,9 @@ def test_three_node_processes_end_to_end(spark: SparkSession, tmp_path: Path) ->
             return all(s["events"] == 11 and not s["gaps"] for s in sums)
 
         wait_for(everywhere, 15, "11 events on every node")
+        for n in nodes:  # a node that stops records the document it shows (a "document" statistics row)
+            n.signal(15)
+            assert n.wait(10) == 0
         for n in nodes:
             done = subprocess.run([sys.executable, "-m", "huddle", "export", "--data-dir", str(tmp_path / n.name),
                                    "--out", str(tmp_path / "export" / n.name)], capture_output=True, text=True, timeout=60)
@@ -368,3 +409,5 @@ def test_three_node_processes_end_to_end(spark: SparkSession, tmp_path: Path) ->
     assert summary.stats_rows is not None and summary.stats_rows > 0
     page = (tmp_path / "audit" / "report.html").read_text()
     assert "Converged" in page and "Bo" in page and "peer_joined" in page
+    replayed = spark.read.parquet(str(tmp_path / "audit" / "replay")).collect()
+    assert sorted((r["doc_events"], r["shown_doc_events"], r["shown"]) for r in replayed) == [(1, 1, "same")] * 3

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from .config import NodeConfig, parse_hostport
 from .discovery import BeaconService, Interface, resolve_interface
-from .doc import DOC_KIND, DocEngine, OperationError, jams
+from .doc import DOC_KIND, DocEngine, OperationError, digest, jams
 from .errors import ConfigError, CutOffReadOnly, DataDirLocked, LocalProtocolError
 from .ids import NodeId
 from .log import SqliteStore
@@ -47,6 +47,11 @@ log = logging.getLogger("huddle.node")
 BACKPRESSURE = 20_000
 # How often the node writes a snapshot of its counters to its statistics rows.
 STATS_INTERVAL = 10.0
+# A ``document`` statistics row (the digest of the bout document as the node shows it) is written
+# when the document changed, at most this often, and when the node stops.  A big document is
+# digested less often: at most this share of the node's time goes to it.
+DOC_ROW_INTERVAL = 10.0
+DOC_ROW_SHARE = 0.01
 
 
 class DataDir:
@@ -138,6 +143,8 @@ class Node:
         self.api_url: str | None = None
         self._listeners: list[Listener] = []
         self.doc = DocEngine()  # the bout document, made from the log's "doc" events
+        self._doc_row_of: tuple[int, int] | None = None  # (engine, events) of the last document row
+        self._doc_row_due = 0.0  # local time before which no document row is written
         self._space: dict[NodeId, asyncio.Event] = {}  # set when a full send buffer has room again
         self._stop = asyncio.Event()
         self._ready = asyncio.Event()
@@ -446,6 +453,7 @@ class Node:
                 await self._stop.wait()
                 for task in tasks:
                     task.cancel()
+                self._document_row(self.local_now(), final=True)  # the document as the node leaves it
         finally:
             if self._mesh is not None:
                 self._mesh.leave(self.local_now())
@@ -544,6 +552,27 @@ class Node:
         self._store.add_stat(self.mesh_time(), "snapshot", None, json.dumps(detail))
         self._store.commit()
 
+    def _document_row(self, now: float, *, final: bool = False) -> None:
+        """A ``document`` statistics row, if the bout document changed since the
+        last one: how many ``doc`` events it is made of and the digest of what
+        the node shows.  The pipeline's replay makes the document again from
+        the node's exported events and checks the digest (docs/export.md)."""
+        if self._store is None or (now < self._doc_row_due and not final):
+            return
+        engine = self.doc
+        state = (id(engine), len(engine))
+        if state == self._doc_row_of:
+            return
+        t0 = time.perf_counter()
+        doc = engine.document
+        detail = {"doc_events": len(engine), "applied": doc.applied, "dropped": len(doc.dropped),
+                  "digest": digest(doc.root)}
+        cost = time.perf_counter() - t0
+        self._store.add_stat(self.mesh_time(), "document", None, json.dumps(detail))
+        self._store.commit()
+        self._doc_row_of = state
+        self._doc_row_due = now + max(DOC_ROW_INTERVAL, cost / DOC_ROW_SHARE)
+
     async def _ticker(self) -> None:
         mesh = self.mesh
         transport = self._transport
@@ -553,6 +582,7 @@ class Node:
             now = self.local_now()
             if now >= next_snapshot:
                 self._snapshot()
+                self._document_row(now)
                 next_snapshot = now + STATS_INTERVAL
             transport.poll()
             mesh.tick(now)

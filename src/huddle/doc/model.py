@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any, Final
 from xml.sax.saxutils import escape, quoteattr
 
-__all__ = ["SCHEMA", "TEAMS", "Element", "default_bout", "derived_eid", "to_json", "to_xml"]
+__all__ = ["SCHEMA", "TEAMS", "Element", "default_bout", "derived_eid", "digest", "to_json", "to_xml"]
 
 # eids derived from names: uuid5 in this namespace (fixed forever: the eids must agree across nodes).
 _NAMESPACE: Final = uuid.UUID("5b1e9a52-3c1f-4f4e-9d43-6b7d0c1e2f10")
@@ -155,6 +155,14 @@ def default_bout() -> Element:
     for number in ("1", "2"):
         bout.append(Element("period", derived_eid(f"bout/period/{number}"), {"number": number}))
     return bout
+
+
+def digest(root: Element) -> str:
+    """SHA-256 (hex) of the document's canonical XML with eids: equal on two
+    nodes exactly when they show the same document, element names included.
+    The node records it in its statistics rows and the pipeline's replay
+    computes it the same way, so the two can be compared."""
+    return hashlib.sha256(to_xml(root, eids=True).encode()).hexdigest()
 
 
 def to_xml(root: Element, *, eids: bool = False) -> str:

@@ -54,7 +54,8 @@ class Summary:
     gap_events: int | None = None
     worst_p99: float | None = None
     worst_receiver: str | None = None
-    divergent: list[str] | None = None
+    divergent: list[str] | None = None  # nodes whose document is not their group's, or not what they showed
+    misshown: list[str] = field(default_factory=list)  # nodes that showed another document than their events make
     stats_rows: int | None = None
     timeouts: int | None = None
     suspects: int | None = None
@@ -81,9 +82,13 @@ class Summary:
             out.append(f"missing: {self.missing_events} event copies in {self.missing_ranges} range(s) (table missing)")
         if self.gap_events:
             out.append(f"lost: {self.gap_events} event(s) below a source's last number that no node holds (table gaps)")
-        if self.divergent:
-            out.append(f"documents: {len(self.divergent)} node(s) differ from their group's document: "
-                       f"{', '.join(n[:8] for n in self.divergent[:10])} (table replay)")
+        if self.misshown:
+            out.append(f"documents: {len(self.misshown)} node(s) showed another document than their own events make: "
+                       f"{', '.join(n[:8] for n in self.misshown[:10])} (table replay, column shown)")
+        differ = [n for n in self.divergent or [] if n not in self.misshown]
+        if differ:
+            out.append(f"documents: {len(differ)} node(s) differ from their group's document: "
+                       f"{', '.join(n[:8] for n in differ[:10])} (table replay)")
         if self.worst_p99 is not None:
             out.append(f"worst lag: receiver {str(self.worst_receiver)[:8]}, p99 delay {self.worst_p99 * 1000:.1f} ms "
                        "(table delays)")
@@ -209,10 +214,13 @@ def run(spark: SparkSession, inputs: Sequence[str], output: str, *, jobs: Sequen
             summary.worst_p99, summary.worst_receiver = float(top["p99"]), str(top["key"])
     if "replay" in jobs:
         docs = write("documents", events.transform(T.documents))
-        checked = write("replay", T.replay(events, docs))
+        last_shown = read_stats(spark, inputs).transform(T.shown)
+        remade = T.shown_documents(events, last_shown)
+        checked = write("replay", T.replay(events, docs, last_shown, remade))
         data.replay = rows_of(checked, "same", "group", "node", limit=1000)
         data.documents = rows_of(docs.filter(F.col("node") == T.GROUP_DOCUMENT), "group", limit=20)
-        summary.divergent = [str(r["node"]) for r in data.replay if not r["same"]]
+        summary.misshown = [str(r["node"]) for r in data.replay if r["shown"] == "differs"]
+        summary.divergent = [str(r["node"]) for r in data.replay if not r["same"] or r["shown"] == "differs"]
     if "system" in jobs:
         stats = read_stats(spark, inputs)
         member = write("membership", stats.transform(T.membership))

@@ -216,10 +216,16 @@ def render(d: ReportData) -> str:
                             "every copy of each event whose copies differ (table conflicts)"))
     if "replay" in d.jobs:
         parts.append("<h2>Documents (replay)</h2><p class=note>Each node's document is made from its exported "
-                     "<code>doc</code> events by huddle's own document engine, and compared with the document of "
-                     "all nodes' events together. The export holds no document snapshots: a node's document is its "
-                     "events' fold, so a difference means it lacks or holds other <code>doc</code> events.</p>")
-        parts.append(_table(d.replay, ["group", "node", "doc_events", "group_doc_events", "same"]))
+                     "<code>doc</code> events by huddle's own document engine and compared with the document of "
+                     "all nodes' events together (<code>same</code>: false means the node lacks or holds other "
+                     "<code>doc</code> events). <code>shown</code> compares the digest of the document the node "
+                     "itself showed, from its last <code>document</code> statistics row at <code>shown_ts</code>, "
+                     "with the document made from the events it held then: <code>same</code>; <code>differs</code> "
+                     "(a divergence: the node showed another document than its events make); "
+                     "<code>uncomparable</code> (the export no longer holds those events); <code>none</code> "
+                     "(no such row).</p>")
+        parts.append(_table(d.replay, ["group", "node", "doc_events", "group_doc_events", "same", "shown_ts",
+                                       "shown_doc_events", "shown"]))
         for doc in d.documents:
             parts.append(f"<details><summary>group {escape(str(doc['group']))}: the final document "
                          f"({doc['doc_events']} doc events, {doc['dropped']} dropped)</summary>"

@@ -27,6 +27,7 @@ __all__ = [
     "DELAYS",
     "DELAY_HISTOGRAM",
     "DOCUMENTS",
+    "DOCUMENT_DETAIL",
     "EVENTS",
     "GAPS",
     "HELD_RANGES",
@@ -34,6 +35,7 @@ __all__ = [
     "MISSING",
     "NODE_HEALTH",
     "REPLAY",
+    "SHOWN",
     "SNAPSHOTS",
     "SNAPSHOT_DETAIL",
     "STATS",
@@ -110,7 +112,14 @@ THROUGHPUT = StructType([_f("group", StringType()), _f("window_start", DoubleTyp
 
 # ---- replay: documents made by huddle.doc.DocEngine (node "*": the group's, from every node's events)
 DOCUMENTS = StructType([*_text("group", "node"), *_long("doc_events", "applied", "dropped"), *_text("digest", "xml")])
-REPLAY = StructType([*_text("group", "node"), *_long("doc_events", "group_doc_events"), _f("same", BooleanType())])
+REPLAY = StructType([
+    *_text("group", "node"), *_long("doc_events", "group_doc_events"), _f("same", BooleanType()),
+    _f("shown_ts", DoubleType(), True), _f("shown_doc_events", LongType(), True), _f("shown", StringType()),
+])
+# a node's last ``document`` statistics row (docs/export.md)
+SHOWN = StructType([*_text("group", "node"), _f("ts", DoubleType()), _f("doc_events", LongType()),
+                    _f("digest", StringType())])
+DOCUMENT_DETAIL = StructType([_f("doc_events", LongType(), True), _f("digest", StringType(), True)])
 
 # ---- system picture, from the statistics rows
 MEMBERSHIP = StructType([

@@ -10,7 +10,6 @@ events lacks one range, and no step crosses nodes' rows with each other.
 
 from __future__ import annotations
 
-import hashlib
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import Column, DataFrame, Window
@@ -39,6 +38,8 @@ __all__ = [
     "node_health",
     "receipts",
     "replay",
+    "shown",
+    "shown_documents",
     "snapshots",
     "throughput",
     "union_ranges",
@@ -280,14 +281,14 @@ def _document_of(pdf: pd.DataFrame) -> pd.DataFrame:
 
 def document_facts(engine: DocEngine) -> dict[str, Any]:
     """What the replay keeps of a document: doc_events, applied, dropped,
-    digest (SHA-256 of the canonical XML with eids), xml (without eids)."""
-    from ..doc import to_xml
+    digest (:func:`huddle.doc.digest`, as the node computes it for its
+    ``document`` rows), xml (without eids)."""
+    from ..doc import digest, to_xml
 
     doc = engine.document
     return {
         "doc_events": len(engine), "applied": doc.applied, "dropped": len(doc.dropped),
-        "digest": hashlib.sha256(to_xml(doc.root, eids=True).encode()).hexdigest(),
-        "xml": to_xml(doc.root),
+        "digest": digest(doc.root), "xml": to_xml(doc.root),
     }
 
 
@@ -310,25 +311,79 @@ def documents(events: DataFrame) -> DataFrame:
     )
 
 
-def replay(events: DataFrame, docs: DataFrame) -> DataFrame:
-    """Each node's document compared with its group's: group, node, doc_events,
-    group_doc_events, same.  ``docs`` is :func:`documents` of ``events``;
-    every node with an event in the group has a row, a node with no ``doc``
-    event counting as the empty bout."""
+def shown(stats: DataFrame) -> DataFrame:
+    """Each node's last ``document`` statistics row, the document as the node
+    showed it then: group, node, ts, doc_events, digest (docs/export.md)."""
+    d = F.from_json("detail", schemas.DOCUMENT_DETAIL)
+    rows = stats.filter(F.col("event") == "document").select("group", "node", "ts", d.alias("d"))
+    last = F.max_by(F.struct(F.col("d")["doc_events"].alias("doc_events"), F.col("d")["digest"].alias("digest")),
+                    "ts")
+    return rows.groupBy("group", "node").agg(F.max("ts").alias("ts"), last.alias("last")).select(
+        "group", "node", "ts", F.coalesce(F.col("last")["doc_events"], F.lit(-1).cast("long")).alias("doc_events"),
+        F.coalesce(F.col("last")["digest"], F.lit("")).alias("digest"))
+
+
+def shown_documents(events: DataFrame, last_shown: DataFrame) -> DataFrame:
+    """For each node with a ``document`` row (:func:`shown`), the document its
+    ``doc`` events received by then (``received_at`` <= the row's ``ts``)
+    make, in :data:`.schemas.DOCUMENTS`; none for a node that had none then."""
+    cols = ["group", "node", "source", "seq", "timestamp", "body"]
+    return (
+        events.filter(F.col("kind") == DOC_KIND)
+        .join(last_shown.select("group", "node", F.col("ts").alias("shown_ts")), ["group", "node"])
+        .filter(F.col("received_at") <= F.col("shown_ts")).select(*cols)
+        .groupBy("group", "node").applyInPandas(_document_of, schema=schemas.DOCUMENTS)
+    )
+
+
+def replay(events: DataFrame, docs: DataFrame, last_shown: DataFrame | None = None,
+           remade: DataFrame | None = None) -> DataFrame:
+    """Each node's document compared with its group's, and with what the node
+    showed: group, node, doc_events, group_doc_events, same, shown_ts,
+    shown_doc_events, shown.
+
+    ``docs`` is :func:`documents` of ``events``; every node with an event in
+    the group has a row, a node with no ``doc`` event counting as the empty
+    bout.  ``last_shown`` is :func:`shown` of the statistics rows and
+    ``remade`` :func:`shown_documents` of the two.  ``shown`` says whether the
+    document the node recorded in its last ``document`` row is the one its
+    exported events make: ``same``; ``differs`` (the node showed another
+    document than its own events make); ``uncomparable`` (the export does not
+    hold the ``doc`` events the node had then: it dropped them since, or its
+    clock moved back); ``none`` (no ``document`` row)."""
     empty = document_facts(_empty_engine())
     nodes = events.select("group", "node").distinct()
     mine = docs.filter(F.col("node") != GROUP_DOCUMENT).select("group", "node", "doc_events", "digest")
     theirs = docs.filter(F.col("node") == GROUP_DOCUMENT).select(
         "group", F.col("doc_events").alias("group_doc_events"), F.col("digest").alias("group_digest"))
-    return (
-        nodes.join(mine, ["group", "node"], "left").join(theirs, "group", "left")
-        .select(
-            "group", "node",
-            F.coalesce("doc_events", F.lit(0).cast("long")).alias("doc_events"),
-            F.coalesce("group_doc_events", F.lit(0).cast("long")).alias("group_doc_events"),
-            (F.coalesce("digest", F.lit(empty["digest"])) == F.coalesce("group_digest", F.lit(empty["digest"])))
-            .alias("same"),
+    out = nodes.join(mine, ["group", "node"], "left").join(theirs, "group", "left")
+    if last_shown is not None and remade is not None:
+        out = out.join(
+            last_shown.select("group", "node", F.col("ts").alias("shown_ts"),
+                              F.col("doc_events").alias("shown_doc_events"), F.col("digest").alias("shown_digest")),
+            ["group", "node"], "left",
+        ).join(
+            remade.select("group", "node", F.col("doc_events").alias("remade_events"),
+                          F.col("digest").alias("remade_digest")),
+            ["group", "node"], "left",
         )
+        state = (
+            F.when(F.col("shown_ts").isNull(), "none")
+            .when(F.coalesce("remade_events", F.lit(0).cast("long")) != F.col("shown_doc_events"), "uncomparable")
+            .when(F.coalesce("remade_digest", F.lit(empty["digest"])) == F.col("shown_digest"), "same")
+            .otherwise("differs")
+        )
+        shown_cols = [F.col("shown_ts"), F.col("shown_doc_events"), state.alias("shown")]
+    else:
+        shown_cols = [F.lit(None).cast("double").alias("shown_ts"), F.lit(None).cast("long").alias("shown_doc_events"),
+                      F.lit("none").alias("shown")]
+    return out.select(
+        "group", "node",
+        F.coalesce("doc_events", F.lit(0).cast("long")).alias("doc_events"),
+        F.coalesce("group_doc_events", F.lit(0).cast("long")).alias("group_doc_events"),
+        (F.coalesce("digest", F.lit(empty["digest"])) == F.coalesce("group_digest", F.lit(empty["digest"])))
+        .alias("same"),
+        *shown_cols,
     )
 
 
@@ -346,7 +401,7 @@ def membership(stats: DataFrame) -> DataFrame:
     (peer_left, peer_excluded, peer_refused) or ``state`` (peer_state:
     suspect when heartbeats stop, alive when they resume)."""
     detail = F.col("detail")
-    return stats.filter(F.col("event") != "snapshot").select(
+    return stats.filter(~F.col("event").isin("snapshot", "document")).select(
         "group", "node", "ts", "event", "peer",
         F.get_json_object(detail, "$.name").alias("name"),
         F.coalesce(F.get_json_object(detail, "$.reason"), F.get_json_object(detail, "$.state")).alias("reason"),
