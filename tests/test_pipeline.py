@@ -319,6 +319,16 @@ def test_bad_job_names_and_flags_are_refused_before_spark_starts(capsys: pytest.
     assert tuple(cli.PIPELINE_JOBS) == jobs.JOBS
 
 
+def test_the_workers_import_no_network_dependency() -> None:
+    """A Spark executor imports huddle's pure parts only: no pyzmq, aiohttp or zeroconf to ship."""
+    code = ("import sys, huddle, huddle.pipeline.transforms, huddle.doc, huddle.wire\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'zmq', 'aiohttp', 'zeroconf', 'ifaddr'}))\n"
+            "print(huddle.Node.__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["[]", "Node"]  # and the facade still gives the node when asked
+
+
 def test_help_teaches_the_jobs_and_an_example() -> None:
     out = subprocess.run([sys.executable, "-m", "huddle", "pipeline", "run", "--help"],
                          capture_output=True, text=True, timeout=60, check=True).stdout

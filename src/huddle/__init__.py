@@ -3,6 +3,8 @@
 The public facade; everything not listed in ``__all__`` may change.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from .config import NodeConfig, load_config
 from .errors import (
     ConfigError,
@@ -14,11 +16,24 @@ from .errors import (
     RemoteProtocolError,
 )
 from .ids import NodeId
-from .node import Node, run_node
 from .protocol import Mesh, Timing
 from .wire import PROTOCOL_VERSION, Message, decode, encode
 
+if TYPE_CHECKING:
+    from .node import Node, run_node
+
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    """``Node`` and ``run_node`` are imported when first used: the driver needs
+    pyzmq, aiohttp and zeroconf, and code that only reads huddle's data (the
+    pipeline's Spark workers, the codec, the document) should not."""
+    if name in ("Node", "run_node"):
+        from . import node
+
+        return getattr(node, name)
+    raise AttributeError(f"module 'huddle' has no attribute {name!r}")
 
 __all__ = [
     "PROTOCOL_VERSION",
