@@ -16,7 +16,9 @@ from huddle.posts import codec
 from huddle.posts.codec import (
     Chunk,
     ChunkOk,
+    Content,
     Error,
+    Fetch,
     Goodbye,
     GoodbyeOk,
     Hello,
@@ -210,6 +212,13 @@ class FakeLocal:
         return sum(len(c) for c in self.held.values())
 
 
+def carried(msg: codec.HydraMessage) -> codec.HydraMessage:
+    """``msg`` as the peer gets it: CONTENT in a BULK's head and data, the rest in an addressed message."""
+    if isinstance(msg, Content):
+        return codec.decode_bulk(*codec.encode_bulk(msg))
+    return decode(encode(msg))
+
+
 def run_session(client: Client, server: Server, local: FakeLocal, now: float = 0.0,
                 stop_after: int | None = None) -> tuple[Finished | None, list[object]]:
     """Drive a client and a server back to back; returns the Finished action and every action."""
@@ -224,7 +233,7 @@ def run_session(client: Client, server: Server, local: FakeLocal, now: float = 0
             if stop_after is not None and sent > stop_after:
                 return None, seen
             reply = server.receive("client", decode(encode(action.msg)))
-            queue.extend(client.receive(decode(encode(reply)), now))
+            queue.extend(client.receive(carried(reply), now))
         elif isinstance(action, WriteChunk):
             part = local.parts.setdefault(action.pid, bytearray())
             assert len(part) == action.offset
@@ -276,8 +285,8 @@ def test_client_skips_held_posts_and_resumes_a_partial_file() -> None:
     client = Client(local, "c", "client", chunk_size=1000)
     done, seen = run_session(client, Server(src, "s", "server"), local)
     assert done is not None and done.reason == "done"
-    chunks = [a.msg for a in seen if isinstance(a, SendMsg) and isinstance(a.msg, Chunk)]
-    assert [c.offset for c in chunks] == [3000, 4000]
+    fetches = [a.msg for a in seen if isinstance(a, SendMsg) and isinstance(a.msg, Fetch)]
+    assert [(f.offset, f.octets) for f in fetches] == [(3000, 1000), (4000, 1000)]
     assert client.stats.octets_fetched == 2000 and client.stats.posts_skipped == 1
     assert local.held[b.id] == b"B" * 5000
 
@@ -376,8 +385,8 @@ def test_out_of_order_chunk_is_a_protocol_error() -> None:
     client.receive(HelloOk("s", "n"), 0.0)
     client.receive(NextOk(p.id), 0.0)
     client.receive(MetaOk(p.subject, p.timestamp, "", p.digest, p.mime_type, p.size), 0.0)
-    out = client.receive(ChunkOk(5, b"xxxxx"), 0.0)
-    assert isinstance(out[-1], Finished) and "was asked" in out[-1].reason
+    out = client.receive(Content(1, 5, b"xxxxx"), 0.0)  # FETCH 1 asked for offset 0
+    assert isinstance(out[-1], Finished) and "answers a FETCH of 5 octets at 0" in out[-1].reason
 
 
 @pytest.mark.parametrize(("msg", "status"), [
