@@ -728,6 +728,8 @@ def decode(frames: Sequence[bytes]) -> Message:
     if count != 3:
         raise DecodeError(f"a message has 3 frames (4 for BULK), got {count}")
     raw_sender, kind, raw_body = frames[0], frames[1], frames[2]
+    if kind == b"BULK":
+        raise DecodeError("BULK has 4 frames (sender, type, head, data), got 3")
     if not all(isinstance(f, bytes) for f in (raw_sender, kind, raw_body)):
         raise DecodeError("frames must be byte strings")
     if len(raw_sender) != 16:
