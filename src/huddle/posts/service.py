@@ -75,7 +75,7 @@ log = logging.getLogger("huddle.posts")
 class PostSettings:
     policy: Policy = field(default_factory=Policy)
     chunk_size: int = MAX_FETCH
-    window: int = 16
+    window: int = 8
     interval: float = 2.0
     timeout: float = 30.0
     retry_after: float = 5.0

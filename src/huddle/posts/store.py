@@ -358,7 +358,10 @@ class PostStore:
             queued.popleft().result()  # waits for the oldest when the queue is full
         if offset == 0:
             self._drain(pid)
-            os.ftruncate(fd, 0)
+            if os.fstat(fd).st_size:
+                # Only when there is something to cut: on ext4, truncating a file to 0 (even an
+                # empty one) makes its close write the whole content out (auto_da_alloc).
+                os.ftruncate(fd, 0)
             self._hashes[pid] = (hashlib.sha1(usedforsecurity=False), 0)
         elif pid not in self._hashes:  # resuming: hash what is already there, once
             self._drain(pid)

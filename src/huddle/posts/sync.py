@@ -301,7 +301,7 @@ class Client:
     range: Range | None = None
     policy: Policy = field(default_factory=Policy)
     chunk_size: int = MAX_FETCH
-    window: int = 4  # FETCH requests in flight
+    window: int = 8  # FETCH requests in flight
     timeout: float = 30.0  # no reply (in CHUNKS: no content) for this long ends the session
     retry_after: float = 5.0  # no content for this long: ask again from where the file stops
     tokens: Iterator[int] = field(default_factory=lambda: itertools.count(1))  # FETCH tokens, unique per node
