@@ -303,7 +303,7 @@ class Node:
         self._execute()
         return seq
 
-    def send_bulk(self, peer: NodeId, head: bytes, data: bytes) -> bool:
+    def send_bulk(self, peer: NodeId, head: bytes, data: bytes | memoryview) -> bool:
         """Send a BULK (``head``, then ``data`` as a frame of its own) to an admitted peer on
         its connection now, outside the addressed-message channel: not acknowledged, not
         re-sent.  False if the peer is not admitted (nothing sent)."""

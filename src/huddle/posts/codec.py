@@ -97,7 +97,7 @@ class Chunk:
 class ChunkOk:
     ID: ClassVar[int] = 10
     offset: int
-    content: bytes
+    content: bytes | memoryview
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,12 +137,13 @@ class Fetch:
 
 @dataclass(frozen=True, slots=True)
 class Content:
-    """huddle's: the answer to FETCH ``token``: content from ``offset``.  Only ever a BULK."""
+    """huddle's: the answer to FETCH ``token``: content from ``offset``.  Only ever a BULK.
+    The content may be a view (of the frame received, of the buffer it was read into)."""
 
     ID: ClassVar[int] = 16
     token: int
     offset: int
-    content: bytes
+    content: bytes | memoryview
 
 
 HydraMessage = (Hello | HelloOk | NextOlder | NextNewer | NextOk | NextEmpty | Meta | MetaOk | Chunk | ChunkOk
@@ -259,14 +260,14 @@ def decode(payload: bytes) -> HydraMessage:
     return msg
 
 
-def encode_bulk(msg: Content) -> tuple[bytes, bytes]:
+def encode_bulk(msg: Content) -> tuple[bytes, bytes | memoryview]:
     """CONTENT as the head and data of a BULK."""
     if len(msg.content) > MAX_FETCH:
         raise ValueError(f"CONTENT of {len(msg.content)} octets is over {MAX_FETCH}")
     return _CONTENT_HEAD.pack(SIGNATURE, Content.ID, msg.token, msg.offset), msg.content
 
 
-def decode_bulk(head: bytes, data: bytes) -> Content:
+def decode_bulk(head: bytes, data: bytes | memoryview) -> Content:
     """A BULK's head and data -> CONTENT; raises DecodeError for anything else.  The data
     is taken as it is (not copied)."""
     if not is_hydra(head):

@@ -150,7 +150,7 @@ class PostService:
         if client is not None:
             self._carry(peer, client.receive(msg, time.monotonic()))
 
-    def _on_bulk(self, peer: NodeId, head: bytes, data: bytes) -> None:
+    def _on_bulk(self, peer: NodeId, head: bytes, data: bytes | memoryview) -> None:
         try:
             msg = decode_bulk(head, data)
         except DecodeError as exc:

@@ -48,7 +48,7 @@ OPEN_READERS = 8  # descriptors of served posts kept open
 MAX_QUEUED = 8  # fetched chunks waiting for the writer and hashing threads; one more waits for the oldest
 
 
-def _write(fd: int, offset: int, data: bytes) -> None:
+def _write(fd: int, offset: int, data: bytes | memoryview) -> None:
     """In the writer thread: ``data`` at ``offset``."""
     view = memoryview(data)
     written = 0
@@ -347,7 +347,7 @@ class PostStore:
         except FileNotFoundError:
             return 0
 
-    def write_chunk(self, pid: str, offset: int, data: bytes) -> None:
+    def write_chunk(self, pid: str, offset: int, data: bytes | memoryview) -> None:
         """Give ``data`` (kept, not copied, until written) to the writer thread; raises OSError
         if an earlier chunk of ``pid`` could not be written."""
         fd = self._parts.get(pid)

@@ -83,7 +83,7 @@ class Source(Protocol):
     def meta(self, pid: str) -> Post:
         """The post's metadata; UnknownPost."""
 
-    def read(self, pid: str, offset: int, size: int) -> bytes:
+    def read(self, pid: str, offset: int, size: int) -> bytes | memoryview:
         """Up to ``size`` octets of content from ``offset`` (its digest checked first:
         CorruptContent when it does not match); UnknownPost."""
 
@@ -241,7 +241,7 @@ class SendMsg:
 class WriteChunk:
     pid: str
     offset: int
-    data: bytes
+    data: bytes | memoryview
 
 
 @dataclass(frozen=True, slots=True)

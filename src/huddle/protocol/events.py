@@ -247,7 +247,7 @@ class BulkReceived:
 
     peer: NodeId
     head: bytes
-    data: bytes
+    data: bytes | memoryview
 
     def to_json(self) -> dict[str, Any]:
         return {"type": "bulk", "peer": str(self.peer), "head": self.head.hex(), "size": len(self.data)}

@@ -329,7 +329,7 @@ class Mesh:
                 n += 1
         return n
 
-    def send_bulk(self, to: NodeId, head: bytes, data: bytes) -> bool:
+    def send_bulk(self, to: NodeId, head: bytes, data: bytes | memoryview) -> bool:
         """Send a BULK to an admitted peer now (no channel: not acknowledged, not
         re-sent).  False, and nothing sent, if ``to`` is not admitted."""
         s = self._sessions.get(to)

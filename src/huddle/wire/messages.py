@@ -23,7 +23,7 @@ import re
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from ..errors import DecodeError, LocalProtocolError
 from ..ids import NodeId
@@ -303,7 +303,7 @@ class Bulk:
 
     sender: NodeId
     head: bytes
-    data: bytes
+    data: bytes | memoryview  # a view is sent and received without a copy
 
     def __post_init__(self) -> None:
         _check(1 <= len(self.head) <= MAX_BULK_HEAD, f"BULK head must be 1..{MAX_BULK_HEAD} octets")
@@ -456,7 +456,8 @@ def encode_parts(msg: Message) -> list[bytes]:
     """The frames a DEALER sends: type and body (and a BULK's data).  Its
     identity, the sender's UUID, reaches the ROUTER as frame 1."""
     if isinstance(msg, Bulk):
-        return [b"BULK", msg.head, msg.data]  # sizes checked by the constructor
+        # Sizes checked by the constructor; ZeroMQ sends a memoryview as it does bytes.
+        return [b"BULK", msg.head, cast(bytes, msg.data)]
     kind, body = _encode_body(msg)
     if len(body) > MAX_BODY:
         raise LocalProtocolError(f"{kind.decode()} body of {len(body)} octets exceeds {MAX_BODY}")
