@@ -122,6 +122,7 @@ class PostService:
                 self._send(event.peer, encode(News()))
         elif isinstance(event, PeerLeft):
             self.server.forget(str(event.peer))
+            self._held.pop(event.peer, None)  # its requests waiting for a digest check: no one to answer
             client = self.clients.get(event.peer)
             if client is not None:
                 self._carry(event.peer, client.abort(f"peer left: {event.reason}"))
