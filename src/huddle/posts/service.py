@@ -219,8 +219,11 @@ class PostService:
             now = time.monotonic()
             alive = set(self.node.mesh.alive_peers())
             for peer in alive:
-                if peer in self.clients:
-                    self._carry(peer, self.clients[peer].tick(now))
+                client = self.clients.get(peer)
+                if client is not None:
+                    retries = client.stats.retries
+                    self._carry(peer, client.tick(now))
+                    self.stats["retries"] += client.stats.retries - retries
                 elif peer in self._wanted and now >= self._wanted[peer]:
                     self._start(peer, now)
             for peer in list(self.clients):
