@@ -54,6 +54,8 @@ def test_garbage_and_unknown_types_are_dropped_and_counted(pair: Cluster) -> Non
             [b"XMSG", b"<add/>"],
             [b"CHAT", b"x" * (3 * 1024 * 1024 // 2)],
             [b"", b"", b"", b""],
+            [b"BULK", b"", b"a BULK without a head"],
+            [b"BULK", b"\xaa\xa0\x10" + bytes(16)],  # no data frame
         ]
         for frames in bad:
             evil.send_multipart(frames)

@@ -2,21 +2,29 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
+import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from huddle.errors import DecodeError
+from huddle.ids import NodeId
 from huddle.posts import codec
 from huddle.posts.codec import (
     Chunk,
     ChunkOk,
+    Content,
     Error,
+    Fetch,
     Goodbye,
     GoodbyeOk,
     Hello,
@@ -32,6 +40,7 @@ from huddle.posts.codec import (
     encode,
 )
 from huddle.posts.model import Post, PostError, post_id
+from huddle.posts.service import PostService, PostSettings
 from huddle.posts.store import PostStore
 from huddle.posts.sync import (
     HEAD,
@@ -47,6 +56,7 @@ from huddle.posts.sync import (
     UnknownPost,
     WriteChunk,
 )
+from huddle.protocol.events import BulkReceived, MessageReceived
 
 # ----------------------------------------------------------------------------- the id
 
@@ -102,6 +112,7 @@ messages = st.one_of(
     st.builds(Chunk, st.integers(0, 2**64 - 1), st.integers(0, 2**32 - 1)),
     st.builds(ChunkOk, st.integers(0, 2**64 - 1), st.binary(max_size=300)),
     st.just(Goodbye()), st.just(GoodbyeOk()), st.builds(Error, st.integers(0, 65535), text), st.just(News()),
+    st.builds(Fetch, st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1), st.integers(0, 2**32 - 1)),
 )
 
 
@@ -138,6 +149,47 @@ def test_the_documents_bytes() -> None:
 def test_decode_bad_input(raw: bytes, message: str) -> None:
     with pytest.raises(DecodeError, match=message):
         decode(raw)
+
+
+@given(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1), st.binary(max_size=300))
+def test_content_round_trip_as_a_bulk(token: int, offset: int, content: bytes) -> None:
+    head, data = codec.encode_bulk(Content(token, offset, content))
+    assert data is content and len(head) == 19  # the content is its own frame, not copied
+    assert codec.decode_bulk(head, data) == Content(token, offset, content)
+
+
+@given(st.binary(max_size=40), st.binary(max_size=40))
+def test_decode_bulk_of_arbitrary_bytes_returns_or_raises_decode_error(head: bytes, data: bytes) -> None:
+    for h in (head, b"\xaa\xa0" + head, b"\xaa\xa0\x10" + head):
+        with contextlib.suppress(DecodeError):
+            codec.decode_bulk(h, data)
+
+
+def test_the_bulk_bytes() -> None:
+    assert encode(Fetch(7, 1, 2)) == b"\xaa\xa0\x0f" + (7).to_bytes(8, "big") + (1).to_bytes(8, "big") + b"\0\0\0\2"
+    head, data = codec.encode_bulk(Content(7, 1, b"xy"))
+    assert head == b"\xaa\xa0\x10" + (7).to_bytes(8, "big") + (1).to_bytes(8, "big") and data == b"xy"
+
+
+@pytest.mark.parametrize(("head", "data", "message"), [
+    (b"\x00\x00\x10" + bytes(16), b"x", "signature"),
+    (b"\xaa\xa0\x10" + bytes(15), b"x", "head of 18 octets, not 19"),
+    (b"\xaa\xa0\x10" + bytes(17), b"x", "head of 20 octets, not 19"),
+    (b"\xaa\xa0\x0a" + bytes(16), b"x", "command 10 in a BULK"),
+    (b"\xaa\xa0\x10" + bytes(16), b"x" * (codec.MAX_FETCH + 1), "over 1048576"),
+])
+def test_decode_bulk_bad_input(head: bytes, data: bytes, message: str) -> None:
+    with pytest.raises(DecodeError, match=message):
+        codec.decode_bulk(head, data)
+
+
+def test_content_is_never_an_addressed_message() -> None:
+    with pytest.raises(DecodeError, match="only as a BULK"):
+        decode(b"\xaa\xa0\x10" + bytes(16))
+    with pytest.raises(ValueError, match="BULK"):
+        encode(Content(1, 0, b"x"))
+    with pytest.raises(ValueError, match="over"):
+        codec.encode_bulk(Content(1, 0, b"x" * (codec.MAX_FETCH + 1)))
 
 
 def test_a_string_over_255_octets_cannot_be_encoded() -> None:
@@ -210,6 +262,13 @@ class FakeLocal:
         return sum(len(c) for c in self.held.values())
 
 
+def carried(msg: codec.HydraMessage) -> codec.HydraMessage:
+    """``msg`` as the peer gets it: CONTENT in a BULK's head and data, the rest in an addressed message."""
+    if isinstance(msg, Content):
+        return codec.decode_bulk(*codec.encode_bulk(msg))
+    return decode(encode(msg))
+
+
 def run_session(client: Client, server: Server, local: FakeLocal, now: float = 0.0,
                 stop_after: int | None = None) -> tuple[Finished | None, list[object]]:
     """Drive a client and a server back to back; returns the Finished action and every action."""
@@ -224,7 +283,7 @@ def run_session(client: Client, server: Server, local: FakeLocal, now: float = 0
             if stop_after is not None and sent > stop_after:
                 return None, seen
             reply = server.receive("client", decode(encode(action.msg)))
-            queue.extend(client.receive(decode(encode(reply)), now))
+            queue.extend(client.receive(carried(reply), now))
         elif isinstance(action, WriteChunk):
             part = local.parts.setdefault(action.pid, bytearray())
             assert len(part) == action.offset
@@ -276,8 +335,8 @@ def test_client_skips_held_posts_and_resumes_a_partial_file() -> None:
     client = Client(local, "c", "client", chunk_size=1000)
     done, seen = run_session(client, Server(src, "s", "server"), local)
     assert done is not None and done.reason == "done"
-    chunks = [a.msg for a in seen if isinstance(a, SendMsg) and isinstance(a.msg, Chunk)]
-    assert [c.offset for c in chunks] == [3000, 4000]
+    fetches = [a.msg for a in seen if isinstance(a, SendMsg) and isinstance(a.msg, Fetch)]
+    assert [(f.offset, f.octets) for f in fetches] == [(3000, 1000), (4000, 1000)]
     assert client.stats.octets_fetched == 2000 and client.stats.posts_skipped == 1
     assert local.held[b.id] == b"B" * 5000
 
@@ -376,8 +435,8 @@ def test_out_of_order_chunk_is_a_protocol_error() -> None:
     client.receive(HelloOk("s", "n"), 0.0)
     client.receive(NextOk(p.id), 0.0)
     client.receive(MetaOk(p.subject, p.timestamp, "", p.digest, p.mime_type, p.size), 0.0)
-    out = client.receive(ChunkOk(5, b"xxxxx"), 0.0)
-    assert isinstance(out[-1], Finished) and "was asked" in out[-1].reason
+    out = client.receive(Content(1, 5, b"xxxxx"), 0.0)  # FETCH 1 asked for offset 0
+    assert isinstance(out[-1], Finished) and "answers a FETCH of 5 octets at 0" in out[-1].reason
 
 
 @pytest.mark.parametrize(("msg", "status"), [
@@ -494,3 +553,213 @@ def test_a_next_ok_that_is_not_a_post_id_ends_the_session() -> None:
     client.receive(HelloOk("s", "n"), 0.0)
     out = client.receive(NextOk("../../etc/passwd"), 0.0)
     assert SendMsg(Goodbye()) in out and isinstance(out[-1], Finished) and "not a post id" in out[-1].reason
+
+
+# ----------------------------------------------------------------------------- content in BULKs
+
+
+def fetching(content: bytes, local: FakeLocal | PostStore | None = None, **settings: float) -> tuple[Client, Post]:
+    """A client that has had META-OK for a post of ``content`` and sent its first FETCHes."""
+    src = FakeSource()
+    p = src.add("a", content)
+    client = Client(local if local is not None else FakeLocal(), "c", "n", **settings)  # type: ignore[arg-type]
+    client.start(0.0)
+    client.receive(HelloOk("s", "n"), 0.0)
+    client.receive(NextOk(p.id), 0.0)
+    client.receive(MetaOk(p.subject, p.timestamp, "", p.digest, p.mime_type, p.size), 0.0)
+    return client, p
+
+
+def fetches(actions: list[object]) -> list[tuple[int, int, int]]:
+    return [(a.msg.token, a.msg.offset, a.msg.octets) for a in actions
+            if isinstance(a, SendMsg) and isinstance(a.msg, Fetch)]
+
+
+def test_server_answers_fetch_with_content_capped_and_checked() -> None:
+    src = FakeSource()
+    p = src.add("a", b"abcdef")
+    server = Server(src, "s", "n", max_chunk=4)
+    server.receive("c", Hello("c", "n"))
+    assert server.receive("c", Fetch(1, 0, 2)) == Error(400, "FETCH needs a current post (after NEXT-OK)")
+    assert server.receive("c", NextOlder(HEAD)) == NextOk(p.id)
+    assert server.current("c") == p.id and server.current("other") is None
+    assert server.receive("c", Fetch(9, 1, 100)) == Content(9, 1, b"bcde")  # the server's cap, the client's token
+    reply = server.receive("c", Fetch(10, 7, 1))
+    assert isinstance(reply, Error) and reply.status == 416
+    assert server.stats.octets_served == 4
+
+
+def test_content_nobody_asked_for_is_refused_and_nothing_is_written() -> None:
+    client, p = fetching(b"x" * 10, chunk_size=5, window=2)
+    assert client.receive(Content(99, 0, b"evil!"), 0.0) == []  # no FETCH 99 in flight
+    assert client.stats.stale == 1 and not client.done
+    out = client.receive(Content(1, 0, b"xxxxx"), 0.0)  # the real answer still counts
+    assert WriteChunk(p.id, 0, b"xxxxx") in out
+    # After the session: a CONTENT arriving late is refused too.
+    client.receive(Content(2, 5, b"xxxxx"), 0.0)
+    assert client.receive(Content(2, 5, b"xxxxx"), 0.0) == [] and client.stats.stale == 2
+
+
+@pytest.mark.parametrize(("content", "why"), [
+    (Content(1, 3, b"xxxxx"), "at 3"),  # the offset of another FETCH's, or none
+    (Content(1, 0, b"x" * 6), "6 octets"),  # more than asked
+    (Content(1, 0, b""), "0 octets"),  # nothing
+])
+def test_content_with_the_wrong_offset_or_size_ends_the_session_unwritten(content: Content, why: str) -> None:
+    client, p = fetching(b"x" * 10, chunk_size=5, window=2)
+    out = client.receive(content, 0.0)
+    assert not any(isinstance(a, WriteChunk) for a in out)
+    assert Release(p.id) in out and SendMsg(Goodbye()) in out
+    assert isinstance(out[-1], Finished) and why in out[-1].reason and not out[-1].complete
+
+
+def test_content_that_overtakes_a_lost_one_is_asked_again_in_order() -> None:
+    client, p = fetching(b"x" * 20, chunk_size=5, window=3)
+    client.receive(Content(1, 0, b"xxxxx"), 0.0)  # asks FETCH 4 for 15
+    out = client.receive(Content(3, 10, b"xxxxx"), 0.0)  # FETCH 2 (offset 5) was lost
+    assert not any(isinstance(a, WriteChunk) for a in out)
+    assert fetches(out) == [(5, 5, 5), (6, 10, 5), (7, 15, 5)] and client.stats.retries == 1
+    assert client.receive(Content(2, 5, b"xxxxx"), 0.0) == []  # given up: refused
+    assert WriteChunk(p.id, 5, b"xxxxx") in client.receive(Content(5, 5, b"xxxxx"), 0.0)
+
+
+def test_no_content_for_a_while_is_asked_again_then_the_session_ends() -> None:
+    client, p = fetching(b"x" * 10, chunk_size=5, window=2, retry_after=5.0, timeout=30.0)
+    assert client.tick(4.0) == []
+    out = client.tick(5.5)  # nothing since 0: the FETCHes in flight are given up and asked again
+    assert fetches(out) == [(3, 0, 5), (4, 5, 5)] and client.stats.retries == 1
+    assert client.tick(10.0) == []  # not again before retry_after since the last time
+    assert WriteChunk(p.id, 0, b"xxxxx") in client.receive(Content(3, 0, b"xxxxx"), 12.0)
+    assert fetches(client.tick(17.5)) == [(5, 5, 5)]
+    out = client.tick(42.5)  # no content for 30 s
+    assert SendMsg(Goodbye()) in out and Release(p.id) in out
+    assert isinstance(out[-1], Finished) and "no content for 30 s" in out[-1].reason
+
+
+def test_tokens_are_the_nodes_not_the_sessions() -> None:
+    import itertools
+
+    tokens = itertools.count(1000)
+    first, _ = fetching(b"x" * 10, chunk_size=5, tokens=tokens)  # type: ignore[arg-type]
+    second, _ = fetching(b"y" * 10, chunk_size=5, tokens=tokens)  # type: ignore[arg-type]
+    assert [t for t, _, _ in first._asked] == [1000, 1001]
+    assert [t for t, _, _ in second._asked] == [1002, 1003]
+    assert second.receive(Content(1000, 0, b"xxxxx"), 0.0) == []  # the first session's: refused
+
+
+def test_hostile_content_never_reaches_the_store(tmp_path: Path) -> None:
+    """A real store fed as the node feeds it: unasked, misplaced and oversized CONTENT leave the
+    partial file as the good CONTENTs made it, and the post is kept with its digest checked."""
+    content = bytes(range(256)) * 40  # 10240 octets
+    store = PostStore(tmp_path)
+
+    def carry(actions: list[object]) -> None:
+        for a in actions:
+            if isinstance(a, WriteChunk):
+                store.write_chunk(a.pid, a.offset, a.data)
+            elif isinstance(a, Complete):
+                assert store.complete(a.post)
+            elif isinstance(a, Release):
+                store.release(a.pid)
+
+    client, p = fetching(content, store, chunk_size=4096, window=2)
+    assert store.claim(p.id) is False  # the client claimed it
+    carry(client.receive(Content(1, 0, content[:4096]), 0.0))
+    carry(client.receive(Content(77, 4096, b"\0" * 4096), 0.0))  # unasked: refused
+    carry(client.receive(Content(2, 4096, b"\0" * 5000), 0.0))  # more than asked: the session ends
+    assert client.done
+    assert (tmp_path / "posts" / f"{p.id}.part").read_bytes() == content[:4096]
+    # The next session resumes from the good prefix and keeps the post.
+    client, _ = fetching(content, store, chunk_size=8192, window=2)
+    assert [(o, n) for _, o, n in client._asked] == [(4096, 6144)]
+    carry(client.receive(Content(client._asked[0][0], 4096, content[4096:]), 0.0))
+    assert store.holds(p.id) and store.read(p.id, 0, len(content)) == content
+    store.close()
+
+
+# ----------------------------------------------------------------------------- the service
+
+
+class FakeNode:
+    """What the post service uses of a node: its identity, and sending (decoded here)."""
+
+    def __init__(self) -> None:
+        self.uuid = NodeId(b"\x0a" * 16)
+        self.config = SimpleNamespace(name="a", max_message=128 * 1024 * 1024)
+        self.mesh = SimpleNamespace(alive_peers=list)
+        self.sent: list[codec.HydraMessage] = []
+        self.bulks: list[Content] = []
+
+    def send_to(self, peer: NodeId, payload: bytes) -> int:
+        self.sent.append(decode(payload))
+        return len(self.sent)
+
+    def send_bulk(self, peer: NodeId, head: bytes, data: bytes) -> bool:
+        self.bulks.append(codec.decode_bulk(head, data))
+        return True
+
+
+async def until(predicate: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.005)
+
+
+def _stored(tmp_path: Path, content: bytes) -> Post:
+    store = PostStore(tmp_path)
+    up = store.upload()
+    up.write(content)
+    post, _ = up.finish("big", "2026-01-02T03:04:05Z", "", "application/octet-stream")
+    store.close()
+    return post
+
+
+def test_first_serve_hashes_in_a_thread_and_keeps_the_order(tmp_path: Path) -> None:
+    content = os.urandom(3 * 1024 * 1024)
+    post = _stored(tmp_path, content)
+    peer = NodeId(b"\x0b" * 16)
+
+    async def main() -> None:
+        node = FakeNode()
+        service = PostService(node, PostStore(tmp_path), PostSettings(), lambda e: None)  # type: ignore[arg-type]
+
+        def ask(msg: codec.HydraMessage) -> None:
+            assert service.handle(MessageReceived(peer, 1, encode(msg)))
+
+        for msg in (Hello("c", "n"), NextOlder(HEAD), Meta(), Fetch(5, 0, 10)):
+            ask(msg)
+        # Reopened, the store has not checked the content since: META and FETCH wait for it.
+        assert node.sent == [HelloOk(str(node.uuid), "a"), NextOk(post.id)] and node.bulks == []
+        await until(lambda: bool(node.bulks), "the CONTENT after the check")
+        assert isinstance(node.sent[2], MetaOk) and node.bulks == [Content(5, 0, content[:10])]
+        assert service.stats["checks"] == 1
+        ask(Fetch(6, 10, 2**20))  # checked now: answered at once, a whole MiB
+        assert node.bulks[1] == Content(6, 10, content[10:10 + 2**20]) and service.stats["checks"] == 1
+        # A BULK from a peer we are not fetching from, and one that is not a CONTENT.
+        assert service.handle(BulkReceived(peer, *codec.encode_bulk(Content(1, 0, b"x"))))
+        assert service.handle(BulkReceived(peer, b"\xaa\xa0\x0a", b"x"))
+        assert service.stats["bulk_refused"] == 1 and service.stats["decode_errors"] == 1
+        service.close()
+
+    asyncio.run(main())
+
+
+def test_a_corrupt_post_found_on_first_serve_is_refused(tmp_path: Path) -> None:
+    post = _stored(tmp_path, b"0123456789" * 1000)
+    with (tmp_path / "posts" / f"{post.id}.data").open("r+b") as f:
+        f.write(b"tampered")
+    peer = NodeId(b"\x0b" * 16)
+
+    async def main() -> None:
+        node = FakeNode()
+        service = PostService(node, PostStore(tmp_path), PostSettings(), lambda e: None)  # type: ignore[arg-type]
+        for msg in (Hello("c", "n"), NextOlder(HEAD), Meta(), Fetch(1, 0, 10)):
+            service.handle(MessageReceived(peer, 1, encode(msg)))
+        await until(lambda: len(node.sent) == 4, "the answers to META and FETCH")
+        assert isinstance(node.sent[2], MetaOk)
+        assert isinstance(node.sent[3], Error) and node.sent[3].status == 500 and not node.bulks
+        assert service.server.stats.corrupt_refused == 1 and not service.store.holds(post.id)
+        service.close()
+
+    asyncio.run(main())

@@ -13,9 +13,11 @@ from huddle import DecodeError, NodeId, decode, encode
 from huddle.errors import LocalProtocolError
 from huddle.wire import (
     MAX_BODY,
+    MAX_BULK,
     Beacon,
     Beat,
     Bout,
+    Bulk,
     Chat,
     Gbye,
     Gsip,
@@ -159,6 +161,13 @@ SENDER = b"\x01" * 16
         ([SENDER, b"TIME", b""], "decimal"),
         ([SENDER, b"HELO", b"[" * 100_000], "not JSON"),
         ("not frames", "3 frames"),
+        ([SENDER, b"BULK", b"head"], "BULK has 4 frames"),
+        ([SENDER, b"BULK", b"", b"data"], "head of 0 octets"),
+        ([SENDER, b"BULK", b"h" * 256, b"data"], "head of 256 octets"),
+        ([SENDER, b"BULK", b"h", b"x" * (MAX_BULK + 1)], "exceeds"),
+        ([b"short", b"BULK", b"h", b"data"], "16 octets"),
+        ([SENDER, b"BULK", "head", b"data"], "byte strings"),
+        ([SENDER, b"BULK", b"h", b"data", b"more"], "3 frames"),
         ([SENDER, "CHAT", b"hi"], "byte strings"),
     ],
 )
@@ -229,3 +238,18 @@ def test_node_id_text_forms() -> None:
         NodeId.from_hex("xyz")
     with pytest.raises(ValueError, match="16 octets"):
         NodeId(b"abc")
+
+
+def test_bulk_has_its_data_in_a_fourth_frame() -> None:
+    sender = NodeId(SENDER)
+    msg = Bulk(sender, b"head", b"d" * MAX_BULK)
+    frames = encode(msg)
+    assert frames[1:3] == [b"BULK", b"head"] and frames[3] is msg.data  # not copied
+    assert decode(frames) == msg
+    # As the transport receives it: the data as a memoryview on ZeroMQ's buffer.
+    got = decode([SENDER, b"BULK", b"head", memoryview(b"abc")])
+    assert isinstance(got, Bulk) and bytes(got.data) == b"abc"
+    with pytest.raises(LocalProtocolError, match="head"):
+        Bulk(sender, b"", b"")
+    with pytest.raises(LocalProtocolError, match="data"):
+        Bulk(sender, b"h", b"x" * (MAX_BULK + 1))

@@ -153,7 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
     posts_g.add_argument("--posts-policy", metavar="POLICY",
                          help="what to fetch from peers: all, newest:N (each peer's N newest) "
                          "or budget:OCTETS[k|m|g] (default: all)")
-    posts_g.add_argument("--posts-chunk", type=int, metavar="OCTETS", help="octets per CHUNK request (default: 262144)")
+    posts_g.add_argument("--posts-chunk", type=int, metavar="OCTETS",
+                         help="octets per FETCH request, 1024..1048576 (default: 1048576)")
     posts_g.add_argument("--posts-interval", type=_positive, metavar="SECONDS",
                          help="seconds before a sync session that failed or left posts behind is tried again (default: 2)")
     node.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="default: info")

@@ -310,6 +310,14 @@ class Node:
         self._execute()
         return seq
 
+    def send_bulk(self, peer: NodeId, head: bytes, data: bytes | memoryview) -> bool:
+        """Send a BULK (``head``, then ``data`` as a frame of its own) to an admitted peer on
+        its connection now, outside the addressed-message channel: not acknowledged, not
+        re-sent.  False if the peer is not admitted (nothing sent)."""
+        ok = self.mesh.send_bulk(peer, head, data)
+        self._execute()
+        return ok
+
     async def send_to_wait(self, peer: NodeId, payload: bytes, timeout: float = 10.0) -> int:
         """As :meth:`send_to`, but wait up to ``timeout`` seconds for room in a full buffer."""
         deadline = time.monotonic() + timeout

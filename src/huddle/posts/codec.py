@@ -5,6 +5,12 @@ command; fields follow in the source's grammar (docs/protocol.md section 15):
 strings are a 1-octet length and text, long strings a 4-octet length, numbers
 unsigned big-endian.  Text is UTF-8.  A payload that does not start with the
 signature is not Hydra's (it is a plain addressed message).
+
+CONTENT, the answer to FETCH, is not an addressed message: it travels as a
+BULK (docs/protocol.md 15.5) whose head is ``AA A0 10`` token offset and whose
+data frame is the content itself; :func:`encode_bulk` / :func:`decode_bulk`
+give and take those two frames, and the content is never copied into a
+message.
 """
 
 from __future__ import annotations
@@ -16,13 +22,15 @@ from typing import ClassVar
 from ..errors import DecodeError
 
 __all__ = [
-    "CLIENT_COMMANDS", "MAX_CHUNK", "SIGNATURE", "Chunk", "ChunkOk", "Error", "Goodbye", "GoodbyeOk",
-    "Hello", "HelloOk", "HydraMessage", "Meta", "MetaOk", "News", "NextEmpty", "NextNewer", "NextOk", "NextOlder",
-    "decode", "encode", "is_hydra",
+    "CLIENT_COMMANDS", "MAX_CHUNK", "MAX_FETCH", "SIGNATURE", "Chunk", "ChunkOk", "Content", "Error", "Fetch",
+    "Goodbye", "GoodbyeOk", "Hello", "HelloOk", "HydraMessage", "Meta", "MetaOk", "News", "NextEmpty", "NextNewer",
+    "NextOk", "NextOlder", "decode", "decode_bulk", "encode", "encode_bulk", "is_hydra",
 ]
 
 SIGNATURE = b"\xaa\xa0"
-MAX_CHUNK = 4 * 1024 * 1024  # the largest chunk a server sends, whatever a client asks
+MAX_CHUNK = 4 * 1024 * 1024  # the largest chunk a server sends in a CHUNK-OK, whatever a client asks
+MAX_FETCH = 1024 * 1024  # the largest CONTENT (a BULK's data frame, wire.MAX_BULK)
+_CONTENT_HEAD = struct.Struct(">2sBQQ")  # signature, command, token, offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +97,7 @@ class Chunk:
 class ChunkOk:
     ID: ClassVar[int] = 10
     offset: int
-    content: bytes
+    content: bytes | memoryview
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,10 +124,32 @@ class News:
     ID: ClassVar[int] = 14
 
 
+@dataclass(frozen=True, slots=True)
+class Fetch:
+    """huddle's: up to ``octets`` of the current post's content from ``offset``, answered by a
+    CONTENT in a BULK (or an ERROR); ``token`` is the client's, echoed in the CONTENT."""
+
+    ID: ClassVar[int] = 15
+    token: int
+    offset: int
+    octets: int
+
+
+@dataclass(frozen=True, slots=True)
+class Content:
+    """huddle's: the answer to FETCH ``token``: content from ``offset``.  Only ever a BULK.
+    The content may be a view (of the frame received, of the buffer it was read into)."""
+
+    ID: ClassVar[int] = 16
+    token: int
+    offset: int
+    content: bytes | memoryview
+
+
 HydraMessage = (Hello | HelloOk | NextOlder | NextNewer | NextOk | NextEmpty | Meta | MetaOk | Chunk | ChunkOk
-                | Goodbye | GoodbyeOk | Error | News)
+                | Goodbye | GoodbyeOk | Error | News | Fetch | Content)
 # Commands a client sends (to the peer's server); the others go to the peer's client.
-CLIENT_COMMANDS = frozenset({Hello.ID, NextOlder.ID, NextNewer.ID, Meta.ID, Chunk.ID, Goodbye.ID})
+CLIENT_COMMANDS = frozenset({Hello.ID, NextOlder.ID, NextNewer.ID, Meta.ID, Chunk.ID, Goodbye.ID, Fetch.ID})
 
 
 def is_hydra(payload: bytes) -> bool:
@@ -136,8 +166,11 @@ def _string(text: str, long: bool = False) -> bytes:
 
 
 def encode(msg: HydraMessage) -> bytes:
+    """The payload of the addressed message carrying ``msg`` (CONTENT: :func:`encode_bulk`)."""
     head = SIGNATURE + bytes([msg.ID])
     match msg:
+        case Content():
+            raise ValueError("CONTENT is sent as a BULK (encode_bulk), not in an addressed message")
         case Hello() | HelloOk():
             return head + _string(msg.identity) + _string(msg.nickname)
         case NextOlder() | NextNewer() | NextOk():
@@ -147,6 +180,8 @@ def encode(msg: HydraMessage) -> bytes:
                     + _string(msg.digest) + _string(msg.mime_type) + struct.pack(">Q", msg.content_size))
         case Chunk():
             return head + struct.pack(">QI", msg.offset, msg.octets)
+        case Fetch():
+            return head + struct.pack(">QQI", msg.token, msg.offset, msg.octets)
         case ChunkOk():
             return head + struct.pack(">QI", msg.offset, len(msg.content)) + msg.content
         case Error():
@@ -207,6 +242,10 @@ def decode(payload: bytes) -> HydraMessage:
     elif cmd == ChunkOk.ID:
         offset, size = r.number(8, "offset"), r.number(4, "chunk size")
         msg = ChunkOk(offset, r.take(size, "chunk"))
+    elif cmd == Fetch.ID:
+        msg = Fetch(r.number(8, "token"), r.number(8, "offset"), r.number(4, "octets"))
+    elif cmd == Content.ID:
+        raise DecodeError("CONTENT comes only as a BULK, not in an addressed message")
     elif cmd == Goodbye.ID:
         msg = Goodbye()
     elif cmd == GoodbyeOk.ID:
@@ -219,3 +258,25 @@ def decode(payload: bytes) -> HydraMessage:
         raise DecodeError(f"unknown Hydra command {cmd}")
     r.end(type(msg).__name__)
     return msg
+
+
+def encode_bulk(msg: Content) -> tuple[bytes, bytes | memoryview]:
+    """CONTENT as the head and data of a BULK."""
+    if len(msg.content) > MAX_FETCH:
+        raise ValueError(f"CONTENT of {len(msg.content)} octets is over {MAX_FETCH}")
+    return _CONTENT_HEAD.pack(SIGNATURE, Content.ID, msg.token, msg.offset), msg.content
+
+
+def decode_bulk(head: bytes, data: bytes | memoryview) -> Content:
+    """A BULK's head and data -> CONTENT; raises DecodeError for anything else.  The data
+    is taken as it is (not copied)."""
+    if not is_hydra(head):
+        raise DecodeError("BULK head without the Hydra signature AA A0")
+    if len(head) != _CONTENT_HEAD.size:
+        raise DecodeError(f"Hydra BULK head of {len(head)} octets, not {_CONTENT_HEAD.size}")
+    _, cmd, token, offset = _CONTENT_HEAD.unpack(head)
+    if cmd != Content.ID:
+        raise DecodeError(f"Hydra command {cmd} in a BULK (only CONTENT, {Content.ID}, comes as a BULK)")
+    if len(data) > MAX_FETCH:
+        raise DecodeError(f"CONTENT of {len(data)} octets is over {MAX_FETCH}")
+    return Content(token, offset, data)

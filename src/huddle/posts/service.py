@@ -9,25 +9,48 @@ whenever a post is new in its store.  The client then runs a session; NEWS
 during a session gets another one after it, and a session that failed or
 left posts behind is tried again ``interval`` seconds later.  Nodes with
 nothing to share send nothing.
+
+Content goes the other way as BULKs on the same connections (FETCH in an
+addressed message, CONTENT in a BULK: docs/protocol.md 15.5), so it is not
+cut into addressed-message frames, acknowledged and joined again.  Before a
+post is served for the first time since it changed (after a restart: every
+post), its digest is checked in a thread while that peer's requests wait.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+import os
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DecodeError, HuddleError
 from ..ids import NodeId
 from ..protocol.delivery import BufferFull
-from ..protocol.events import Event, MessageReceived, PeerJoined, PeerLeft, PostAdded
-from .codec import CLIENT_COMMANDS, News, decode, encode, is_hydra
+from ..protocol.events import BulkReceived, Event, MessageReceived, PeerJoined, PeerLeft, PostAdded
+from .codec import (
+    CLIENT_COMMANDS,
+    MAX_FETCH,
+    Chunk,
+    Content,
+    Fetch,
+    HydraMessage,
+    Meta,
+    News,
+    decode,
+    decode_bulk,
+    encode,
+    encode_bulk,
+    is_hydra,
+)
 from .model import Post
-from .store import PostStore
+from .store import PostStore, digest_file
 from .sync import (
     Client,
     ClientAction,
@@ -51,10 +74,11 @@ log = logging.getLogger("huddle.posts")
 @dataclass(frozen=True, slots=True)
 class PostSettings:
     policy: Policy = field(default_factory=Policy)
-    chunk_size: int = 256 * 1024
-    window: int = 4
+    chunk_size: int = MAX_FETCH
+    window: int = 8
     interval: float = 2.0
     timeout: float = 30.0
+    retry_after: float = 5.0
 
 
 class PostService:
@@ -73,8 +97,15 @@ class PostService:
         self._again: set[NodeId] = set()  # NEWS came during the session: run another after it
         self._out: dict[NodeId, deque[bytes]] = {}
         self._pumps: dict[NodeId, asyncio.Task[None]] = {}
+        # FETCH tokens: from a random start, so that a CONTENT meant for an earlier run of
+        # this node (still queued towards its endpoint) answers no FETCH of this one.
+        self._tokens = itertools.count(int.from_bytes(os.urandom(4), "big") << 24)
+        self._held: dict[NodeId, deque[HydraMessage]] = {}  # a peer's commands waiting for a digest check
+        self._failed: dict[str, tuple[int, int]] = {}  # id -> stamp whose check failed (the server refuses it)
+        self._checks: set[asyncio.Task[None]] = set()
         self.stats: dict[str, int] = {"sessions": 0, "sessions_failed": 0, "posts_fetched": 0,
-                                      "octets_fetched": 0, "bad_content": 0, "decode_errors": 0}
+                                      "octets_fetched": 0, "bad_content": 0, "decode_errors": 0,
+                                      "bulk_refused": 0, "bulk_unsent": 0, "retries": 0, "checks": 0}
 
     # ------------------------------------------------------------- events
 
@@ -83,11 +114,15 @@ class PostService:
         if isinstance(event, MessageReceived) and is_hydra(event.payload):
             self._on_message(event.peer, event.payload)
             return True
+        if isinstance(event, BulkReceived):  # only Hydra sends BULKs
+            self._on_bulk(event.peer, event.head, event.data)
+            return True
         if isinstance(event, PeerJoined):
             if len(self.store):  # meet: tell it we have posts
                 self._send(event.peer, encode(News()))
         elif isinstance(event, PeerLeft):
             self.server.forget(str(event.peer))
+            self._held.pop(event.peer, None)  # its requests waiting for a digest check: no one to answer
             client = self.clients.get(event.peer)
             if client is not None:
                 self._carry(event.peer, client.abort(f"peer left: {event.reason}"))
@@ -103,7 +138,7 @@ class PostService:
             log.warning("bad Hydra message from %s: %s", peer.short, exc)
             return
         if payload[2] in CLIENT_COMMANDS:
-            self._send(peer, encode(self.server.receive(str(peer), msg)))
+            self._serve(peer, msg)
             return
         if isinstance(msg, News):
             if peer in self.clients:
@@ -116,6 +151,67 @@ class PostService:
         if client is not None:
             self._carry(peer, client.receive(msg, time.monotonic()))
 
+    def _on_bulk(self, peer: NodeId, head: bytes, data: bytes | memoryview) -> None:
+        try:
+            msg = decode_bulk(head, data)
+        except DecodeError as exc:
+            self.stats["decode_errors"] += 1
+            log.warning("bad BULK from %s: %s", peer.short, exc)
+            return
+        client = self.clients.get(peer)
+        if client is None:  # no session: nobody asked for it
+            self.stats["bulk_refused"] += 1
+            return
+        stale, retries = client.stats.stale, client.stats.retries
+        self._carry(peer, client.receive(msg, time.monotonic()))
+        self.stats["bulk_refused"] += client.stats.stale - stale
+        self.stats["retries"] += client.stats.retries - retries
+
+    # ------------------------------------------------------------- serving
+
+    def _serve(self, peer: NodeId, msg: HydraMessage) -> None:
+        """Answer a client command of ``peer``'s, in order; content not checked since it
+        changed is hashed in a thread first."""
+        held = self._held.get(peer)
+        if held is not None:
+            held.append(msg)
+            return
+        pid = self.server.current(str(peer))
+        if pid is not None and isinstance(msg, Meta | Chunk | Fetch):
+            todo = self.store.unchecked(pid)
+            if todo is not None and self._failed.get(pid) != todo[1]:
+                self._held[peer] = deque([msg])
+                task = asyncio.ensure_future(self._check(peer, pid, *todo))
+                self._checks.add(task)
+                task.add_done_callback(self._checks.discard)
+                return
+        reply = self.server.receive(str(peer), msg)
+        if isinstance(reply, Content):
+            if not self.node.send_bulk(peer, *encode_bulk(reply)):
+                self.stats["bulk_unsent"] += 1  # not admitted now: the client asks again
+        else:
+            self._send(peer, encode(reply))
+
+    async def _check(self, peer: NodeId, pid: str, path: Path, stamp: tuple[int, int]) -> None:
+        try:
+            self.stats["checks"] += 1
+            digest, size = await asyncio.get_running_loop().run_in_executor(None, digest_file, path)
+            post = self.store.get(pid)
+            if post is not None and (digest, size) == (post.digest, post.size):
+                self.store.checked(pid, stamp, digest, size)
+            else:  # the server's own check (in line) refuses it, with a 500, and drops it
+                self._failed[pid] = stamp
+        except OSError as exc:
+            log.warning("cannot check post %s: %s", pid, exc)
+            self._failed[pid] = stamp
+        finally:
+            held = self._held.pop(peer, deque())
+            while held:
+                self._serve(peer, held.popleft())
+                if peer in self._held:  # held back again, for another post
+                    self._held[peer].extend(held)
+                    break
+
     # ------------------------------------------------------------- sessions
 
     async def run(self) -> None:
@@ -123,8 +219,11 @@ class PostService:
             now = time.monotonic()
             alive = set(self.node.mesh.alive_peers())
             for peer in alive:
-                if peer in self.clients:
-                    self._carry(peer, self.clients[peer].tick(now))
+                client = self.clients.get(peer)
+                if client is not None:
+                    retries = client.stats.retries
+                    self._carry(peer, client.tick(now))
+                    self.stats["retries"] += client.stats.retries - retries
                 elif peer in self._wanted and now >= self._wanted[peer]:
                     self._start(peer, now)
             for peer in list(self.clients):
@@ -137,7 +236,8 @@ class PostService:
         assert uuid is not None
         s = self.settings
         client = Client(self.store, str(uuid), self.node.config.name, range=self.store.load_range(str(peer)),
-                        policy=s.policy, chunk_size=s.chunk_size, window=s.window, timeout=s.timeout)
+                        policy=s.policy, chunk_size=s.chunk_size, window=s.window, timeout=s.timeout,
+                        retry_after=s.retry_after, tokens=self._tokens)
         self.clients[peer] = client
         self.stats["sessions"] += 1
         self._carry(peer, client.start(now))
@@ -220,6 +320,6 @@ class PostService:
                 **self.stats, "server": asdict(self.server.stats)}
 
     def close(self) -> None:
-        for task in self._pumps.values():
+        for task in [*self._pumps.values(), *self._checks]:
             task.cancel()
         self.store.close()

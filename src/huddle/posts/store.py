@@ -10,7 +10,14 @@ Content goes to and from disk in chunks and is never held whole in memory.
 Its SHA1 is checked on arrival (before a post is kept) and before it is served
 (again whenever the file's size or modification time changed); a file that
 does not match is dropped, and the peers' ranges are forgotten so that the
-post is fetched again.
+post is fetched again.  The node runs that check in a thread (:meth:`unchecked`,
+:func:`digest_file`, :meth:`checked`) so that a large post does not hold its
+event loop; :meth:`read` does it in line when nobody did.  Content is read
+with ``pread`` on a descriptor kept open while the post is being served.
+Fetched chunks are written (``pwrite``) by a writer thread and hashed by a
+hashing thread, each in the order they come, so that the node's event loop
+goes on receiving meanwhile and the two run side by side (both release the
+GIL); at most ``MAX_QUEUED`` chunks wait for them.
 """
 
 from __future__ import annotations
@@ -22,7 +29,9 @@ import hashlib
 import json
 import logging
 import os
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any
 
@@ -30,14 +39,25 @@ from ..errors import ConfigError, DataDirLocked
 from .model import Post, PostError, is_post_id
 from .sync import HEAD, TAIL, CorruptContent, Range, UnknownPost
 
-__all__ = ["PostStore", "Upload"]
+__all__ = ["PostStore", "Upload", "digest_file"]
 
 log = logging.getLogger("huddle.posts")
 
 READ_BLOCK = 1024 * 1024
+OPEN_READERS = 8  # descriptors of served posts kept open
+MAX_QUEUED = 8  # fetched chunks waiting for the writer and hashing threads; one more waits for the oldest
 
 
-def _digest_file(path: Path) -> tuple[str, int]:
+def _write(fd: int, offset: int, data: bytes | memoryview) -> None:
+    """In the writer thread: ``data`` at ``offset``."""
+    view = memoryview(data)
+    written = 0
+    while written < len(view):
+        written += os.pwrite(fd, view[written:], offset + written)
+
+
+def digest_file(path: Path) -> tuple[str, int]:
+    """SHA1 (hex) and size of a file, read in blocks (blocking: may run in a thread)."""
     h = hashlib.sha1(usedforsecurity=False)
     size = 0
     with path.open("rb") as f:
@@ -99,9 +119,13 @@ class PostStore:
         self._order: list[tuple[int, str]] = []  # (seq, id), oldest first
         self._used = 0
         self._claimed: set[str] = set()
-        self._parts: dict[str, IO[bytes]] = {}
+        self._parts: dict[str, int] = {}  # id -> descriptor of the .part being written
         self._hashes: dict[str, tuple[Any, int]] = {}  # id -> (SHA1 so far, octets hashed) of a .part
         self._verified: dict[str, tuple[int, int]] = {}  # id -> (size, mtime_ns) whose digest matched
+        self._readers: dict[str, tuple[int, int]] = {}  # id -> (descriptor, inode) of content being served
+        self._writer: ThreadPoolExecutor | None = None  # started with the first fetched chunk
+        self._hasher: ThreadPoolExecutor | None = None  # likewise
+        self._queued: dict[str, deque[Future[None]]] = {}  # id -> its chunks' writes and hashes, oldest first
         for f in self.posts.glob("upload-*.tmp"):
             f.unlink(missing_ok=True)
         for f in self.posts.glob("*.json"):
@@ -130,9 +154,17 @@ class PostStore:
         self._used += post.size
 
     def close(self) -> None:
-        for f in self._parts.values():
-            f.close()
+        for pid in list(self._queued):
+            with contextlib.suppress(OSError):
+                self._drain(pid)
+        for pool in (self._writer, self._hasher):
+            if pool is not None:
+                pool.shutdown()
+        for fd in self._parts.values():
+            os.close(fd)
         self._parts.clear()
+        for pid in list(self._readers):
+            self._close_reader(pid)
         os.close(self._lock)
 
     # ------------------------------------------------------------- reading
@@ -161,6 +193,10 @@ class PostStore:
     def verify(self, pid: str) -> Path:
         """The content's path after checking its digest (cached while the file is unchanged);
         UnknownPost, or CorruptContent after dropping the post."""
+        return self._verify(pid)[0]
+
+    def _verify(self, pid: str) -> tuple[Path, int]:
+        """(path, inode) of the content, checked as :meth:`verify` says."""
         post = self._meta.get(pid)
         if post is None:
             raise UnknownPost(pid)
@@ -172,12 +208,32 @@ class PostStore:
             raise UnknownPost(pid) from None
         stamp = (st.st_size, st.st_mtime_ns)
         if self._verified.get(pid) != stamp:
-            digest, size = _digest_file(path)
-            if digest != post.digest or size != post.size:
-                self.drop(pid, f"content digest {digest} ({size} octets) does not match {post.digest}")
-                raise CorruptContent(f"post {pid}: content does not match its digest; dropped")
-            self._verified[pid] = stamp
-        return path
+            self.checked(pid, stamp, *digest_file(path))
+        return path, st.st_ino
+
+    def unchecked(self, pid: str) -> tuple[Path, tuple[int, int]] | None:
+        """For a held post whose content changed since its digest was last checked (or was
+        never checked since the start): its path and (size, mtime_ns) stamp; else None."""
+        if pid not in self._meta:
+            return None
+        path = self.data_path(pid)
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return None  # verify() drops it
+        stamp = (st.st_size, st.st_mtime_ns)
+        return None if self._verified.get(pid) == stamp else (path, stamp)
+
+    def checked(self, pid: str, stamp: tuple[int, int], digest: str, size: int) -> None:
+        """The content with ``stamp`` hashed to ``digest`` (``size`` octets): remember that it
+        matched, or drop the post and raise CorruptContent."""
+        post = self._meta.get(pid)
+        if post is None:
+            raise UnknownPost(pid)
+        if digest != post.digest or size != post.size:
+            self.drop(pid, f"content digest {digest} ({size} octets) does not match {post.digest}")
+            raise CorruptContent(f"post {pid}: content does not match its digest; dropped")
+        self._verified[pid] = stamp
 
     # Source, for the sync server
     def older(self, ident: str) -> str | None:
@@ -205,10 +261,20 @@ class PostStore:
         return post
 
     def read(self, pid: str, offset: int, size: int) -> bytes:
-        path = self.verify(pid)
-        with path.open("rb") as f:
-            f.seek(offset)
-            return f.read(size)
+        path, inode = self._verify(pid)
+        reader = self._readers.get(pid)
+        if reader is None or reader[1] != inode:
+            if reader is not None:
+                self._close_reader(pid)
+            elif len(self._readers) >= OPEN_READERS:
+                self._close_reader(next(iter(self._readers)))  # the one opened first
+            self._readers[pid] = reader = (os.open(path, os.O_RDONLY), inode)
+        return os.pread(reader[0], size, offset)
+
+    def _close_reader(self, pid: str) -> None:
+        reader = self._readers.pop(pid, None)
+        if reader is not None:
+            os.close(reader[0])
 
     def iter_content(self, pid: str, start: int = 0, end: int | None = None) -> Iterator[bytes]:
         path = self.verify(pid)
@@ -254,6 +320,7 @@ class PostStore:
         self._order.remove((seq, pid))
         self._used -= post.size
         self._verified.pop(pid, None)
+        self._close_reader(pid)
         (self.posts / f"{pid}.json").unlink(missing_ok=True)
         self.data_path(pid).unlink(missing_ok=True)
         self.forget_ranges()  # so that every peer is asked for it again
@@ -267,10 +334,12 @@ class PostStore:
 
     def release(self, pid: str) -> None:
         self._claimed.discard(pid)
+        with contextlib.suppress(OSError):  # a failed write: the next fetch resumes from what is there
+            self._drain(pid)
         self._hashes.pop(pid, None)
-        f = self._parts.pop(pid, None)
-        if f is not None:
-            f.close()
+        fd = self._parts.pop(pid, None)
+        if fd is not None:
+            os.close(fd)
 
     def partial(self, pid: str) -> int:
         try:
@@ -278,37 +347,61 @@ class PostStore:
         except FileNotFoundError:
             return 0
 
-    def write_chunk(self, pid: str, offset: int, data: bytes) -> None:
-        f = self._parts.get(pid)
-        if f is None:
-            path = self.posts / f"{pid}.part"
-            f = path.open("r+b" if path.exists() else "w+b")
-            self._parts[pid] = f
+    def write_chunk(self, pid: str, offset: int, data: bytes | memoryview) -> None:
+        """Give ``data`` (kept, not copied, until written) to the writer thread; raises OSError
+        if an earlier chunk of ``pid`` could not be written."""
+        fd = self._parts.get(pid)
+        if fd is None:
+            fd = self._parts[pid] = os.open(self.posts / f"{pid}.part", os.O_RDWR | os.O_CREAT, 0o644)
+        queued = self._queued.setdefault(pid, deque())
+        while queued and (queued[0].done() or len(queued) >= 2 * MAX_QUEUED):
+            queued.popleft().result()  # waits for the oldest when the queue is full
         if offset == 0:
-            f.truncate(0)
+            self._drain(pid)
+            if os.fstat(fd).st_size:
+                # Only when there is something to cut: on ext4, truncating a file to 0 (even an
+                # empty one) makes its close write the whole content out (auto_da_alloc).
+                os.ftruncate(fd, 0)
             self._hashes[pid] = (hashlib.sha1(usedforsecurity=False), 0)
         elif pid not in self._hashes:  # resuming: hash what is already there, once
+            self._drain(pid)
             h = hashlib.sha1(usedforsecurity=False)
-            f.seek(0)
             done = 0
-            while done < offset and (block := f.read(min(READ_BLOCK, offset - done))):
+            while done < offset and (block := os.pread(fd, min(READ_BLOCK, offset - done), done)):
                 h.update(block)
                 done += len(block)
             self._hashes[pid] = (h, done)
-        f.seek(offset)
-        f.write(data)
         h, done = self._hashes[pid]
-        if done == offset:  # chunks come in order: the digest grows as the file does
-            h.update(data)
+        in_order = done == offset  # chunks come in order: the digest grows as the file does
+        if in_order:
             self._hashes[pid] = (h, done + len(data))
+        if self._writer is None or self._hasher is None:
+            self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="huddle-posts-writer")
+            self._hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="huddle-posts-hasher")
+        queued = self._queued.setdefault(pid, deque())
+        queued.append(self._writer.submit(_write, fd, offset, data))
+        if in_order:  # else complete() hashes the file
+            queued.append(self._hasher.submit(h.update, data))
+
+    def _drain(self, pid: str) -> None:
+        """Wait until every chunk of ``pid`` given to the writer is written; OSError if one was not."""
+        queued = self._queued.pop(pid, None)
+        while queued:
+            queued.popleft().result()
 
     def complete(self, post: Post) -> bool:
         """The fetched content is all on disk: check it and keep the post; False (and the
         partial file dropped) if its digest does not match."""
         pid = post.id
-        f = self._parts.pop(pid, None)
-        if f is not None:
-            f.close()
+        try:
+            self._drain(pid)
+        except OSError as exc:
+            log.warning("cannot write the content of %s: %s", pid, exc)
+            self.release(pid)
+            return False
+        fd = self._parts.pop(pid, None)
+        if fd is not None:
+            os.close(fd)
         self._claimed.discard(pid)
         part = self.posts / f"{pid}.part"
         if post.size == 0:
@@ -317,7 +410,7 @@ class PostStore:
         if running is not None and running[1] == post.size == part.stat().st_size:
             digest, size = running[0].hexdigest(), post.size  # hashed as it was written
         else:
-            digest, size = _digest_file(part)
+            digest, size = digest_file(part)
         if digest != post.digest or size != post.size:
             log.warning("fetched content of %s does not match its digest (%s, %d octets): dropped", pid, digest, size)
             part.unlink(missing_ok=True)

@@ -12,22 +12,34 @@ through (``oldest``, ``newest``, in the server's order).  A session walks the
 server's posts newest first (NEXT-OLDER from ``HEAD``); when it meets the
 range's ``newest`` it jumps to below the range's ``oldest``; it skips posts it holds,
 asks META for the others, then the content in chunks, with up to ``window``
-CHUNK requests in flight, starting where a partial file it already has stops.
+FETCH requests in flight, starting where a partial file it already has stops.
+
+Content comes back as CONTENT in BULKs, outside the reliable channel: a CONTENT
+is taken only when it answers the oldest FETCH in flight (its token, offset
+and size checked); one that answers no FETCH in flight is refused and
+counted (``stale``); when the content stops coming for ``retry_after``
+seconds, or a CONTENT overtakes one that was lost, the client asks again from
+where its file stops.
 """
 
 from __future__ import annotations
 
 import enum
+import itertools
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..errors import RemoteProtocolError
 from .codec import (
     MAX_CHUNK,
+    MAX_FETCH,
     Chunk,
     ChunkOk,
+    Content,
     Error,
+    Fetch,
     Goodbye,
     GoodbyeOk,
     Hello,
@@ -71,7 +83,7 @@ class Source(Protocol):
     def meta(self, pid: str) -> Post:
         """The post's metadata; UnknownPost."""
 
-    def read(self, pid: str, offset: int, size: int) -> bytes:
+    def read(self, pid: str, offset: int, size: int) -> bytes | memoryview:
         """Up to ``size`` octets of content from ``offset`` (its digest checked first:
         CorruptContent when it does not match); UnknownPost."""
 
@@ -101,6 +113,7 @@ class Server:
     def __init__(self, source: Source, identity: str, nickname: str, max_chunk: int = MAX_CHUNK) -> None:
         self.source = source
         self.max_chunk = max(1, min(max_chunk, MAX_CHUNK))  # octets per CHUNK-OK, whatever is asked
+        self.max_fetch = min(self.max_chunk, MAX_FETCH)  # octets per CONTENT
         self.identity = identity
         self.nickname = nickname
         self.sessions: dict[str, _ServerSession] = {}
@@ -108,6 +121,11 @@ class Server:
 
     def forget(self, peer: str) -> None:
         self.sessions.pop(peer, None)
+
+    def current(self, peer: str) -> str | None:
+        """The post a client's META / CHUNK / FETCH would be about (None: none)."""
+        session = self.sessions.get(peer)
+        return None if session is None else session.current
 
     def receive(self, peer: str, msg: HydraMessage) -> HydraMessage:
         """One client command -> the reply to send back."""
@@ -135,7 +153,7 @@ class Server:
                     return NextEmpty()
                 session.current = pid
                 return NextOk(pid)
-            if isinstance(msg, Meta | Chunk):
+            if isinstance(msg, Meta | Chunk | Fetch):
                 if session.current is None:
                     return Error(400, f"{type(msg).__name__.upper()} needs a current post (after NEXT-OK)")
                 post = self.source.meta(session.current)
@@ -145,10 +163,11 @@ class Server:
                                   post.size)
                 if msg.offset > post.size:
                     return Error(416, f"offset {msg.offset} is past the content's {post.size} octets")
-                data = self.source.read(session.current, msg.offset, min(msg.octets, self.max_chunk))
+                cap = self.max_fetch if isinstance(msg, Fetch) else self.max_chunk
+                data = self.source.read(session.current, msg.offset, min(msg.octets, cap))
                 self.stats.chunks_served += 1
                 self.stats.octets_served += len(data)
-                return ChunkOk(msg.offset, data)
+                return Content(msg.token, msg.offset, data) if isinstance(msg, Fetch) else ChunkOk(msg.offset, data)
         except UnknownPost as exc:
             session.current = None
             return Error(404, f"no post {exc.args[0]} here")
@@ -222,7 +241,7 @@ class SendMsg:
 class WriteChunk:
     pid: str
     offset: int
-    data: bytes
+    data: bytes | memoryview
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,7 +287,8 @@ class ClientStats:
     posts_skipped: int = 0
     posts_fetched: int = 0
     octets_fetched: int = 0
-    stale: int = 0  # messages passed over while waiting for HELLO-OK
+    stale: int = 0  # messages passed over while waiting for HELLO-OK, and CONTENTs refused (no FETCH in flight)
+    retries: int = 0  # content asked for again (stopped coming, or one was lost)
 
 
 @dataclass(slots=True)
@@ -280,9 +300,11 @@ class Client:
     nickname: str
     range: Range | None = None
     policy: Policy = field(default_factory=Policy)
-    chunk_size: int = 256 * 1024
-    window: int = 4  # CHUNK requests in flight
-    timeout: float = 30.0  # no reply for this long ends the session
+    chunk_size: int = MAX_FETCH
+    window: int = 8  # FETCH requests in flight
+    timeout: float = 30.0  # no reply (in CHUNKS: no content) for this long ends the session
+    retry_after: float = 5.0  # no content for this long: ask again from where the file stops
+    tokens: Iterator[int] = field(default_factory=lambda: itertools.count(1))  # FETCH tokens, unique per node
     state: _State = _State.IDLE
     stats: ClientStats = field(default_factory=ClientStats)
     _cursor: str = HEAD
@@ -294,14 +316,18 @@ class Client:
     _post: Post | None = None
     _next_request: int = 0  # next offset to ask for
     _written: int = 0  # octets of content on disk
-    _asked: deque[tuple[int, int]] = field(default_factory=deque)  # CHUNKs in flight: (offset, octets)
+    _asked: deque[tuple[int, int, int]] = field(default_factory=deque)  # FETCHes in flight: (token, offset, octets)
+    _progress: float = 0.0  # when content last arrived (or CHUNKS began)
+    _retried: float = 0.0  # when content was last asked for again (or CHUNKS began)
     _seen_now: int = 0  # posts offered this session (newest:N stops after N)
     _last_heard: float = 0.0
     _actions: list[ClientAction] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        if not 1 <= self.chunk_size <= MAX_CHUNK:
-            raise ValueError(f"chunk size must be 1..{MAX_CHUNK} octets")
+        if not 1 <= self.chunk_size <= MAX_FETCH:
+            raise ValueError(f"chunk size must be 1..{MAX_FETCH} octets")
+        if self.retry_after <= 0:
+            raise ValueError("retry_after must be positive")
         if self.window < 1:
             raise ValueError("window must be >= 1")
         if self.range is not None:
@@ -320,7 +346,15 @@ class Client:
         return self._take()
 
     def tick(self, now: float) -> list[ClientAction]:
-        if self.state not in (_State.IDLE, _State.DONE) and now - self._last_heard > self.timeout:
+        if self.state is _State.CHUNKS:
+            if now - self._progress > self.timeout:
+                self._send(Goodbye())
+                self._finish(f"no content for {self.timeout:g} s", failed=True)
+            elif now - max(self._progress, self._retried) > self.retry_after:
+                self.stats.retries += 1
+                self._retried = now
+                self._ask_again()
+        elif self.state not in (_State.IDLE, _State.DONE) and now - self._last_heard > self.timeout:
             self._finish(f"no answer for {self.timeout:g} s", failed=True)
         return self._take()
 
@@ -360,9 +394,12 @@ class Client:
             self._send(Goodbye())
             self._finish(f"server error {msg.status}: {msg.reason}", failed=True)
             return
+        if isinstance(msg, Content):
+            self._on_content(msg)
+            return
         expected = {
             _State.HELLO: HelloOk, _State.NEXT: NextOk | NextEmpty, _State.META: MetaOk,
-            _State.CHUNKS: ChunkOk, _State.GOODBYE: GoodbyeOk,
+            _State.GOODBYE: GoodbyeOk,
         }.get(self.state)
         if expected is None or not isinstance(msg, expected):
             raise RemoteProtocolError(f"{type(msg).__name__} in state {self.state.value}")
@@ -383,8 +420,6 @@ class Client:
                 self._on_next(msg.ident)
         elif isinstance(msg, MetaOk):
             self._on_meta(msg)
-        elif isinstance(msg, ChunkOk):
-            self._on_chunk(msg)
         elif isinstance(msg, GoodbyeOk):
             self._finish("done", failed=False)
 
@@ -442,6 +477,7 @@ class Client:
             self._complete()
             return
         self.state = _State.CHUNKS
+        self._progress = self._retried = self._last_heard
         self._request_chunks()
 
     def _request_chunks(self) -> None:
@@ -449,30 +485,46 @@ class Client:
         assert post is not None
         while len(self._asked) < self.window and self._next_request < post.size:
             n = min(self.chunk_size, post.size - self._next_request)
-            self._send(Chunk(self._next_request, n))
-            self._asked.append((self._next_request, n))
+            token = next(self.tokens)
+            self._send(Fetch(token, self._next_request, n))
+            self._asked.append((token, self._next_request, n))
             self._next_request += n
 
-    def _on_chunk(self, msg: ChunkOk) -> None:
+    def _ask_again(self) -> None:
+        """Give up the FETCHes in flight (their CONTENTs will be refused) and ask from where the file stops."""
+        self._asked.clear()
+        self._next_request = self._written
+        self._request_chunks()
+
+    def _on_content(self, msg: Content) -> None:
+        index = next((i for i, (token, _, _) in enumerate(self._asked) if token == msg.token), None)
+        if self.state is not _State.CHUNKS or index is None:
+            # Answers no FETCH in flight: one given up (asked again, or an earlier session's),
+            # or never asked.  Refused: nothing is written.
+            self.stats.stale += 1
+            return
         post, pid = self._post, self._current
         assert post is not None and pid is not None
+        _, offset, asked = self._asked[index]
         size = len(msg.content)
-        if (not self._asked or msg.offset != self._asked[0][0] or not 0 < size <= self._asked[0][1]
-                or msg.offset + size > post.size):
-            self._actions.append(Release(pid))
-            raise RemoteProtocolError(f"CHUNK-OK at {msg.offset} ({size} octets) where "
-                                      f"{self._asked[0] if self._asked else 'none'} (offset, octets) was asked")
-        _, asked = self._asked.popleft()
-        if msg.offset != self._written:
-            return  # asked before a short chunk left a hole: asked again from the hole
-        self._actions.append(WriteChunk(pid, msg.offset, msg.content))
+        if msg.offset != offset or not 0 < size <= asked or offset + size > post.size:
+            raise RemoteProtocolError(f"CONTENT {msg.token} at {msg.offset} ({size} octets) answers a FETCH "
+                                      f"of {asked} octets at {offset} (content of {post.size})")
+        if index > 0:  # the CONTENTs before it were lost (a connection dropped): ask again
+            self.stats.retries += 1
+            self._ask_again()
+            return
+        self._asked.popleft()
+        self._actions.append(WriteChunk(pid, offset, msg.content))
         self._written += size
+        self._progress = self._last_heard
         self.stats.octets_fetched += size
         if self._written == post.size:
             self._complete()
             return
         if size < asked:  # the server sends less than asked (its cap): go on from where it stops
-            self._next_request = self._written
+            self._ask_again()
+            return
         self._request_chunks()
 
     def _complete(self) -> None:

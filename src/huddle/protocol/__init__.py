@@ -2,6 +2,7 @@
 
 from .events import (
     Action,
+    BulkReceived,
     ChatReceived,
     ClockSynced,
     Connect,
@@ -18,6 +19,7 @@ from .mesh import Mesh, PeerInfo, Phase, Timing
 
 __all__ = [
     "Action",
+    "BulkReceived",
     "ChatReceived",
     "ClockSynced",
     "Connect",

@@ -15,6 +15,7 @@ from ..wire import LogRecord, Message
 __all__ = [
     "Action",
     "BufferSpace",
+    "BulkReceived",
     "ChatReceived",
     "ClockSynced",
     "Connect",
@@ -240,6 +241,19 @@ class MessageReceived:
 
 
 @dataclass(frozen=True, slots=True)
+class BulkReceived:
+    """A BULK from an admitted peer: not ordered with its addressed messages, and
+    not acknowledged; for the application that asked for it (posts)."""
+
+    peer: NodeId
+    head: bytes
+    data: bytes | memoryview
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": "bulk", "peer": str(self.peer), "head": self.head.hex(), "size": len(self.data)}
+
+
+@dataclass(frozen=True, slots=True)
 class BufferSpace:
     """A peer's send buffer has room again after a refused send."""
 
@@ -254,7 +268,7 @@ def stat_row(event: Event) -> tuple[float, str, NodeId | None, str] | None:
     """A membership or clock event as a statistics row ``(time, type, peer,
     detail JSON)``, as the node stores it and ``huddle export`` writes it;
     ``None`` for the log's and chat's events, which are not statistics."""
-    if isinstance(event, (LogAppended, ChatReceived, MessageReceived, BufferSpace)):
+    if isinstance(event, (LogAppended, ChatReceived, MessageReceived, BufferSpace, BulkReceived)):
         return None
     detail = event.to_json()
     peer = getattr(event, "peer", None)
@@ -290,4 +304,4 @@ class PostAdded:
 
 
 Event = (PeerJoined | PeerLeft | PeerStateChanged | PeerRefused | ChatReceived | ClockSynced | LogAppended
-         | MessageReceived | BufferSpace | PeerNew | PeerExcluded | CutOff | PostAdded)
+         | MessageReceived | BulkReceived | BufferSpace | PeerNew | PeerExcluded | CutOff | PostAdded)

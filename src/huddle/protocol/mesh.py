@@ -30,6 +30,7 @@ from ..wire import (
     PROTOCOL_VERSION,
     Beat,
     Bout,
+    Bulk,
     Chat,
     Dack,
     Dmsg,
@@ -46,6 +47,7 @@ from ..wire import decode as _decode
 from .delivery import Delivery
 from .events import (
     Action,
+    BulkReceived,
     ChatReceived,
     ClockSynced,
     Connect,
@@ -327,6 +329,15 @@ class Mesh:
                 n += 1
         return n
 
+    def send_bulk(self, to: NodeId, head: bytes, data: bytes | memoryview) -> bool:
+        """Send a BULK to an admitted peer now (no channel: not acknowledged, not
+        re-sent).  False, and nothing sent, if ``to`` is not admitted."""
+        s = self._sessions.get(to)
+        if s is None or not s.admitted or self._closed:
+            return False
+        self._send(s.conn, Bulk(sender=self.uuid, head=head, data=data))
+        return True
+
     def leave(self, now: float) -> None:
         """Say GBYE to everyone and close every connection."""
         self._closed = True
@@ -377,7 +388,7 @@ class Mesh:
                 log.warning("dropped undecodable message (%d so far): %s", self.stats.decode_errors, exc)
             return False
         if msg.sender in self._counts:
-            self._counts[msg.sender][1] += len(frames[2])
+            self._counts[msg.sender][1] += len(frames[2]) if len(frames) == 3 else len(frames[2]) + len(frames[3])
         return self.handle(msg, now)
 
     def handle(self, msg: Message, now: float) -> bool:
@@ -414,6 +425,9 @@ class Mesh:
             return True
         if isinstance(msg, Raws):
             self._on_raws(s, msg, now)
+            return True
+        if isinstance(msg, Bulk):
+            self._notify(BulkReceived(s.uuid, msg.head, msg.data))
             return True
         if isinstance(msg, (Dmsg, Dack)):
             if self.delivery is None:

@@ -5,6 +5,9 @@ zero send timeout; when ZeroMQ's queue is full, messages wait in a bounded
 overflow queue of our own and are flushed when the socket becomes writable.
 When that overflow is full too, the peer is "not responding": further
 messages to it are dropped and counted, and the other peers are unaffected.
+
+Frames after a message's third (a BULK's data: docs/protocol.md 2.2) are
+received without a copy, as a memoryview on ZeroMQ's own buffer.
 """
 
 from __future__ import annotations
@@ -32,16 +35,23 @@ RECV_BATCH = 4096
 _NB = int(zmq.NOBLOCK)
 _MORE_NB = int(zmq.SNDMORE | zmq.NOBLOCK)
 _RCVMORE = int(zmq.RCVMORE)
+ZERO_COPY_AFTER = 3  # frames of a message received as bytes; later ones as memoryviews, not copied
+ZERO_COPY_SEND = 256 * 1024  # a message's last frame this large is sent without a copy (a BULK's data)
 
 
 def _send_parts(sock: zmq.Socket[bytes], frames: list[bytes]) -> None:
     """Send a multipart message without blocking.  Raises zmq.Again if it cannot
     be queued: the high-water mark applies to a message's first part only, so a
-    message is queued whole or not at all."""
+    message is queued whole or not at all.  A frame of ZERO_COPY_SEND octets or
+    more is not copied: ZeroMQ holds the object until its I/O thread has sent it."""
     send = sock.send
     for f in frames[:-1]:
         send(f, _MORE_NB)
-    send(frames[-1], _NB)
+    last = frames[-1]
+    if len(last) >= ZERO_COPY_SEND:
+        send(last, _NB, copy=False)
+    else:
+        send(last, _NB)
 
 
 def _events(sock: zmq.Socket[bytes]) -> int:
@@ -137,7 +147,10 @@ class ZmqTransport:
                     except zmq.Again:
                         break
                     while get(_RCVMORE):
-                        parts.append(recv(_NB))
+                        if len(parts) < ZERO_COPY_AFTER:
+                            parts.append(recv(_NB))
+                        else:  # typed as bytes: decoders take both (len, slicing, hashing, writing)
+                            parts.append(cast(bytes, recv(_NB, copy=False).buffer))
                     batch.append(parts)
                 if not batch:
                     break

@@ -3,10 +3,12 @@
 from .beacon import BEACON_SIZE, Beacon, group_hash, pack, unpack
 from .messages import (
     MAX_BODY,
+    MAX_BULK,
     PROTOCOL_VERSION,
     RESERVED_TYPES,
     Beat,
     Bout,
+    Bulk,
     Chat,
     Dack,
     Dmsg,
@@ -29,11 +31,13 @@ from .messages import (
 __all__ = [
     "BEACON_SIZE",
     "MAX_BODY",
+    "MAX_BULK",
     "PROTOCOL_VERSION",
     "RESERVED_TYPES",
     "Beacon",
     "Beat",
     "Bout",
+    "Bulk",
     "Chat",
     "Dack",
     "Dmsg",

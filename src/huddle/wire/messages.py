@@ -1,11 +1,14 @@
 """The huddle message codec: frames <-> typed messages.
 
-A message on the wire is a ZeroMQ multipart of exactly three frames as the
+A message on the wire is a ZeroMQ multipart of three frames as the
 receiving ROUTER socket sees them::
 
     frame 1  sender   16 octets, the sender's UUID (its DEALER routing identity)
     frame 2  type     4 ASCII capital letters
     frame 3  body     UTF-8 text, at most MAX_BODY octets
+
+except BULK, which has a fourth frame: its data (at most MAX_BULK octets),
+kept apart from the head in frame 3 so that it is never sliced or copied.
 
 This module is pure: no sockets, no clock.  :func:`decode` raises
 :class:`~huddle.errors.DecodeError` for any malformed input and nothing else;
@@ -20,13 +23,15 @@ import re
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from ..errors import DecodeError, LocalProtocolError
 from ..ids import NodeId
 
 __all__ = [
     "MAX_BODY",
+    "MAX_BULK",
+    "MAX_BULK_HEAD",
     "MAX_GROUP",
     "MAX_KIND",
     "MAX_NAME",
@@ -35,6 +40,7 @@ __all__ = [
     "RESERVED_TYPES",
     "Beat",
     "Bout",
+    "Bulk",
     "Chat",
     "Dack",
     "Dmsg",
@@ -62,6 +68,8 @@ MAX_REASON: Final = 1024
 MAX_KIND: Final = 255
 MAX_SEQ: Final = 2**63 - 1
 MAX_FRAGMENTS: Final = 2**20
+MAX_BULK: Final = 1024 * 1024  # octets of a BULK's data frame
+MAX_BULK_HEAD: Final = 255  # octets of a BULK's head
 _DMSG_HEADER: Final = struct.Struct(">QQII")
 _DACK_BODY: Final = struct.Struct(">Q")
 RESERVED_TYPES: Final[frozenset[bytes]] = frozenset()
@@ -287,6 +295,22 @@ class Dack:
 
 
 @dataclass(frozen=True, slots=True)
+class Bulk:
+    """Octets for one peer outside the addressed-message channel: ``head`` says
+    what they are (for the application that asked for them), ``data`` is carried
+    as a frame of its own.  Not acknowledged, not re-sent, not fragmented: the
+    receiver asked for it and asks again if it does not come."""
+
+    sender: NodeId
+    head: bytes
+    data: bytes | memoryview  # a view is sent and received without a copy
+
+    def __post_init__(self) -> None:
+        _check(1 <= len(self.head) <= MAX_BULK_HEAD, f"BULK head must be 1..{MAX_BULK_HEAD} octets")
+        _check(len(self.data) <= MAX_BULK, f"BULK data must be at most {MAX_BULK} octets")
+
+
+@dataclass(frozen=True, slots=True)
 class PeerStat:
     """What one node measured of one peer (a row of a RAWS report).
 
@@ -357,7 +381,7 @@ class Raws:
         _check(len({p.peer for p in self.peers}) == len(self.peers), "a peer appears twice")
 
 
-Message = Helo | Peer | Bout | Gbye | Chat | Beat | Time | Xmsg | Gsip | Dmsg | Dack | Raws
+Message = Helo | Peer | Bout | Gbye | Chat | Beat | Time | Xmsg | Gsip | Dmsg | Dack | Raws | Bulk
 
 
 # --------------------------------------------------------------------------- encode
@@ -424,13 +448,16 @@ def _encode_body(msg: Message) -> tuple[bytes, bytes]:
 
 
 def encode(msg: Message) -> list[bytes]:
-    """Encode ``msg`` as the three frames a ROUTER receives: sender, type, body."""
+    """Encode ``msg`` as the frames a ROUTER receives: sender, type, body (and a BULK's data)."""
     return [bytes(msg.sender), *encode_parts(msg)]
 
 
 def encode_parts(msg: Message) -> list[bytes]:
-    """The two frames a DEALER sends: type and body.  Its identity, the
-    sender's UUID, reaches the ROUTER as frame 1."""
+    """The frames a DEALER sends: type and body (and a BULK's data).  Its
+    identity, the sender's UUID, reaches the ROUTER as frame 1."""
+    if isinstance(msg, Bulk):
+        # Sizes checked by the constructor; ZeroMQ sends a memoryview as it does bytes.
+        return [b"BULK", msg.head, cast(bytes, msg.data)]
     kind, body = _encode_body(msg)
     if len(body) > MAX_BODY:
         raise LocalProtocolError(f"{kind.decode()} body of {len(body)} octets exceeds {MAX_BODY}")
@@ -671,6 +698,19 @@ def _d_dack(sender: NodeId, body: bytes) -> Dack:
     return Dack(sender, _DACK_BODY.unpack(body)[0])
 
 
+def _d_bulk(frames: Sequence[bytes]) -> Bulk:
+    raw_sender, head, data = frames[0], frames[2], frames[3]
+    if not (isinstance(raw_sender, bytes) and isinstance(head, bytes) and isinstance(data, bytes | memoryview)):
+        raise DecodeError("frames must be byte strings (the data may be a memoryview)")
+    if len(raw_sender) != 16:
+        raise DecodeError(f"sender UUID must be 16 octets, got {len(raw_sender)}")
+    if not 1 <= len(head) <= MAX_BULK_HEAD:
+        raise DecodeError(f"BULK: head of {len(head)} octets, not 1..{MAX_BULK_HEAD}")
+    if len(data) > MAX_BULK:
+        raise DecodeError(f"BULK: data of {len(data)} octets exceeds {MAX_BULK}")
+    return Bulk(NodeId(raw_sender), head, data)
+
+
 _BINARY_DECODERS: Final[dict[bytes, Callable[[NodeId, bytes], Message]]] = {b"DMSG": _d_dmsg, b"DACK": _d_dack}
 
 
@@ -684,9 +724,13 @@ def decode(frames: Sequence[bytes]) -> Message:
         count = len(frames)
     except TypeError:
         raise DecodeError("frames must be a sequence of byte strings") from None
+    if count == 4 and frames[1] == b"BULK":
+        return _d_bulk(frames)
     if count != 3:
-        raise DecodeError(f"a message has 3 frames, got {count}")
+        raise DecodeError(f"a message has 3 frames (4 for BULK), got {count}")
     raw_sender, kind, raw_body = frames[0], frames[1], frames[2]
+    if kind == b"BULK":
+        raise DecodeError("BULK has 4 frames (sender, type, head, data), got 3")
     if not all(isinstance(f, bytes) for f in (raw_sender, kind, raw_body)):
         raise DecodeError("frames must be byte strings")
     if len(raw_sender) != 16:
