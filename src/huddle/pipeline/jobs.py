@@ -202,8 +202,12 @@ def run(spark: SparkSession, inputs: Sequence[str], output: str, *, jobs: Sequen
             F.desc("events"), limit=1000)
     if "propagation" in jobs and consolidated is not None:
         lag = write("delays", events.transform(T.delays))
-        hist = write("delay_histogram", events.transform(T.delay_histogram))
-        flow = write("throughput", T.throughput(events, consolidated, window_seconds))
+        # One pass over the receipts for both the histogram and the throughput: the counts
+        # per window and bucket are few rows, kept in memory while both are made from them.
+        counts = T.receipt_counts(events, window_seconds).persist()
+        hist = write("delay_histogram", T.delay_histogram_of(counts))
+        flow = write("throughput", T.throughput_of(counts, consolidated, window_seconds))
+        counts.unpersist()
         data.delays = rows_of(lag, "group", "by", F.desc("p99"), limit=10_000)
         data.histogram = rows_of(hist, "group", "bucket", limit=10_000)
         data.throughput = rows_of(flow, "group", "window_start", limit=100_000)

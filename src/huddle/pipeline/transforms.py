@@ -28,6 +28,7 @@ __all__ = [
     "conflicts",
     "consolidate",
     "delay_histogram",
+    "delay_histogram_of",
     "delays",
     "document_facts",
     "documents",
@@ -36,12 +37,14 @@ __all__ = [
     "membership",
     "missing",
     "node_health",
+    "receipt_counts",
     "receipts",
     "replay",
     "shown",
     "shown_documents",
     "snapshots",
     "throughput",
+    "throughput_of",
     "union_ranges",
 ]
 
@@ -69,8 +72,16 @@ def consolidate(events: DataFrame) -> DataFrame:
     """
     content = F.struct(*_CONTENT)
     digest = F.xxhash64(*_CONTENT)
+    # ``min_by`` over a struct has no fixed-width buffer, so Spark aggregates by
+    # sorting.  Two things make that cheap: the rows are hash-partitioned by the
+    # key first (the copies of an event are in different nodes' files, so an
+    # aggregate before the shuffle would merge nothing and cost a sort of its
+    # own), and the sort key starts with ``seq``, a long, so the sort compares
+    # 8-byte prefixes instead of the group and the 32-character source ids.
+    by_seq = ["seq", "source", "group"]
     return (
-        events.groupBy(*KEY)
+        events.repartition(*by_seq)
+        .groupBy(*by_seq)
         .agg(
             F.min_by(content, F.struct("hops", "node")).alias("c"),
             F.min(F.when(F.col("node") != F.col("source"), F.col("received_at"))).alias("first_received_at"),
@@ -90,18 +101,35 @@ def conflicts(events: DataFrame, consolidated: DataFrame) -> DataFrame:
 
 # ---------------------------------------------------------------- convergence
 
+_BLOCK_BITS = 6  # held_ranges: sequence numbers are grouped in blocks of 2^6 = 64, one bit each
+
+
 def held_ranges(events: DataFrame) -> DataFrame:
     """The runs of consecutive sequence numbers each node holds from each source:
     node, group, source, first_seq, last_seq."""
-    by_node = Window.partitionBy("node", *_PAIR).orderBy("seq")
-    # Within a run, seq - rank is constant (dense_rank: a row given twice does not split a run).
-    return (
-        events.select("node", *_PAIR, "seq")
-        .withColumn("run", F.col("seq") - F.dense_rank().over(by_node))
-        .groupBy("node", *_PAIR, "run")
-        .agg(F.min("seq").alias("first_seq"), F.max("seq").alias("last_seq"))
-        .drop("run")
-    )
+    # No sort of the rows: each node's numbers are gathered into 64-bit masks
+    # (block = seq >> 6, bit = seq & 63) by a hash aggregate that merges most
+    # rows before the shuffle (a row given twice sets the same bit).  The runs
+    # in a mask are read off its bits (a run starts at a set bit whose lower
+    # neighbour is clear and ends at one whose upper neighbour is clear), and
+    # the runs that touch across blocks are merged like any adjacent ranges.
+    low = (1 << _BLOCK_BITS) - 1
+    blocks = events.groupBy(
+        "node", *_PAIR, F.expr(f"shiftright(seq, {_BLOCK_BITS})").alias("block"),
+    ).agg(F.expr(f"bit_or(shiftleft(1L, cast(seq & {low} as int)))").alias("bits"))
+    starts = "bits & ~shiftleft(bits, 1)"
+    ends = "bits & ~shiftrightunsigned(bits, 1)"
+
+    def bits(mask: str) -> str:
+        return f"filter(sequence(0, {low}), i -> (shiftrightunsigned({mask}, i) & 1L) = 1L)"
+
+    runs = F.expr(
+        f"CASE WHEN bits = -1L THEN array(named_struct('s', 0, 'e', {low})) "
+        f"ELSE zip_with({bits(starts)}, {bits(ends)}, (s, e) -> named_struct('s', s, 'e', e)) END")
+    base = F.col("block") * (1 << _BLOCK_BITS)
+    pieces = blocks.select("node", *_PAIR, "block", F.inline(runs)).select(
+        "node", *_PAIR, (base + F.col("s")).alias("first_seq"), (base + F.col("e")).alias("last_seq"))
+    return _merge(pieces, ["node", *_PAIR])
 
 
 def _merge(ranges: DataFrame, keys: list[str]) -> DataFrame:
@@ -221,23 +249,60 @@ def delays(events: DataFrame) -> DataFrame:
 HISTOGRAM_STEPS = 4  # histogram buckets per factor of ten of delay
 
 
+def _bucket() -> Column:
+    ms = F.col("delay") * 1000.0
+    return F.when(
+        ms <= 0, F.lit(-13),
+    ).otherwise(F.least(F.lit(19), F.greatest(F.lit(-12), F.floor(F.log10(ms) * HISTOGRAM_STEPS).cast("int"))))
+
+
+def _window(col: str, seconds: float) -> Column:
+    return (F.floor(F.col(col) / seconds) * F.lit(seconds)).cast("double").alias("window_start")
+
+
+def receipt_counts(events: DataFrame, window_seconds: float = 1.0) -> DataFrame:
+    """The copies received from elsewhere, counted per group, window of
+    ``window_seconds`` (by received_at, see :func:`throughput`) and delay
+    bucket (see :func:`delay_histogram`): group, window_start, bucket, receipts.
+
+    One pass over the receipts (a hash aggregate that merges rows before the
+    shuffle) that both :func:`delay_histogram_of` and :func:`throughput_of`
+    sum up, so a job making both reads the receipts once."""
+    if window_seconds <= 0:
+        raise ValueError(f"window_seconds must be positive, got {window_seconds}")
+    return (
+        receipts(events)
+        .groupBy("group", _window("received_at", window_seconds), _bucket().cast("int").alias("bucket"))
+        .agg(F.count(F.lit(1)).alias("receipts"))
+    )
+
+
+def delay_histogram_of(counts: DataFrame) -> DataFrame:
+    """:func:`delay_histogram` from :func:`receipt_counts`: group, bucket, receipts."""
+    return counts.groupBy("group", "bucket").agg(F.sum("receipts").alias("receipts"))
+
+
 def delay_histogram(events: DataFrame) -> DataFrame:
     """How many receipts took how long, on a log scale: group, bucket, receipts.
     Bucket ``b`` holds delays in [10^(b/4), 10^((b+1)/4)) milliseconds
     (-12 .. 19: 1 µs .. 100 s, the ends taking everything beyond); a delay of
     zero or less (clocks a little apart) is bucket -13."""
-    ms = F.col("delay") * 1000.0
-    bucket = F.when(
-        ms <= 0, F.lit(-13),
-    ).otherwise(F.least(F.lit(19), F.greatest(F.lit(-12), F.floor(F.log10(ms) * HISTOGRAM_STEPS).cast("int"))))
-    return (
-        receipts(events).groupBy("group", bucket.cast("int").alias("bucket"))
-        .agg(F.count(F.lit(1)).alias("receipts"))
+    return delay_histogram_of(receipt_counts(events))
+
+
+def throughput_of(counts: DataFrame, consolidated: DataFrame, window_seconds: float = 1.0) -> DataFrame:
+    """:func:`throughput` from :func:`receipt_counts` made with the same
+    ``window_seconds`` and the consolidated events: group, window_start,
+    originated, receipts."""
+    if window_seconds <= 0:
+        raise ValueError(f"window_seconds must be positive, got {window_seconds}")
+    made = consolidated.groupBy("group", _window("timestamp", window_seconds)).agg(F.count(F.lit(1)).alias("originated"))
+    got = counts.groupBy("group", "window_start").agg(F.sum("receipts").alias("receipts"))
+    return made.join(got, ["group", "window_start"], "full_outer").select(
+        "group", "window_start",
+        F.coalesce("originated", F.lit(0).cast("long")).alias("originated"),
+        F.coalesce("receipts", F.lit(0).cast("long")).alias("receipts"),
     )
-
-
-def _window(col: str, seconds: float) -> Column:
-    return (F.floor(F.col(col) / seconds) * F.lit(seconds)).cast("double").alias("window_start")
 
 
 def throughput(events: DataFrame, consolidated: DataFrame, window_seconds: float = 1.0) -> DataFrame:
@@ -245,15 +310,7 @@ def throughput(events: DataFrame, consolidated: DataFrame, window_seconds: float
     in mesh time): events originated (by timestamp, each event once) and copies
     received from elsewhere (by received_at).  group, window_start, originated,
     receipts; windows with neither are left out."""
-    if window_seconds <= 0:
-        raise ValueError(f"window_seconds must be positive, got {window_seconds}")
-    made = consolidated.groupBy("group", _window("timestamp", window_seconds)).agg(F.count(F.lit(1)).alias("originated"))
-    got = receipts(events).groupBy("group", _window("received_at", window_seconds)).agg(F.count(F.lit(1)).alias("receipts"))
-    return made.join(got, ["group", "window_start"], "full_outer").select(
-        "group", "window_start",
-        F.coalesce("originated", F.lit(0).cast("long")).alias("originated"),
-        F.coalesce("receipts", F.lit(0).cast("long")).alias("receipts"),
-    )
+    return throughput_of(receipt_counts(events, window_seconds), consolidated, window_seconds)
 
 
 # ---------------------------------------------------------------- replay
