@@ -108,6 +108,10 @@ def default_conf(master: str | None, cores: int | None = None) -> dict[str, str]
     if master is not None:
         conf["spark.master"] = master
     if master is not None and master.startswith("local"):
+        # Split input files into about 4 tasks a core: each node's export is one file, and
+        # 3 files on 2 cores left one core idle for half of every scan.
+        conf["spark.sql.files.minPartitionNum"] = str(4 * cores)
+        conf["spark.sql.files.openCostInBytes"] = str(1 << 20)
         conf["spark.driver.host"] = "127.0.0.1"
         conf["spark.driver.bindAddress"] = "127.0.0.1"
         log4j = Path(__file__).with_name("log4j2.properties")
