@@ -7,15 +7,15 @@ node).  ``--data DIR`` keeps the inputs in ``DIR/simN`` and reuses them on
 the next run (made only when missing); without it they go to a temporary
 directory removed at the end.
 
-Warm-up (not timed, both engines alike): before the first timed run, each
-engine runs its whole set of queries once on a small input of
-``--warmup-events`` events (default 20000; 0: none), so neither pays its
-one-time costs of a first query in the process in a timed run (Spark: the
-JVM loading and compiling the classes of the generated code; DuckDB: its own
-first-query set-up).  The inputs are in the page cache for both (just
-written, or read by the warm-up and earlier runs).  The Spark session is
-started before the clock too (its start is printed apart); DuckDB's
-connection is made inside its timed run.
+Warm-up (not timed, both engines alike): at each size, each engine first
+runs its whole set of queries ``--discard`` times (default 1) on the same
+input, and those runs are printed but not counted, so the figures are those
+of a warm process: Spark has loaded its classes, generated and compiled the
+code of every query (kept in its code cache) and its JIT has compiled the
+hot loops, and the inputs are in the page cache for both.  The discarded
+first run shows what a cold, one-off run costs.  The Spark session is started
+before the clock too (its start is printed apart); DuckDB's connection is
+made inside its timed run.
 
 Per repetition, in turn, each writing its result tables as Parquet:
 
@@ -162,8 +162,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="one repetition of 200000 events")
     ap.add_argument("--data", type=Path, help="keep the simulated inputs here and reuse them (default: a temporary "
                     "directory, removed at the end)")
-    ap.add_argument("--warmup-events", type=int, default=20_000,
-                    help="events of the untimed warm-up input both engines run first (default 20000; 0: none)")
+    ap.add_argument("--discard", type=int, default=1,
+                    help="runs of each engine at each size done first and not counted (default 1; 0: none)")
     args = ap.parse_args()
     sizes = args.events or ([200_000] if args.quick else [1_000_000])
     reps = 1 if args.quick else args.reps
@@ -174,7 +174,7 @@ def main() -> None:
     from huddle.pipeline import jobs
     from huddle.pipeline.session import start_session
 
-    benchlib.header("pipeline", sizes=sizes, reps=reps, duckdb=duckdb.__version__, warmup_events=args.warmup_events)
+    benchlib.header("pipeline", sizes=sizes, reps=reps, duckdb=duckdb.__version__, discard=args.discard)
     work = Path(tempfile.mkdtemp(prefix="huddle-bench-pipeline-"))
     data = args.data or work
     data.mkdir(parents=True, exist_ok=True)
@@ -186,16 +186,18 @@ def main() -> None:
     rows: list[list[object]] = []
     medians: dict[int, tuple[float, float]] = {}
     try:
-        if args.warmup_events > 0:
-            small = simulated(data, args.warmup_events)
-            b, _ = run_duckdb(small, work / "duck-warmup")
-            t1 = time.perf_counter()
-            jobs.run(spark, [str(small)], str(work / "spark-warmup"), jobs=tables)
-            print(f"warm-up on {args.warmup_events} events (not counted): DuckDB {b:.2f} s, "
-                  f"huddle {time.perf_counter() - t1:.2f} s")
         for n in sizes:
             src = inputs[n]
             base_t, huddle_t = [], []
+            for rep in range(args.discard):
+                b, _ = run_duckdb(src, work / f"duck{n}-discard{rep}")
+                t1 = time.perf_counter()
+                jobs.run(spark, [str(src)], str(work / f"spark{n}-discard{rep}"), jobs=tables)
+                h = time.perf_counter() - t1
+                print(f"  {n} events, discarded run {rep + 1}: DuckDB {b:.2f} s, huddle {h:.2f} s, {h / b:.2f}x "
+                      "(not counted)", flush=True)
+                shutil.rmtree(work / f"duck{n}-discard{rep}", ignore_errors=True)
+                shutil.rmtree(work / f"spark{n}-discard{rep}", ignore_errors=True)
             for rep in range(reps):
                 load = os.getloadavg()[0]
                 b, lacking = run_duckdb(src, work / f"duck{n}-{rep}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -147,6 +148,25 @@ def test_delays_by_source_receiver_hops_and_link(spark: SparkSession, travelled:
         (G, "link", f"{A}>{B}", 3, 0.5, 0.75, 0.75, 0.75),
         (G, "link", f"{B}>{C}", 1, 1.0, 1.0, 1.0, 1.0),
     ], schemas.DELAYS), checkRowOrder=False)
+
+
+def test_a_percentile_is_found_within_its_delay_bucket(spark: SparkSession) -> None:
+    """Ranks inside one fine bucket (10.000, 10.010, 10.020 ms and 10.030 ms share one, 0.58 % wide):
+    the first and the last of a bucket are exact, one between gets the bucket's least delay."""
+    at = [100.0, 100.010, 100.01001, 100.01002, 100.01003, 100.5]  # delays 0, 10, 10.01, 10.02, 10.03, 500 ms
+    df = events(spark, *(ev(B, A, q + 1, at=t) for q, t in enumerate(at)))
+    got = {r["by"]: r for r in df.transform(T.delays).collect()}["receiver"]
+    assert got["receipts"] == 6
+    # p50: rank 3 of 6 = 10.01 ms, the second of its bucket's four: the bucket's least, 10.00 ms
+    assert got["p50"] == pytest.approx(0.010, abs=1e-9)
+    # p90: rank 6 = 500 ms, alone in its bucket; p99 likewise; max exact
+    assert (got["p90"], got["p99"], got["max"]) == pytest.approx((0.5, 0.5, 0.5), abs=1e-9)
+    # Four of six at or below 10.03 ms: p60 would be rank 4 (10.02), p67 rank 5, the bucket's last (10.03).
+    counts = df.transform(T.delay_counts)
+    assert sorted((r["receipts"], round(r["low"] * 1000, 5), round(r["high"] * 1000, 5)) for r in counts.collect()) == [
+        (1, 0.0, 0.0), (1, 500.0, 500.0), (4, 10.0, 10.03)]
+    late = events(spark, *(ev(B, A, q + 1, at=t) for q, t in enumerate(at[:5])))  # rank ceil(0.9 * 5) = 5: the last
+    assert late.transform(T.delays).filter("by = 'receiver'").first()["p90"] == pytest.approx(0.01003, abs=1e-9)
 
 
 def test_delay_histogram_buckets_are_quarter_decades_of_milliseconds(spark: SparkSession) -> None:
@@ -306,6 +326,74 @@ def test_input_that_breaks_the_schema_is_refused(spark: SparkSession, tmp_path: 
     short.write_text('{"node":"x","group":"g","seq":1}\n')
     with pytest.raises(InputError, match="lack a required column"):
         jobs.run(spark, [str(short.parent)], str(tmp_path / "out"), jobs=["consolidate"])
+
+
+def _export(tmp_path: Path, rows: list[tuple[Any, ...]]) -> Path:
+    """``rows`` written as huddle export writes them: one directory per node."""
+    from huddle.log.export import write_tables
+
+    names = [f.name for f in schemas.EVENTS.fields]
+    out = tmp_path / "export"
+    for node in sorted({r[0] for r in rows}):
+        write_tables(out / node[:8], "parquet", iter([[dict(zip(names, r, strict=True)) for r in rows if r[0] == node]]), [])
+    return out
+
+
+def test_the_footers_count_huddles_own_parquet(spark: SparkSession, tmp_path: Path) -> None:
+    from huddle.pipeline.io import count_from_footers
+
+    export = _export(tmp_path, [ev(A, A, 1), ev(A, A, 2), ev(B, A, 1), ev(C, C, 1, group="other")])
+    files = sorted(str(p) for p in export.rglob("events.parquet"))
+    got = count_from_footers(files, schemas.EVENTS)
+    assert got is not None and (got.rows, got.nodes, got.groups) == (4, {A, B, C}, {G, "other"})
+    # What the footers cannot vouch for is left to a pass over the rows:
+    assert count_from_footers([*files, str(tmp_path / "x.jsonl")], schemas.EVENTS) is None
+    two = _export(tmp_path / "two", [ev(A, A, 1), ev(A, A, 2, group="other")])  # two groups in one row group
+    assert count_from_footers([str(p) for p in two.rglob("events.parquet")], schemas.EVENTS) is None
+    mixed = tmp_path / "mixed"  # Spark's own Parquet: columns nullable, nodes mixed in a row group
+    events(spark, ev(A, A, 1), ev(B, A, 1)).coalesce(1).write.parquet(str(mixed))
+    assert count_from_footers([str(p) for p in mixed.glob("*.parquet")], schemas.EVENTS) is None
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    odd = tmp_path / "odd.parquet"  # seq written as text
+    pq.write_table(pa.table({f.name: [str(v)] for f, v in zip(schemas.EVENTS.fields, ev(A, A, 1), strict=True)}), odd)
+    assert count_from_footers([str(odd)], schemas.EVENTS) is None
+    with pytest.raises(InputError, match="does not match the export's schema"):
+        jobs.run(spark, [str(odd)], str(tmp_path / "out"), jobs=["consolidate"])
+    holes = tmp_path / "holes.parquet"  # a required column with a null in it
+    row = dict(zip([f.name for f in schemas.EVENTS.fields], ev(A, A, 1), strict=True))
+    from huddle.log.export import event_schema
+
+    loose = event_schema()
+    loose = loose.set(loose.get_field_index("hops"), loose.field("hops").with_nullable(True))
+    pq.write_table(pa.Table.from_pylist([row, {**row, "seq": 2, "hops": None}], schema=loose), holes)
+    assert count_from_footers([str(holes)], schemas.EVENTS) is None
+    with pytest.raises(InputError, match=r"1 input row\(s\) lack a required column"):
+        jobs.run(spark, [str(holes)], str(tmp_path / "out"), jobs=["consolidate"])
+
+
+@pytest.mark.parametrize("small_rows", [10_000, 0])
+def test_a_run_reports_what_is_missing(spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                       small_rows: int) -> None:
+    """The same findings whether the missing ranges are summed here (few) or by Spark jobs (many)."""
+    monkeypatch.setattr(jobs, "SMALL_ROWS", small_rows)
+    held = [(A, q) for q in range(1, 11)] + [(B, q) for q in (1, 2, 3, 6, 7, 8, 9, 10, 12)] + [(C, q) for q in (1, 2, 12)]
+    export = _export(tmp_path, [*(ev(node, A, q) for node, q in held), ev(A, B, 1), ev(A, B, 2)])
+    summary = jobs.run(spark, [str(export)], str(tmp_path / "audit"), jobs=["consolidate", "convergence"])
+    assert (summary.rows, summary.nodes, summary.events, summary.conflicts) == (24, 3, 13, 0)
+    assert (summary.missing_ranges, summary.missing_events, summary.gap_events) == (5, 15, 1)
+    page = (tmp_path / "audit" / "report.html").read_text()
+    assert "missing: 15 event copies in 5 range(s)" in page and "lost: 1 event(s)" in page
+    lacks = page.split("<h2>What each node lacks</h2>")[1].split("<h3>")[0]
+    rows = [re.findall(r"<td class=.>(.*?)</td>", tr) for tr in lacks.split("<tr>")[1:]]
+    a, b, c = A[:8], B[:8], C[:8]
+    assert [r for r in rows if r] == [
+        [G, c, "10", "2"], [G, b, "4", "2"], [G, a, "1", "1"],  # per node, most missing first
+        [G, c, a, "3", "10", "8"], [G, b, a, "4", "5", "2"], [G, b, b, "1", "2", "2"], [G, c, b, "1", "2", "2"],
+        [G, a, a, "12", "12", "1"],
+    ]
+    assert summary.tables[:5] == ["consolidated", "conflicts", "held_ranges", "missing", "gaps"]
 
 
 def test_bad_job_names_and_flags_are_refused_before_spark_starts(capsys: pytest.CaptureFixture[str]) -> None:

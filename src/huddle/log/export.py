@@ -120,19 +120,42 @@ def _write_jsonl(path: Path, batches: Any) -> int:
     return count
 
 
+ROW_GROUP_ROWS = 131_072  # rows per Parquet row group: big enough to read fast, small enough to split
+
+
 def _write_parquet(path: Path, schema: Any, batches: Any) -> int:
+    """Write ``batches`` as one Parquet file, in row groups of
+    :data:`ROW_GROUP_ROWS` whatever the batches' sizes (a row group per small
+    batch would make readers pay per group: Spark and DuckDB both read by
+    row group)."""
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
         raise HuddleError("Parquet export needs pyarrow (pip install pyarrow), or use --format jsonl") from None
     count = 0
+    pending: list[Any] = []
+    held = 0
     with pq.ParquetWriter(path, schema, compression="zstd") as writer:
+        def flush(final: bool) -> None:
+            nonlocal pending, held
+            if not pending:
+                return
+            whole = pa.concat_tables(pending)
+            cut = held if final else held - held % ROW_GROUP_ROWS
+            if cut:
+                writer.write_table(whole.slice(0, cut), row_group_size=ROW_GROUP_ROWS)
+            pending, held = ([whole.slice(cut)], held - cut) if cut < held else ([], 0)
+
         for batch in batches:
             if isinstance(batch, list):
                 if not batch:
                     continue
                 batch = pa.Table.from_pylist(batch, schema=schema)  # noqa: PLW2901
-            writer.write_table(batch)
+            pending.append(batch)
+            held += batch.num_rows
             count += batch.num_rows
+            if held >= ROW_GROUP_ROWS:
+                flush(final=False)
+        flush(final=True)
     return count

@@ -21,18 +21,22 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import reduce
 from pathlib import Path
 from typing import Any
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, DataFrameReader, SparkSession
-from pyspark.sql.types import StructType
+from pyspark.sql.types import DataType, DoubleType, IntegerType, LongType, StringType, StructType
 
 from ..errors import HuddleError
 from . import schemas
 
-__all__ = ["InputError", "check_inputs", "read_events", "read_stats", "read_table", "write_table", "write_text"]
+__all__ = [
+    "FooterCount", "InputError", "check_inputs", "count_from_footers", "read_events", "read_stats", "read_table",
+    "write_table", "write_text",
+]
 
 
 class InputError(HuddleError):
@@ -150,3 +154,61 @@ def write_text(spark: SparkSession, path: str, text: str) -> None:
         stream.write(bytearray(text.encode("utf-8")))
     finally:
         stream.close()
+
+
+@dataclass(frozen=True)
+class FooterCount:
+    """What the Parquet footers of the input files say: rows, nodes, groups."""
+
+    rows: int
+    nodes: frozenset[str]
+    groups: frozenset[str]
+
+
+_ARROW_TYPES: dict[type[DataType], tuple[str, ...]] = {
+    StringType: ("string", "large_string"), LongType: ("int64",), IntegerType: ("int32",), DoubleType: ("double",),
+}
+
+
+def count_from_footers(files: Sequence[str], schema: StructType) -> FooterCount | None:
+    """Rows, nodes and groups of local Parquet ``files``, read from their
+    footers alone (no row is read), when the footers can answer: every file
+    local Parquet with every column of ``schema`` in its type, no null in a
+    required column (the column declared required, or a null count of 0 in
+    every row group's statistics), and ``node`` and ``group`` each one value
+    per row group (min = max in the statistics, as ``huddle export`` writes).
+    None when any of that cannot be told from the footers: the caller then
+    counts with a pass over the rows, which also reports what is wrong."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        return None
+    rows, values = 0, {"node": set[str](), "group": set[str]()}
+    for name in files:
+        local = _local(name)
+        if local is None or local.suffix.lower() not in _PARQUET:
+            return None
+        try:
+            meta = pq.read_metadata(local)
+            arrow = meta.schema.to_arrow_schema()
+        except (OSError, ValueError):  # unreadable here: Spark's pass says why
+            return None
+        columns = {meta.schema.column(i).path: i for i in range(meta.num_columns)}
+        for field in schema.fields:
+            at = arrow.get_field_index(field.name)
+            if at < 0 or str(arrow.field(at).type) not in _ARROW_TYPES.get(type(field.dataType), ()):
+                return None
+            if field.nullable or not arrow.field(at).nullable:
+                continue
+            for g in range(meta.num_row_groups):
+                stats = meta.row_group(g).column(columns[field.name]).statistics
+                if stats is None or not stats.has_null_count or stats.null_count:
+                    return None
+        for col, seen in values.items():
+            for g in range(meta.num_row_groups):
+                stats = meta.row_group(g).column(columns[col]).statistics
+                if stats is None or not stats.has_min_max or stats.min != stats.max:
+                    return None
+                seen.add(str(stats.min))
+        rows += meta.num_rows
+    return FooterCount(rows, frozenset(values["node"]), frozenset(values["group"]))

@@ -22,13 +22,13 @@ from typing import Any
 
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from ..errors import ConfigError
 from . import schemas
 from . import transforms as T
-from .io import InputError, read_events, read_stats, write_table, write_text
+from .io import InputError, count_from_footers, read_events, read_stats, write_table, write_text
 from .report import ReportData, render
 from .session import start_session
 
@@ -38,6 +38,8 @@ JOBS = ("consolidate", "convergence", "propagation", "replay", "system")
 
 # Rows of each detail table the report shows (the Parquet tables have them all).
 REPORT_ROWS = 50
+# A table of at most this many rows is collected whole and summarised here, not by Spark jobs.
+SMALL_ROWS = 10_000
 
 
 @dataclass
@@ -100,6 +102,16 @@ class Summary:
         return out
 
 
+def _by_node(missing: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Missing ranges summed per (group, node): group, node, events, ranges; most events first."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in missing:
+        row = out.setdefault((r["group"], r["node"]), {"group": r["group"], "node": r["node"], "events": 0, "ranges": 0})
+        row["events"] += r["events"]
+        row["ranges"] += 1
+    return sorted(out.values(), key=lambda r: (-r["events"], r["group"], r["node"]))
+
+
 def _join(base: str, name: str) -> str:
     return f"{base.rstrip('/')}/{name}"
 
@@ -130,8 +142,17 @@ def run_session(inputs: Sequence[str], output: str, *, jobs: Sequence[str] = JOB
 
 
 def _check_events(events: DataFrame) -> tuple[int, int, int]:
-    """One pass over the input: (rows, nodes, groups); an :class:`InputError` if a
-    row breaks the schema (a JSON line that does not parse, a required value null)."""
+    """(rows, nodes, groups) of the input; an :class:`InputError` if a row breaks
+    the schema (a JSON line that does not parse, a required value null).
+
+    From the Parquet footers when they can tell (``huddle export``'s files:
+    required columns declared so, one node and group per row group), else one
+    pass over the rows."""
+    footers = count_from_footers(events.inputFiles(), schemas.EVENTS)
+    if footers is not None:  # huddle's own Parquet export: the footers answer without reading a row
+        if not footers.rows:
+            raise InputError("the inputs hold no events")
+        return footers.rows, len(footers.nodes), len(footers.groups)
     required = [f.name for f in schemas.EVENTS.fields if not f.nullable]
     broken = F.count(F.when(F.greatest(*(F.col(c).isNull() for c in required)), True))
     try:  # per (group, node): a few rows out, counted in a hash table (a count of distinct strings sorts them all)
@@ -167,47 +188,71 @@ def run(spark: SparkSession, inputs: Sequence[str], output: str, *, jobs: Sequen
     summary = Summary(rows=rows, nodes=nodes, groups=groups)
     data = ReportData(inputs=list(inputs), jobs=list(jobs))
 
-    def write(name: str, df: DataFrame, files: int | None = 1) -> DataFrame:
-        """Write, then read back: later steps start from the stored table, not from the plan."""
+    def write(name: str, df: DataFrame, *, files: int | None = 1, counted: Mapping[str, Column] | None = None) -> DataFrame:
+        """Write, then read back: later steps start from the stored table, not
+        from the plan.  ``counted``: aggregates over the rows, computed while
+        they are written (no pass of their own), into ``metrics[name]``."""
         path = _join(output, name)
+        observation = None
+        if counted:
+            observation = Observation(name)
+            df = df.observe(observation, *(c.alias(k) for k, c in counted.items()))
         write_table(df, path, files)
+        if observation is not None:
+            metrics[name] = observation.get
         summary.tables.append(name)
         return spark.read.schema(df.schema).parquet(path)
 
     def rows_of(df: DataFrame, *order: Any, limit: int = REPORT_ROWS) -> list[dict[str, Any]]:
         return [r.asDict() for r in df.orderBy(*order).limit(limit).collect()]
 
+    def small(df: DataFrame, count: int, *order: str) -> list[dict[str, Any]] | None:
+        """All ``count`` rows of ``df`` sorted by ``order`` (descending the first),
+        when they are few enough to sort here; None otherwise."""
+        if count > SMALL_ROWS:
+            return None
+        got = [r.asDict() for r in df.collect()]
+        return sorted(got, key=lambda r: (-r[order[0]], *(r[k] for k in order[1:])))
+
+    metrics: dict[str, dict[str, Any]] = {}
     consolidated: DataFrame | None = None
     if "consolidate" in jobs or "propagation" in jobs:
-        consolidated = write("consolidated", events.transform(T.consolidate), files=None)
+        consolidated = write("consolidated", events.transform(T.consolidate), files=None,
+                             counted={"n": F.count(F.lit(1)), "c": F.count(F.when(F.col("conflict"), True))})
     if "consolidate" in jobs and consolidated is not None:
-        counts = consolidated.agg(F.count(F.lit(1)).alias("n"), F.count(F.when(F.col("conflict"), True)).alias("c"))
-        got = counts.collect()[0]
-        summary.events, summary.conflicts = int(got["n"]), int(got["c"])
+        summary.events, summary.conflicts = int(metrics["consolidated"]["n"]), int(metrics["consolidated"]["c"])
         # No conflict (the usual case): no pass over the input to find the copies of none.
         found = T.conflicts(events, consolidated) if summary.conflicts else spark.createDataFrame([], schemas.CONFLICTS)
         conflicting = write("conflicts", found)
-        data.conflicts = rows_of(conflicting, "group", "source", "seq", "node")
+        data.conflicts = rows_of(conflicting, "group", "source", "seq", "node") if summary.conflicts else []
     if "convergence" in jobs:
         held = write("held_ranges", events.transform(T.held_ranges), files=None)
-        lacking = write("missing", held.transform(T.missing))
-        lost = write("gaps", held.transform(T.gaps))
-        got = lacking.agg(F.count(F.lit(1)).alias("n"), F.sum("events").alias("e")).collect()[0]
-        summary.missing_ranges, summary.missing_events = int(got["n"]), int(got["e"] or 0)
-        summary.gap_events = int(lost.agg(F.sum("events").alias("e")).collect()[0]["e"] or 0)
-        data.missing = rows_of(lacking, F.desc("events"), "node", "source", "first_seq")
-        data.gaps = rows_of(lost, F.desc("events"), "source", "first_seq")
-        data.missing_by_node = rows_of(
-            lacking.groupBy("group", "node").agg(F.sum("events").alias("events"), F.count(F.lit(1)).alias("ranges")),
-            F.desc("events"), limit=1000)
+        totals = {"n": F.count(F.lit(1)), "e": F.sum("events")}
+        lacking = write("missing", held.transform(T.missing), counted=totals)
+        lost = write("gaps", held.transform(T.gaps), counted=totals)
+        summary.missing_ranges = int(metrics["missing"]["n"])
+        summary.missing_events = int(metrics["missing"]["e"] or 0)
+        summary.gap_events = int(metrics["gaps"]["e"] or 0)
+        # Usually a few rows (none when converged): sorted and summed here, without a job each.
+        every = small(lacking, summary.missing_ranges, "events", "node", "source", "first_seq")
+        if every is None:
+            data.missing = rows_of(lacking, F.desc("events"), "node", "source", "first_seq")
+            data.missing_by_node = rows_of(
+                lacking.groupBy("group", "node").agg(F.sum("events").alias("events"), F.count(F.lit(1)).alias("ranges")),
+                F.desc("events"), limit=1000)
+        else:
+            data.missing = every[:REPORT_ROWS]
+            data.missing_by_node = _by_node(every)[:1000]
+        gone = small(lost, int(metrics["gaps"]["n"]), "events", "source", "first_seq")
+        data.gaps = rows_of(lost, F.desc("events"), "source", "first_seq") if gone is None else gone[:REPORT_ROWS]
     if "propagation" in jobs and consolidated is not None:
-        lag = write("delays", events.transform(T.delays))
-        # One pass over the receipts for both the histogram and the throughput: the counts
-        # per window and bucket are few rows, kept in memory while both are made from them.
-        counts = T.receipt_counts(events, window_seconds).persist()
+        # One pass over the receipts for the delays and the histogram: counted per fine
+        # delay bucket and the rest of the keys, a few thousand rows kept in memory.
+        counts = T.delay_counts(events).persist()
+        lag = write("delays", T.delays_of(counts))
         hist = write("delay_histogram", T.delay_histogram_of(counts))
-        flow = write("throughput", T.throughput_of(counts, consolidated, window_seconds))
         counts.unpersist()
+        flow = write("throughput", T.throughput(events, consolidated, window_seconds))
         data.delays = rows_of(lag, "group", "by", F.desc("p99"), limit=10_000)
         data.histogram = rows_of(hist, "group", "bucket", limit=10_000)
         data.throughput = rows_of(flow, "group", "window_start", limit=100_000)
