@@ -637,6 +637,18 @@ def test_content_that_overtakes_a_lost_one_is_asked_again_in_order() -> None:
     assert WriteChunk(p.id, 5, b"xxxxx") in client.receive(Content(5, 5, b"xxxxx"), 0.0)
 
 
+def test_a_fetch_that_reads_nothing_is_an_error_not_an_empty_content() -> None:
+    src = FakeSource()
+    p = src.add("a", b"abcdef")
+    server = Server(src, "s", "n")
+    server.receive("c", Hello("c", "n"))
+    server.receive("c", NextOlder(HEAD))
+    src.posts[0] = (p, b"ab")  # the file shrank after it was checked
+    assert server.receive("c", Fetch(1, 0, 4)) == [Content(1, 0, b"ab")]  # what is there; the client asks again
+    [reply] = server.receive("c", Fetch(2, 3, 3))
+    assert isinstance(reply, Error) and reply.status == 500 and server.current("c") is None
+
+
 def test_a_fetch_is_answered_by_a_run_of_pieces_taken_in_order() -> None:
     client, p = fetching(b"x" * 30, chunk_size=10, window=2)
     out = client.receive(Content(1, 0, b"x" * 4), 0.0)

@@ -143,6 +143,10 @@ class Server:
         """FETCH -> its run: the content read at once, sent in pieces of at most ``max_fetch``
         octets (views of one buffer), in order; or an ERROR."""
         reply = self._answer(peer, msg)
+        if isinstance(reply, Content) and not reply.content:  # the file shrank under us after its check
+            session = self.sessions[peer]
+            reply = Error(500, f"post {session.current}: its content ends before its size")
+            session.current = None
         if not isinstance(reply, Content):
             self.stats.errors_sent += 1
             return [reply]
