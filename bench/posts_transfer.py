@@ -10,7 +10,7 @@ Two processes on 127.0.0.1 each time, and both sides write to disk.
              node ``b`` starts with an empty store and meets ``a`` (beacons);
              timed from ``b`` seeing ``a`` alive to ``b`` holding the post, its
              digest checked (``b`` syncs when they meet: HELLO, NEXT-OLDER,
-             META, FETCHes of 4 MiB runs answered by CONTENTs in BULK frames of 1 MiB, then the SHA1
+             META, FETCHes answered by CONTENT in BULK frames, then the SHA1
              of the file).
 
 The ratio is huddle's rate over the TCP copy's, the median of the per-run
@@ -118,8 +118,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size-mb", type=int, default=200, help="the post's size in MiB (default 200)")
     ap.add_argument("--runs", type=int, default=5, help="pairs of runs (default 5)")
-    ap.add_argument("--chunk", type=int, default=4 * 1024 * 1024,
-                    help="octets per FETCH, its run (default 4194304, the node's default)")
+    ap.add_argument("--chunk", type=int, default=1024 * 1024, help="octets per FETCH (default 1048576)")
     ap.add_argument("--node-args", default="", help="more 'huddle node' flags for both nodes, e.g. '--mtu 250000'")
     ap.add_argument("--quick", action="store_true", help="2 runs of 100 MiB")
     args = ap.parse_args()

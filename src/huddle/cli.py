@@ -154,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="what to fetch from peers: all, newest:N (each peer's N newest) "
                          "or budget:OCTETS[k|m|g] (default: all)")
     posts_g.add_argument("--posts-chunk", type=int, metavar="OCTETS",
-                         help="octets per FETCH request, 1024..8388608 (default: 4194304)")
+                         help="octets per FETCH request, 1024..1048576 (default: 1048576)")
     posts_g.add_argument("--posts-interval", type=_positive, metavar="SECONDS",
                          help="seconds before a sync session that failed or left posts behind is tried again (default: 2)")
     node.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="default: info")

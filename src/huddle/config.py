@@ -118,7 +118,7 @@ class NodeConfig:
     guest_ws_port: int = 8089  # WebSocket port for guests (browsers); 0: a free one
     guest_max_message: int = 999_999  # octets; a longer length prefix gets the guest an error and a disconnect
     posts_policy: str = "all"  # what to fetch from peers: all, newest:N, budget:OCTETS[kmg]
-    posts_chunk: int = 4 * 1024 * 1024  # octets per FETCH request (posts.codec.DEFAULT_RUN)
+    posts_chunk: int = 1024 * 1024  # octets per FETCH request
     posts_interval: float = 2.0  # seconds before a failed or incomplete sync session is tried again
     log_level: str = "info"
 
@@ -165,15 +165,15 @@ class NodeConfig:
         self._check_posts()
 
     def _check_posts(self) -> None:
-        from .posts.codec import MAX_RUN
+        from .posts.codec import MAX_FETCH
         from .posts.sync import Policy
 
         try:
             Policy.parse(self.posts_policy)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-        if not 1024 <= self.posts_chunk <= MAX_RUN:
-            raise ConfigError(f"posts chunk must be 1024..{MAX_RUN} octets, got {self.posts_chunk}")
+        if not 1024 <= self.posts_chunk <= MAX_FETCH:
+            raise ConfigError(f"posts chunk must be 1024..{MAX_FETCH} octets, got {self.posts_chunk}")
         if self.posts_interval <= 0:
             raise ConfigError("posts interval must be positive")
 

@@ -10,8 +10,7 @@ CONTENT, the answer to FETCH, is not an addressed message: it travels as a
 BULK (docs/protocol.md 15.5) whose head is ``AA A0 10`` token offset and whose
 data frame is the content itself; :func:`encode_bulk` / :func:`decode_bulk`
 give and take those two frames, and the content is never copied into a
-message.  A FETCH asks for a run of up to ``MAX_RUN`` octets, answered by as
-many CONTENTs of at most ``MAX_FETCH`` octets as it takes.
+message.
 """
 
 from __future__ import annotations
@@ -23,16 +22,14 @@ from typing import ClassVar
 from ..errors import DecodeError
 
 __all__ = [
-    "CLIENT_COMMANDS", "DEFAULT_RUN", "MAX_CHUNK", "MAX_FETCH", "MAX_RUN", "SIGNATURE", "Chunk", "ChunkOk", "Content",
-    "Error", "Fetch", "Goodbye", "GoodbyeOk", "Hello", "HelloOk", "HydraMessage", "Meta", "MetaOk", "News", "NextEmpty",
-    "NextNewer", "NextOk", "NextOlder", "decode", "decode_bulk", "encode", "encode_bulk", "is_hydra",
+    "CLIENT_COMMANDS", "MAX_CHUNK", "MAX_FETCH", "SIGNATURE", "Chunk", "ChunkOk", "Content", "Error", "Fetch",
+    "Goodbye", "GoodbyeOk", "Hello", "HelloOk", "HydraMessage", "Meta", "MetaOk", "News", "NextEmpty", "NextNewer",
+    "NextOk", "NextOlder", "decode", "decode_bulk", "encode", "encode_bulk", "is_hydra",
 ]
 
 SIGNATURE = b"\xaa\xa0"
 MAX_CHUNK = 4 * 1024 * 1024  # the largest chunk a server sends in a CHUNK-OK, whatever a client asks
 MAX_FETCH = 1024 * 1024  # the largest CONTENT (a BULK's data frame, wire.MAX_BULK)
-MAX_RUN = 8 * MAX_FETCH  # the most octets one FETCH may ask for (answered by several CONTENTs)
-DEFAULT_RUN = 4 * MAX_FETCH  # what a client asks for per FETCH unless told otherwise
 _CONTENT_HEAD = struct.Struct(">2sBQQ")  # signature, command, token, offset
 
 
@@ -129,9 +126,8 @@ class News:
 
 @dataclass(frozen=True, slots=True)
 class Fetch:
-    """huddle's: ``octets`` (1..MAX_RUN) of the current post's content from ``offset`` (fewer at
-    its end), answered by a run of CONTENTs in BULKs, each of at most MAX_FETCH octets and in
-    order (or by an ERROR); ``token`` is the client's, echoed in every CONTENT of the run."""
+    """huddle's: up to ``octets`` of the current post's content from ``offset``, answered by a
+    CONTENT in a BULK (or an ERROR); ``token`` is the client's, echoed in the CONTENT."""
 
     ID: ClassVar[int] = 15
     token: int
@@ -141,7 +137,7 @@ class Fetch:
 
 @dataclass(frozen=True, slots=True)
 class Content:
-    """huddle's: a piece of the answer to FETCH ``token``: content from ``offset``.  Only ever a BULK.
+    """huddle's: the answer to FETCH ``token``: content from ``offset``.  Only ever a BULK.
     The content may be a view (of the frame received, of the buffer it was read into)."""
 
     ID: ClassVar[int] = 16

@@ -36,7 +36,7 @@ from ..protocol.delivery import BufferFull
 from ..protocol.events import BulkReceived, Event, MessageReceived, PeerJoined, PeerLeft, PostAdded
 from .codec import (
     CLIENT_COMMANDS,
-    DEFAULT_RUN,
+    MAX_FETCH,
     Chunk,
     Content,
     Fetch,
@@ -71,14 +71,11 @@ __all__ = ["PostService", "PostSettings"]
 log = logging.getLogger("huddle.posts")
 
 
-IN_FLIGHT = 8 * 1024 * 1024  # octets a client asks for ahead of what it has (the fetcher's memory)
-
-
 @dataclass(frozen=True, slots=True)
 class PostSettings:
     policy: Policy = field(default_factory=Policy)
-    chunk_size: int = DEFAULT_RUN  # octets per FETCH
-    window: int = 0  # FETCHes in flight; 0: as many as make IN_FLIGHT octets (at least 2)
+    chunk_size: int = MAX_FETCH
+    window: int = 8
     interval: float = 2.0
     timeout: float = 30.0
     retry_after: float = 5.0
@@ -188,12 +185,12 @@ class PostService:
                 self._checks.add(task)
                 task.add_done_callback(self._checks.discard)
                 return
-        for reply in self.server.receive(str(peer), msg):
-            if isinstance(reply, Content):
-                if not self.node.send_bulk(peer, *encode_bulk(reply)):
-                    self.stats["bulk_unsent"] += 1  # not admitted now: the client asks again
-            else:
-                self._send(peer, encode(reply))
+        reply = self.server.receive(str(peer), msg)
+        if isinstance(reply, Content):
+            if not self.node.send_bulk(peer, *encode_bulk(reply)):
+                self.stats["bulk_unsent"] += 1  # not admitted now: the client asks again
+        else:
+            self._send(peer, encode(reply))
 
     async def _check(self, peer: NodeId, pid: str, path: Path, stamp: tuple[int, int]) -> None:
         try:
@@ -239,8 +236,7 @@ class PostService:
         assert uuid is not None
         s = self.settings
         client = Client(self.store, str(uuid), self.node.config.name, range=self.store.load_range(str(peer)),
-                        policy=s.policy, chunk_size=s.chunk_size,
-                        window=s.window or max(2, IN_FLIGHT // s.chunk_size), timeout=s.timeout,
+                        policy=s.policy, chunk_size=s.chunk_size, window=s.window, timeout=s.timeout,
                         retry_after=s.retry_after, tokens=self._tokens)
         self.clients[peer] = client
         self.stats["sessions"] += 1

@@ -11,16 +11,15 @@ The client keeps, per server, the range of the server's posts it has been
 through (``oldest``, ``newest``, in the server's order).  A session walks the
 server's posts newest first (NEXT-OLDER from ``HEAD``); when it meets the
 range's ``newest`` it jumps to below the range's ``oldest``; it skips posts it holds,
-asks META for the others, then the content in runs of ``chunk_size`` octets,
-with up to ``window`` FETCH requests in flight, starting where a partial file
-it already has stops.
+asks META for the others, then the content in chunks, with up to ``window``
+FETCH requests in flight, starting where a partial file it already has stops.
 
-Content comes back as CONTENT in BULKs, outside the reliable channel, several
-per FETCH: a CONTENT is taken only when it is the next piece of the oldest
-FETCH in flight (its token, offset and size checked); one that answers no
-FETCH in flight is refused and counted (``stale``); when the content stops
-coming for ``retry_after`` seconds, or a CONTENT overtakes one that was lost,
-the client asks again from where its file stops.
+Content comes back as CONTENT in BULKs, outside the reliable channel: a CONTENT
+is taken only when it answers the oldest FETCH in flight (its token, offset
+and size checked); one that answers no FETCH in flight is refused and
+counted (``stale``); when the content stops coming for ``retry_after``
+seconds, or a CONTENT overtakes one that was lost, the client asks again from
+where its file stops.
 """
 
 from __future__ import annotations
@@ -36,7 +35,6 @@ from ..errors import RemoteProtocolError
 from .codec import (
     MAX_CHUNK,
     MAX_FETCH,
-    MAX_RUN,
     Chunk,
     ChunkOk,
     Content,
@@ -115,7 +113,7 @@ class Server:
     def __init__(self, source: Source, identity: str, nickname: str, max_chunk: int = MAX_CHUNK) -> None:
         self.source = source
         self.max_chunk = max(1, min(max_chunk, MAX_CHUNK))  # octets per CHUNK-OK, whatever is asked
-        self.max_fetch = min(self.max_chunk, MAX_FETCH)  # octets per CONTENT (a FETCH's run is cut in such pieces)
+        self.max_fetch = min(self.max_chunk, MAX_FETCH)  # octets per CONTENT
         self.identity = identity
         self.nickname = nickname
         self.sessions: dict[str, _ServerSession] = {}
@@ -129,31 +127,12 @@ class Server:
         session = self.sessions.get(peer)
         return None if session is None else session.current
 
-    def receive(self, peer: str, msg: HydraMessage) -> list[HydraMessage]:
-        """One client command -> the replies to send back, in order: one message, or the
-        run of CONTENTs that answers a FETCH."""
-        if isinstance(msg, Fetch):
-            return self._fetch(peer, msg)
+    def receive(self, peer: str, msg: HydraMessage) -> HydraMessage:
+        """One client command -> the reply to send back."""
         reply = self._answer(peer, msg)
         if isinstance(reply, Error):
             self.stats.errors_sent += 1
-        return [reply]
-
-    def _fetch(self, peer: str, msg: Fetch) -> list[HydraMessage]:
-        """FETCH -> its run: the content read at once, sent in pieces of at most ``max_fetch``
-        octets (views of one buffer), in order; or an ERROR."""
-        reply = self._answer(peer, msg)
-        if isinstance(reply, Content) and not reply.content:  # the file shrank under us after its check
-            session = self.sessions[peer]
-            reply = Error(500, f"post {session.current}: its content ends before its size")
-            session.current = None
-        if not isinstance(reply, Content):
-            self.stats.errors_sent += 1
-            return [reply]
-        data, piece = memoryview(reply.content), self.max_fetch
-        if len(data) <= piece:
-            return [reply]
-        return [Content(msg.token, msg.offset + i, data[i:i + piece]) for i in range(0, len(data), piece)]
+        return reply
 
     def _answer(self, peer: str, msg: HydraMessage) -> HydraMessage:
         if isinstance(msg, Hello):
@@ -182,15 +161,9 @@ class Server:
                     self.stats.posts_served += 1
                     return MetaOk(post.subject, post.timestamp, post.parent_id, post.digest, post.mime_type,
                                   post.size)
-                if isinstance(msg, Fetch):
-                    if not 1 <= msg.octets <= MAX_RUN:
-                        return Error(400, f"FETCH of {msg.octets} octets: ask for 1..{MAX_RUN}")
-                    if msg.offset >= post.size:
-                        return Error(416, f"offset {msg.offset} is at or past the end of the content "
-                                          f"({post.size} octets)")
-                elif msg.offset > post.size:
+                if msg.offset > post.size:
                     return Error(416, f"offset {msg.offset} is past the content's {post.size} octets")
-                cap = MAX_RUN if isinstance(msg, Fetch) else self.max_chunk
+                cap = self.max_fetch if isinstance(msg, Fetch) else self.max_chunk
                 data = self.source.read(session.current, msg.offset, min(msg.octets, cap))
                 self.stats.chunks_served += 1
                 self.stats.octets_served += len(data)
@@ -319,16 +292,6 @@ class ClientStats:
 
 
 @dataclass(slots=True)
-class _Asked:
-    """A FETCH in flight: its run is ``[start, end)``; the pieces up to ``next`` have come."""
-
-    token: int
-    start: int
-    end: int
-    next: int
-
-
-@dataclass(slots=True)
 class Client:
     """One session with one server.  ``start``, then ``receive`` every reply and ``tick``."""
 
@@ -337,7 +300,7 @@ class Client:
     nickname: str
     range: Range | None = None
     policy: Policy = field(default_factory=Policy)
-    chunk_size: int = MAX_FETCH  # octets per FETCH (its run)
+    chunk_size: int = MAX_FETCH
     window: int = 8  # FETCH requests in flight
     timeout: float = 30.0  # no reply (in CHUNKS: no content) for this long ends the session
     retry_after: float = 5.0  # no content for this long: ask again from where the file stops
@@ -353,7 +316,7 @@ class Client:
     _post: Post | None = None
     _next_request: int = 0  # next offset to ask for
     _written: int = 0  # octets of content on disk
-    _asked: deque[_Asked] = field(default_factory=deque)  # FETCHes in flight, oldest first
+    _asked: deque[tuple[int, int, int]] = field(default_factory=deque)  # FETCHes in flight: (token, offset, octets)
     _progress: float = 0.0  # when content last arrived (or CHUNKS began)
     _retried: float = 0.0  # when content was last asked for again (or CHUNKS began)
     _seen_now: int = 0  # posts offered this session (newest:N stops after N)
@@ -361,8 +324,8 @@ class Client:
     _actions: list[ClientAction] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        if not 1 <= self.chunk_size <= MAX_RUN:
-            raise ValueError(f"chunk size must be 1..{MAX_RUN} octets")
+        if not 1 <= self.chunk_size <= MAX_FETCH:
+            raise ValueError(f"chunk size must be 1..{MAX_FETCH} octets")
         if self.retry_after <= 0:
             raise ValueError("retry_after must be positive")
         if self.window < 1:
@@ -524,7 +487,7 @@ class Client:
             n = min(self.chunk_size, post.size - self._next_request)
             token = next(self.tokens)
             self._send(Fetch(token, self._next_request, n))
-            self._asked.append(_Asked(token, self._next_request, self._next_request + n, self._next_request))
+            self._asked.append((token, self._next_request, n))
             self._next_request += n
 
     def _ask_again(self) -> None:
@@ -534,7 +497,7 @@ class Client:
         self._request_chunks()
 
     def _on_content(self, msg: Content) -> None:
-        index = next((i for i, asked in enumerate(self._asked) if asked.token == msg.token), None)
+        index = next((i for i, (token, _, _) in enumerate(self._asked) if token == msg.token), None)
         if self.state is not _State.CHUNKS or index is None:
             # Answers no FETCH in flight: one given up (asked again, or an earlier session's),
             # or never asked.  Refused: nothing is written.
@@ -542,27 +505,27 @@ class Client:
             return
         post, pid = self._post, self._current
         assert post is not None and pid is not None
-        asked = self._asked[index]
-        offset, size = msg.offset, len(msg.content)
-        if not asked.start <= offset < offset + size <= asked.end or size > MAX_FETCH:
-            raise RemoteProtocolError(f"CONTENT {msg.token} at {offset} ({size} octets) is not within its FETCH's "
-                                      f"{asked.end - asked.start} octets at {asked.start} (content of {post.size})")
-        if index > 0 or offset != asked.next:
-            # A piece before it was lost (a connection dropped), or it came twice: ask again.
+        _, offset, asked = self._asked[index]
+        size = len(msg.content)
+        if msg.offset != offset or not 0 < size <= asked or offset + size > post.size:
+            raise RemoteProtocolError(f"CONTENT {msg.token} at {msg.offset} ({size} octets) answers a FETCH "
+                                      f"of {asked} octets at {offset} (content of {post.size})")
+        if index > 0:  # the CONTENTs before it were lost (a connection dropped): ask again
             self.stats.retries += 1
             self._ask_again()
             return
+        self._asked.popleft()
         self._actions.append(WriteChunk(pid, offset, msg.content))
-        asked.next += size
         self._written += size
         self._progress = self._last_heard
         self.stats.octets_fetched += size
         if self._written == post.size:
             self._complete()
             return
-        if asked.next == asked.end:  # its run is all here
-            self._asked.popleft()
-            self._request_chunks()
+        if size < asked:  # the server sends less than asked (its cap): go on from where it stops
+            self._ask_again()
+            return
+        self._request_chunks()
 
     def _complete(self) -> None:
         post = self._post
