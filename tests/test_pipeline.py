@@ -16,18 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.testing import assertDataFrameEqual
 
-pyspark = pytest.importorskip("pyspark")
-
-from pyspark.sql import DataFrame, SparkSession  # noqa: E402
-from pyspark.testing import assertDataFrameEqual  # noqa: E402
-
-from huddle import cli  # noqa: E402
-from huddle.errors import ConfigError  # noqa: E402
-from huddle.pipeline import jobs, schemas  # noqa: E402
-from huddle.pipeline import transforms as T  # noqa: E402
-from huddle.pipeline.io import InputError, read_events, read_stats  # noqa: E402
-from huddle.pipeline.session import SparkSetupError, require_java, start_session  # noqa: E402
+from huddle import cli
+from huddle.errors import ConfigError
+from huddle.pipeline import jobs, schemas
+from huddle.pipeline import transforms as T
+from huddle.pipeline.io import InputError, read_events, read_stats
+from huddle.pipeline.session import SparkSetupError, require_java, start_session
 
 pytestmark = pytest.mark.spark
 
