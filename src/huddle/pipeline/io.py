@@ -179,10 +179,8 @@ def count_from_footers(files: Sequence[str], schema: StructType) -> FooterCount 
     per row group (min = max in the statistics, as ``huddle export`` writes).
     None when any of that cannot be told from the footers: the caller then
     counts with a pass over the rows, which also reports what is wrong."""
-    try:
-        import pyarrow.parquet as pq
-    except ImportError:
-        return None
+    import pyarrow.parquet as pq  # a dependency of huddle; imported here to keep module import light
+
     rows, values = 0, {"node": set[str](), "group": set[str]()}
     for name in files:
         local = _local(name)
