@@ -115,6 +115,7 @@ class Guest:
         self.errors: list[str] = []  # what hosts said in "error" messages
         self.registrations = 0
         self.registered = asyncio.Event()
+        self.connected_back = asyncio.Event()  # the host connected to our port: it has our registration
         self._events: asyncio.Queue[Event] = asyncio.Queue()
         self._writer: asyncio.StreamWriter | None = None
         self._server: asyncio.Server | None = None
@@ -127,15 +128,25 @@ class Guest:
     # ------------------------------------------------------------------ public
 
     async def start(self, timeout: float = 30.0) -> None:
-        """Open our server, find a host, register; returns once registered."""
+        """Open our server, find a host, register; returns once the host has
+        connected back to our port, which it does after it took in the
+        registration: every event said in the room after that reaches us."""
         self._server = await asyncio.start_server(self._host_connected, self.listen, 0)
         self.port = int(self._server.sockets[0].getsockname()[1])
         self._runner = asyncio.create_task(self._run())
+        deadline = time.monotonic() + timeout
         try:
             await asyncio.wait_for(self.registered.wait(), timeout)
         except TimeoutError:
             await self.close()
             raise GuestError(f"no host of room {self.room!r} answered within {timeout} s") from None
+        try:
+            await asyncio.wait_for(self.connected_back.wait(), max(0.0, deadline - time.monotonic()))
+        except TimeoutError:
+            await self.close()
+            raise GuestError(f"the host {self.host} took our registration but did not connect back to our port "
+                             f"{self.listen}:{self.port} within {timeout} s (a firewall? pass listen= an "
+                             "address the host can reach)") from None
 
     async def speak(self, topic: str, value: Any) -> None:
         """Say an event on ``topic`` (any JSON value)."""
@@ -201,6 +212,7 @@ class Guest:
             reading.cancel()
             writer.close()
             self.registered.clear()
+            self.connected_back.clear()
             self._writer = None
             if not self.reconnect:
                 return
@@ -240,6 +252,7 @@ class Guest:
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)
+        self.connected_back.set()
         try:
             await self._read(reader, own=False)
         except asyncio.CancelledError:

@@ -84,6 +84,8 @@ class GuestServer:
         self._writers: dict[int, Callable[[bytes], bool]] = {}  # registration connection -> write
         self._closers: dict[int, Callable[[], None]] = {}
         self._back: dict[str, asyncio.StreamWriter] = {}  # guest -> the host's connection to its own port
+        # guest -> what came for it while the host was still connecting back to its port
+        self._pending: dict[str, list[bytes]] = {}
         self._udp: asyncio.DatagramTransport | None = None
         self._tcp: asyncio.Server | None = None
         self._ws: web.AppRunner | None = None
@@ -192,15 +194,17 @@ class GuestServer:
                     close()
             elif isinstance(a, Changed):
                 if not a.joined:
+                    self._pending.pop(a.guest, None)
                     back = self._back.pop(a.guest, None)
                     if back is not None:
                         back.close()
+                g = self.room.guests.get(a.guest) if a.joined else None
+                if g is not None and g.port:
+                    self._pending[a.guest] = []  # events from now on wait for the connection back
                 log.info("guest %s %s", a.guest, "joined" if a.joined else f"left ({a.reason})")
                 self.on_change(a.guest, a.joined, a.reason)
-                if a.joined:
-                    g = self.room.guests.get(a.guest)
-                    if g is not None and g.port:
-                        self._spawn(self._connect_back(a.guest, g.address, g.port, g.conn))
+                if g is not None and g.port:
+                    self._spawn(self._connect_back(a.guest, g.address, g.port, g.conn))
 
     def _send(self, guest: str, data: bytes) -> None:
         g = self.room.guests.get(guest)
@@ -209,7 +213,14 @@ class GuestServer:
         back = self._back.get(guest)
         if g.port:
             if back is None:
-                return  # still connecting back; events before that are not queued
+                pending = self._pending.get(guest)
+                if pending is None:
+                    return  # the connection back failed; the guest is being fired
+                if sum(map(len, pending)) + len(data) > WRITE_LIMIT:
+                    self._run(self.room.fire(guest, "cannot keep up"))
+                    return
+                pending.append(data)  # still connecting back: sent once connected
+                return
             if back.transport.get_write_buffer_size() > WRITE_LIMIT:
                 self._run(self.room.fire(guest, "cannot keep up"))
                 return
@@ -224,13 +235,18 @@ class GuestServer:
             reader, writer = await asyncio.wait_for(asyncio.open_connection(address, port), 5.0)
         except (OSError, TimeoutError) as exc:
             log.info("cannot connect back to guest %s at %s:%d: %s", guest, address, port, exc)
-            self._run(self.room.send_failed(guest))
+            g = self.room.guests.get(guest)
+            if g is not None and g.conn == conn:
+                self._pending.pop(guest, None)
+                self._run(self.room.send_failed(guest))
             return
         g = self.room.guests.get(guest)
         if g is None or g.conn != conn:
             writer.close()
             return
         self._back[guest] = writer
+        for data in self._pending.pop(guest, []):
+            writer.write(data)
         self._spawn(self._watch_back(guest, reader, writer))
 
     async def _watch_back(self, guest: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -1,0 +1,113 @@
+"""The guest server and the Python guest in one process, on 127.0.0.1: what happens in the
+moments between a guest's registration and the host's connection back to the guest's port."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from huddle.guest import Guest, GuestError
+from huddle.guests.room import Room
+from huddle.guests.server import GuestServer, GuestSettings
+
+
+def serve(on_change: Callable[[GuestServer, str, bool], None] = lambda s, g, j: None) -> GuestServer:
+    said: list[tuple[str, str, Any]] = []
+    server: GuestServer
+
+    def changed(guest: str, joined: bool, reason: str) -> None:
+        on_change(server, guest, joined)
+
+    server = GuestServer(Room("test"), GuestSettings(host="127.0.0.1", marco_port=0, tcp_port=0, ws_port=0),
+                         on_event=lambda g, t, v: said.append((g, t, v)), on_change=changed)
+    return server
+
+
+def run(body: Callable[[GuestServer], Awaitable[None]], server: GuestServer) -> None:
+    async def main() -> None:
+        await server.start()
+        try:
+            await body(server)
+        finally:
+            await server.close()
+
+    asyncio.run(main())
+
+
+def test_an_event_between_registration_and_the_connection_back_is_kept_and_sent() -> None:
+    # The node hands the room a group event in the same turn of the loop as the registration,
+    # before the host could connect back to the guest's port (what a busy node does).
+    def on_change(server: GuestServer, guest: str, joined: bool) -> None:
+        if joined:
+            server.deliver("keeper", "score", {"points": 4}, local_speaker=False)
+            server.deliver("keeper", "score", {"points": 5}, local_speaker=False)
+
+    async def body(server: GuestServer) -> None:
+        async with Guest("board", hears=["score"], host=("127.0.0.1", server.tcp_port), listen="127.0.0.1") as g:
+            first = await g.next_event(5)
+            second = await g.next_event(5)
+        assert [(e.guest, e.topic, e.value) for e in (first, second)] == [
+            ("keeper", "score", {"points": 4}), ("keeper", "score", {"points": 5})]
+
+    run(body, serve(on_change))
+
+
+def test_the_python_guest_starts_only_once_the_host_can_reach_it() -> None:
+    async def body(server: GuestServer) -> None:
+        async with Guest("board", hears=["score"], host=("127.0.0.1", server.tcp_port), listen="127.0.0.1") as g:
+            assert g.connected_back.is_set()
+            # No wait here: the event is said right after start() returned.
+            server.deliver("keeper", "score", 1, local_speaker=False)
+            e = await g.next_event(5)
+        assert (e.guest, e.topic, e.value) == ("keeper", "score", 1)
+
+    run(body, serve())
+
+
+def test_a_guest_whose_port_cannot_be_reached_is_fired_and_what_waited_for_it_dropped() -> None:
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead_port = s.getsockname()[1]
+    changes: list[tuple[str, bool]] = []
+
+    def on_change(server: GuestServer, guest: str, joined: bool) -> None:
+        changes.append((guest, joined))
+        if joined:
+            server.deliver("keeper", "score", "lost", local_speaker=False)
+
+    async def body(server: GuestServer) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.tcp_port)
+        msg = json.dumps(["register", "ghost", dead_port, ["score"], [], "raw", "0.1", {}]).encode()
+        writer.write(b"%06d" % len(msg) + msg)
+        deadline = time.monotonic() + 10
+        while ("ghost", False) not in changes:
+            assert time.monotonic() < deadline, f"the unreachable guest was not fired: {changes}"
+            await asyncio.sleep(0.02)
+        assert "ghost" not in server.room.guests
+        assert server._pending == {} and server._back == {}
+        assert await asyncio.wait_for(reader.read(), 5) == b""  # its registration connection was closed
+        writer.close()
+
+    run(body, serve(on_change))
+
+
+def test_a_host_that_never_connects_back_makes_start_fail_clearly() -> None:
+    async def main() -> None:
+        async def mute(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read()  # takes the registration, never connects back
+            writer.close()
+
+        host = await asyncio.start_server(mute, "127.0.0.1", 0)
+        port = host.sockets[0].getsockname()[1]
+        g = Guest("lonely", host=("127.0.0.1", port), listen="127.0.0.1")
+        with pytest.raises(GuestError, match=r"did not connect back to our port 127\.0\.0\.1:"):
+            await g.start(timeout=0.5)
+        host.close()
+
+    asyncio.run(main())
