@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from huddle import cli
@@ -78,6 +79,51 @@ def test_consolidate_keeps_one_row_per_event_with_first_receipt_copies_and_confl
         (G, A, 2, A, 11.0, "k", '{"n":2}'),
         (G, A, 2, B, 11.0, "k", '{"n":"forged"}'),
     ], schemas.CONFLICTS))
+
+
+def test_consolidate_from_sources_gives_the_same_rows_and_leaves_the_rest_to_consolidate(spark: SparkSession) -> None:
+    df = events(
+        spark,
+        ev(A, A, 1, ts=10.0), ev(B, A, 1, ts=10.0, at=10.5), ev(C, A, 1, ts=10.0, hops=2, at=10.25, frm=B),
+        ev(A, A, 2, ts=11.0, body='{"n":2}'), ev(B, A, 2, ts=11.0, body='{"n":"forged"}', at=11.5),
+        # C's own copies are not here: seq 1 came over 2 hops to A and over 1 to B, seq 2 to A only.
+        ev(A, C, 1, ts=20.0, hops=2, at=20.75, body='{"via":"a"}'), ev(B, C, 1, ts=20.0, at=20.5, body='{"via":"b"}'),
+        ev(A, C, 2, ts=21.0, at=21.25),
+        ev(A, B, 1, ts=30.0, hops=1, at=31.0), ev(C, B, 1, ts=30.0, hops=1, at=30.5, body='{"n":"c"}'),
+    )
+    known = spark.createDataFrame([
+        (G, A, 1, 10.0, "k", '{"n":1}', 10.25, 3, False),
+        (G, A, 2, 11.0, "k", '{"n":2}', 11.5, 2, True),
+    ], schemas.CONSOLIDATED)
+    fast = df.transform(T.consolidate_from_sources)
+    assertDataFrameEqual(fast.filter(F.col("timestamp").isNotNull()), known, checkRowOrder=False)
+    assert sorted((r.seq, r.first_received_at, r.copies, r.conflict, r.group, r.source, r.body)
+                  for r in fast.filter(F.col("timestamp").isNull()).collect()) == [
+        (1, 20.5, 2, True, None, None, None), (1, 30.5, 2, True, None, None, None),
+        (2, 21.25, 1, False, None, None, None)]
+    assertDataFrameEqual(df.transform(T.lacking_source_copy),
+                         spark.createDataFrame([(G, C, 1), (G, C, 2), (G, B, 1)], "group string, source string, seq long"),
+                         checkRowOrder=False)
+    # Without the source's copy: the fewest hops, then the lowest node id.
+    assertDataFrameEqual(df.transform(T.consolidate).filter(F.col("source") != A), spark.createDataFrame([
+        (G, C, 1, 20.0, "k", '{"via":"b"}', 20.5, 2, True),
+        (G, C, 2, 21.0, "k", '{"n":1}', 21.25, 1, False),
+        (G, B, 1, 30.0, "k", '{"n":1}', 30.5, 2, True),
+    ], schemas.CONSOLIDATED), checkRowOrder=False)
+
+
+def test_a_run_takes_the_content_of_events_without_their_sources_copy_from_the_closest_copy(
+        spark: SparkSession, tmp_path: Path) -> None:
+    export = _export(tmp_path, [ev(A, A, 1, ts=10.0), ev(B, A, 1, ts=10.0, at=10.5),
+                                ev(A, C, 1, ts=20.0, hops=2, at=20.75, body='{"via":"a"}'),
+                                ev(B, C, 1, ts=20.0, at=20.5, body='{"via":"b"}')])
+    summary = jobs.run(spark, [str(export)], str(tmp_path / "audit"), jobs=["consolidate"])
+    assert (summary.events, summary.conflicts) == (2, 1)
+    table = spark.read.parquet(str(tmp_path / "audit" / "consolidated"))
+    assertDataFrameEqual(table, spark.createDataFrame([
+        (G, A, 1, 10.0, "k", '{"n":1}', 10.5, 2, False),
+        (G, C, 1, 20.0, "k", '{"via":"b"}', 20.5, 2, True),
+    ], schemas.CONSOLIDATED), checkRowOrder=False)
 
 
 # ------------------------------------------------------------------ convergence

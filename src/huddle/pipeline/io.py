@@ -130,12 +130,12 @@ def read_stats(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
     return reduce(DataFrame.unionByName, parts)
 
 
-def write_table(df: DataFrame, path: str, files: int | None = 1) -> None:
+def write_table(df: DataFrame, path: str, files: int | None = 1, *, append: bool = False) -> None:
     """Write ``df`` as Parquet at ``path`` (a directory), replacing what is
-    there.  ``files``: how many part files (1 for the small summary tables;
-    None keeps Spark's partitioning, for large ones)."""
+    there (``append``: adding to it).  ``files``: how many part files (1 for
+    the small summary tables; None keeps Spark's partitioning, for large ones)."""
     out = df if files is None else df.coalesce(files)
-    out.write.mode("overwrite").option("compression", "zstd").parquet(path)
+    out.write.mode("append" if append else "overwrite").option("compression", "zstd").parquet(path)
 
 
 def write_text(spark: SparkSession, path: str, text: str) -> None:

@@ -188,16 +188,18 @@ def run(spark: SparkSession, inputs: Sequence[str], output: str, *, jobs: Sequen
     summary = Summary(rows=rows, nodes=nodes, groups=groups)
     data = ReportData(inputs=list(inputs), jobs=list(jobs))
 
-    def write(name: str, df: DataFrame, *, files: int | None = 1, counted: Mapping[str, Column] | None = None) -> DataFrame:
+    def write(name: str, df: DataFrame, *, files: int | None = 1, counted: Mapping[str, Column] | None = None,
+              keep: Column | None = None) -> DataFrame:
         """Write, then read back: later steps start from the stored table, not
         from the plan.  ``counted``: aggregates over the rows, computed while
-        they are written (no pass of their own), into ``metrics[name]``."""
+        they are written (no pass of their own), into ``metrics[name]``;
+        ``keep``: the rows written, of those counted (all when None)."""
         path = _join(output, name)
         observation = None
         if counted:
             observation = Observation(name)
             df = df.observe(observation, *(c.alias(k) for k, c in counted.items()))
-        write_table(df, path, files)
+        write_table(df if keep is None else df.filter(keep), path, files)
         if observation is not None:
             metrics[name] = observation.get
         summary.tables.append(name)
@@ -217,8 +219,17 @@ def run(spark: SparkSession, inputs: Sequence[str], output: str, *, jobs: Sequen
     metrics: dict[str, dict[str, Any]] = {}
     consolidated: DataFrame | None = None
     if "consolidate" in jobs or "propagation" in jobs:
-        consolidated = write("consolidated", events.transform(T.consolidate), files=None,
-                             counted={"n": F.count(F.lit(1)), "c": F.count(F.when(F.col("conflict"), True))})
+        # The events whose source's own copy is here (all, usually) without sorting their
+        # contents; the others, counted as they go by, from consolidate itself.
+        consolidated = write("consolidated", events.transform(T.consolidate_from_sources), files=None,
+                             keep=F.col("timestamp").isNotNull(),
+                             counted={"n": F.count(F.lit(1)), "c": F.count(F.when(F.col("conflict"), True)),
+                                      "lacking": F.count(F.when(F.col("timestamp").isNull(), True))})
+        if metrics["consolidated"]["lacking"]:
+            lacking = events.transform(T.lacking_source_copy)
+            rest = events.join(lacking, T.KEY, "left_semi").transform(T.consolidate)
+            write_table(rest, _join(output, "consolidated"), None, append=True)
+            consolidated = spark.read.schema(schemas.CONSOLIDATED).parquet(_join(output, "consolidated"))
     if "consolidate" in jobs and consolidated is not None:
         summary.events, summary.conflicts = int(metrics["consolidated"]["n"]), int(metrics["consolidated"]["c"])
         # No conflict (the usual case): no pass over the input to find the copies of none.
