@@ -34,8 +34,10 @@ Per repetition, in turn, each writing its result tables as Parquet:
 Each row printed carries the 1-minute load average when the repetition
 started (other work on the machine slows both engines).
 
-Target (issue 9): huddle's time <= 3x DuckDB's, and time growing at most
-linearly with the events.  ``bench`` extra: duckdb.
+Target (issue 9): at 10 M events, where the issue measured a naive PySpark
+version at 9.4x DuckDB's time, huddle's time <= 3x DuckDB's; and time
+growing at most linearly from 1 M to 10 M events.  The ratio at other sizes
+is printed too (RATIO lines).  ``bench`` extra: duckdb.
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ import time
 from pathlib import Path
 
 import benchlib
+
+TARGET_EVENTS = 10_000_000  # where issue 9 sets the 3x target (and measured the naive version's 9.4x)
 
 QUERIES = """
 CREATE OR REPLACE TEMP VIEW events AS SELECT * FROM read_parquet('{src}/*/events.parquet');
@@ -219,8 +223,12 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     benchlib.print_table(["events", "rows", "load avg", "duckdb s", "huddle s", "ratio"], rows)
     for n, (b, h) in medians.items():
-        benchlib.target(f"{n} events: huddle's pipeline <= 3x DuckDB's time",
-                        f"{h:.2f} s vs {b:.2f} s = {h / b:.1f}x (medians of {reps})", h <= 3 * b)
+        measured = f"{h:.2f} s vs {b:.2f} s = {h / b:.1f}x (medians of {reps})"
+        if n == TARGET_EVENTS:
+            benchlib.target(f"{n} events: huddle's pipeline <= 3x DuckDB's time", measured, h <= 3 * b)
+        else:  # the issue states the 3x target at 10 M events, beside the naive version's 9.4x there
+            print(f"RATIO  {n} events: huddle's pipeline against DuckDB's time: {measured} "
+                  f"(the 3x target is for {TARGET_EVENTS} events)")
     if len(medians) > 1:
         (n0, (b0, h0)), (n1, (b1, h1)) = sorted(medians.items())[0], sorted(medians.items())[-1]
         benchlib.target(f"huddle's time grows at most linearly from {n0} to {n1} events",
