@@ -280,13 +280,15 @@ def test_a_browser_guest_on_one_node_and_a_python_guest_on_another(cluster: Clus
     assert get(a.api, "/api/v1/guests")["guests"][0]["transport"] == "ws"
 
     results: queue.Queue[Any] = queue.Queue()
+    page_got_it = threading.Event()
 
     async def python_side() -> None:
         async with Guest("py", hears=["to-python"], host=("127.0.0.1", b_ports["tcp_port"]), listen="127.0.0.1") as g:
             first = await g.next_event(15)
             await g.speak("to-browser", ["from", "python"])
             results.put(first)
-            await asyncio.sleep(1)  # stay registered while the reply crosses (the page waits with a deadline)
+            # Stay registered until the page has the reply (the main thread waits for it with a deadline).
+            await asyncio.to_thread(page_got_it.wait, 20)
 
     def python_thread() -> None:
         try:
@@ -302,7 +304,10 @@ def test_a_browser_guest_on_one_node_and_a_python_guest_on_another(cluster: Clus
     first = results.get(timeout=20)
     assert not isinstance(first, Exception), first
     assert (first.guest, first.topic, first.value) == ("browser", "to-python", {"hello": "again"})
-    page.wait_for_function("window.got.length > 0", timeout=15_000)
+    try:
+        page.wait_for_function("window.got.length > 0", timeout=15_000)
+    finally:
+        page_got_it.set()
     assert page.evaluate("window.got") == [["py", ["from", "python"]]]
     expect(page.locator("body")).to_be_visible()
     assert page.evaluate("g.status") == "registered" and errors == []
