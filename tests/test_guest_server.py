@@ -111,3 +111,33 @@ def test_a_host_that_never_connects_back_makes_start_fail_clearly() -> None:
         host.close()
 
     asyncio.run(main())
+
+
+def test_too_much_waiting_for_the_connection_back_fires_the_guest(monkeypatch: pytest.MonkeyPatch) -> None:
+    import huddle.guests.server as server_module
+
+    monkeypatch.setattr(server_module, "WRITE_LIMIT", 200)
+    changes: list[tuple[str, bool]] = []
+
+    def on_change(server: GuestServer, guest: str, joined: bool) -> None:
+        changes.append((guest, joined))
+        if joined:
+            for n in range(5):  # about 60 octets each: the third goes past 200
+                server.deliver("keeper", "score", {"n": n, "pad": "x" * 20}, local_speaker=False)
+
+    async def body(server: GuestServer) -> None:
+        listener = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        port = listener.sockets[0].getsockname()[1]
+        _, writer = await asyncio.open_connection("127.0.0.1", server.tcp_port)
+        msg = json.dumps(["register", "slow", port, ["score"], [], "raw", "0.1", {}]).encode()
+        writer.write(b"%06d" % len(msg) + msg)
+        deadline = time.monotonic() + 10
+        while ("slow", False) not in changes:
+            assert time.monotonic() < deadline, f"the guest was not fired: {changes}"
+            await asyncio.sleep(0.02)
+        assert changes == [("slow", True), ("slow", False)]
+        assert server._pending == {} and "slow" not in server.room.guests
+        writer.close()
+        listener.close()
+
+    run(body, serve(on_change))

@@ -84,8 +84,8 @@ class GuestServer:
         self._writers: dict[int, Callable[[bytes], bool]] = {}  # registration connection -> write
         self._closers: dict[int, Callable[[], None]] = {}
         self._back: dict[str, asyncio.StreamWriter] = {}  # guest -> the host's connection to its own port
-        # guest -> what came for it while the host was still connecting back to its port
-        self._pending: dict[str, list[bytes]] = {}
+        # guest -> (what came for it while the host was still connecting back to its port, octets)
+        self._pending: dict[str, tuple[list[bytes], int]] = {}
         self._udp: asyncio.DatagramTransport | None = None
         self._tcp: asyncio.Server | None = None
         self._ws: web.AppRunner | None = None
@@ -200,7 +200,7 @@ class GuestServer:
                         back.close()
                 g = self.room.guests.get(a.guest) if a.joined else None
                 if g is not None and g.port:
-                    self._pending[a.guest] = []  # events from now on wait for the connection back
+                    self._pending[a.guest] = ([], 0)  # events from now on wait for the connection back
                 log.info("guest %s %s", a.guest, "joined" if a.joined else f"left ({a.reason})")
                 self.on_change(a.guest, a.joined, a.reason)
                 if g is not None and g.port:
@@ -216,10 +216,12 @@ class GuestServer:
                 pending = self._pending.get(guest)
                 if pending is None:
                     return  # the connection back failed; the guest is being fired
-                if sum(map(len, pending)) + len(data) > WRITE_LIMIT:
+                held, size = pending
+                if size + len(data) > WRITE_LIMIT:
                     self._run(self.room.fire(guest, "cannot keep up"))
                     return
-                pending.append(data)  # still connecting back: sent once connected
+                held.append(data)  # still connecting back: sent once connected
+                self._pending[guest] = (held, size + len(data))
                 return
             if back.transport.get_write_buffer_size() > WRITE_LIMIT:
                 self._run(self.room.fire(guest, "cannot keep up"))
@@ -245,7 +247,8 @@ class GuestServer:
             writer.close()
             return
         self._back[guest] = writer
-        for data in self._pending.pop(guest, []):
+        held, _ = self._pending.pop(guest, ([], 0))
+        for data in held:
             writer.write(data)
         self._spawn(self._watch_back(guest, reader, writer))
 
