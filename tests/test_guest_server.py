@@ -29,6 +29,20 @@ def serve(on_change: Callable[[GuestServer, str, bool], None] = lambda s, g, j: 
     return server
 
 
+async def register_and_await_firing(server: GuestServer, name: str, port: int, changes: list[tuple[str, bool]],
+                                    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Register ``name`` (hearing "score", its own port ``port``) from a raw connection, then
+    wait until the room reports it gone; returns the registration connection."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.tcp_port)
+    msg = json.dumps(["register", name, port, ["score"], [], "raw", "0.1", {}]).encode()
+    writer.write(b"%06d" % len(msg) + msg)
+    deadline = time.monotonic() + 10
+    while (name, False) not in changes:
+        assert time.monotonic() < deadline, f"{name} was not fired: {changes}"
+        await asyncio.sleep(0.02)
+    return reader, writer
+
+
 def run(body: Callable[[GuestServer], Awaitable[None]], server: GuestServer) -> None:
     async def main() -> None:
         await server.start()
@@ -82,13 +96,7 @@ def test_a_guest_whose_port_cannot_be_reached_is_fired_and_what_waited_for_it_dr
             server.deliver("keeper", "score", "lost", local_speaker=False)
 
     async def body(server: GuestServer) -> None:
-        reader, writer = await asyncio.open_connection("127.0.0.1", server.tcp_port)
-        msg = json.dumps(["register", "ghost", dead_port, ["score"], [], "raw", "0.1", {}]).encode()
-        writer.write(b"%06d" % len(msg) + msg)
-        deadline = time.monotonic() + 10
-        while ("ghost", False) not in changes:
-            assert time.monotonic() < deadline, f"the unreachable guest was not fired: {changes}"
-            await asyncio.sleep(0.02)
+        reader, writer = await register_and_await_firing(server, "ghost", dead_port, changes)
         assert "ghost" not in server.room.guests
         assert server._pending == {} and server._back == {}
         assert await asyncio.wait_for(reader.read(), 5) == b""  # its registration connection was closed
@@ -128,13 +136,7 @@ def test_too_much_waiting_for_the_connection_back_fires_the_guest(monkeypatch: p
     async def body(server: GuestServer) -> None:
         listener = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
         port = listener.sockets[0].getsockname()[1]
-        _, writer = await asyncio.open_connection("127.0.0.1", server.tcp_port)
-        msg = json.dumps(["register", "slow", port, ["score"], [], "raw", "0.1", {}]).encode()
-        writer.write(b"%06d" % len(msg) + msg)
-        deadline = time.monotonic() + 10
-        while ("slow", False) not in changes:
-            assert time.monotonic() < deadline, f"the guest was not fired: {changes}"
-            await asyncio.sleep(0.02)
+        _, writer = await register_and_await_firing(server, "slow", port, changes)
         assert changes == [("slow", True), ("slow", False)]
         assert server._pending == {} and "slow" not in server.room.guests
         writer.close()
