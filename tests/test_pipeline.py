@@ -126,6 +126,31 @@ def test_a_run_takes_the_content_of_events_without_their_sources_copy_from_the_c
     ], schemas.CONSOLIDATED), checkRowOrder=False)
 
 
+def test_a_source_copy_given_twice_still_makes_one_row_an_event(spark: SparkSession) -> None:
+    df = events(spark, ev(A, A, 1, ts=10.0), ev(A, A, 1, ts=10.0), ev(B, A, 1, ts=10.0, at=10.5),
+                ev(A, A, 2, ts=11.0), ev(B, A, 2, ts=11.0, at=11.25))
+    fast = df.transform(T.consolidate_from_sources)
+    assert sorted(((r.group, r.seq, r.timestamp, r.copies) for r in fast.collect()), key=lambda t: t[1]) == [
+        (None, 1, None, 3), (None, 1, None, 3), (G, 2, 11.0, 2)]  # seq 1: a row for each of A's two copies
+    assertDataFrameEqual(df.transform(T.lacking_source_copy),
+                         spark.createDataFrame([(G, A, 1)], "group string, source string, seq long"))
+    assertDataFrameEqual(df.transform(T.consolidate), spark.createDataFrame([
+        (G, A, 1, 10.0, "k", '{"n":1}', 10.5, 3, False),
+        (G, A, 2, 11.0, "k", '{"n":1}', 11.25, 2, False),
+    ], schemas.CONSOLIDATED), checkRowOrder=False)
+
+
+def test_a_run_with_a_source_copy_given_twice_counts_each_event_once(spark: SparkSession, tmp_path: Path) -> None:
+    export = _export(tmp_path, [ev(A, A, 1, ts=10.0), ev(A, A, 1, ts=10.0), ev(B, A, 1, ts=10.0, at=10.5),
+                                ev(A, A, 2, ts=11.0, body='{"n":2}'), ev(B, A, 2, ts=11.0, body='{"n":"forged"}')])
+    summary = jobs.run(spark, [str(export)], str(tmp_path / "audit"), jobs=["consolidate"])
+    assert (summary.events, summary.conflicts) == (2, 1)
+    assertDataFrameEqual(spark.read.parquet(str(tmp_path / "audit" / "consolidated")), spark.createDataFrame([
+        (G, A, 1, 10.0, "k", '{"n":1}', 10.5, 3, False),
+        (G, A, 2, 11.0, "k", '{"n":2}', 11.0, 2, True),
+    ], schemas.CONSOLIDATED), checkRowOrder=False)
+
+
 # ------------------------------------------------------------------ convergence
 
 

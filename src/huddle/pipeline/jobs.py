@@ -230,6 +230,8 @@ def run(spark: SparkSession, inputs: Sequence[str], output: str, *, jobs: Sequen
             rest = events.join(lacking, T.KEY, "left_semi").transform(T.consolidate)
             write_table(rest, _join(output, "consolidated"), None, append=True)
             consolidated = spark.read.schema(schemas.CONSOLIDATED).parquet(_join(output, "consolidated"))
+            # Counted again from the table: an event whose source's copy was given twice had a row per copy.
+            metrics["consolidated"] = {"n": consolidated.count(), "c": consolidated.filter(F.col("conflict")).count()}
     if "consolidate" in jobs and consolidated is not None:
         summary.events, summary.conflicts = int(metrics["consolidated"]["n"]), int(metrics["consolidated"]["c"])
         # No conflict (the usual case): no pass over the input to find the copies of none.

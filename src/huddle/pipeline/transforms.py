@@ -101,11 +101,12 @@ def consolidate(events: DataFrame) -> DataFrame:
 
 def consolidate_from_sources(events: DataFrame) -> DataFrame:
     """:func:`consolidate`'s rows without sorting any content: for an event
-    whose source's own copy is among the rows, the same row; for any other
-    event, a row with only ``seq``, ``first_received_at``, ``copies`` and
-    ``conflict`` set (``group``, ``source`` and the content null), for
-    :func:`consolidate` over that event's copies to replace
-    (:func:`lacking_source_copy` finds them).
+    whose source's own copy is among the rows once, the same row; for any
+    other event, rows with only ``seq``, ``first_received_at``, ``copies``
+    and ``conflict`` set (``group``, ``source`` and the content null; one
+    row for each of the source's copies when there are several, as when an
+    export is given twice), for :func:`consolidate` over that event's
+    copies to replace (:func:`lacking_source_copy` finds them).
 
     How: the copies are counted in a hash aggregate of fixed-width values
     only (the key as the sequence number and a 64-bit hash of group and
@@ -120,29 +121,34 @@ def consolidate_from_sources(events: DataFrame) -> DataFrame:
     pair = F.xxhash64(*_PAIR).alias("pair")
     received = F.when(F.col("node") != F.col("source"), F.col("received_at"))
     counted = (
-        events.select("seq", pair, F.xxhash64(*_CONTENT).alias("digest"), received.alias("received"))
+        events.select("seq", pair, F.xxhash64(*_CONTENT).alias("digest"), received.alias("received"),
+                      F.when(F.col("node") == F.col("source"), True).alias("own"))
         .repartition("seq", "pair")
         .groupBy("seq", "pair")
         .agg(
             F.min("received").alias("first_received_at"),
             F.count(F.lit(1)).alias("copies"),
             (F.min("digest") != F.max("digest")).alias("conflict"),
+            F.count("own").alias("own"),
         )
     )
     own = events.filter(F.col("node") == F.col("source")).select("seq", pair, *_PAIR, *_CONTENT)
+    once = F.col("own") == 1
     return (
         counted.join(own, ["seq", "pair"], "left")
-        .select(*KEY, *_CONTENT, "first_received_at", "copies", "conflict")
+        .select(*(F.when(once, F.col(c)).alias(c) for c in _PAIR), "seq", *(F.when(once, F.col(c)).alias(c) for c in _CONTENT),
+                "first_received_at", "copies", "conflict")
     )
 
 
 def lacking_source_copy(events: DataFrame) -> DataFrame:
-    """The keys (group, source, seq) of the events none of whose copies is
-    their source's own: where :func:`consolidate_from_sources` has no content."""
+    """The keys (group, source, seq) of the events with no copy, or more than
+    one, that is their source's own: where :func:`consolidate_from_sources`
+    has no content."""
     return (
         events.groupBy(*KEY)
-        .agg(F.max(F.col("node") == F.col("source")).alias("own"))
-        .filter(~F.col("own"))
+        .agg(F.count(F.when(F.col("node") == F.col("source"), True)).alias("own"))
+        .filter(F.col("own") != 1)
         .select(*KEY)
     )
 
