@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import hashlib
 import os
 import time
@@ -459,6 +460,56 @@ def test_server_refuses_an_offset_past_the_content() -> None:
     assert server.receive("c", Chunk(1, 100)) == ChunkOk(1, b"bc")
     reply = server.receive("c", Chunk(4, 1))
     assert isinstance(reply, Error) and reply.status == 416
+
+
+def test_a_read_that_fails_on_disk_is_an_error_500_not_a_crash(tmp_path: Path) -> None:
+    """The content's file cannot be read (here: it became a directory behind the store's back):
+    the server answers ERROR 500 with the system's reason, and the session can go on."""
+    store = PostStore(tmp_path)
+    up = store.upload()
+    up.write(b"0123456789")
+    post, _ = up.finish("s", "2026-01-02T03:04:05Z", "", "text/plain")
+    server = Server(store, "s", "n")
+    server.receive("c", Hello("c", "n"))
+    assert server.receive("c", NextOlder(HEAD)) == NextOk(post.id)
+    data = tmp_path / "posts" / f"{post.id}.data"
+    store._verified[post.id] = (10, data.stat().st_mtime_ns)  # checked once; then the file goes bad
+    data.unlink()
+    data.mkdir()
+    store._verified[post.id] = (data.stat().st_size, data.stat().st_mtime_ns)
+    reply = server.receive("c", Fetch(1, 0, 10))
+    assert reply == Error(500, "cannot read the content here: Is a directory")
+    assert server.receive("c", NextOlder(HEAD)) == NextOk(post.id)  # the session goes on
+    store.close()
+
+
+def test_a_chunk_that_cannot_be_written_fails_the_later_ones_and_leaves_whole_chunks(tmp_path: Path) -> None:
+    """A full disk while fetching: the partial file is cut back to the whole chunks before the
+    one that failed, and the failure is raised to the caller (who stops the session)."""
+    import resource
+
+    store = PostStore(tmp_path)
+    post = _meta_of("s", b"".join(bytes([i]) * 1000 for i in range(4)))
+    pid = post.id
+    assert store.claim(pid)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (2500, hard))  # Python ignores SIGXFSZ: writes fail with EFBIG
+    failed: OSError | None = None
+    try:
+        for i in range(4):  # the third chunk (2000..3000) crosses the limit
+            store.write_chunk(pid, i * 1000, bytes([i]) * 1000)
+        store.complete(post)  # the failure comes out here, or at the fourth chunk if it was quick
+    except OSError as exc:
+        failed = exc
+        store.release(pid)  # as the service does, stopping the session
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert failed is not None and failed.errno == errno.EFBIG, failed
+    assert not store.holds(pid)
+    part = tmp_path / "posts" / f"{pid}.part"
+    assert part.read_bytes() == b"\0" * 1000 + b"\1" * 1000  # whole chunks only, no partial third
+    assert store.partial(pid) == 2000 and store.claim(pid)  # released: a later session resumes at 2000
+    store.close()
 
 
 # ----------------------------------------------------------------------------- the store

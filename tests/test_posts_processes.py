@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import resource
 import select
 import signal
 import subprocess
@@ -247,3 +248,43 @@ def test_policy_newest_one(cluster: Cluster) -> None:
     wait_for(lambda: newer in ids(b.api), 20, "b fetches the new newest")
     assert ids(b.api) == {made[2], newer}
     assert get(b.api, "/api/v1/posts/stats")["posts_fetched"] == 2
+
+def test_a_full_disk_stops_the_fetch_cleanly_and_it_resumes_with_room_again(cluster: Cluster) -> None:
+    """The fetcher cannot write past 8 MiB (RLIMIT_FSIZE on its process: Python ignores SIGXFSZ,
+    so writes fail with EFBIG as on a full disk).  The node stays up and says why in its log,
+    holds nothing corrupt, keeps whole chunks; given room, it resumes where it stopped."""
+    content = os.urandom(24 * 1024 * 1024)
+    limit = 8 * 1024 * 1024
+    a = cluster.start("a")
+    b = cluster.start("b", "--posts-interval", "0.5")
+    wait_for(lambda: cluster.mesh_complete([a, b]), 20, "mesh")
+    _, hard = resource.prlimit(b.proc.pid, resource.RLIMIT_FSIZE)
+    resource.prlimit(b.proc.pid, resource.RLIMIT_FSIZE, (limit, hard))
+    post = add_post(a.api, content, "big")
+    wait_for(lambda: get(b.api, "/api/v1/posts/stats")["write_errors"] >= 1, 30, "b to hit the full disk")
+    assert post["id"] not in ids(b.api)
+    part = cluster.tmp / "b" / "posts" / f"{post['id']}.part"
+    wait_for(lambda: part.stat().st_size == limit, 10, "the partial file cut back to whole chunks")
+    assert part.read_bytes() == content[:limit]
+    log = (cluster.tmp / "b.log").read_text()
+    assert "cannot store posts fetched from" in log and "File too large" in log, log[-2000:]
+    assert http(b.api, "/api/v1/chat", {"text": "still here"})[0] == 202
+    resource.prlimit(b.proc.pid, resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, hard))
+    wait_for(lambda: post["id"] in ids(b.api), 30, "b fetches the rest once there is room")
+    with urllib.request.urlopen(f"{b.api}/api/v1/posts/{post['id']}/content", timeout=10) as resp:
+        assert resp.read() == content
+    stats = get(b.api, "/api/v1/posts/stats")
+    # Resumed, not restarted: the retries fetch the 16 MiB left, and what the first session had
+    # in flight past the limit (at most its window, 8 MiB), not the post again.
+    assert stats["octets_fetched"] <= len(content) + limit, stats
+
+
+def test_an_upload_to_a_full_disk_is_refused_with_507_and_leaves_nothing(cluster: Cluster) -> None:
+    a = cluster.start("a")
+    _, hard = resource.prlimit(a.proc.pid, resource.RLIMIT_FSIZE)
+    resource.prlimit(a.proc.pid, resource.RLIMIT_FSIZE, (4 * 1024 * 1024, hard))
+    status, body = http(a.api, "/api/v1/posts?subject=big", raw=os.urandom(6 * 1024 * 1024))
+    assert status == 507 and "cannot store the content" in body["error"] and "no post was added" in body["error"]
+    assert ids(a.api) == set() and not list((cluster.tmp / "a" / "posts").glob("upload-*"))
+    resource.prlimit(a.proc.pid, resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, hard))
+    assert add_post(a.api, b"small", "fits")["size"] == 5

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
 
 __all__ = ["add_post_routes"]
 
+log = logging.getLogger("huddle.posts")
+
 UPLOAD_BLOCK = 256 * 1024
 _ID = "{pid:[0-9a-f]{40}}"
 
@@ -35,6 +38,11 @@ def _service(request: web.Request) -> PostService:
 
 def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
+
+
+def _cannot_store(exc: OSError) -> web.Response:
+    log.error("cannot store an uploaded post: %s", exc)
+    return _error(507, f"cannot store the content on this node: {exc.strerror or exc}; no post was added")
 
 
 async def _post_post(request: web.Request) -> web.Response:
@@ -60,10 +68,16 @@ async def _post_post(request: web.Request) -> web.Response:
     mime = q.get("mime") or request.headers.get("Content-Type") or "application/octet-stream"
     if len(mime) > MAX_MIME:
         return _error(400, "MIME type too long")
-    upload = service.store.upload()
+    try:
+        upload = service.store.upload()
+    except OSError as exc:
+        return _cannot_store(exc)
     try:
         async for block in request.content.iter_chunked(UPLOAD_BLOCK):
             upload.write(block)
+    except OSError as exc:  # the disk is full or failing
+        upload.abort()
+        return _cannot_store(exc)
     except BaseException:
         upload.abort()
         raise
@@ -71,6 +85,9 @@ async def _post_post(request: web.Request) -> web.Response:
         post, new = upload.finish(subject, now_timestamp(time.time()), parent, mime)
     except PostError as exc:
         return _error(400, str(exc))
+    except OSError as exc:
+        upload.abort()
+        return _cannot_store(exc)
     if new:
         service.added(post)
     return web.json_response(post.to_json() | {"new": new}, status=201 if new else 200)

@@ -105,7 +105,8 @@ class PostService:
         self._checks: set[asyncio.Task[None]] = set()
         self.stats: dict[str, int] = {"sessions": 0, "sessions_failed": 0, "posts_fetched": 0,
                                       "octets_fetched": 0, "bad_content": 0, "decode_errors": 0,
-                                      "bulk_refused": 0, "bulk_unsent": 0, "retries": 0, "checks": 0}
+                                      "bulk_refused": 0, "bulk_unsent": 0, "retries": 0, "checks": 0,
+                                      "write_errors": 0}
 
     # ------------------------------------------------------------- events
 
@@ -244,29 +245,45 @@ class PostService:
 
     def _carry(self, peer: NodeId, actions: list[ClientAction]) -> None:
         for a in actions:
-            if isinstance(a, SendMsg):
-                self._send(peer, encode(a.msg))
-            elif isinstance(a, WriteChunk):
-                self.store.write_chunk(a.pid, a.offset, a.data)
-                self.stats["octets_fetched"] += len(a.data)
-            elif isinstance(a, Complete):
-                self._complete(peer, a.post)
-            elif isinstance(a, Release):
-                self.store.release(a.pid)
-            elif isinstance(a, Finished):
-                self.clients.pop(peer, None)
-                if a.reason != "done":
-                    self.stats["sessions_failed"] += 1
-                    log.info("post sync with %s ended: %s", peer.short, a.reason)
-                if a.range is not None or a.reason == "done":
-                    self.store.save_range(str(peer), a.range)
-                if peer in self._again:  # NEWS during the session
-                    self._again.discard(peer)
-                    self._wanted[peer] = 0.0
-                elif a.complete:
-                    self._wanted.pop(peer, None)
-                else:
-                    self._wanted[peer] = time.monotonic() + self.settings.interval
+            try:
+                self._do(peer, a)
+            except OSError as exc:  # the disk is full or failing: stop this session, keep what is written
+                self._disk_failed(peer, exc)
+                return
+
+    def _disk_failed(self, peer: NodeId, exc: OSError) -> None:
+        self.stats["write_errors"] += 1
+        what = f"{exc.strerror or exc}" + (f" ({exc.filename})" if exc.filename else "")
+        log.error("cannot store posts fetched from %s: %s; the fetch stops, what was written stays and is "
+                  "resumed in %g s", peer.short, what, self.settings.interval)
+        client = self.clients.get(peer)
+        if client is not None:
+            self._carry(peer, client.stop(f"cannot write here: {exc.strerror or exc}"))
+
+    def _do(self, peer: NodeId, a: ClientAction) -> None:
+        if isinstance(a, SendMsg):
+            self._send(peer, encode(a.msg))
+        elif isinstance(a, WriteChunk):
+            self.store.write_chunk(a.pid, a.offset, a.data)
+            self.stats["octets_fetched"] += len(a.data)
+        elif isinstance(a, Complete):
+            self._complete(peer, a.post)
+        elif isinstance(a, Release):
+            self.store.release(a.pid)
+        elif isinstance(a, Finished):
+            self.clients.pop(peer, None)
+            if a.reason != "done":
+                self.stats["sessions_failed"] += 1
+                log.info("post sync with %s ended: %s", peer.short, a.reason)
+            if peer in self._again:  # NEWS during the session
+                self._again.discard(peer)
+                self._wanted[peer] = 0.0
+            elif a.complete:
+                self._wanted.pop(peer, None)
+            else:
+                self._wanted[peer] = time.monotonic() + self.settings.interval
+            if a.range is not None or a.reason == "done":
+                self.store.save_range(str(peer), a.range)  # last: it may fail on a full disk
 
     def _complete(self, peer: NodeId, post: Post) -> None:
         if self.store.complete(post):

@@ -48,12 +48,32 @@ OPEN_READERS = 8  # descriptors of served posts kept open
 MAX_QUEUED = 8  # fetched chunks waiting for the writer and hashing threads; one more waits for the oldest
 
 
-def _write(fd: int, offset: int, data: bytes | memoryview) -> None:
-    """In the writer thread: ``data`` at ``offset``."""
+class _Part:
+    """A ``.part`` file being written by the writer thread, its chunks in the order given."""
+
+    __slots__ = ("error", "fd")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.error: OSError | None = None  # the first write that failed; later ones are not tried
+
+
+def _write(part: _Part, offset: int, data: bytes | memoryview) -> None:
+    """In the writer thread: ``data`` at ``offset``.  When a write fails (the disk is full),
+    the file is cut back to where that chunk began, so that it holds only whole chunks that
+    came before, and every later chunk of the file fails with the same error."""
+    if part.error is not None:
+        raise part.error
     view = memoryview(data)
     written = 0
-    while written < len(view):
-        written += os.pwrite(fd, view[written:], offset + written)
+    try:
+        while written < len(view):
+            written += os.pwrite(part.fd, view[written:], offset + written)
+    except OSError as exc:
+        part.error = exc
+        with contextlib.suppress(OSError):
+            os.ftruncate(part.fd, offset)
+        raise
 
 
 def digest_file(path: Path) -> tuple[str, int]:
@@ -95,7 +115,8 @@ class Upload:
         return post, self._store.keep(post, self.path)
 
     def abort(self) -> None:
-        self._file.close()
+        with contextlib.suppress(OSError):  # its last write may fail again (a full disk)
+            self._file.close()
         self.path.unlink(missing_ok=True)
 
 
@@ -119,7 +140,7 @@ class PostStore:
         self._order: list[tuple[int, str]] = []  # (seq, id), oldest first
         self._used = 0
         self._claimed: set[str] = set()
-        self._parts: dict[str, int] = {}  # id -> descriptor of the .part being written
+        self._parts: dict[str, _Part] = {}  # id -> the .part being written
         self._hashes: dict[str, tuple[Any, int]] = {}  # id -> (SHA1 so far, octets hashed) of a .part
         self._verified: dict[str, tuple[int, int]] = {}  # id -> (size, mtime_ns) whose digest matched
         self._readers: dict[str, tuple[int, int]] = {}  # id -> (descriptor, inode) of content being served
@@ -160,8 +181,8 @@ class PostStore:
         for pool in (self._writer, self._hasher):
             if pool is not None:
                 pool.shutdown()
-        for fd in self._parts.values():
-            os.close(fd)
+        for part in self._parts.values():
+            os.close(part.fd)
         self._parts.clear()
         for pid in list(self._readers):
             self._close_reader(pid)
@@ -298,13 +319,17 @@ class PostStore:
             return False
         seq = self._order[-1][0] + 1 if self._order else 1
         data = self.data_path(pid)
-        os.replace(content, data)
-        st = data.stat()
-        self._verified[pid] = (st.st_size, st.st_mtime_ns)  # its digest was just checked
         meta = self.posts / f"{pid}.json"
         tmp = meta.with_suffix(".jtmp")
-        tmp.write_text(json.dumps({"seq": seq, "post": post.to_json()}, indent=1) + "\n")
-        os.replace(tmp, meta)
+        try:
+            tmp.write_text(json.dumps({"seq": seq, "post": post.to_json()}, indent=1) + "\n")
+            os.replace(content, data)
+            os.replace(tmp, meta)
+        except OSError:  # a full disk: nothing is kept, the content stays where it was
+            tmp.unlink(missing_ok=True)
+            raise
+        st = data.stat()
+        self._verified[pid] = (st.st_size, st.st_mtime_ns)  # its digest was just checked
         self._meta[pid] = post
         self._seq[pid] = seq
         self._order.append((seq, pid))
@@ -337,9 +362,9 @@ class PostStore:
         with contextlib.suppress(OSError):  # a failed write: the next fetch resumes from what is there
             self._drain(pid)
         self._hashes.pop(pid, None)
-        fd = self._parts.pop(pid, None)
-        if fd is not None:
-            os.close(fd)
+        part = self._parts.pop(pid, None)
+        if part is not None:
+            os.close(part.fd)
 
     def partial(self, pid: str) -> int:
         try:
@@ -350,9 +375,10 @@ class PostStore:
     def write_chunk(self, pid: str, offset: int, data: bytes | memoryview) -> None:
         """Give ``data`` (kept, not copied, until written) to the writer thread; raises OSError
         if an earlier chunk of ``pid`` could not be written."""
-        fd = self._parts.get(pid)
-        if fd is None:
-            fd = self._parts[pid] = os.open(self.posts / f"{pid}.part", os.O_RDWR | os.O_CREAT, 0o644)
+        part = self._parts.get(pid)
+        if part is None:
+            part = self._parts[pid] = _Part(os.open(self.posts / f"{pid}.part", os.O_RDWR | os.O_CREAT, 0o644))
+        fd = part.fd
         queued = self._queued.setdefault(pid, deque())
         while queued and (queued[0].done() or len(queued) >= 2 * MAX_QUEUED):
             queued.popleft().result()  # waits for the oldest when the queue is full
@@ -379,7 +405,7 @@ class PostStore:
             self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="huddle-posts-writer")
             self._hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="huddle-posts-hasher")
         queued = self._queued.setdefault(pid, deque())
-        queued.append(self._writer.submit(_write, fd, offset, data))
+        queued.append(self._writer.submit(_write, part, offset, data))
         if in_order:  # else complete() hashes the file
             queued.append(self._hasher.submit(h.update, data))
 
@@ -391,17 +417,17 @@ class PostStore:
 
     def complete(self, post: Post) -> bool:
         """The fetched content is all on disk: check it and keep the post; False (and the
-        partial file dropped) if its digest does not match."""
+        partial file dropped) if its digest does not match.  OSError (the claim released,
+        the partial file kept as far as it was written) if a chunk could not be written."""
         pid = post.id
         try:
             self._drain(pid)
-        except OSError as exc:
-            log.warning("cannot write the content of %s: %s", pid, exc)
+        except OSError:
             self.release(pid)
-            return False
-        fd = self._parts.pop(pid, None)
-        if fd is not None:
-            os.close(fd)
+            raise
+        writing = self._parts.pop(pid, None)
+        if writing is not None:
+            os.close(writing.fd)
         self._claimed.discard(pid)
         part = self.posts / f"{pid}.part"
         if post.size == 0:

@@ -85,7 +85,7 @@ class Source(Protocol):
 
     def read(self, pid: str, offset: int, size: int) -> bytes | memoryview:
         """Up to ``size`` octets of content from ``offset`` (its digest checked first:
-        CorruptContent when it does not match); UnknownPost."""
+        CorruptContent when it does not match); UnknownPost; OSError when the disk fails."""
 
 
 # ---------------------------------------------------------------------------- server
@@ -175,6 +175,9 @@ class Server:
             session.current = None
             self.stats.corrupt_refused += 1
             return Error(500, str(exc))
+        except OSError as exc:  # the disk failed under the content (EIO, a file gone meanwhile)
+            session.current = None
+            return Error(500, f"cannot read the content here: {exc.strerror or exc}")
         return Error(400, f"{type(msg).__name__.upper()} is not a client command")
 
 
@@ -361,6 +364,14 @@ class Client:
     def abort(self, reason: str) -> list[ClientAction]:
         """The server went away: end now (a partial file stays for later)."""
         if self.state is not _State.DONE:
+            self._finish(reason, failed=True)
+        return self._take()
+
+    def stop(self, reason: str) -> list[ClientAction]:
+        """End the session from this side (e.g. the disk is full): GOODBYE, and the partial
+        file stays, to be resumed by a later session."""
+        if self.state is not _State.DONE:
+            self._send(Goodbye())
             self._finish(reason, failed=True)
         return self._take()
 
