@@ -41,7 +41,7 @@ from huddle.posts.codec import (
     encode,
 )
 from huddle.posts.model import Post, PostError, post_id
-from huddle.posts.service import PostService, PostSettings
+from huddle.posts.service import MAX_OUT, MAX_QUEUED_CONTENT, PostService, PostSettings
 from huddle.posts.store import PostStore
 from huddle.posts.sync import (
     HEAD,
@@ -57,6 +57,7 @@ from huddle.posts.sync import (
     UnknownPost,
     WriteChunk,
 )
+from huddle.protocol.delivery import BufferFull
 from huddle.protocol.events import BulkReceived, MessageReceived
 
 # ----------------------------------------------------------------------------- the id
@@ -749,6 +750,11 @@ class FakeNode:
         self.bulks.append(codec.decode_bulk(head, data))
         return True
 
+    queued = 0  # octets of content sent and not yet on the peer's connection
+
+    def queued_bulk(self, peer: NodeId) -> int:
+        return self.queued
+
 
 async def until(predicate: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
@@ -811,6 +817,60 @@ def test_a_corrupt_post_found_on_first_serve_is_refused(tmp_path: Path) -> None:
         assert isinstance(node.sent[2], MetaOk)
         assert isinstance(node.sent[3], Error) and node.sent[3].status == 500 and not node.bulks
         assert service.server.stats.corrupt_refused == 1 and not service.store.holds(post.id)
+        service.close()
+
+    asyncio.run(main())
+
+
+def test_a_peer_that_asks_for_content_and_does_not_read_it_is_refused_with_503(tmp_path: Path) -> None:
+    """Past MAX_QUEUED_CONTENT not yet on its connection, a peer's FETCHes are answered by ERROR
+    503 and nothing is read or queued for it; once it reads, it is served again."""
+    content = os.urandom(2 * 1024 * 1024)
+    _stored(tmp_path, content)
+    peer = NodeId(b"\x0b" * 16)
+
+    async def main() -> None:
+        node = FakeNode()
+        store = PostStore(tmp_path)
+        service = PostService(node, store, PostSettings(), lambda e: None)  # type: ignore[arg-type]
+        for msg in (Hello("c", "n"), NextOlder(HEAD), Meta()):
+            service.handle(MessageReceived(peer, 1, encode(msg)))
+        await until(lambda: len(node.sent) == 3, "META-OK after the first check")
+        node.queued = MAX_QUEUED_CONTENT
+        for token in range(100):
+            service.handle(MessageReceived(peer, 1, encode(Fetch(token, 0, 2**20))))
+        refusals = node.sent[3:]
+        assert len(refusals) == 100 and not node.bulks
+        assert all(isinstance(r, Error) and r.status == 503 and "not read yet" in r.reason for r in refusals)
+        assert service.stats["fetch_refused_busy"] == 100 and service.server.stats.chunks_served == 0
+        node.queued = 0
+        service.handle(MessageReceived(peer, 1, encode(Fetch(7, 0, 2**20))))
+        assert node.bulks == [Content(7, 0, content[:2**20])]
+        service.close()
+
+    asyncio.run(main())
+
+
+class StuckNode(FakeNode):
+    """A peer whose channel never has room: every Hydra message waits."""
+
+    def send_to(self, peer: NodeId, payload: bytes) -> int:
+        raise BufferFull(f"no room for {peer}")
+
+    async def send_to_wait(self, peer: NodeId, payload: bytes, timeout: float = 10.0) -> int:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+
+def test_answers_waiting_for_a_stuck_channel_are_bounded(tmp_path: Path) -> None:
+    peer = NodeId(b"\x0b" * 16)
+
+    async def main() -> None:
+        node = StuckNode()
+        service = PostService(node, PostStore(tmp_path), PostSettings(), lambda e: None)  # type: ignore[arg-type]
+        for _ in range(MAX_OUT + 500):  # a client that floods requests and takes no answer
+            service.handle(MessageReceived(peer, 1, encode(Hello("c", "n"))))
+        assert len(service._out[peer]) == MAX_OUT and service.stats["out_dropped"] == 500
         service.close()
 
     asyncio.run(main())

@@ -318,6 +318,13 @@ class Node:
         self._execute()
         return ok
 
+    def queued_bulk(self, peer: NodeId) -> int:
+        """Octets of BULK data sent to ``peer`` that are not yet on its connection (0 if
+        it is not admitted): a peer that asks for content and does not read it grows this."""
+        conn = self.mesh.conn_of(peer)
+        transport = self._transport
+        return 0 if conn is None or transport is None else transport.queued_large(conn)
+
     async def send_to_wait(self, peer: NodeId, payload: bytes, timeout: float = 10.0) -> int:
         """As :meth:`send_to`, but wait up to ``timeout`` seconds for room in a full buffer."""
         deadline = time.monotonic() + timeout

@@ -39,6 +39,7 @@ from .codec import (
     MAX_FETCH,
     Chunk,
     Content,
+    Error,
     Fetch,
     HydraMessage,
     Meta,
@@ -66,9 +67,16 @@ from .sync import (
 if TYPE_CHECKING:
     from ..node import Node
 
-__all__ = ["PostService", "PostSettings"]
+__all__ = ["MAX_OUT", "MAX_QUEUED_CONTENT", "PostService", "PostSettings"]
 
 log = logging.getLogger("huddle.posts")
+
+# Content sent to a peer and not yet on its connection (it asks and does not read): past
+# this, its FETCHes are refused with ERROR 503 instead of read from disk and queued.  An
+# honest client has at most its window (8 MiB) in flight, twice that just after asking again.
+MAX_QUEUED_CONTENT = 32 * 1024 * 1024
+# Hydra messages waiting for room in a peer's channel; past this, further ones are dropped.
+MAX_OUT = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +114,7 @@ class PostService:
         self.stats: dict[str, int] = {"sessions": 0, "sessions_failed": 0, "posts_fetched": 0,
                                       "octets_fetched": 0, "bad_content": 0, "decode_errors": 0,
                                       "bulk_refused": 0, "bulk_unsent": 0, "retries": 0, "checks": 0,
-                                      "write_errors": 0}
+                                      "write_errors": 0, "fetch_refused_busy": 0, "out_dropped": 0}
 
     # ------------------------------------------------------------- events
 
@@ -186,6 +194,11 @@ class PostService:
                 self._checks.add(task)
                 task.add_done_callback(self._checks.discard)
                 return
+        if isinstance(msg, Fetch) and self.node.queued_bulk(peer) >= MAX_QUEUED_CONTENT:
+            self.stats["fetch_refused_busy"] += 1
+            self._send(peer, encode(Error(503, f"{self.node.queued_bulk(peer) >> 20} MiB of content sent to you "
+                                              "is not read yet: ask for less at once")))
+            return
         reply = self.server.receive(str(peer), msg)
         if isinstance(reply, Content):
             if not self.node.send_bulk(peer, *encode_bulk(reply)):
@@ -306,6 +319,12 @@ class PostService:
             except HuddleError as exc:
                 log.info("cannot send a Hydra message to %s: %s", peer.short, exc)
                 return
+        if len(queue) >= MAX_OUT:  # the peer sends requests faster than its channel takes answers
+            self.stats["out_dropped"] += 1
+            if self.stats["out_dropped"] % 1000 == 1:
+                log.warning("%d Hydra messages to %s wait for its channel: dropping more (%d so far)",
+                            len(queue), peer.short, self.stats["out_dropped"])
+            return
         queue.append(payload)
         if peer not in self._pumps or self._pumps[peer].done():
             self._pumps[peer] = asyncio.ensure_future(self._pump(peer, queue))

@@ -39,19 +39,20 @@ ZERO_COPY_AFTER = 3  # frames of a message received as bytes; later ones as memo
 ZERO_COPY_SEND = 256 * 1024  # a message's last frame this large is sent without a copy (a BULK's data)
 
 
-def _send_parts(sock: zmq.Socket[bytes], frames: list[bytes]) -> None:
+def _send_parts(sock: zmq.Socket[bytes], frames: list[bytes]) -> zmq.MessageTracker | None:
     """Send a multipart message without blocking.  Raises zmq.Again if it cannot
     be queued: the high-water mark applies to a message's first part only, so a
-    message is queued whole or not at all.  A frame of ZERO_COPY_SEND octets or
-    more is not copied: ZeroMQ holds the object until its I/O thread has sent it."""
+    message is queued whole or not at all.  A last frame of ZERO_COPY_SEND octets
+    or more is not copied: ZeroMQ holds the object until its I/O thread has
+    written it to the connection, which the returned tracker tells."""
     send = sock.send
     for f in frames[:-1]:
         send(f, _MORE_NB)
     last = frames[-1]
     if len(last) >= ZERO_COPY_SEND:
-        send(last, _NB, copy=False)
-    else:
-        send(last, _NB)
+        return send(last, _NB, copy=False, track=True)
+    send(last, _NB)
+    return None
 
 
 def _events(sock: zmq.Socket[bytes]) -> int:
@@ -68,6 +69,11 @@ class Conn:
     octets: int = 0  # ... and their frames' octets
     responding: bool = True
     drained: asyncio.Event = field(default_factory=asyncio.Event)
+    # Large last frames (BULK data) accepted and not yet written to the connection by
+    # ZeroMQ: those handed to it, oldest first, with their trackers; their octets and
+    # those of large frames still in ``overflow``.
+    large: deque[tuple[zmq.MessageTracker, int]] = field(default_factory=deque)
+    large_octets: int = 0
 
 
 class ZmqTransport:
@@ -198,9 +204,12 @@ class ZmqTransport:
             return False
         if not c.overflow:
             try:
-                _send_parts(c.sock, frames)
+                tracker = _send_parts(c.sock, frames)
                 c.msgs += 1
                 c.octets += sum(map(len, frames))
+                if tracker is not None:
+                    c.large.append((tracker, len(frames[-1])))
+                    c.large_octets += len(frames[-1])
                 return True
             except zmq.Again:
                 pass
@@ -216,6 +225,8 @@ class ZmqTransport:
         c.overflow.append(frames)
         c.msgs += 1
         c.octets += sum(map(len, frames))
+        if len(frames[-1]) >= ZERO_COPY_SEND:
+            c.large_octets += len(frames[-1])
         c.drained.clear()
         self._schedule_flush()
         return True
@@ -227,6 +238,17 @@ class ZmqTransport:
         """Messages and octets accepted for sending on ``conn`` since it was opened."""
         c = self.conns.get(conn)
         return (0, 0) if c is None else (c.msgs, c.octets)
+
+    def queued_large(self, conn: int) -> int:
+        """Octets of large frames (BULK data) accepted for ``conn`` that ZeroMQ has not
+        yet written to the connection: what a peer that does not read makes us hold."""
+        c = self.conns.get(conn)
+        if c is None:
+            return 0
+        q = c.large
+        while q and q[0][0].done:  # one socket writes its messages in order
+            c.large_octets -= q.popleft()[1]
+        return c.large_octets
 
     def backlog(self, conn: int) -> int:
         c = self.conns.get(conn)
@@ -258,10 +280,12 @@ class ZmqTransport:
             q = c.overflow
             while q:
                 try:
-                    _send_parts(c.sock, q[0])
+                    tracker = _send_parts(c.sock, q[0])
                 except zmq.Again:
                     break
-                q.popleft()
+                frames = q.popleft()
+                if tracker is not None:
+                    c.large.append((tracker, len(frames[-1])))
             if q:
                 pending = True
             else:
