@@ -307,9 +307,9 @@ def main() -> None:
                               "TCP+SHA1/TCP", "huddle/TCP+SHA1", "a CPU s", "b CPU s", "b peak RSS MiB"], rows)
         benchlib.footer()
     ratio = statistics.median(ratios)
-    print(f"RATIO huddle / TCP copy + SHA1 (the least a checking receiver must do): "
+    print(f"RESULT huddle / TCP copy + SHA1 (the least a checking receiver must do): "
           f"{statistics.median(to_verifying):.3f}x (median of {args.runs})")
-    print(f"RATIO TCP copy + SHA1 / TCP copy: {statistics.median(r[5] for r in rows):.3f}x (median of {args.runs})")
+    print(f"RESULT TCP copy + SHA1 / TCP copy: {statistics.median(r[5] for r in rows):.3f}x (median of {args.runs})")
     benchlib.target("post transfer >= 0.5x a TCP copy", f"{ratio:.3f}x (median of {args.runs})", ratio >= 0.5)
     benchlib.check("fetcher's peak RSS below the post's size", f"{max(rss):.0f} MiB for {args.size_mb} MiB",
                    max(rss) < args.size_mb)
