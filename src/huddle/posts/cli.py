@@ -30,24 +30,26 @@ def add_parsers(sub: Any, client_options: Callable[[argparse.ArgumentParser], No
         "(an id computed from the metadata and the content's SHA1), fetched newest first in chunks.",
         epilog=epilog)
     post_sub = post.add_subparsers(dest="post_command", metavar="ACTION", required=True)
-    add = post_sub.add_parser(
-        "add", help="add a file as a new post (streamed to the node)",
-        description="Add FILE to the node's store as a new post; every node it meets fetches it.\n"
-        "Its id is the SHA1 of its subject, creation time (now), parent, MIME type and content digest.",
-        epilog="example: huddle post add photo.jpg --subject 'jam 3, the lead'\n\n" + epilog,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+    def action(name: str, summary: str, description: str, example: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = post_sub.add_parser(
+            name, help=summary, description=description, epilog=f"example: {example}\n\n{epilog}",
+            formatter_class=argparse.RawDescriptionHelpFormatter)
+        return parser
+
+    add = action("add", "add a file as a new post (streamed to the node)",
+                 "Add FILE to the node's store as a new post; every node it meets fetches it.\n"
+                 "Its id is the SHA1 of its subject, creation time (now), parent, MIME type and content digest.",
+                 "huddle post add photo.jpg --subject 'jam 3, the lead'")
     add.add_argument("file", type=Path, metavar="FILE", help="the file to share (sent in blocks: any size)")
     add.add_argument("--subject", required=True, help="the post's subject line")
     add.add_argument("--parent", metavar="ID", help="the post this one answers (must be in the node's store)")
     add.add_argument("--mime", metavar="TYPE", help="MIME type (default: guessed from the name, else "
                      "application/octet-stream)")
     client_options(add)
-    get = post_sub.add_parser(
-        "get", help="save a post's content to a file (its digest checked)",
-        description="Save the content of post ID (from 'huddle posts') to FILE.  The node checks its\n"
-        "digest before sending it, and this command checks it again.",
-        epilog="example: huddle post get 3f2a...e1 -o photo.jpg\n\n" + epilog,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+    get = action("get", "save a post's content to a file (its digest checked)",
+                 "Save the content of post ID (from 'huddle posts') to FILE.  The node checks its\n"
+                 "digest before sending it, and this command checks it again.",
+                 "huddle post get 3f2a...e1 -o photo.jpg")
     get.add_argument("id", metavar="ID", help="the post's id: 40 hex digits")
     get.add_argument("-o", "--out", type=Path, required=True, metavar="FILE", help="where to write it")
     client_options(get)
