@@ -395,9 +395,11 @@ def _node_config(args: argparse.Namespace) -> NodeConfig:
 
 
 def _cmd_node(args: argparse.Namespace) -> int:
+    from .memtune import tune_malloc
     from .node import Node, run_node
 
     config = _node_config(args)
+    tune_malloc()  # this process is a node's own: it moves large posts in 1 MiB blocks
     logging.basicConfig(
         level=config.log_level.upper(), stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
