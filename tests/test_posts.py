@@ -42,7 +42,7 @@ from huddle.posts.codec import (
     encode,
 )
 from huddle.posts.model import Post, PostError, post_id
-from huddle.posts.service import MAX_OUT, MAX_QUEUED_CONTENT, PostService, PostSettings
+from huddle.posts.service import MAX_HELD, MAX_OUT, MAX_QUEUED_CONTENT, PostService, PostSettings
 from huddle.posts.store import PostStore
 from huddle.posts.sync import (
     HEAD,
@@ -922,3 +922,28 @@ def test_a_tuned_node_process_reuses_its_chunk_buffers(tmp_path: Path) -> None:
     assert applied == "True" and tuned < 9 * 256 * 1.3, tuned
     applied, plain = faults(env | {"MALLOC_ARENA_MAX": "8"})
     assert applied == "False" and plain > 1.5 * tuned, (plain, tuned)
+
+
+def test_requests_held_for_a_digest_check_are_bounded(tmp_path: Path) -> None:
+    """While a post's digest is checked (after a restart), a peer's requests wait; a flood of them
+    past MAX_HELD is answered by ERROR 503 instead of kept, and those kept are answered in order."""
+    content = os.urandom(64 * 1024 * 1024)  # large enough that the check is still running below
+    post = _stored(tmp_path, content)
+    peer = NodeId(b"\x0b" * 16)
+
+    async def main() -> None:
+        node = FakeNode()
+        service = PostService(node, PostStore(tmp_path), PostSettings(), lambda e: None)  # type: ignore[arg-type]
+        for msg in (Hello("c", "n"), NextOlder(HEAD), Meta()):
+            service.handle(MessageReceived(peer, 1, encode(msg)))
+        for token in range(MAX_HELD + 100):
+            service.handle(MessageReceived(peer, 1, encode(Fetch(token, 0, 10))))
+        assert peer in service._held and len(service._held[peer]) == MAX_HELD  # the check has not run yet
+        refused = [m for m in node.sent if isinstance(m, Error)]
+        assert len(refused) == 101 and all(m.status == 503 for m in refused)  # META and 63 FETCHes kept
+        await until(lambda: len(node.bulks) == MAX_HELD - 1, "the held FETCHes answered after the check")
+        assert [b.token for b in node.bulks] == list(range(MAX_HELD - 1))
+        assert any(isinstance(m, MetaOk) and post.digest == m.digest for m in node.sent)
+        service.close()
+
+    asyncio.run(main())

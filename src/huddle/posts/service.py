@@ -67,7 +67,7 @@ from .sync import (
 if TYPE_CHECKING:
     from ..node import Node
 
-__all__ = ["MAX_OUT", "MAX_QUEUED_CONTENT", "PostService", "PostSettings"]
+__all__ = ["MAX_HELD", "MAX_OUT", "MAX_QUEUED_CONTENT", "PostService", "PostSettings"]
 
 log = logging.getLogger("huddle.posts")
 
@@ -77,6 +77,9 @@ log = logging.getLogger("huddle.posts")
 MAX_QUEUED_CONTENT = 32 * 1024 * 1024
 # Hydra messages waiting for room in a peer's channel; past this, further ones are dropped.
 MAX_OUT = 4096
+# A peer's commands held while a post's digest is checked (a client has at most its window of
+# FETCHes in flight); past this, they are answered by ERROR 503.
+MAX_HELD = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +186,11 @@ class PostService:
         changed is hashed in a thread first."""
         held = self._held.get(peer)
         if held is not None:
-            held.append(msg)
+            if len(held) < MAX_HELD:
+                held.append(msg)
+            else:  # more than any honest client has in flight: refused, not kept
+                self.stats["fetch_refused_busy"] += 1
+                self._send(peer, encode(Error(503, "busy checking the content's digest: ask again later")))
             return
         pid = self.server.current(str(peer))
         if pid is not None and isinstance(msg, Meta | Chunk | Fetch):
