@@ -264,7 +264,8 @@ def main() -> None:
     ap.add_argument("--node-args", default="", help="more 'huddle node' flags for both nodes, e.g. '--mtu 250000'")
     ap.add_argument("--hold-freed-pages", type=int, nargs="?", const=10_000, metavar="MS",
                     help="(root, VMs with free page reporting) keep freed memory in the guest for MS ms "
-                         "(default 10000) while the benchmark runs, then restore the setting")
+                         "(default 10000) while the benchmark runs, then restore the setting (a SIGKILL "
+                         f"leaves it set: write the value printed at the start back to {MIN_FREE_MS})")
     ap.add_argument("--quick", action="store_true", help="2 runs of 100 MiB")
     args = ap.parse_args()
     if args.quick:
