@@ -902,7 +902,8 @@ print(applied, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
 
 
-@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the malloc settings are glibc's")
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc",
+                    reason="tune_malloc only changes glibc's malloc; this C library is not glibc")
 def test_a_tuned_node_process_reuses_its_chunk_buffers(tmp_path: Path) -> None:
     """200 reads of 1 MiB with 8 held: tuned, the process faults in about the pages of the 9
     buffers once; with glibc's defaults (kept when the user sets MALLOC_*), about twice that."""

@@ -47,3 +47,30 @@ def test_large_frames_a_peer_does_not_read_are_counted_until_written() -> None:
         transport.close()
         inbox.close()
         ctx.term()
+
+
+def test_trackers_of_written_frames_are_not_kept_when_nobody_asks() -> None:
+    """Large frames that are not content (big log batches) go out on connections whose count
+    nobody asks for: the trackers of frames already written do not pile up (nor their data)."""
+    transport = ZmqTransport(NodeId(os.urandom(16)), on_frames=lambda batch: None)
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    inbox = ctx.socket(zmq.ROUTER)
+    inbox.setsockopt(zmq.LINGER, 0)
+    try:
+        port = inbox.bind_to_random_port("tcp://127.0.0.1")
+        transport.connect(1, f"tcp://127.0.0.1:{port}")
+        conn = transport.conns[1]
+        deadline = time.monotonic() + 30
+        for i in range(200):
+            assert transport.send(1, [b"XMSG", os.urandom(300 * 1024)])
+            assert inbox.poll(10_000), f"message {i} never came"
+            inbox.recv_multipart()
+            while not conn.large[-1][0].done:  # written, and ZeroMQ has let it go
+                assert time.monotonic() < deadline, "ZeroMQ never released a frame it wrote"
+                time.sleep(0.001)
+            assert len(conn.large) <= 2, len(conn.large)
+        assert transport.queued_large(1) == 0
+    finally:
+        transport.close()
+        inbox.close()
+        ctx.term()

@@ -201,10 +201,10 @@ class PostService:
                 self._checks.add(task)
                 task.add_done_callback(self._checks.discard)
                 return
-        if isinstance(msg, Fetch) and self.node.queued_bulk(peer) >= MAX_QUEUED_CONTENT:
+        if isinstance(msg, Fetch) and (queued := self.node.queued_bulk(peer)) >= MAX_QUEUED_CONTENT:
             self.stats["fetch_refused_busy"] += 1
-            self._send(peer, encode(Error(503, f"{self.node.queued_bulk(peer) >> 20} MiB of content sent to you "
-                                              "is not read yet: ask for less at once")))
+            self._send(peer, encode(Error(503, f"{queued >> 20} MiB of content sent to you is not read yet: "
+                                              "ask for less at once")))
             return
         reply = self.server.receive(str(peer), msg)
         if isinstance(reply, Content):

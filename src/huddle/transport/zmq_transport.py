@@ -55,6 +55,21 @@ def _send_parts(sock: zmq.Socket[bytes], frames: list[bytes]) -> zmq.MessageTrac
     return None
 
 
+def _written(c: Conn) -> None:
+    """Forget the large frames ZeroMQ has written (one socket writes its messages in order)."""
+    q = c.large
+    while q and q[0][0].done:
+        c.large_octets -= q.popleft()[1]
+
+
+def _track(c: Conn, tracker: zmq.MessageTracker, octets: int) -> None:
+    """A large frame handed to ZeroMQ (its octets already counted in ``large_octets``).
+    Written ones are forgotten here too, so that a connection whose count nobody asks
+    for (large log batches, no posts) keeps only the trackers of frames still queued."""
+    _written(c)
+    c.large.append((tracker, octets))
+
+
 def _events(sock: zmq.Socket[bytes]) -> int:
     return cast(int, sock.getsockopt(zmq.EVENTS))
 
@@ -208,8 +223,8 @@ class ZmqTransport:
                 c.msgs += 1
                 c.octets += sum(map(len, frames))
                 if tracker is not None:
-                    c.large.append((tracker, len(frames[-1])))
                     c.large_octets += len(frames[-1])
+                    _track(c, tracker, len(frames[-1]))
                 return True
             except zmq.Again:
                 pass
@@ -245,9 +260,7 @@ class ZmqTransport:
         c = self.conns.get(conn)
         if c is None:
             return 0
-        q = c.large
-        while q and q[0][0].done:  # one socket writes its messages in order
-            c.large_octets -= q.popleft()[1]
+        _written(c)
         return c.large_octets
 
     def backlog(self, conn: int) -> int:
@@ -285,7 +298,7 @@ class ZmqTransport:
                     break
                 frames = q.popleft()
                 if tracker is not None:
-                    c.large.append((tracker, len(frames[-1])))
+                    _track(c, tracker, len(frames[-1]))
             if q:
                 pending = True
             else:
