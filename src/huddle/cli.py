@@ -16,6 +16,7 @@ from typing import Any
 from . import __version__
 from .config import BUILTIN_TYPES, DEFAULT_API, DEFAULT_BEACON_PORT, NodeConfig, load_config
 from .errors import ConfigError, HuddleError
+from .limits import describe
 
 __all__ = ["main"]
 
@@ -157,6 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
                          help="octets per FETCH request, 1024..1048576 (default: 1048576)")
     posts_g.add_argument("--posts-interval", type=_positive, metavar="SECONDS",
                          help="seconds before a sync session that failed or left posts behind is tried again (default: 2)")
+    node.add_argument("--limit", action="append", default=[], metavar="AREA.KEY=VALUE", dest="limits",
+                      help="change one of the bounds on what peers, guests and web pages can make this node hold, "
+                           "e.g. api.max-connections=512 (repeatable; 'huddle limits' lists them all)")
     node.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="default: info")
 
     peers = sub.add_parser("peers", help="list a node's peers", epilog=CLIENT_EPILOG)
@@ -349,6 +353,18 @@ def build_parser() -> argparse.ArgumentParser:
     guests_p.add_argument("--fire", metavar="NAME", help="remove a guest and close its connections")
     _add_client_options(guests_p)
 
+    limits_p = sub.add_parser(
+        "limits", help="list the bounds on what peers, guests and web pages can make a node hold",
+        description="Every limit a node applies to its mesh socket, log replication, HTTP API, guest ports, "
+        "posts and naming broker, with its value (the default, or as --config sets it).  docs/limits.md says "
+        "what a peer, guest or page that goes past one gets.",
+        epilog="change them in the config file:\n  [limits.api]\n  max-connections = 512\n\n"
+        "or on the command line:\n  huddle node --limit api.max-connections=512",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    limits_p.add_argument("--config", type=Path, metavar="FILE.toml", help="show the limits as this config sets them")
+    limits_p.add_argument("--json", action="store_true", help="print JSON instead of text")
+
     types = sub.add_parser(
         "node-types", help="list the node types (built-in and from --config) and what each sets",
         description="A node type sets the heartbeat interval, how many heartbeats may be lost before peers "
@@ -391,7 +407,7 @@ def _node_config(args: argparse.Namespace) -> NodeConfig:
         guest_marco_port=args.guest_marco_port, guest_port=args.guest_port, guest_ws_port=args.guest_ws_port,
         guest_max_message=args.guest_max_message,
         posts_policy=args.posts_policy, posts_chunk=args.posts_chunk, posts_interval=args.posts_interval,
-    )
+    ).with_limits(args.limits)
 
 
 def _cmd_node(args: argparse.Namespace) -> int:
@@ -514,6 +530,17 @@ def _types_text(types: list[dict[str, Any]]) -> str:
         rows.append((t["name"], f"{t['heartbeat_interval']:g}", str(t["lost_heartbeats"]),
                      f"{t['gone_after']:g}", rate, t["on_cut_off"], t["about"]))
     return _table(rows)
+
+
+def _cmd_limits(args: argparse.Namespace) -> int:
+    rows = describe(load_config(args.config).limits)
+    if args.json:
+        print(json.dumps([{"limit": k, "value": v, "about": about} for k, v, about in rows], indent=2))
+        return 0
+    width = max((len(k) for k, _, _ in rows), default=0)
+    for key, value, about in rows:
+        print(f"{key:<{width}}  {value!s:>12}  {about}")
+    return 0
 
 
 def _cmd_node_types(args: argparse.Namespace) -> int:
@@ -738,6 +765,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_demo(args.nodes)
         if args.command == "node-types":
             return _cmd_node_types(args)
+        if args.command == "limits":
+            return _cmd_limits(args)
         if args.command == "simulate":
             return _cmd_simulate(args)
         if args.command == "broker":

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
+from .limits import LimitError, Limits, parse_assignment
 from .protocol import Timing
 from .protocol.delivery import DeliveryTiming
 from .wire.messages import MAX_GROUP, MAX_NAME
@@ -121,6 +122,7 @@ class NodeConfig:
     posts_chunk: int = 1024 * 1024  # octets per FETCH request
     posts_interval: float = 2.0  # seconds before a failed or incomplete sync session is tried again
     log_level: str = "info"
+    limits: Limits = field(default_factory=Limits)  # [limits.AREA] tables, --limit AREA.KEY=VALUE (docs/limits.md)
 
     def __post_init__(self) -> None:
         if not self.name or len(self.name.encode()) > MAX_NAME:
@@ -201,6 +203,17 @@ class NodeConfig:
 
     def with_overrides(self, **changes: Any) -> NodeConfig:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def with_limits(self, assignments: list[str]) -> NodeConfig:
+        """``--limit AREA.KEY=VALUE`` settings applied over the config's own."""
+        table: dict[str, dict[str, Any]] = {}
+        try:
+            for text in assignments:
+                area, key, value = parse_assignment(text)
+                table.setdefault(area, {})[key] = value
+            return replace(self, limits=self.limits.with_values(table))
+        except LimitError as exc:
+            raise ConfigError(str(exc)) from None
 
 
 _MDNS_TYPE = re.compile(r"^_[A-Za-z0-9-_]{1,62}\._(tcp|udp)\.local\.$")
@@ -299,6 +312,14 @@ def load_config(path: Path | None) -> NodeConfig:
     types = raw.pop("types", None)
     if types is not None:
         values["types"] = _types(types, path)
+    limits = raw.pop("limits", None)
+    if limits is not None:
+        if not isinstance(limits, dict):
+            raise ConfigError(f"in {path}: limits are tables, e.g. [limits.api] with max-connections = 512")
+        try:
+            values["limits"] = Limits().with_values(limits)
+        except LimitError as exc:
+            raise ConfigError(f"in {path}: {exc}") from None
     for key, value in raw.items():
         name = key.replace("-", "_")
         if name not in _FIELDS:
