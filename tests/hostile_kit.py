@@ -1,0 +1,82 @@
+"""The hostile-peer test kit: raw clients for each of a node's doors, and the
+measurements every hostile test asserts on — the node is still up, its memory
+and descriptors stayed under a stated bound, its honest peers still exchange
+events, and the counter for the attempt moved.
+
+Every socket here is on 127.0.0.1 (or 127.0.0.x, for a connection that must
+come from another address than the honest peers').  Floods are bounded in
+count and in time by the tests that use them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import zmq
+from conftest import Cluster, get, http, wait_for
+
+from huddle.demo import NodeProcess
+
+__all__ = [
+    "Footprint", "footprint", "node_stats", "raw_dealer", "still_serving",
+]
+
+
+class Footprint:
+    """A node process's resident memory (MiB) and open descriptors, read from /proc."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.rss_mib = _rss_mib(pid)
+        self.fds = len(os.listdir(f"/proc/{pid}/fd"))
+
+    def __repr__(self) -> str:
+        return f"Footprint(pid={self.pid}, rss={self.rss_mib:.0f} MiB, fds={self.fds})"
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+def footprint(node: NodeProcess) -> Footprint:
+    assert node.proc.poll() is None, f"node {node.name} exited with {node.proc.returncode}; see {node.log_path}"
+    return Footprint(node.proc.pid)
+
+
+def node_stats(api: str) -> dict[str, Any]:
+    result: dict[str, Any] = get(api, "/api/v1/node")["stats"]
+    return result
+
+
+def raw_dealer(ctx: zmq.Context[zmq.Socket[bytes]], endpoint: str, identity: bytes | None,
+               source: str | None = None) -> zmq.Socket[bytes]:
+    """A DEALER with any identity it likes, connected to a node's ROUTER.  With
+    ``source`` (e.g. ``127.0.0.2``) the connection comes from that address."""
+    sock = ctx.socket(zmq.DEALER)
+    if identity is not None:
+        sock.setsockopt(zmq.IDENTITY, identity)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.SNDHWM, 0)
+    if source is not None:
+        sock.connect(f"tcp://{source}:0;{endpoint.removeprefix('tcp://')}")
+    else:
+        sock.connect(endpoint)
+    return sock
+
+
+def still_serving(cluster: Cluster, nodes: list[NodeProcess], timeout: float = 20.0) -> None:
+    """Every node is up, the mesh among ``nodes`` is complete, and a chat from
+    the first reaches every other (the honest peers are unaffected)."""
+    for n in nodes:
+        footprint(n)
+    wait_for(lambda: cluster.mesh_complete(nodes), timeout, "the honest mesh to be complete")
+    before = [node_stats(n.api)["chats_received"] for n in nodes[1:]]
+    status, body = http(nodes[0].api, "/api/v1/chat", {"text": "still here"})
+    assert (status, body) == (202, {"sent_to": len(nodes) - 1}), (status, body)
+    for n, b in zip(nodes[1:], before, strict=True):
+        wait_for(lambda n=n, b=b: node_stats(n.api)["chats_received"] > b, timeout, f"the chat to reach {n.name}")
