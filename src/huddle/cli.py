@@ -249,6 +249,12 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--format", choices=["parquet", "jsonl"], default="parquet", help="export format")
     sim.add_argument("--codec", action="store_true",
                      help="send every message through the wire codec, as the tests do (about 2x slower)")
+    sim.add_argument("--hostile", action="store_true",
+                     help="add one hostile node that sends forged, oversized and out-of-range messages among "
+                          "the honest ones; checks the honest nodes converge, stay bounded and exclude none of "
+                          "their own (always through the codec; --loss, --partitions and --crashes do not apply)")
+    sim.add_argument("--attacks", type=int, default=40, metavar="K",
+                     help="with --hostile: how many bursts the hostile node sends (default: 40)")
 
     pipe = sub.add_parser(
         "pipeline", help="the audit pipeline on Apache Spark: did every node get everything, how fast, same document?",
@@ -430,6 +436,7 @@ def _cmd_node(args: argparse.Namespace) -> int:
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
     from .sim import run_scenario
+    from .simhostile import run_hostile_scenario
 
     if args.nodes < 1 or args.events < 0 or args.runs < 1 or not 0.0 <= args.loss < 1.0:
         raise ConfigError("need --nodes >= 1, --events >= 0, --runs >= 1 and 0 <= --loss < 1")
@@ -437,6 +444,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         raise ConfigError("--appends must be between 1 and --events")
     if args.partitions < 0 or args.crashes < 0 or args.jitter < 0 or not 0.0 <= args.duplicate < 1.0:
         raise ConfigError("need --partitions, --crashes, --jitter >= 0 and 0 <= --duplicate < 1")
+    if args.attacks < 0:
+        raise ConfigError("need --attacks >= 0")
     started = time.monotonic()
 
     def progress(text: str) -> None:
@@ -445,13 +454,16 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
     failed = 0
     for seed in range(args.seed, args.seed + args.runs):
-        result = run_scenario(
-            seed=seed, nodes=args.nodes, events=args.events, appends=args.appends, loss=args.loss,
-            duplicate=args.duplicate, jitter=args.jitter,
-            partitions=args.partitions, crashes=args.crashes,
-            export=args.export if args.runs == 1 else None, export_format=args.format, wire=args.codec,
-            progress=progress,
-        )
+        if args.hostile:
+            result = run_hostile_scenario(seed=seed, nodes=args.nodes, events=args.events, attacks=args.attacks)
+        else:
+            result = run_scenario(
+                seed=seed, nodes=args.nodes, events=args.events, appends=args.appends, loss=args.loss,
+                duplicate=args.duplicate, jitter=args.jitter,
+                partitions=args.partitions, crashes=args.crashes,
+                export=args.export if args.runs == 1 else None, export_format=args.format, wire=args.codec,
+                progress=progress,
+            )
         status = "converged" if result.converged else "DIVERGED"
         print(f"seed {seed}: {status}: {result.nodes} nodes, {result.events} events, "
               f"{result.sim_seconds:.1f} simulated s in {time.monotonic() - started:.1f} s, {result.stats}")

@@ -1,0 +1,279 @@
+"""A hostile node among honest ones, in the deterministic simulator.
+
+The hostile node joins like any other (so it is admitted), then, at random
+times drawn from the scenario's seed, sends honest nodes what a broken or
+malicious device on the same network would: undecodable frames, frames under
+another member's identity, records that claim the receiver as their source
+or sit at the top of the sequence range, messages naming thousands of made-up
+sources, gossip that asks for everything, introductions of nodes that do not
+exist, floods of HELOs from fresh identities announcing absurd timings, and
+oversized bodies.  The honest nodes go on originating events throughout.
+
+What must hold at the end (:func:`run_hostile_scenario`):
+
+- nothing raised out of any honest node's state machine (the run completes);
+- the honest nodes converge: each holds every honest source's records, with
+  no gap, and all hold the same ones;
+- no honest node holds a record that claims an honest source and was not
+  originated by it;
+- no honest node excluded another honest node;
+- what the hostile node made each honest node hold stays bounded: sessions
+  (admitted or handshaking) and sources known.
+
+Pure: no sockets, no clock; a failing seed replays exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .gcutil import few_collections
+from .protocol import Timing
+from .protocol.replication import MemoryStore
+from .sim import ScenarioResult, SimNetwork, SimNode
+from .wire import MAX_BODY
+from .wire.messages import MAX_SEQ
+
+__all__ = ["ATTACKS", "HostileBounds", "attack_frames", "run_hostile_scenario"]
+
+
+@dataclass(frozen=True)
+class HostileBounds:
+    """What one honest node may be made to hold, whatever the hostile node sends
+    (the defaults of :mod:`huddle.limits`, with room for the honest group)."""
+
+    sessions: int = 300  # peer sessions, admitted or handshaking
+    sources: int = 5000  # sources in the log's version vector
+
+
+def _json(obj: object) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def _helo(endpoint: str, rng: random.Random, *, beat: float = 1.0, lost: int = 4) -> bytes:
+    return _json({"version": 1, "endpoint": endpoint, "name": "intruder", "incarnation": rng.randbytes(8).hex(),
+                  "reply": False, "peers": 0, "type": "standard", "beat": beat, "lost": lost})
+
+
+def _fake_uuid(rng: random.Random) -> bytes:
+    return rng.randbytes(16)
+
+
+# Each attack: (rng, hostile uuid, victim uuid, the other honest uuids) -> messages, each a list of
+# frames as the victim's ROUTER would receive them (identity first).
+Attack = Callable[[random.Random, bytes, bytes, list[bytes]], list[list[bytes]]]
+
+
+def _garbage(rng: random.Random, me: bytes, victim: bytes, others: list[bytes]) -> list[list[bytes]]:
+    kinds = [b"XMSG", b"GSIP", b"HELO", b"PEER", b"RAWS", b"DMSG", b"BULK", b"ZZZZ", b"CHAT"]
+    return [[me, rng.choice(kinds), rng.randbytes(rng.randrange(0, 64))] for _ in range(rng.randrange(1, 20))]
+
+
+def _impersonate(rng: random.Random, me: bytes, victim: bytes, others: list[bytes]) -> list[list[bytes]]:
+    """Undecodable frames under an honest member's identity: must not get that member excluded."""
+    if not others:
+        return []
+    honest = rng.choice(others)
+    return [[honest, b"XMSG", b"{not json"] for _ in range(150)]
+
+
+def _own_source(rng: random.Random, me: bytes, victim: bytes, others: list[bytes]) -> list[list[bytes]]:
+    """Records claiming the receiver as their source, beyond its top and at the end of the range."""
+    seqs = [rng.randrange(1, 1000), MAX_SEQ]
+    rows = [[victim.hex(), q, 1.0, "forged", '"not yours"', 0] for q in seqs]
+    return [[me, b"XMSG", _json({"records": rows})]]
+
+
+def _top_of_range(rng: random.Random, me: bytes, victim: bytes, others: list[bytes]) -> list[list[bytes]]:
+    """A made-up source at the very end of the sequence range."""
+    src = _fake_uuid(rng).hex()
+    return [[me, b"XMSG", _json({"records": [[src, MAX_SEQ, 1.0, "x", "1", 0]]})]]
+
+
+def _many_sources(rng: random.Random, me: bytes, victim: bytes, others: list[bytes]) -> list[list[bytes]]:
+    """XMSGs naming thousands of made-up sources, as large as a body may be."""
+    out = []
+    for _ in range(2):
+        rows, size = [], 20
+        while True:
+            row = [_fake_uuid(rng).hex(), 1, 1.0, "x", "1", 0]
+            size += 60
+            if size > MAX_BODY - 100:
+                break
+            rows.append(row)
+        out.append([me, b"XMSG", _json({"records": rows})])
+    return out
+
+
+def _big_vv(rng: random.Random, me: bytes, victim: bytes, others: list[bytes]) -> list[list[bytes]]:
+    """A GSIP claiming some 20 000 sources, each far ahead."""
+    vv: dict[str, int] = {}
+    size = 20
+    while size < MAX_BODY - 100:
+        vv[_fake_uuid(rng).hex()] = rng.randrange(1, MAX_SEQ)
+        size += 55
+    return [[me, b"GSIP", _json({"vv": vv})]]
+
+
+def _amplify(rng: random.Random, me: bytes, victim: bytes, others: list[bytes]) -> list[list[bytes]]:
+    """A small GSIP asking for everything of every honest source, many times over."""
+    ask = {s.hex(): [[1, 0]] + [[1, 2000]] * 199 for s in [victim, *others]}
+    return [[me, b"GSIP", _json({"vv": {}, "ask": ask})]]
+
+
+def _introduce(rng: random.Random, me: bytes, victim: bytes, others: list[bytes]) -> list[list[bytes]]:
+    """Introductions of nodes that do not exist, at endpoints where nobody listens."""
+    return [[me, b"PEER", _json({"uuid": _fake_uuid(rng).hex(), "endpoint": f"tcp://10.66.{i // 250}.{i % 250}:1"})]
+            for i in range(rng.randrange(100, 600))]
+
+
+def _helo_flood(rng: random.Random, me: bytes, victim: bytes, others: list[bytes]) -> list[list[bytes]]:
+    """HELO + BOUT from fresh identities announcing the longest timings a HELO may carry."""
+    out = []
+    for i in range(rng.randrange(100, 600)):
+        ghost = _fake_uuid(rng)
+        out.append([ghost, b"HELO", _helo(f"tcp://10.67.{i // 250}.{i % 250}:1", rng, beat=60.0, lost=100)])
+        out.append([ghost, b"BOUT", b"sim"])
+    return out
+
+
+def _oversized(rng: random.Random, me: bytes, victim: bytes, others: list[bytes]) -> list[list[bytes]]:
+    return [[me, b"CHAT", b"x" * (MAX_BODY + 1)], [me, b"XMSG", b"[" * 100_000]]
+
+
+def _bad_records(rng: random.Random, me: bytes, victim: bytes, others: list[bytes]) -> list[list[bytes]]:
+    """Records that are not valid: non-finite bodies, negative and zero sequences, lone surrogates."""
+    src = _fake_uuid(rng).hex()
+    bad = [[src, 1, 1.0, "x", "NaN", 0], [src, 0, 1.0, "x", "1", 0], [src, -5, 1.0, "x", "1", 0],
+           [src, 1, 1.0, "x", '"\\ud800"', 0], [src, 2**64, 1.0, "x", "1", 0], [src, 1, 1.0, "", "1", 0]]
+    return [[me, b"XMSG", _json({"records": [row]})] for row in bad]
+
+
+ATTACKS: dict[str, Attack] = {
+    "garbage": _garbage,
+    "impersonate": _impersonate,
+    "own-source": _own_source,
+    "top-of-range": _top_of_range,
+    "many-sources": _many_sources,
+    "big-vv": _big_vv,
+    "amplify": _amplify,
+    "introduce": _introduce,
+    "helo-flood": _helo_flood,
+    "oversized": _oversized,
+    "bad-records": _bad_records,
+}
+
+
+def attack_frames(name: str, rng: random.Random, me: bytes, victim: bytes, others: list[bytes]) -> list[list[bytes]]:
+    return ATTACKS[name](rng, me, victim, others)
+
+
+def run_hostile_scenario(
+    *,
+    seed: int,
+    nodes: int = 5,
+    events: int = 120,
+    attacks: int = 40,
+    settle: float = 60.0,
+    bounds: HostileBounds | None = None,
+) -> ScenarioResult:
+    """``nodes`` honest nodes and one hostile one; ``events`` honest events and
+    ``attacks`` hostile bursts at random times over a few seconds, then the
+    honest nodes must settle (see the module's docstring for what is checked)."""
+    with few_collections():
+        return _run(seed=seed, nodes=nodes, events=events, attacks=attacks, settle=settle,
+                    bounds=bounds or HostileBounds())
+
+
+def _run(*, seed: int, nodes: int, events: int, attacks: int, settle: float, bounds: HostileBounds) -> ScenarioResult:
+    rng = random.Random(seed)
+    net = SimNetwork(seed=seed, latency=0.001 + rng.random() * 0.004)
+    fast = Timing(heartbeat_interval=0.5, suspect_after=1.5, gone_after=3.0, handshake_timeout=2.0)
+    honest = [net.add(f"n{i}", "sim", store=MemoryStore(), timing=fast) for i in range(nodes)]
+    villain = net.add("villain", "sim", store=MemoryStore(), timing=fast)
+    for i, node in enumerate([*honest[1:], villain], 1):
+        other = honest[rng.randrange(min(i, nodes))]
+        node.mesh.discovered(other.mesh.uuid, other.mesh.endpoint, net.now)
+    net.run(3.0)
+    duration = 5.0
+    plan: list[tuple[float, str]] = [(rng.random() * duration, "event") for _ in range(events)]
+    plan += [(rng.random() * duration, rng.choice(sorted(ATTACKS))) for _ in range(attacks)]
+    plan.sort()
+    start = net.now
+    originated: dict[bytes, int] = {}
+    used: dict[str, int] = {}
+    for at, what in plan:
+        net.run(max(0.0, start + at - net.now))
+        if what == "event":
+            node = rng.choice(honest)
+            local = net.local(node)
+            node.log.append(rng.choice(("score", "penalty")), json.dumps(rng.randrange(1000)), local,
+                            node.mesh.mesh_time(local))
+            originated[bytes(node.mesh.uuid)] = originated.get(bytes(node.mesh.uuid), 0) + 1
+            continue
+        victim = rng.choice(honest)
+        others = [bytes(n.mesh.uuid) for n in honest if n is not victim]
+        used[what] = used.get(what, 0) + 1
+        for frames in attack_frames(what, rng, bytes(villain.mesh.uuid), bytes(victim.mesh.uuid), others):
+            net.deliver_raw(victim.mesh.endpoint, frames, net.latency)
+    net.run(0.5)
+    deadline = net.now + settle
+    problems = ["not run"]
+    while net.now < deadline:
+        for node in honest:
+            for other in honest:
+                if other is not node:
+                    node.mesh.discovered(other.mesh.uuid, other.mesh.endpoint, net.local(node))
+        net.run(1.0)
+        problems = _check(honest, originated, bounds)
+        if not problems:
+            break
+    stats: dict[str, int] = {f"attacks_{k}": v for k, v in sorted(used.items())}
+    for node in honest:
+        for k, v in node.log.stats.as_dict().items():
+            stats[k] = stats.get(k, 0) + v
+        for k, v in node.mesh.stats.as_dict().items():
+            stats[f"mesh_{k}"] = stats.get(f"mesh_{k}", 0) + v
+    return ScenarioResult(
+        seed=seed, converged=not problems, problems=problems, events=sum(originated.values()), nodes=nodes,
+        sim_seconds=net.now - start, stats=stats,
+        rerun=f"huddle simulate --hostile --nodes {nodes} --events {events} --attacks {attacks} --seed {seed}",
+    )
+
+
+def _check(honest: list[SimNode], originated: dict[bytes, int], bounds: HostileBounds) -> list[str]:
+    problems: list[str] = []
+    uuids = {bytes(n.mesh.uuid): n.mesh.name for n in honest}
+    reference: dict[tuple[bytes, int], tuple[str, str]] | None = None
+    for node in honest:
+        name = node.mesh.name
+        for other in honest:
+            if other.mesh.uuid in node.mesh.excluded:
+                problems.append(f"{name} excluded honest {other.mesh.name}: {node.mesh.excluded[other.mesh.uuid]}")
+        sessions = len(node.mesh._sessions)
+        if sessions > bounds.sessions:
+            problems.append(f"{name} holds {sessions} sessions (bound {bounds.sessions})")
+        sources = len(node.log.sources)
+        if sources > bounds.sources:
+            problems.append(f"{name} knows {sources} sources (bound {bounds.sources})")
+        store = node.store
+        assert isinstance(store, MemoryStore)
+        held: dict[tuple[bytes, int], tuple[str, str]] = {}
+        for r in store.all_records():
+            src = bytes(r.source)
+            if src in uuids:
+                if r.seq > originated.get(src, 0) or r.kind not in ("score", "penalty"):
+                    problems.append(f"{name} holds {uuids[src]}#{r.seq} ({r.kind}), which {uuids[src]} never wrote")
+                held[(src, r.seq)] = (r.kind, r.body)
+        for src, top in originated.items():
+            have = sum(1 for (s, _) in held if s == src)
+            if have != top:
+                problems.append(f"{name} holds {have} of {uuids[src]}'s {top} records")
+        if reference is None:
+            reference = held
+        elif held != reference:
+            problems.append(f"{name}'s honest records differ from {honest[0].mesh.name}'s")
+    return problems[:20]
