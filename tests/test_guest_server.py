@@ -143,3 +143,17 @@ def test_too_much_waiting_for_the_connection_back_fires_the_guest(monkeypatch: p
         listener.close()
 
     run(body, serve(on_change))
+
+
+def test_a_python_guest_whose_name_is_taken_is_told_so_and_does_not_hammer_the_host() -> None:
+    async def body(server: GuestServer) -> None:
+        host = ("127.0.0.1", server.tcp_port)
+        async with Guest("board", hears=["score"], host=host, listen="127.0.0.1") as first:
+            second = Guest("board", hears=["score"], host=host, listen="127.0.0.1", marco_interval=0.5)
+            with pytest.raises(GuestError, match="refused us: the name 'board' is taken"):
+                await second.start(timeout=2.0)
+            assert 1 <= server.room.counters.names_taken <= 5, "it waits between tries"
+            server.deliver("keeper", "score", 1, local_speaker=False)
+            assert (await first.next_event(5)).value == 1, "the first guest is untouched"
+
+    run(body, serve())
