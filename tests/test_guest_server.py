@@ -157,3 +157,20 @@ def test_a_python_guest_whose_name_is_taken_is_told_so_and_does_not_hammer_the_h
             assert (await first.next_event(5)).value == 1, "the first guest is untouched"
 
     run(body, serve())
+
+
+def test_the_guest_doors_log_within_a_budget_and_count_the_rest(caplog: pytest.LogCaptureFixture) -> None:
+    from huddle.guests.server import ServerCounters, _LogBudget
+
+    now = [0.0]
+    counters = ServerCounters()
+    budget = _LogBudget(2, counters, lambda: now[0])
+    with caplog.at_level("INFO", logger="huddle.guests"):
+        for i in range(5):
+            budget.info("refused %d", i)
+        assert [r.getMessage() for r in caplog.records] == ["refused 0", "refused 1"]
+        assert counters.log_lines_left_out == 3
+        now[0] = 61.0
+        budget.info("refused %d", 5)
+    assert [r.getMessage() for r in caplog.records][2:] == [
+        "3 more lines about guests left out in the last minute", "refused 5"]
