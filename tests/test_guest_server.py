@@ -143,3 +143,34 @@ def test_too_much_waiting_for_the_connection_back_fires_the_guest(monkeypatch: p
         listener.close()
 
     run(body, serve(on_change))
+
+
+def test_a_python_guest_whose_name_is_taken_is_told_so_and_does_not_hammer_the_host() -> None:
+    async def body(server: GuestServer) -> None:
+        host = ("127.0.0.1", server.tcp_port)
+        async with Guest("board", hears=["score"], host=host, listen="127.0.0.1") as first:
+            second = Guest("board", hears=["score"], host=host, listen="127.0.0.1", marco_interval=0.5)
+            with pytest.raises(GuestError, match="refused us: the name 'board' is taken"):
+                await second.start(timeout=2.0)
+            assert 1 <= server.room.counters.names_taken <= 5, "it waits between tries"
+            server.deliver("keeper", "score", 1, local_speaker=False)
+            assert (await first.next_event(5)).value == 1, "the first guest is untouched"
+
+    run(body, serve())
+
+
+def test_the_guest_doors_log_within_a_budget_and_count_the_rest(caplog: pytest.LogCaptureFixture) -> None:
+    from huddle.guests.server import ServerCounters, _LogBudget
+
+    now = [0.0]
+    counters = ServerCounters()
+    budget = _LogBudget(2, counters, lambda: now[0])
+    with caplog.at_level("INFO", logger="huddle.guests"):
+        for i in range(5):
+            budget.info("refused %d", i)
+        assert [r.getMessage() for r in caplog.records] == ["refused 0", "refused 1"]
+        assert counters.log_lines_left_out == 3
+        now[0] = 61.0
+        budget.info("refused %d", 5)
+    assert [r.getMessage() for r in caplog.records][2:] == [
+        "3 more lines about guests left out in the last minute", "refused 5"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -22,6 +24,7 @@ from huddle.guests.codec import (
     encode_datagram,
 )
 from huddle.guests.room import Changed, Close, Emit, Room, SendTo
+from huddle.limits import GuestLimits
 
 # The document's examples, with its typographic quotes made plain.
 EVENT = b'000042["event","guest1","topic1",[1,2,"potato"]]'
@@ -179,10 +182,95 @@ def test_bad_conduct_gets_an_error_and_a_disconnect_and_nothing_else_changes() -
     assert room.received(2, HeartbeatAck("b"), 1.0)[0].error  # type: ignore[union-attr]
 
 
-def test_registering_again_replaces_the_old_connection() -> None:
+def test_a_connected_guests_name_cannot_be_taken_until_it_leaves() -> None:
     room = Room("derby")
+    room.received(1, reg("a", ("t",)), 0.0)
+    out = room.received(2, reg("a", ("stolen",)), 5.0)
+    assert len(out) == 1 and isinstance(out[0], Close) and out[0].conn == 2 and out[0].error
+    assert "the name 'a' is taken" in out[0].reason
+    assert room.guests["a"].conn == 1 and room.guests["a"].hears == {"t"} and room.counters.names_taken == 1
+    assert room.deliver("x", "t", 1, local_speaker=False) == [SendTo("a", Event("x", "t", 1))]
+    # On its own connection a guest may register again (it updates itself).
+    assert room.received(1, reg("a", ("u",)), 6.0) == [Changed("a", True)]
+    assert room.guests["a"].hears == {"u"}
+    # Once it has left, the name is free.
+    assert room.closed(1) == [Changed("a", False, "disconnected")]
+    assert room.received(3, reg("a"), 7.0) == [Changed("a", True)] and room.guests["a"].conn == 3
+
+
+def limited(**kw: Any) -> Room:
+    return Room("derby", limits=GuestLimits(**kw))
+
+
+def test_connections_are_capped_in_total_and_per_address_and_freed_on_close() -> None:
+    room = limited(max_connections=3, max_connections_per_address=2)
+    assert room.opened(1, "10.0.0.1", 0.0) == [] and room.opened(2, "10.0.0.1", 0.0) == []
+    out = room.opened(3, "10.0.0.1", 0.0)
+    assert [(a.conn, a.error) for a in out if isinstance(a, Close)] == [(3, True)]
+    assert "from one address" in out[0].reason  # type: ignore[union-attr]
+    assert room.opened(4, "10.0.0.2", 0.0) == []
+    out = room.opened(5, "10.0.0.3", 0.0)
+    assert len(out) == 1 and "3 guest connections open" in out[0].reason  # type: ignore[union-attr]
+    assert (room.counters.refused_address_full, room.counters.refused_host_full) == (1, 1)
+    room.closed(1)
+    room.closed(1)  # twice is harmless
+    assert room.opened(6, "10.0.0.1", 0.0) == []
+    assert room.opened(7, "10.0.0.1", 0.0) != []
+
+
+def test_a_connection_that_does_not_register_in_time_is_closed() -> None:
+    room = limited(register_timeout=10.0)
+    room.opened(1, "10.0.0.1", 0.0)
+    room.opened(2, "10.0.0.1", 0.0)
+    room.received(2, reg("a"), 1.0)
+    assert room.next_deadline() == 10.0
+    assert room.tick(9.9) == []
+    out = room.tick(10.1)
+    assert out == [Close(1, "no register within 10 s", error=True)] and room.counters.register_timeouts == 1
+    assert list(room.guests) == ["a"] and room.tick(100.0) == [], "a registered guest without heartbeats stays"
+
+
+def test_a_message_begun_and_not_finished_in_time_closes_the_connection() -> None:
+    room = limited(frame_timeout=30.0)
+    room.opened(1, "10.0.0.1", 0.0)
     room.received(1, reg("a"), 0.0)
-    out = room.received(2, reg("a", ("t",)), 5.0)
-    assert out == [Close(1, "replaced by a new registration"), Changed("a", False, "registered again"), Changed("a", True)]
-    assert room.guests["a"].conn == 2 and room.closed(1) == []
-    assert room.closed(2) == [Changed("a", False, "disconnected")]
+    assert room.partial(1, 3, 1.0) == []  # part of a message came
+    assert room.partial(1, 10, 20.0) == []  # more of it: still the same message, begun at 1.0
+    assert room.next_deadline() == 31.0
+    assert room.tick(30.9) == []
+    out = room.tick(31.1)
+    assert out == [Close(1, "a message begun was not whole within 30 s", error=True),
+                   Changed("a", False, "bad input: a message begun was not whole within 30 s")]
+    assert room.counters.frame_timeouts == 1 and not room.guests
+    # A message completed in time resets the clock.
+    room.opened(2, "10.0.0.1", 40.0)
+    room.partial(2, 3, 41.0)
+    room.partial(2, 0, 42.0)
+    room.partial(2, 5, 70.0)
+    room.received(2, reg("b"), 70.0)
+    assert room.tick(95.0) == []
+
+
+def test_incomplete_messages_past_the_budget_close_the_biggest_holder() -> None:
+    room = limited(max_buffered_bytes=1000)
+    for conn in (1, 2):
+        room.opened(conn, "10.0.0.1", 0.0)
+    assert room.partial(1, 900, 1.0) == []
+    out = room.partial(2, 200, 1.0)
+    assert [(a.conn, a.error) for a in out if isinstance(a, Close)] == [(1, True)]
+    assert room.counters.buffer_full == 1
+    assert room.partial(2, 700, 2.0) == [], "closing 1 gave its octets back"
+
+
+def test_the_marco_lists_keep_the_most_recently_heard_names() -> None:
+    room = limited(max_spotted=3)
+    for i in range(5):
+        room.marco(Marco(f"free{i}", "", "js", "1"), "10.0.0.9", float(i))
+    room.marco(Marco("free2", "", "js", "1"), "10.0.0.9", 5.0)  # heard again: now the most recent
+    room.marco(Marco("free5", "", "js", "1"), "10.0.0.9", 6.0)
+    assert list(room.free) == ["free4", "free2", "free5"] and room.counters.spotted_forgotten == 3
+    for i in range(4):
+        room.marco(Marco(f"other{i}", "chess", "js", "1"), "10.0.0.9", 7.0)
+    assert len(room.others) == 3 and room.counters.spotted_forgotten == 4
+    room.tick(4.0 + 60.5)  # free4 unheard for more than 60 s
+    assert list(room.free) == ["free2", "free5"]

@@ -144,6 +144,8 @@ class Guest:
             await asyncio.wait_for(self.connected_back.wait(), max(0.0, deadline - time.monotonic()))
         except TimeoutError:
             await self.close()
+            if self.errors:  # e.g. our name is a guest's still connected there
+                raise GuestError(f"the host {self.host} refused us: {self.errors[-1]}") from None
             raise GuestError(f"the host {self.host} took our registration but did not connect back to our port "
                              f"{self.listen}:{self.port} within {timeout} s (a firewall? pass listen= an "
                              "address the host can reach)") from None
@@ -216,6 +218,8 @@ class Guest:
             self._writer = None
             if not self.reconnect:
                 return
+            if self.fixed_host:  # no discovery round to wait on: do not hammer a host that refused us
+                await asyncio.sleep(self.marco_interval)
 
     async def _discover(self) -> tuple[str, int]:
         loop = asyncio.get_running_loop()

@@ -87,6 +87,21 @@ class ApiLimits:
 class GuestLimits:
     """Noam guests: marco, TCP and WebSocket connections (docs/limits.md, "Guests")."""
 
+    max_connections: int = _doc("guest connections (TCP and WebSocket, registered or not) open at once",
+                                default=256)
+    max_connections_per_address: int = _doc("guest connections open at once from one IP address", default=32)
+    register_timeout: float = _doc("seconds a guest connection may stay open before its register "
+                                   "(and an HTTP connection to the WebSocket port before its upgrade)",
+                                   default=10.0)
+    frame_timeout: float = _doc("seconds a TCP message, once its first octet came, may take to arrive whole",
+                                default=30.0)
+    max_buffered_bytes: int = _doc("octets of incomplete TCP messages held for all guests together",
+                                   default=32 * MiB)
+    max_spotted: int = _doc("guests remembered from their marcos, on the free list and on the other-rooms list "
+                            "(each)", default=1000)
+    log_lines_per_minute: int = _doc("lines the guest doors write to the node's log per minute about joins, "
+                                     "leaves and refused input", default=60)
+
 
 # ------------------------------------------------------------------------ posts
 

@@ -514,8 +514,9 @@ class Node:
         from .guests.server import GuestServer, GuestSettings
 
         server = GuestServer(
-            Room(cfg.group), GuestSettings(host=host, marco_port=cfg.guest_marco_port, tcp_port=cfg.guest_port,
-                                           ws_port=cfg.guest_ws_port, max_frame=cfg.guest_max_message),
+            Room(cfg.group, limits=cfg.limits.guests),
+            GuestSettings(host=host, marco_port=cfg.guest_marco_port, tcp_port=cfg.guest_port,
+                          ws_port=cfg.guest_ws_port, max_frame=cfg.guest_max_message),
             on_event=self._guest_event, clock=self.local_now,
         )
         try:

@@ -25,6 +25,7 @@ Pure: bytes in, messages out; no sockets here.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -41,6 +42,7 @@ __all__ = [
     "Marco",
     "Polo",
     "Register",
+    "TextError",
     "decode_datagram",
     "decode_payload",
     "encode",
@@ -54,6 +56,12 @@ MAX_NAME: Final = 255  # octets of a guest, room or topic name
 
 class FrameError(RemoteProtocolError):
     """A guest sent something that is not a Noam message (the reason says what)."""
+
+
+class TextError(FrameError):
+    """A message whose JSON is well formed but holds what cannot travel on: text
+    that is not UTF-8 (a lone surrogate such as ``"\\ud800"``), NaN or an
+    infinite number.  Refused whole, so nothing of it is recorded."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,17 +202,49 @@ def _period(value: Any) -> float:
     return period
 
 
+def _no_constant(name: str) -> Any:
+    raise TextError(f"{name} is not a JSON number: send a finite number")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise TextError(f"the number {text[:40]} is too large to travel")
+    return number
+
+
+def _loads(text: str, what: str) -> Any:
+    """JSON text -> a value that re-encodes as UTF-8 JSON, or FrameError.
+
+    ``json.loads`` takes ``"\\ud800"`` (a lone surrogate), ``NaN`` and ``1e999``;
+    none of them can be written back out (to the log, to other guests), so the
+    message is refused here, whole, before anything of it is kept."""
+    try:
+        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+    except TextError:
+        raise
+    except (ValueError, RecursionError):
+        raise FrameError(f"the {what} is not JSON") from None
+    if "\\" in text:  # only an escape can make a lone surrogate out of valid UTF-8
+        try:
+            _json(value)
+        except UnicodeEncodeError:
+            raise TextError(f"the {what} holds text that is not UTF-8 (a lone surrogate, such as \\ud800)") from None
+        except (ValueError, RecursionError):
+            raise FrameError(f"the {what} is not JSON") from None
+    return value
+
+
 _ARITY: Final = {"register": 8, "event": 4, "heartbeat": 2, "heartbeat_ack": 2, "error": 2}
 
 
 def decode_payload(payload: bytes) -> Message:
     """One message's JSON array (without its prefix)."""
     try:
-        value = json.loads(payload.decode("utf-8"))
+        text = payload.decode("utf-8")
     except UnicodeDecodeError:
         raise FrameError("the message is not UTF-8") from None
-    except (ValueError, RecursionError):
-        raise FrameError("the message is not JSON") from None
+    value = _loads(text, "message")
     if not isinstance(value, list) or not value or not isinstance(value[0], str):
         raise FrameError("a message is a JSON array that starts with its type")
     kind = value[0]
@@ -242,9 +282,10 @@ def decode_payload(payload: bytes) -> Message:
 def decode_datagram(data: bytes) -> Marco | Polo:
     """A UDP marco or polo."""
     try:
-        value = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
         raise FrameError("the datagram is not JSON text") from None
+    value = _loads(text, "datagram")
     if not isinstance(value, list) or not value:
         raise FrameError("a datagram is a JSON array")
     if value[0] == "marco":

@@ -10,9 +10,22 @@ Rules (the Noam document, and what it leaves open):
 - A marco whose room is this node's group gets a polo; so does a free guest
   (room "") that this host has grabbed.  Any other marco puts its guest on
   the free-guests or other-guests list.
-- ``register`` attaches a guest.  A second registration under the same name
-  replaces the first (a lemma that lost its connection and came back); the
-  old connection is closed.
+- ``register`` attaches a guest.  A name is one guest's while it is here: a
+  registration under the name of a guest still connected is refused (an
+  ``error``, then the connection is closed, counted in ``names_taken``) until
+  that guest leaves or is fired — a lemma that lost its connection comes back
+  once the host has noticed (its heartbeats stop: fired at 2 P; its
+  connection closes).  Registering again on the guest's own connection
+  updates it.
+- Connections are bounded (``GuestLimits``): at most ``max_connections`` open
+  at once and ``max_connections_per_address`` from one IP (a connection past
+  either gets an ``error`` and is closed at once); one that has not registered
+  within ``register_timeout`` s is closed, and so is one whose TCP message,
+  once begun, is not whole within ``frame_timeout`` s.  Incomplete messages
+  held for all connections together stay under ``max_buffered_bytes``: past
+  it the connection holding the most is closed.
+- The free and other-guests lists keep at most ``max_spotted`` names each;
+  the least recently heard is forgotten first (counted).
 - A registered guest's ``event`` becomes an event of the group (kind = the
   topic).  Every guest, on any node, whose hears list has the topic receives
   it as ``["event", speaker, topic, value]``; the speaker does not get its own
@@ -31,9 +44,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..limits import GuestLimits
 from .codec import Error, Event, Heartbeat, HeartbeatAck, Marco, Message, Polo, Register
 
-__all__ = ["Action", "Changed", "Close", "Emit", "GuestInfo", "Room", "SendTo", "Spotted"]
+__all__ = ["Action", "Changed", "Close", "Emit", "GuestInfo", "Room", "RoomCounters", "SendTo", "Spotted"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +129,29 @@ class Spotted:
 
 
 @dataclass(slots=True)
+class RoomCounters:
+    """What the room refused or forgot (served in ``GET /api/v1/guests`` -> ``stats``)."""
+
+    refused_host_full: int = 0  # connections refused: max_connections were open
+    refused_address_full: int = 0  # connections refused: max_connections_per_address from that IP
+    register_timeouts: int = 0  # connections closed for not registering within register_timeout
+    frame_timeouts: int = 0  # connections closed for a message not whole within frame_timeout
+    buffer_full: int = 0  # connections closed as incomplete messages went past max_buffered_bytes
+    names_taken: int = 0  # registrations refused: the name is a connected guest's
+    spotted_forgotten: int = 0  # names dropped from the free / other lists past max_spotted
+
+
+@dataclass(slots=True)
+class _Conn:
+    """A TCP or WebSocket connection, registered or not."""
+
+    address: str
+    opened: float
+    pending: int = 0  # octets of an incomplete message held for it
+    frame_since: float | None = None  # when its incomplete message began
+
+
+@dataclass(slots=True)
 class Room:
     room: str  # the group's name
     tcp_port: int = 0  # what polo tells guests to connect to
@@ -123,7 +160,12 @@ class Room:
     free: dict[str, Spotted] = field(default_factory=dict)
     others: dict[str, Spotted] = field(default_factory=dict)
     grabbed: set[str] = field(default_factory=set)
+    limits: GuestLimits = field(default_factory=GuestLimits)
+    counters: RoomCounters = field(default_factory=RoomCounters)
     _conns: dict[int, str] = field(default_factory=dict)  # registration connection -> guest
+    _open: dict[int, _Conn] = field(default_factory=dict)  # every connection opened() and not yet closed
+    _per_address: dict[str, int] = field(default_factory=dict)
+    _buffered: int = 0  # sum of _open[*].pending
     fired: int = 0
     errors: int = 0
 
@@ -135,10 +177,17 @@ class Room:
         if m.room == "":
             if m.guest in self.grabbed:
                 return Polo(self.room, self.tcp_port)
-            self.free[m.guest] = Spotted(m.guest, m.room, m.dialect, m.version, address, now)
+            self._spot(self.free, Spotted(m.guest, m.room, m.dialect, m.version, address, now))
         else:
-            self.others[m.guest] = Spotted(m.guest, m.room, m.dialect, m.version, address, now)
+            self._spot(self.others, Spotted(m.guest, m.room, m.dialect, m.version, address, now))
         return None
+
+    def _spot(self, spotted: dict[str, Spotted], s: Spotted) -> None:
+        spotted.pop(s.name, None)  # put back at the end: each list stays least recently heard first
+        spotted[s.name] = s
+        while len(spotted) > self.limits.max_spotted:
+            del spotted[next(iter(spotted))]
+            self.counters.spotted_forgotten += 1
 
     def grab(self, name: str) -> None:
         """Take a free guest into this room: its next marco gets a polo."""
@@ -146,6 +195,40 @@ class Room:
         self.free.pop(name, None)
 
     # -------------------------------------------------------------- connections
+
+    def opened(self, conn: int, address: str, now: float) -> list[Action]:
+        """A TCP or WebSocket connection came in: taken, or closed with an error
+        when the host, or that address, has as many as it takes."""
+        lim = self.limits
+        if len(self._open) >= lim.max_connections:
+            self.counters.refused_host_full += 1
+            return [Close(conn, f"this host has {lim.max_connections} guest connections open: try later", error=True)]
+        if self._per_address.get(address, 0) >= lim.max_connections_per_address:
+            self.counters.refused_address_full += 1
+            return [Close(conn, f"this host takes at most {lim.max_connections_per_address} guest connections "
+                                f"from one address: try later", error=True)]
+        self._open[conn] = _Conn(address, now)
+        self._per_address[address] = self._per_address.get(address, 0) + 1
+        return []
+
+    def partial(self, conn: int, pending: int, now: float) -> list[Action]:
+        """After a read: ``pending`` octets of an incomplete message are held for ``conn``."""
+        c = self._open.get(conn)
+        if c is None:
+            return []
+        self._buffered += pending - c.pending
+        c.pending = pending
+        if not pending:
+            c.frame_since = None
+            return []
+        if c.frame_since is None:
+            c.frame_since = now
+        if self._buffered <= self.limits.max_buffered_bytes:
+            return []
+        self.counters.buffer_full += 1
+        biggest = max(self._open, key=lambda k: self._open[k].pending)
+        return self._refuse(biggest, f"this host holds {self.limits.max_buffered_bytes} octets of incomplete "
+                                     "messages for its guests: send smaller messages")
 
     def received(self, conn: int, msg: Message, now: float, *, transport: str = "tcp",
                  address: str = "") -> list[Action]:
@@ -156,7 +239,7 @@ class Room:
             return self.bad(conn, f"{type(msg).__name__.lower()} before register: register first")
         g = self.guests[name]
         if isinstance(msg, Error):
-            return [Close(conn, f"the guest said: {msg.reason}"), *self._remove(name, f"error: {msg.reason}")]
+            return [self._close(conn, f"the guest said: {msg.reason}"), *self._remove(name, f"error: {msg.reason}")]
         if isinstance(msg, HeartbeatAck):
             return self.bad(conn, "heartbeat_ack goes from host to guest")
         if msg.guest != name:
@@ -170,7 +253,8 @@ class Room:
         return [Emit(name, msg.topic, msg.value)]
 
     def closed(self, conn: int) -> list[Action]:
-        """A guest's registration connection closed: it leaves."""
+        """A connection closed (whoever closed it; again is harmless): its guest leaves."""
+        self._untrack(conn)
         name = self._conns.get(conn)
         if name is None:
             return []
@@ -181,13 +265,13 @@ class Room:
         if name not in self.guests:
             return []
         self.fired += 1
-        return [Close(self.guests[name].conn, "send failed"), *self._remove(name, "fired: send failed")]
+        return [self._close(self.guests[name].conn, "send failed"), *self._remove(name, "fired: send failed")]
 
     def fire(self, name: str, reason: str) -> list[Action]:
         if name not in self.guests:
             return []
         self.fired += 1
-        return [Close(self.guests[name].conn, reason), *self._remove(name, f"fired: {reason}")]
+        return [self._close(self.guests[name].conn, reason), *self._remove(name, f"fired: {reason}")]
 
     # -------------------------------------------------------------------- events
 
@@ -210,13 +294,30 @@ class Room:
         for g in list(self.guests.values()):
             if g.heartbeat and now - g.last_heard > 2 * g.heartbeat:
                 out += self.fire(g.name, f"silent for more than 2 x {g.heartbeat:g} s")
+        lim = self.limits
+        for conn, c in list(self._open.items()):
+            if conn not in self._conns and now - c.opened > lim.register_timeout:
+                self.counters.register_timeouts += 1
+                out += self._refuse(conn, f"no register within {lim.register_timeout:g} s")
+            elif c.frame_since is not None and now - c.frame_since > lim.frame_timeout:
+                self.counters.frame_timeouts += 1
+                out += self._refuse(conn, f"a message begun was not whole within {lim.frame_timeout:g} s")
         for spotted in (self.free, self.others):
-            for name in [n for n, s in spotted.items() if now - s.last_seen > self.spotted_for]:
-                del spotted[name]
+            while spotted:  # least recently heard first: stop at the first one heard lately
+                first = next(iter(spotted.values()))
+                if now - first.last_seen <= self.spotted_for:
+                    break
+                del spotted[first.name]
         return out
 
     def next_deadline(self) -> float | None:
         times = [g.last_heard + 2 * g.heartbeat for g in self.guests.values() if g.heartbeat]
+        lim = self.limits
+        for conn, c in self._open.items():
+            if conn not in self._conns:
+                times.append(c.opened + lim.register_timeout)
+            if c.frame_since is not None:
+                times.append(c.frame_since + lim.frame_timeout)
         return min(times) if times else None
 
     # ----------------------------------------------------------------- internals
@@ -228,8 +329,9 @@ class Room:
             return self.bad(conn, f"this connection is guest {known!r}; register {m.guest!r} on its own connection")
         old = self.guests.get(m.guest)
         if old is not None and old.conn != conn:
-            out.append(Close(old.conn, "replaced by a new registration"))
-            out += self._remove(m.guest, "registered again")
+            self.counters.names_taken += 1
+            return self._refuse(conn, f"the name {m.guest!r} is taken by a guest connected here: pick another, or "
+                                      "register again once it has left or been fired")
         self.guests[m.guest] = GuestInfo(
             name=m.guest, conn=conn, transport=transport, address=address,
             port=m.port if transport == "tcp" else 0, hears=frozenset(m.hears), speaks=set(m.speaks),
@@ -251,8 +353,27 @@ class Room:
 
     def bad(self, conn: int, reason: str) -> list[Action]:
         self.errors += 1
-        out: list[Action] = [Close(conn, reason, error=True)]
+        return self._refuse(conn, reason)
+
+    def _refuse(self, conn: int, reason: str) -> list[Action]:
+        """``["error", reason]`` to ``conn``, which is closed; its guest, if any, leaves."""
+        out: list[Action] = [self._close(conn, reason, error=True)]
         name = self._conns.get(conn)
         if name is not None:
             out += self._remove(name, f"bad input: {reason}")
         return out
+
+    def _close(self, conn: int, reason: str, *, error: bool = False) -> Close:
+        self._untrack(conn)
+        return Close(conn, reason, error)
+
+    def _untrack(self, conn: int) -> None:
+        c = self._open.pop(conn, None)
+        if c is None:
+            return
+        self._buffered -= c.pending
+        left = self._per_address[c.address] - 1
+        if left:
+            self._per_address[c.address] = left
+        else:
+            del self._per_address[c.address]

@@ -13,12 +13,23 @@ import logging
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, cast
 
 from aiohttp import WSMsgType, web
 
-from .codec import PREFIX, Error, FrameError, FrameReader, Message, decode_datagram, decode_payload, encode, encode_datagram
+from .codec import (
+    PREFIX,
+    Error,
+    FrameError,
+    FrameReader,
+    Message,
+    TextError,
+    decode_datagram,
+    decode_payload,
+    encode,
+    encode_datagram,
+)
 from .room import Action, Changed, Close, Emit, Room, SendTo
 
 __all__ = ["GuestServer", "GuestSettings"]
@@ -37,6 +48,45 @@ class GuestSettings:
     max_frame: int = 999_999
 
 
+@dataclass(slots=True)
+class ServerCounters:
+    """What the guest doors saw (served, with the room's counters, in ``GET /api/v1/guests`` -> ``stats``)."""
+
+    marcos: int = 0  # datagrams on the marco port
+    polos: int = 0
+    bad_datagrams: int = 0
+    bad_frames: int = 0  # connections closed for bytes that are not a Noam message
+    bad_text: int = 0  # of those: JSON that cannot be written back out (a lone surrogate, NaN, 1e999)
+    connections: int = 0  # TCP and WebSocket connections taken in (refused ones too)
+    log_lines_left_out: int = 0  # lines about guests not written: past limits.guests.log_lines_per_minute
+
+
+class _LogBudget:
+    """At most ``per_minute`` lines a minute about guests; the rest are counted, and
+    said in one line when the next minute begins (a flood must not fill the disk)."""
+
+    def __init__(self, per_minute: int, counters: ServerCounters, clock: Callable[[], float]) -> None:
+        self.per_minute = per_minute
+        self.counters = counters
+        self.clock = clock
+        self._start = clock()
+        self._lines = 0
+        self._left_out = 0
+
+    def info(self, msg: str, *args: Any) -> None:
+        now = self.clock()
+        if now - self._start >= 60.0:
+            if self._left_out:
+                log.info("%d more lines about guests left out in the last minute", self._left_out)
+            self._start, self._lines, self._left_out = now, 0, 0
+        if self._lines < self.per_minute:
+            self._lines += 1
+            log.info(msg, *args)
+        else:
+            self._left_out += 1
+            self.counters.log_lines_left_out += 1
+
+
 class _Marco(asyncio.DatagramProtocol):
     def __init__(self, server: GuestServer) -> None:
         self.server = server
@@ -46,18 +96,18 @@ class _Marco(asyncio.DatagramProtocol):
         self.transport = cast(asyncio.DatagramTransport, transport)
 
     def datagram_received(self, data: bytes, addr: tuple[str | Any, int]) -> None:
-        self.server.stats["marcos"] += 1
+        self.server.counters.marcos += 1
         try:
             m = decode_datagram(data)
         except FrameError as exc:
-            self.server.stats["bad_datagrams"] += 1
+            self.server.counters.bad_datagrams += 1
             log.debug("dropped a datagram from %s: %s", addr, exc)
             return
         if not hasattr(m, "guest"):  # a polo from another host: not for us
             return
         polo = self.server.room.marco(m, str(addr[0]), self.server.clock())  # type: ignore[arg-type]
         if polo is not None and self.transport is not None:
-            self.server.stats["polos"] += 1
+            self.server.counters.polos += 1
             self.transport.sendto(encode_datagram(polo), addr)
 
 
@@ -78,8 +128,8 @@ class GuestServer:
         self.clock = clock
         self.tcp_port = 0
         self.ws_port = 0
-        self.stats: dict[str, int] = {"marcos": 0, "polos": 0, "bad_datagrams": 0, "bad_frames": 0,
-                                      "connections": 0}
+        self.counters = ServerCounters()
+        self._log = _LogBudget(room.limits.log_lines_per_minute, self.counters, clock)
         self._next_conn = 0
         self._writers: dict[int, Callable[[bytes], bool]] = {}  # registration connection -> write
         self._closers: dict[int, Callable[[], None]] = {}
@@ -112,7 +162,9 @@ class GuestServer:
         app = web.Application()
         app.router.add_get("/", self._ws_guest)
         app.router.add_get("/{tail:.*}", self._ws_guest)
-        self._ws = web.AppRunner(app, access_log=None, handle_signals=False)
+        # An HTTP connection that sends no request (or never finishes one) is closed after register_timeout.
+        self._ws = web.AppRunner(app, access_log=None, handle_signals=False,
+                                 keepalive_timeout=self.room.limits.register_timeout)
         await self._ws.setup()
         site = web.TCPSite(self._ws, s.host, s.ws_port, reuse_address=True)
         await site.start()
@@ -137,6 +189,11 @@ class GuestServer:
         for task in list(self._tasks):
             task.cancel()
 
+    @property
+    def stats(self) -> dict[str, int]:
+        """Every counter of the doors and the room, by name."""
+        return asdict(self.counters) | asdict(self.room.counters)
+
     def ports(self) -> dict[str, int]:
         return {"marco_port": self.settings.marco_port, "tcp_port": self.tcp_port, "ws_port": self.ws_port}
 
@@ -155,12 +212,16 @@ class GuestServer:
 
     # ----------------------------------------------------------------- internals
 
-    def _conn(self, write: Callable[[bytes], bool], close: Callable[[], None]) -> int:
+    def _conn(self, write: Callable[[bytes], bool], close: Callable[[], None], address: str) -> int:
+        """A new connection's number; if the room refuses it, it is closed already
+        (``conn not in self._writers``)."""
         self._next_conn += 1
-        self.stats["connections"] += 1
-        self._writers[self._next_conn] = write
-        self._closers[self._next_conn] = close
-        return self._next_conn
+        conn = self._next_conn
+        self.counters.connections += 1
+        self._writers[conn] = write
+        self._closers[conn] = close
+        self._run(self.room.opened(conn, address, self.clock()))
+        return conn
 
     def _forget(self, conn: int) -> None:
         self._writers.pop(conn, None)
@@ -169,9 +230,11 @@ class GuestServer:
     def _received(self, conn: int, msg: Message, transport: str, address: str) -> None:
         self._run(self.room.received(conn, msg, self.clock(), transport=transport, address=address))
 
-    def _bad(self, conn: int, reason: str) -> None:
-        self.stats["bad_frames"] += 1
-        self._run(self.room.bad(conn, reason))
+    def _bad(self, conn: int, exc: FrameError | str) -> None:
+        self.counters.bad_frames += 1
+        if isinstance(exc, TextError):
+            self.counters.bad_text += 1
+        self._run(self.room.bad(conn, str(exc)))
 
     def _run(self, actions: list[Action]) -> None:
         for a in actions:
@@ -187,6 +250,7 @@ class GuestServer:
             elif isinstance(a, Close):
                 write = self._writers.get(a.conn)
                 if a.error and write is not None:
+                    self._log.info("guest connection %d refused: %s", a.conn, a.reason)
                     write(encode(Error(a.reason)))
                 close = self._closers.get(a.conn)
                 self._forget(a.conn)
@@ -201,7 +265,7 @@ class GuestServer:
                 g = self.room.guests.get(a.guest) if a.joined else None
                 if g is not None and g.port:
                     self._pending[a.guest] = ([], 0)  # events from now on wait for the connection back
-                log.info("guest %s %s", a.guest, "joined" if a.joined else f"left ({a.reason})")
+                self._log.info("guest %s %s", a.guest, "joined" if a.joined else f"left ({a.reason})")
                 self.on_change(a.guest, a.joined, a.reason)
                 if g is not None and g.port:
                     self._spawn(self._connect_back(a.guest, g.address, g.port, g.conn))
@@ -286,7 +350,7 @@ class GuestServer:
             writer.write(data)
             return True
 
-        conn = self._conn(write, writer.close)
+        conn = self._conn(write, writer.close, address)
         frames = FrameReader(self.settings.max_frame)
         try:
             while conn in self._writers:
@@ -296,18 +360,18 @@ class GuestServer:
                 try:
                     messages = frames.feed(data)
                 except FrameError as exc:
-                    self._bad(conn, str(exc))
+                    self._bad(conn, exc)
                     break
                 for msg in messages:
                     self._received(conn, msg, "tcp", address)
                     if conn not in self._writers:
                         break
+                self._run(self.room.partial(conn, frames.pending, self.clock()))
         except (ConnectionError, OSError):
             pass
         finally:
-            if conn in self._writers:
-                self._forget(conn)
-                self._run(self.room.closed(conn))
+            self._forget(conn)
+            self._run(self.room.closed(conn))
             with contextlib.suppress(Exception):
                 await writer.drain()
             writer.close()
@@ -331,10 +395,12 @@ class GuestServer:
             closing.append(True)
             self._spawn(ws.close())
 
-        conn = self._conn(write, close)
         address = request.remote or ""
+        conn = self._conn(write, close, address)
         try:
             async for msg in ws:
+                if conn not in self._writers:
+                    break
                 if msg.type != WSMsgType.TEXT:
                     if msg.type == WSMsgType.BINARY:
                         self._bad(conn, "send text messages: a Noam message is JSON text")
@@ -343,16 +409,15 @@ class GuestServer:
                 try:
                     messages = self._ws_messages(text.encode("utf-8"))
                 except FrameError as exc:
-                    self._bad(conn, str(exc))
+                    self._bad(conn, exc)
                     break
                 for m in messages:
                     self._received(conn, m, "ws", address)
                 if conn not in self._writers:
                     break
         finally:
-            if conn in self._writers:
-                self._forget(conn)
-                self._run(self.room.closed(conn))
+            self._forget(conn)
+            self._run(self.room.closed(conn))
             await asyncio.sleep(0)  # let a queued error message go out first
             await ws.close()
         return ws

@@ -1,0 +1,256 @@
+"""Hostile guests (issue 19, cases 1, 9 and 16) against real node processes on 127.0.0.1: raw
+UDP, TCP and WebSocket clients.  Each case asserts the node stays up, its memory and descriptors
+stay under a stated bound, an honest guest and the mesh carry on, nothing is recorded for a
+refused input, and the counter for it moved."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import time
+from typing import Any
+
+import pytest
+from conftest import Cluster, free_port, get, http, wait_for
+from hostile_kit import footprint, still_serving
+from test_guest_processes import RawGuest, guest_names, start_host
+
+from huddle.demo import NodeProcess
+
+pytestmark = pytest.mark.processes
+
+RSS_SLACK_MIB = 40  # what a flood may add to a node's resident memory
+LOG_SLACK = 64 * 1024  # octets a flood may add to a node's log file
+
+
+def stats(api: str) -> dict[str, int]:
+    result: dict[str, int] = get(api, "/api/v1/guests")["stats"]
+    return result
+
+
+def kinds(api: str) -> list[str]:
+    return [e["kind"] for e in get(api, "/api/v1/log")["events"]]
+
+
+def two_hosts(cluster: Cluster, *extra: str) -> tuple[NodeProcess, dict[str, int], NodeProcess]:
+    """``a`` hosts guests (with ``extra``); ``b`` is an honest peer in its mesh."""
+    a, ports = start_host(cluster, "a", free_port(socket.SOCK_DGRAM), *extra)
+    b = cluster.start("b")
+    wait_for(lambda: cluster.mesh_complete([a, b]), 20, "a and b to mesh")
+    return a, ports, b
+
+
+def frame(value: Any) -> bytes:
+    body = json.dumps(value, separators=(",", ":")).encode()
+    return b"%06d" % len(body) + body
+
+
+def read_error(s: socket.socket) -> str:
+    """The host's ["error", reason] on ``s``, then its end of the connection."""
+    s.settimeout(10)
+    data = b""
+    while chunk := s.recv(4096):
+        data += chunk
+    assert data[:6].isdigit() and int(data[:6]) == len(data) - 6, data
+    kind, reason = json.loads(data[6:])
+    assert kind == "error", data
+    return str(reason)
+
+
+def the_honest_guest_carries_on(a: NodeProcess, b: NodeProcess, good: RawGuest) -> None:
+    """An event said at b reaches a's honest guest, which is still registered."""
+    assert guest_names(a.api) == [good.name]
+    assert http(b.api, "/api/v1/events", {"kind": "t", "body": "still here"})[0] == 201
+    assert good.read() == frame(["event", "b", "t", "still here"])
+
+
+# ------------------------------------------------------------------------ case 1
+
+
+def test_a_lone_surrogate_from_a_guest_is_refused_and_nothing_is_recorded(cluster: Cluster) -> None:
+    import aiohttp
+
+    a, ports, b = two_hosts(cluster)
+    good = RawGuest(ports["tcp_port"], "good", ["t"])
+    try:
+        wait_for(lambda: guest_names(a.api) == ["good"], 10, "the honest guest")
+        before = footprint(a)
+        # TCP: a registered guest says an event whose value is "\ud800" (valid JSON, not UTF-8 text).
+        with socket.create_connection(("127.0.0.1", ports["tcp_port"]), timeout=10) as s:
+            payload = b'["event","evil","surrogate","\\ud800"]'
+            s.sendall(frame(["register", "evil", 0, [], [], "raw", "0.1", {}]) + b"%06d" % len(payload) + payload)
+            assert "lone surrogate" in read_error(s)
+
+        async def over_websocket() -> tuple[str, Any]:
+            async with aiohttp.ClientSession() as session, \
+                    session.ws_connect(f"ws://127.0.0.1:{ports['ws_port']}/") as ws:
+                await ws.send_str('["register","evil2",0,[],[],"js","1",{}]')
+                await ws.send_str('["event","evil2","surrogate",{"k":["\\udfff"]}]')
+                msg = await ws.receive(timeout=10)
+                closed = await ws.receive(timeout=10)
+                return json.loads(msg.data[6:]), closed.type
+
+        error, closed = asyncio.run(over_websocket())
+        assert error[0] == "error" and "lone surrogate" in error[1], error
+        assert closed in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSING)
+
+        got = stats(a.api)
+        assert got["bad_text"] == 2 and got["bad_frames"] == 2, got
+        assert "surrogate" not in kinds(a.api) and "surrogate" not in kinds(b.api), "nothing was recorded"
+        the_honest_guest_carries_on(a, b, good)
+        still_serving(cluster, [a, b])
+        after = footprint(a)
+        assert after.rss_mib < before.rss_mib + RSS_SLACK_MIB and after.fds <= before.fds + 8, (before, after)
+    finally:
+        good.close()
+
+
+# ------------------------------------------------------------------------ case 9
+
+
+def test_idle_connections_are_capped_and_timed_out_and_the_log_stays_small(cluster: Cluster) -> None:
+    import aiohttp
+
+    limits = ["--limit", "guests.max-connections=60", "--limit", "guests.max-connections-per-address=20",
+              "--limit", "guests.register-timeout=3"]
+    a, ports, b = two_hosts(cluster, *limits)
+    before = footprint(a)
+    log_before = os.path.getsize(a.log_path)
+    idle: list[socket.socket] = []
+    try:
+        # 150 connections from 127.0.0.2 that never say a word: 20 are taken, the rest refused at once.
+        for _ in range(150):
+            s = socket.socket()
+            s.bind(("127.0.0.2", 0))
+            s.settimeout(10)
+            s.connect(("127.0.0.1", ports["tcp_port"]))
+            idle.append(s)
+        # 40 idle HTTP connections to the WebSocket port, and 10 upgraded WebSockets that never register.
+        for _ in range(40):
+            s = socket.create_connection(("127.0.0.1", ports["ws_port"]), timeout=10, source_address=("127.0.0.3", 0))
+            idle.append(s)
+        wait_for(lambda: stats(a.api)["refused_address_full"] == 130, 10, "130 refused connections")
+
+        async def idle_websockets() -> list[str]:
+            connector = aiohttp.TCPConnector(limit=0, local_addr=("127.0.0.4", 0))
+            async with aiohttp.ClientSession(connector=connector) as session:
+                sockets = [await session.ws_connect(f"ws://127.0.0.1:{ports['ws_port']}/") for _ in range(10)]
+                said = [await ws.receive(timeout=15) for ws in sockets]  # each is told, then closed
+                for ws in sockets:
+                    await ws.close()
+                return [json.loads(m.data[6:])[1] for m in said]
+
+        # Meanwhile an honest guest from 127.0.0.1 joins as usual.
+        good = RawGuest(ports["tcp_port"], "good", ["t"])
+        try:
+            wait_for(lambda: guest_names(a.api) == ["good"], 10, "the honest guest")
+            during = footprint(a)
+            assert during.fds <= before.fds + 60 + 50 + 10, (before, during)  # taken TCP, HTTP, and slack
+            reasons = asyncio.run(idle_websockets())
+            assert reasons == ["no register within 3 s"] * 10, reasons
+            # Of the 150 TCP connections, 130 were refused at once and the 20 taken closed after 3 s.
+            told = sorted(read_error(s) for s in idle[:150])
+            assert told == ["no register within 3 s"] * 20 + [
+                "this host takes at most 20 guest connections from one address: try later"] * 130, set(told)
+            got = stats(a.api)
+            assert got["register_timeouts"] == 30 and got["refused_address_full"] == 130, got
+            assert got["log_lines_left_out"] > 0, "160 refusals, 60 lines a minute"
+            # The HTTP connections that never asked for their upgrade are closed too.
+            for s in idle[150:]:
+                s.settimeout(10)
+                assert s.recv(100) == b""
+            the_honest_guest_carries_on(a, b, good)
+            still_serving(cluster, [a, b])
+            after = footprint(a)
+            assert after.rss_mib < before.rss_mib + RSS_SLACK_MIB and after.fds <= before.fds + 8, (before, after)
+            assert os.path.getsize(a.log_path) - log_before < LOG_SLACK
+        finally:
+            good.close()
+    finally:
+        for s in idle:
+            s.close()
+
+
+# ----------------------------------------------------------------------- case 16
+
+
+def test_a_connected_guests_name_cannot_be_taken(cluster: Cluster) -> None:
+    a, ports, b = two_hosts(cluster)
+    good = RawGuest(ports["tcp_port"], "good", ["t"])
+    try:
+        wait_for(lambda: guest_names(a.api) == ["good"], 10, "the honest guest")
+        with socket.create_connection(("127.0.0.1", ports["tcp_port"]), timeout=10) as s:
+            s.sendall(frame(["register", "good", 0, ["t"], [], "raw", "0.1", {}]))
+            assert "the name 'good' is taken" in read_error(s)
+        assert stats(a.api)["names_taken"] == 1
+        the_honest_guest_carries_on(a, b, good)  # still registered on its own connections, hearing "t"
+        assert get(a.api, "/api/v1/guests")["guests"][0]["port"] == good.server.getsockname()[1]
+    finally:
+        good.close()
+    # Once it has left, the name is free.
+    wait_for(lambda: guest_names(a.api) == [], 10, "the honest guest to leave")
+    again = RawGuest(ports["tcp_port"], "good", ["t"])
+    try:
+        wait_for(lambda: guest_names(a.api) == ["good"], 10, "the name taken again")
+    finally:
+        again.close()
+
+
+def test_unique_marcos_are_remembered_up_to_a_bound(cluster: Cluster) -> None:
+    a, ports, b = two_hosts(cluster)
+    good = RawGuest(ports["tcp_port"], "good", ["t"])
+    try:
+        wait_for(lambda: guest_names(a.api) == ["good"], 10, "the honest guest")
+        before = footprint(a)
+        sent = 0
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.bind(("127.0.0.1", 0))
+            deadline = time.monotonic() + 30
+            # Unique free guests and other rooms' guests, until the host has heard 6000 (default bound: 1000 each).
+            while stats(a.api)["marcos"] < 6000:
+                assert time.monotonic() < deadline, stats(a.api)
+                for _ in range(500):
+                    room = b"" if sent % 2 else b"elsewhere"
+                    s.sendto(b'["marco","g%d","%s","raw","0.1"]' % (sent, room), ("127.0.0.1", ports["marco_port"]))
+                    sent += 1
+                time.sleep(0.05)  # let the node's socket drain: loopback UDP drops what overflows
+        start = time.monotonic()
+        info = get(a.api, "/api/v1/guests")
+        assert time.monotonic() - start < 1.0
+        free, others, got = len(info["free"]), len(info["others"]), info["stats"]
+        assert free <= 1000 and others <= 1000 and free + others > 1000, (free, others)
+        assert got["spotted_forgotten"] == got["marcos"] - free - others, "every name heard is kept or counted"
+        the_honest_guest_carries_on(a, b, good)
+        still_serving(cluster, [a, b])
+        after = footprint(a)
+        assert after.rss_mib < before.rss_mib + RSS_SLACK_MIB and after.fds <= before.fds + 8, (before, after)
+    finally:
+        good.close()
+
+
+def test_a_message_that_never_completes_is_not_waited_on_forever(cluster: Cluster) -> None:
+    a, ports, b = two_hosts(cluster, "--limit", "guests.frame-timeout=1.5")
+    good = RawGuest(ports["tcp_port"], "good", ["t"])
+    try:
+        wait_for(lambda: guest_names(a.api) == ["good"], 10, "the honest guest")
+        before = footprint(a)
+        stalled = RawGuest(ports["tcp_port"], "stalled", [])
+        try:
+            wait_for(lambda: sorted(guest_names(a.api)) == ["good", "stalled"], 10, "the stalling guest")
+            started = time.monotonic()
+            stalled.send(b'000100["event","stalled","stall",')  # 100 octets promised, 30 sent
+            assert read_error(stalled.sock) == "a message begun was not whole within 1.5 s"
+            assert 1.5 <= time.monotonic() - started < 5.0
+            assert stalled.read() == b"", "its connection from the host is closed too"
+        finally:
+            stalled.close()
+        assert stats(a.api)["frame_timeouts"] == 1
+        assert "stall" not in kinds(a.api)
+        the_honest_guest_carries_on(a, b, good)
+        still_serving(cluster, [a, b])
+        after = footprint(a)
+        assert after.rss_mib < before.rss_mib + RSS_SLACK_MIB and after.fds <= before.fds + 8, (before, after)
+    finally:
+        good.close()
