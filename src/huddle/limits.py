@@ -103,6 +103,15 @@ class PostLimits:
 class NamingLimits:
     """The naming broker client (docs/limits.md, "Naming")."""
 
+    max_peers: int = _doc("peers learned through the brokers that the node remembers (and feeds to the mesh)",
+                          default=1024)
+    peer_expiry: float = _doc("seconds a peer learned through a broker is remembered after its last announcement",
+                              default=30.0)
+    messages_per_second: int = _doc("naming messages handled per second (and at once, after a quiet spell)",
+                                    default=200)
+    max_brokers: int = _doc("broker endpoints welcomes may make the node's naming PUB socket connect to",
+                            default=8)
+
 
 # ------------------------------------------------------------------------- all
 
