@@ -264,6 +264,11 @@ class FakeLocal:
     def used(self) -> int:
         return sum(len(c) for c in self.held.values())
 
+    free_octets: int = 2**62
+
+    def free(self) -> int:
+        return self.free_octets
+
 
 def carried(msg: codec.HydraMessage) -> codec.HydraMessage:
     """``msg`` as the peer gets it: CONTENT in a BULK's head and data, the rest in an addressed message."""

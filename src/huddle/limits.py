@@ -95,6 +95,10 @@ class GuestLimits:
 class PostLimits:
     """Hydra posts (docs/limits.md, "Posts")."""
 
+    max_size: int = _doc("octets of content one post may claim (fetched from a peer, or uploaded)", default=4 * GiB)
+    min_free: int = _doc("octets the disk under the store keeps free beyond what a post being fetched still needs",
+                         default=256 * MiB)
+
 
 # ----------------------------------------------------------------------- naming
 

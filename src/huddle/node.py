@@ -500,7 +500,8 @@ class Node:
 
         settings = PostSettings(policy=Policy.parse(cfg.posts_policy), chunk_size=cfg.posts_chunk,
                                 interval=cfg.posts_interval)
-        self._posts = PostService(self, PostStore(self.data_dir.path), settings, self._publish)
+        self._posts = PostService(self, PostStore(self.data_dir.path), settings, self._publish,
+                                  limits=cfg.limits.posts)
 
     @property
     def posts(self) -> PostService:
