@@ -21,13 +21,13 @@ from pathlib import Path
 import pytest
 from conftest import Cluster, get, http, wait_for
 from hostile_kit import footprint
-from test_posts import FakeLocal
+from test_posts import FakeLocal, FakeSource
 
 from huddle.limits import PostLimits
-from huddle.posts.codec import Fetch, Goodbye, HelloOk, Meta, MetaOk, NextOk, NextOlder
+from huddle.posts.codec import Chunk, Error, Fetch, Goodbye, GoodbyeOk, Hello, HelloOk, Meta, MetaOk, NextEmpty, NextOk, NextOlder
 from huddle.posts.model import Post, PostError, post_id
 from huddle.posts.store import PostStore
-from huddle.posts.sync import HEAD, Client, ClientAction, Discard, Finished, Release, SendMsg
+from huddle.posts.sync import HEAD, Client, ClientAction, Discard, Finished, Release, SendMsg, Server
 
 TS = "2026-01-02T03:04:05Z"
 DIGEST = hashlib.sha1(b"h").hexdigest()
@@ -75,15 +75,34 @@ def test_a_post_that_does_not_fit_on_the_disk_is_passed_over_for_now() -> None:
     actions = offered(client, meta_ok(9 * 2**20 + 1))  # 9 MiB + 1 and 1 MiB to keep free: one octet short
     assert fetches(actions) == [] and client.stats.no_space == 1
     assert isinstance(actions[0], Release)
-    from huddle.posts.codec import NextEmpty
     finished = [a for a in client.receive(NextEmpty(), 0.0) if isinstance(a, SendMsg)]
     assert finished == [SendMsg(Goodbye())]
-    from huddle.posts.codec import GoodbyeOk
     done = [a for a in client.receive(GoodbyeOk(), 0.0) if isinstance(a, Finished)]
     assert done[0].range is None and not done[0].complete  # looked at again by a later session
     # what a partial file already holds is not needed again
     local.parts[Post("huge", TS, "", "application/octet-stream", DIGEST, 0).id] = bytearray(1)
     assert fetches(offered(Client(local, "c", "n", limits=PostLimits(min_free=2**20)), meta_ok(9 * 2**20 + 1)))
+
+
+def test_a_full_store_stops_the_session_before_claiming_a_post() -> None:
+    local = FakeLocal(held={"cd" * 20: b"", "ef" * 20: b""})
+    client = Client(local, "c", "n", limits=PostLimits(max_posts=2))
+    client.start(0.0)
+    client.receive(HelloOk("s", "n"), 0.0)
+    assert client.receive(NextOk("cd" * 20), 0.0) == [SendMsg(NextOlder("cd" * 20))]  # held: passed over
+    assert client.receive(NextOk("ab" * 20), 0.0) == [SendMsg(Goodbye())]  # a new one: no room
+    assert client.stats.store_full == 1 and not local.claimed
+
+
+@pytest.mark.parametrize("octets_msg", [Fetch(1, 0, 0), Chunk(0, 0)])
+def test_a_server_refuses_a_request_for_0_octets(octets_msg: Fetch | Chunk) -> None:
+    src = FakeSource()
+    post = src.add("p", b"content")
+    server = Server(src, "s", "n")
+    server.receive("c", Hello("c", "n"))
+    assert server.receive("c", NextOlder(HEAD)) == NextOk(post.id)
+    reply = server.receive("c", octets_msg)
+    assert isinstance(reply, Error) and reply.status == 400, reply
 
 
 @pytest.mark.parametrize("timestamp", ["2026-13-02T03:04:05Z", "2026-02-30T03:04:05Z", "2026-01-02T25:04:05Z",

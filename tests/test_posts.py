@@ -269,6 +269,9 @@ class FakeLocal:
     def free(self) -> int:
         return self.free_octets
 
+    def count(self) -> int:
+        return len(self.held)
+
 
 def carried(msg: codec.HydraMessage) -> codec.HydraMessage:
     """``msg`` as the peer gets it: CONTENT in a BULK's head and data, the rest in an addressed message."""

@@ -98,6 +98,8 @@ class PostLimits:
     max_size: int = _doc("octets of content one post may claim (fetched from a peer, or uploaded)", default=4 * GiB)
     min_free: int = _doc("octets the disk under the store keeps free beyond what a post being fetched still needs",
                          default=256 * MiB)
+    max_posts: int = _doc("posts the store holds (each a metadata file, a content file and its entry in memory)",
+                          default=100_000)
 
 
 # ----------------------------------------------------------------------- naming

@@ -95,6 +95,7 @@ class PostRefusals(Counters):
     no_space: int = 0  # offered posts passed over for now: less free disk than they need and posts.min-free
     malformed: int = 0  # sync answers out of the protocol or with metadata out of range (session ended)
     uploads_refused: int = 0  # uploads over posts.max-size: 413, nothing kept
+    store_full: int = 0  # fetching sessions stopped: the store holds posts.max-posts posts
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +117,7 @@ class PostService:
         self.limits = limits or PostLimits()
         self.refused = PostRefusals()
         self._warned: dict[str, float] = {}  # what was warned about -> when (rate-limited)
-        self._counted: dict[NodeId, tuple[int, int, int]] = {}  # a session's refusals counted so far
+        self._counted: dict[NodeId, tuple[int, int, int, int]] = {}  # a session's refusals counted so far
         self._publish = publish
         uuid = node.uuid
         assert uuid is not None
@@ -293,10 +294,14 @@ class PostService:
     def _carry_counted(self, peer: NodeId, client: Client, actions: list[ClientAction]) -> None:
         """:meth:`_carry`, counting (and warning about) what the client refused since last counted."""
         s, r = client.stats, self.refused
-        too_large, no_space, malformed = self._counted.get(peer, (0, 0, 0))
-        self._counted[peer] = (s.too_large, s.no_space, s.malformed)
+        too_large, no_space, malformed, full = self._counted.get(peer, (0, 0, 0, 0))
+        self._counted[peer] = (s.too_large, s.no_space, s.malformed, s.store_full)
         self._carry(peer, actions)
         r.too_large += s.too_large - too_large
+        r.store_full += s.store_full - full
+        if s.store_full > full:
+            self.warn("store_full", "not fetching posts from %s: the store holds posts.max-posts (%d)",
+                      peer.short, self.limits.max_posts)
         r.no_space += s.no_space - no_space
         r.malformed += s.malformed - malformed
         if s.too_large > too_large:

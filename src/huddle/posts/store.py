@@ -202,6 +202,9 @@ class PostStore:
     def used(self) -> int:
         return self._used
 
+    def count(self) -> int:
+        return len(self._meta)
+
     def free(self) -> int:
         """Octets free on the disk under the store (for a user without special rights)."""
         st = os.statvfs(self.posts)

@@ -162,6 +162,8 @@ class Server:
                     self.stats.posts_served += 1
                     return MetaOk(post.subject, post.timestamp, post.parent_id, post.digest, post.mime_type,
                                   post.size)
+                if msg.octets == 0:
+                    return Error(400, f"{type(msg).__name__.upper()} of 0 octets")
                 if msg.offset > post.size:
                     return Error(416, f"offset {msg.offset} is past the content's {post.size} octets")
                 cap = self.max_fetch if isinstance(msg, Fetch) else self.max_chunk
@@ -201,6 +203,9 @@ class Local(Protocol):
 
     def free(self) -> int:
         """Octets free on the disk under the store."""
+
+    def count(self) -> int:
+        """Posts held."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,6 +312,7 @@ class ClientStats:
     too_large: int = 0  # posts refused: their metadata claims more than limits.max_size octets
     no_space: int = 0  # posts passed over for now: the disk has less free than they need and limits.min_free
     malformed: int = 0  # answers out of the protocol or with metadata out of range (the session ended)
+    store_full: int = 0  # sessions stopped: the store holds limits.max_posts posts
 
 
 @dataclass(slots=True)
@@ -474,6 +480,11 @@ class Client:
         if self.local.holds(pid):
             self.stats.posts_skipped += 1
             self._passed(pid)
+            return
+        if self.local.count() >= self.limits.max_posts:
+            self.stats.store_full += 1
+            self._dirty = True  # look again when there is room
+            self._goodbye()
             return
         if not self.local.claim(pid):
             self._dirty = True  # another session is fetching it; look again next time
