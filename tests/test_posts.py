@@ -264,6 +264,14 @@ class FakeLocal:
     def used(self) -> int:
         return sum(len(c) for c in self.held.values())
 
+    free_octets: int = 2**62
+
+    def free(self) -> int:
+        return self.free_octets
+
+    def count(self) -> int:
+        return len(self.held)
+
 
 def carried(msg: codec.HydraMessage) -> codec.HydraMessage:
     """``msg`` as the peer gets it: CONTENT in a BULK's head and data, the rest in an addressed message."""

@@ -110,6 +110,12 @@ class GuestLimits:
 class PostLimits:
     """Hydra posts (docs/limits.md, "Posts")."""
 
+    max_size: int = _doc("octets of content one post may claim (fetched from a peer, or uploaded)", default=4 * GiB)
+    min_free: int = _doc("octets the disk under the store keeps free beyond what a post being fetched still needs",
+                         default=256 * MiB)
+    max_posts: int = _doc("posts the store holds (each a metadata file, a content file and its entry in memory)",
+                          default=100_000)
+
 
 # ----------------------------------------------------------------------- naming
 
@@ -117,6 +123,15 @@ class PostLimits:
 @dataclass(frozen=True)
 class NamingLimits:
     """The naming broker client (docs/limits.md, "Naming")."""
+
+    max_peers: int = _doc("peers learned through the brokers that the node remembers (and feeds to the mesh)",
+                          default=1024)
+    peer_expiry: float = _doc("seconds a peer learned through a broker is remembered after its last announcement",
+                              default=30.0)
+    messages_per_second: int = _doc("naming messages handled per second (and at once, after a quiet spell)",
+                                    default=200)
+    max_brokers: int = _doc("broker endpoints welcomes may make the node's naming PUB socket connect to",
+                            default=8)
 
 
 # ------------------------------------------------------------------------- all

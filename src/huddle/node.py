@@ -186,7 +186,7 @@ class Node:
         if self._mdns is not None:
             stats["mdns"] = dict(self._mdns.stats)
         if self._naming is not None:
-            stats["naming"] = dict(self._naming.stats)
+            stats["naming"] = self._naming.stats.as_dict()
         if mesh.delivery is not None:
             stats["delivery"] = mesh.delivery.stats.as_dict()
         return {
@@ -442,6 +442,7 @@ class Node:
                 naming = NamingClient(
                     uuid=uuid, name=cfg.name, group=cfg.group, endpoint=endpoint, brokers=cfg.naming,
                     interval=cfg.naming_interval, timeout=cfg.naming_timeout, on_peer=self._discovered,
+                    limits=cfg.limits.naming,
                 )
                 await naming.start()  # closes itself if no broker answers
                 self._naming = naming
@@ -499,7 +500,8 @@ class Node:
 
         settings = PostSettings(policy=Policy.parse(cfg.posts_policy), chunk_size=cfg.posts_chunk,
                                 interval=cfg.posts_interval)
-        self._posts = PostService(self, PostStore(self.data_dir.path), settings, self._publish)
+        self._posts = PostService(self, PostStore(self.data_dir.path), settings, self._publish,
+                                  limits=cfg.limits.posts)
 
     @property
     def posts(self) -> PostService:

@@ -45,6 +45,14 @@ def _cannot_store(exc: OSError) -> web.Response:
     return _error(507, f"cannot store the content on this node: {exc.strerror or exc}; no post was added")
 
 
+def _too_large(service: PostService, size: int) -> web.Response:
+    service.refused.uploads_refused += 1
+    service.warn("upload", "refusing an upload of %d octets or more: posts.max-size is %d", size,
+                 service.limits.max_size)
+    return _error(413, f"the content is over this node's posts.max-size ({service.limits.max_size} octets); "
+                       "no post was added")
+
+
 async def _post_post(request: web.Request) -> web.Response:
     from .http import NODE_KEY
 
@@ -68,12 +76,18 @@ async def _post_post(request: web.Request) -> web.Response:
     mime = q.get("mime") or request.headers.get("Content-Type") or "application/octet-stream"
     if len(mime) > MAX_MIME:
         return _error(400, "MIME type too long")
+    max_size = service.limits.max_size
+    if request.content_length is not None and request.content_length > max_size:
+        return _too_large(service, request.content_length)
     try:
         upload = service.store.upload()
     except OSError as exc:
         return _cannot_store(exc)
     try:
         async for block in request.content.iter_chunked(UPLOAD_BLOCK):
+            if upload.size + len(block) > max_size:  # no Content-Length, or it was not the truth
+                upload.abort()
+                return _too_large(service, upload.size + len(block))
             upload.write(block)
     except OSError as exc:  # the disk is full or failing
         upload.abort()

@@ -33,6 +33,15 @@ def is_post_id(text: str) -> bool:
     return bool(_HEX40.match(text))
 
 
+def _real_time(timestamp: str) -> bool:
+    """A date and time that exist (no month 13, no 25:61)."""
+    try:
+        datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ")
+    except ValueError:
+        return False
+    return True
+
+
 def now_timestamp(now: float) -> str:
     """``now`` (seconds since the epoch) as ``yyyy-mm-ddThh:mm:ssZ``."""
     return datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -65,7 +74,7 @@ class Post:
     def __post_init__(self) -> None:
         if len(self.subject.encode("utf-8", "surrogatepass")) > MAX_SUBJECT:
             raise PostError(f"subject longer than {MAX_SUBJECT} octets")
-        if not _TIMESTAMP.match(self.timestamp):
+        if not _TIMESTAMP.match(self.timestamp) or not _real_time(self.timestamp):
             raise PostError(f"timestamp {self.timestamp!r} is not ISO 8601 UTC (yyyy-mm-ddThh:mm:ssZ)")
         if self.parent_id and not is_post_id(self.parent_id):
             raise PostError(f"parent id {self.parent_id!r} is not a post id (40 lowercase hex digits)")

@@ -32,8 +32,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import DecodeError, HuddleError
 from ..ids import NodeId
+from ..limits import PostLimits
 from ..protocol.delivery import BufferFull
-from ..protocol.events import BulkReceived, Event, MessageReceived, PeerJoined, PeerLeft, PostAdded
+from ..protocol.events import BulkReceived, Counters, Event, MessageReceived, PeerJoined, PeerLeft, PostAdded
 from .codec import (
     CLIENT_COMMANDS,
     MAX_FETCH,
@@ -56,6 +57,7 @@ from .sync import (
     Client,
     ClientAction,
     Complete,
+    Discard,
     Finished,
     Policy,
     Release,
@@ -67,7 +69,7 @@ from .sync import (
 if TYPE_CHECKING:
     from ..node import Node
 
-__all__ = ["MAX_HELD", "MAX_OUT", "MAX_QUEUED_CONTENT", "PostService", "PostSettings"]
+__all__ = ["MAX_HELD", "MAX_OUT", "MAX_QUEUED_CONTENT", "PostRefusals", "PostService", "PostSettings"]
 
 log = logging.getLogger("huddle.posts")
 
@@ -82,6 +84,20 @@ MAX_OUT = 4096
 MAX_HELD = 64
 
 
+LOG_EVERY = 60.0  # seconds between two warnings about refused posts
+
+
+@dataclass(slots=True)
+class PostRefusals(Counters):
+    """What the limits refused (docs/limits.md, "Posts")."""
+
+    too_large: int = 0  # offered posts claiming more than posts.max-size octets: nothing written
+    no_space: int = 0  # offered posts passed over for now: less free disk than they need and posts.min-free
+    malformed: int = 0  # sync answers out of the protocol or with metadata out of range (session ended)
+    uploads_refused: int = 0  # uploads over posts.max-size: 413, nothing kept
+    store_full: int = 0  # fetching sessions stopped: the store holds posts.max-posts posts
+
+
 @dataclass(frozen=True, slots=True)
 class PostSettings:
     policy: Policy = field(default_factory=Policy)
@@ -94,10 +110,14 @@ class PostSettings:
 
 class PostService:
     def __init__(self, node: Node, store: PostStore, settings: PostSettings,
-                 publish: Callable[[Event], None]) -> None:
+                 publish: Callable[[Event], None], limits: PostLimits | None = None) -> None:
         self.node = node
         self.store = store
         self.settings = settings
+        self.limits = limits or PostLimits()
+        self.refused = PostRefusals()
+        self._warned: dict[str, float] = {}  # what was warned about -> when (rate-limited)
+        self._counted: dict[NodeId, tuple[int, int, int, int]] = {}  # a session's refusals counted so far
         self._publish = publish
         uuid = node.uuid
         assert uuid is not None
@@ -161,7 +181,7 @@ class PostService:
             return
         client = self.clients.get(peer)
         if client is not None:
-            self._carry(peer, client.receive(msg, time.monotonic()))
+            self._carry_counted(peer, client, client.receive(msg, time.monotonic()))
 
     def _on_bulk(self, peer: NodeId, head: bytes, data: bytes | memoryview) -> None:
         try:
@@ -175,7 +195,7 @@ class PostService:
             self.stats["bulk_refused"] += 1
             return
         stale, retries = client.stats.stale, client.stats.retries
-        self._carry(peer, client.receive(msg, time.monotonic()))
+        self._carry_counted(peer, client, client.receive(msg, time.monotonic()))
         self.stats["bulk_refused"] += client.stats.stale - stale
         self.stats["retries"] += client.stats.retries - retries
 
@@ -243,7 +263,7 @@ class PostService:
                 client = self.clients.get(peer)
                 if client is not None:
                     retries = client.stats.retries
-                    self._carry(peer, client.tick(now))
+                    self._carry_counted(peer, client, client.tick(now))
                     self.stats["retries"] += client.stats.retries - retries
                 elif peer in self._wanted and now >= self._wanted[peer]:
                     self._start(peer, now)
@@ -258,10 +278,39 @@ class PostService:
         s = self.settings
         client = Client(self.store, str(uuid), self.node.config.name, range=self.store.load_range(str(peer)),
                         policy=s.policy, chunk_size=s.chunk_size, window=s.window, timeout=s.timeout,
-                        retry_after=s.retry_after, tokens=self._tokens)
+                        retry_after=s.retry_after, tokens=self._tokens, limits=self.limits)
         self.clients[peer] = client
+        self._counted.pop(peer, None)
         self.stats["sessions"] += 1
         self._carry(peer, client.start(now))
+
+    def warn(self, what: str, text: str, *args: object) -> None:
+        """Log ``text`` at most once per LOG_EVERY seconds for each ``what`` (refusals: never per message)."""
+        now = time.monotonic()
+        if now - self._warned.get(what, -LOG_EVERY) >= LOG_EVERY:
+            self._warned[what] = now
+            log.warning(text, *args)
+
+    def _carry_counted(self, peer: NodeId, client: Client, actions: list[ClientAction]) -> None:
+        """:meth:`_carry`, counting (and warning about) what the client refused since last counted."""
+        s, r = client.stats, self.refused
+        too_large, no_space, malformed, full = self._counted.get(peer, (0, 0, 0, 0))
+        self._counted[peer] = (s.too_large, s.no_space, s.malformed, s.store_full)
+        self._carry(peer, actions)
+        r.too_large += s.too_large - too_large
+        r.store_full += s.store_full - full
+        if s.store_full > full:
+            self.warn("store_full", "not fetching posts from %s: the store holds posts.max-posts (%d)",
+                      peer.short, self.limits.max_posts)
+        r.no_space += s.no_space - no_space
+        r.malformed += s.malformed - malformed
+        if s.too_large > too_large:
+            self.warn("too_large", "refusing posts from %s that claim more than posts.max-size (%d octets); "
+                      "%d refused so far", peer.short, self.limits.max_size, r.too_large)
+        if s.no_space > no_space:
+            self.warn("no_space", "not fetching posts from %s: the disk has less free than they need and "
+                      "posts.min-free (%d octets); %d passed over so far", peer.short, self.limits.min_free,
+                      r.no_space)
 
     def _carry(self, peer: NodeId, actions: list[ClientAction]) -> None:
         for a in actions:
@@ -290,6 +339,8 @@ class PostService:
             self._complete(peer, a.post)
         elif isinstance(a, Release):
             self.store.release(a.pid)
+        elif isinstance(a, Discard):
+            self.store.discard(a.pid)
         elif isinstance(a, Finished):
             self.clients.pop(peer, None)
             if a.reason != "done":
@@ -360,7 +411,7 @@ class PostService:
 
     def describe(self) -> dict[str, Any]:
         return {"posts": len(self.store), "octets": self.store.used(), "sessions_running": len(self.clients),
-                **self.stats, "server": asdict(self.server.stats)}
+                **self.stats, **self.refused.as_dict(), "server": asdict(self.server.stats)}
 
     def close(self) -> None:
         for task in [*self._pumps.values(), *self._checks]:

@@ -202,6 +202,14 @@ class PostStore:
     def used(self) -> int:
         return self._used
 
+    def count(self) -> int:
+        return len(self._meta)
+
+    def free(self) -> int:
+        """Octets free on the disk under the store (for a user without special rights)."""
+        st = os.statvfs(self.posts)
+        return st.f_bavail * st.f_frsize
+
     def newest_first(self, limit: int | None = None) -> list[Post]:
         """By creation timestamp, newest first (ties: the later arrival here first).  The sync
         uses the arrival order instead, which differs: a fetcher gets the newest posts first."""
@@ -365,6 +373,11 @@ class PostStore:
         part = self._parts.pop(pid, None)
         if part is not None:
             os.close(part.fd)
+
+    def discard(self, pid: str) -> None:
+        """Release ``pid`` and remove its partial file: a post refused for good."""
+        self.release(pid)
+        (self.posts / f"{pid}.part").unlink(missing_ok=True)
 
     def partial(self, pid: str) -> int:
         try:

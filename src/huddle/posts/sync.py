@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..errors import RemoteProtocolError
+from ..limits import PostLimits
 from .codec import (
     MAX_CHUNK,
     MAX_FETCH,
@@ -55,7 +56,7 @@ from .codec import (
 from .model import Post, PostError, is_post_id
 
 __all__ = [
-    "Client", "ClientAction", "Complete", "Finished", "Local", "Policy", "Range", "Release", "SendMsg",
+    "Client", "ClientAction", "Complete", "Discard", "Finished", "Local", "Policy", "Range", "Release", "SendMsg",
     "Server", "Source", "UnknownPost", "WriteChunk",
 ]
 
@@ -161,6 +162,8 @@ class Server:
                     self.stats.posts_served += 1
                     return MetaOk(post.subject, post.timestamp, post.parent_id, post.digest, post.mime_type,
                                   post.size)
+                if msg.octets == 0:
+                    return Error(400, f"{type(msg).__name__.upper()} of 0 octets")
                 if msg.offset > post.size:
                     return Error(416, f"offset {msg.offset} is past the content's {post.size} octets")
                 cap = self.max_fetch if isinstance(msg, Fetch) else self.max_chunk
@@ -197,6 +200,12 @@ class Local(Protocol):
 
     def used(self) -> int:
         """Octets of content held (for a size budget)."""
+
+    def free(self) -> int:
+        """Octets free on the disk under the store."""
+
+    def count(self) -> int:
+        """Posts held."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,6 +271,14 @@ class Release:
 
 
 @dataclass(frozen=True, slots=True)
+class Discard:
+    """Give up ``pid`` for good (refused: it claims more than the limits allow) and remove any
+    partial file of it."""
+
+    pid: str
+
+
+@dataclass(frozen=True, slots=True)
 class Finished:
     """The session is over: ``range`` to keep for this server (None: forget it); ``complete``
     when it went through every post it was offered (else another session should follow)."""
@@ -271,7 +288,7 @@ class Finished:
     complete: bool = False
 
 
-ClientAction = SendMsg | WriteChunk | Complete | Release | Finished
+ClientAction = SendMsg | WriteChunk | Complete | Release | Discard | Finished
 
 
 class _State(enum.Enum):
@@ -292,6 +309,10 @@ class ClientStats:
     octets_fetched: int = 0
     stale: int = 0  # messages passed over while waiting for HELLO-OK, and CONTENTs refused (no FETCH in flight)
     retries: int = 0  # content asked for again (stopped coming, or one was lost)
+    too_large: int = 0  # posts refused: their metadata claims more than limits.max_size octets
+    no_space: int = 0  # posts passed over for now: the disk has less free than they need and limits.min_free
+    malformed: int = 0  # answers out of the protocol or with metadata out of range (the session ended)
+    store_full: int = 0  # sessions stopped: the store holds limits.max_posts posts
 
 
 @dataclass(slots=True)
@@ -308,6 +329,7 @@ class Client:
     timeout: float = 30.0  # no reply (in CHUNKS: no content) for this long ends the session
     retry_after: float = 5.0  # no content for this long: ask again from where the file stops
     tokens: Iterator[int] = field(default_factory=lambda: itertools.count(1))  # FETCH tokens, unique per node
+    limits: PostLimits = field(default_factory=PostLimits)
     state: _State = _State.IDLE
     stats: ClientStats = field(default_factory=ClientStats)
     _cursor: str = HEAD
@@ -382,6 +404,7 @@ class Client:
         try:
             self._receive(msg)
         except (RemoteProtocolError, PostError) as exc:
+            self.stats.malformed += 1
             self._send(Goodbye())
             self._finish(f"bad answer from the server: {exc}", failed=True)
         return self._take()
@@ -458,6 +481,11 @@ class Client:
             self.stats.posts_skipped += 1
             self._passed(pid)
             return
+        if self.local.count() >= self.limits.max_posts:
+            self.stats.store_full += 1
+            self._dirty = True  # look again when there is room
+            self._goodbye()
+            return
         if not self.local.claim(pid):
             self._dirty = True  # another session is fetching it; look again next time
             self._passed(pid)
@@ -473,15 +501,29 @@ class Client:
         if post.id != pid:
             self._actions.append(Release(pid))
             raise RemoteProtocolError(f"META-OK of {pid} has metadata whose id is {post.id}")
+        if post.size > self.limits.max_size:
+            # Refused before anything is written, for good (the range covers it); a partial
+            # file of it (from before the limit was lowered) is removed.
+            self.stats.too_large += 1
+            self._actions.append(Discard(pid))
+            self._passed(pid)
+            return
         if self.policy.mode == "budget" and self.local.used() + post.size > self.policy.limit:
             # Over the budget: passed over for good (the range covers it), not retried.
             self._actions.append(Release(pid))
             self._passed(pid)
             return
-        self._post = post
         start = self.local.partial(pid)
         if start > post.size:
             start = 0
+        if self.local.free() < post.size - start + self.limits.min_free:
+            # Not now: the disk may have room later, so the range is not saved (looked at again).
+            self.stats.no_space += 1
+            self._dirty = True
+            self._actions.append(Release(pid))
+            self._passed(pid)
+            return
+        self._post = post
         self._written = self._next_request = start
         self._asked.clear()
         if start == post.size:
