@@ -11,6 +11,7 @@ from huddle import NodeId
 from huddle.limits import MeshLimits
 from huddle.protocol import Connect, Mesh, Notify, PeerLeft
 from huddle.protocol.events import ChatReceived, PeerExcluded
+from huddle.transport.zmq_transport import ZmqTransport
 from huddle.wire import Bout, Chat, Gbye, Helo, Peer, encode
 
 GROUP = "g"
@@ -185,3 +186,15 @@ def test_without_a_source_address_nothing_is_checked() -> None:
     mesh.take_actions()
     mesh.receive(encode(Chat(bob, text="hi")), 0.5)
     assert len(events(mesh, ChatReceived)) == 1 and mesh.stats.foreign_frames == 0
+
+
+def test_the_transport_reports_a_connection_it_cannot_open_instead_of_raising() -> None:
+    failed: list[int] = []
+    transport = ZmqTransport(NodeId(os.urandom(16)), on_frames=lambda batch, sources: None,
+                             on_connect_failed=failed.append)
+    try:
+        assert transport.connect(7, "tcp://not an endpoint") is False
+        assert failed == [7] and transport.connect_failed == 1
+        assert 7 not in transport.conns and transport.send(7, [b"BEAT", b""]) is False
+    finally:
+        transport.close()
