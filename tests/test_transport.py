@@ -14,7 +14,7 @@ MiB = 1024 * 1024
 
 
 def test_large_frames_a_peer_does_not_read_are_counted_until_written() -> None:
-    transport = ZmqTransport(NodeId(os.urandom(16)), on_frames=lambda batch: None)
+    transport = ZmqTransport(NodeId(os.urandom(16)), on_frames=lambda batch, sources: None)
     ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     inbox = ctx.socket(zmq.ROUTER)
     inbox.setsockopt(zmq.RCVHWM, 1)  # a peer that stops reading: ZeroMQ takes one message, the kernel a little
@@ -52,7 +52,7 @@ def test_large_frames_a_peer_does_not_read_are_counted_until_written() -> None:
 def test_trackers_of_written_frames_are_not_kept_when_nobody_asks() -> None:
     """Large frames that are not content (big log batches) go out on connections whose count
     nobody asks for: the trackers of frames already written do not pile up (nor their data)."""
-    transport = ZmqTransport(NodeId(os.urandom(16)), on_frames=lambda batch: None)
+    transport = ZmqTransport(NodeId(os.urandom(16)), on_frames=lambda batch, sources: None)
     ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     inbox = ctx.socket(zmq.ROUTER)
     inbox.setsockopt(zmq.LINGER, 0)

@@ -61,6 +61,22 @@ class MeshLimits:
                                     default=8 * MiB)
     receive_hwm: int = _doc("messages ZeroMQ queues per incoming connection before it stops reading it",
                             default=1000)
+    max_sessions: int = _doc("sessions with peers in any phase (each holds one outgoing connection)",
+                             default=250)
+    max_handshaking: int = _doc("sessions not yet admitted (dialled, or answering a HELO), in total",
+                                default=64)
+    max_handshaking_per_introducer: int = _doc(
+        "sessions not yet admitted opened on one peer's PEER introductions, or on HELOs from one address",
+        default=8)
+    introduction_backoff: float = _doc(
+        "seconds a node introduced by PEER whose handshake failed is not dialled again on a PEER",
+        default=30.0)
+    peer_gone_after_max: float = _doc(
+        "seconds of silence a peer's announced beat x (lost + 1) may buy it before it counts as gone",
+        default=60.0)
+    max_blamed_addresses: int = _doc(
+        "source addresses whose frames under another connection's UUID are counted one by one",
+        default=256)
 
 
 # ------------------------------------------------------------------ the audit log

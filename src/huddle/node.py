@@ -181,6 +181,7 @@ class Node:
         stats: dict[str, Any] = dict(mesh.stats.as_dict())
         if self._transport is not None:
             stats["send_dropped"] = self._transport.send_dropped
+        stats["foreign_by_address"] = dict(mesh.blamed)
         if self._beacon is not None:
             stats["beacons"] = dict(self._beacon.stats)
         if self._mdns is not None:
@@ -392,7 +393,8 @@ class Node:
     async def _run(self, cfg: NodeConfig, on_ready: Callable[[Node], None] | None) -> None:
         self.uuid = uuid = self.data_dir.node_id()
         self.interface = iface = resolve_interface(cfg.interface)
-        transport = ZmqTransport(uuid, on_frames=self._on_frames, on_stalled=self._on_stalled)
+        transport = ZmqTransport(uuid, on_frames=self._on_frames, on_stalled=self._on_stalled,
+                                 on_connect_failed=self._on_connect_failed, limits=cfg.limits.mesh)
         self._transport = transport
         api_runner = None
         try:
@@ -406,6 +408,7 @@ class Node:
                 uuid, name=cfg.name, group=cfg.group, endpoint=endpoint,
                 incarnation=os.urandom(8).hex(), now=self.local_now(), timing=cfg.timing(),
                 excluded=self.data_dir.excluded(), node_type=self.node_type.name, rate=self.node_type.send_rate,
+                limits=cfg.limits.mesh,
             )
             self._mesh.conn_counters = transport.counters
             self._store = SqliteStore(self.data_dir.path / "log.sqlite", cfg.group)
@@ -609,14 +612,19 @@ class Node:
 
     # ---------------------------------------------------------------- wiring
 
-    def _on_frames(self, batch: list[list[bytes]]) -> None:
+    def _on_frames(self, batch: list[list[bytes]], sources: list[str]) -> None:
         mesh = self._mesh
         if mesh is None:
             return
         now = self.local_now()
-        for frames in batch:
-            mesh.receive(frames, now)
+        for frames, source in zip(batch, sources, strict=True):
+            mesh.receive(frames, now, source)
         self._execute()
+
+    def _on_connect_failed(self, conn: int) -> None:
+        if self._mesh is not None:
+            self._mesh.connect_failed(conn, self.local_now())
+            self._execute()
 
     def _on_stalled(self, conn: int) -> None:
         if self._mesh is not None:

@@ -25,6 +25,7 @@ from typing import Final
 
 from ..errors import DecodeError, LocalProtocolError
 from ..ids import NodeId
+from ..limits import MeshLimits
 from ..wire import (
     MAX_BODY,
     PROTOCOL_VERSION,
@@ -133,6 +134,8 @@ class _Session:
     gone_after: float = 5.0
     node_type: str = ""
     rate: int = 0  # octets per second it accepts of addressed messages (0: no limit)
+    source: str = ""  # the address its HELO came from ("" not yet known): its frames must come from there
+    opened_by: str = ""  # "peer:<uuid>" (a PEER) or "addr:<ip>" (a HELO): whose handshake quota it uses
 
     @property
     def admitted(self) -> bool:
@@ -175,7 +178,10 @@ class Stats(Counters):
     stale_time_replies: int = 0
     reports_received: int = 0
     reports_relayed: int = 0
-
+    helos_refused: int = 0  # HELOs that would have opened a session past max-sessions / max-handshaking
+    introductions_refused: int = 0  # PEERs and discoveries not dialled: caps, back-off, introducer not ALIVE
+    connect_failed: int = 0  # outgoing connections the driver could not open (EMFILE, ...)
+    foreign_frames: int = 0  # frames under a session's UUID from another address than the session's
 
 
 @dataclass(slots=True)
@@ -206,8 +212,10 @@ class Mesh:
         node_type: str = "standard",
         rate: int = 0,
         picture: PictureTiming | None = None,
+        limits: MeshLimits | None = None,
     ) -> None:
         self.timing: Final = timing or Timing()
+        self.limits: Final = limits or MeshLimits()
         self.beat: Final = self.timing.heartbeat_interval
         # The heartbeats we allow to be lost, as we announce it: peers then wait
         # beat * (lost + 1) before they count us gone (our gone_after).
@@ -245,6 +253,10 @@ class Mesh:
         self.conn_counters: Callable[[int], tuple[int, int]] | None = None  # the driver's (messages, octets) sent on a conn
         self.cut_off = False  # had peers and lost the last one
         self._had_peers = False
+        # Frames under a session's UUID from another address: counted per address (the
+        # oldest address forgotten past max-blamed-addresses), never against the session.
+        self.blamed: dict[str, int] = {}
+        self._intro_backoff: dict[NodeId, float] = {}  # introduced nodes whose handshake failed -> until
 
     # ------------------------------------------------------------------ queries
 
@@ -301,7 +313,26 @@ class Mesh:
             return
         if self._endpoint_known(endpoint):
             return
+        if not self._room(""):
+            self._refused_intro("a discovered node")
+            return
         self._open(uuid, endpoint, now, introducer=None)
+
+    def connect_failed(self, conn: int, now: float) -> None:
+        """The driver could not open connection ``conn`` (out of descriptors, or any
+        other error): whatever used it fails as if its peer never answered."""
+        self.stats.connect_failed += 1
+        for s in [x for x in self._sessions.values() if x.conn == conn]:
+            if s.admitted:
+                self._end(s, "connection failed", now)
+            else:
+                self._actions.append(Disconnect(conn))
+                self._forget(s)
+                if s.opened_by.startswith("peer:"):
+                    self._back_off(s.uuid, now)
+        for seed in self._seeds.values():
+            if seed.conn == conn:
+                seed.conn = None  # dialled afresh at its next try (it keeps its back-off)
 
     def not_responding(self, conn: int, now: float) -> None:
         """The driver could not queue another message on ``conn``: its send
@@ -354,16 +385,22 @@ class Mesh:
 
     # ----------------------------------------------------------------- receive
 
-    def receive(self, frames: list[bytes], now: float) -> bool:
+    def receive(self, frames: list[bytes], now: float, source: str = "") -> bool:
         """Handle the frames of one message from the ROUTER.  True if it was
-        accepted, False if it was dropped (and counted)."""
+        accepted, False if it was dropped (and counted).
+
+        ``source`` is the address the message came from ("" if the driver cannot
+        tell: then no address is checked).  A session is bound to the address of
+        the HELO that opened it; a message under its UUID from another address is
+        dropped and counted against that address (``blamed``), never against the
+        session, except a HELO once the session is SUSPECT (the peer moved)."""
         self.stats.received += 1
         if len(frames) == 3 and frames[1] == b"CHAT" and not self._closed:
             # Fast path for the most frequent message: an admitted peer's CHAT
             # needs no more checking than the full decoder would do.
             s = self._sessions.get(frames[0])  # type: ignore[call-overload]
             body = frames[2]
-            if s is not None and s.admitted and len(body) <= MAX_BODY:
+            if s is not None and s.admitted and len(body) <= MAX_BODY and (s.source == source or not source):
                 try:
                     text = body.decode("utf-8")
                 except UnicodeDecodeError:
@@ -380,23 +417,31 @@ class Mesh:
             self.stats.decode_errors += 1
             limit = self.timing.exclude_after_errors
             s = self._sessions.get(frames[0]) if frames and isinstance(frames[0], bytes) else None  # type: ignore[call-overload]
-            if s is not None and s.admitted and limit:
+            if s is not None and source and s.source and s.source != source:
+                self._blame(source)  # not the session's connection: never towards its exclusion
+            elif s is not None and s.admitted and limit:
                 s.errors += 1
                 if s.errors >= limit:
                     self.exclude(s.uuid, f"{s.errors} undecodable messages", now)
             if self.stats.decode_errors <= 10 or self.stats.decode_errors % 10000 == 0:
                 log.warning("dropped undecodable message (%d so far): %s", self.stats.decode_errors, exc)
             return False
+        if source:
+            s = self._sessions.get(msg.sender)
+            if (s is not None and s.source and s.source != source
+                    and not (isinstance(msg, Helo) and s.phase is Phase.SUSPECT)):
+                self._blame(source)
+                return False
         if msg.sender in self._counts:
             self._counts[msg.sender][1] += len(frames[2]) if len(frames) == 3 else len(frames[2]) + len(frames[3])
-        return self.handle(msg, now)
+        return self.handle(msg, now, source)
 
-    def handle(self, msg: Message, now: float) -> bool:
-        """Handle a decoded message.  True if it was accepted."""
+    def handle(self, msg: Message, now: float, source: str = "") -> bool:
+        """Handle a decoded message (from ``source``, "" if unknown).  True if it was accepted."""
         if self._closed:
             return False
         if isinstance(msg, Helo):
-            return self._on_helo(msg, now)
+            return self._on_helo(msg, now, source)
         if isinstance(msg, Gbye):
             return self._on_gbye(msg, now)
         s = self._sessions.get(msg.sender)
@@ -413,6 +458,7 @@ class Mesh:
             # Before its BOUT, nothing else counts (not even as a sign of life).
             self.stats.dropped_unintroduced += 1
             return False
+        was_suspect = s.phase is Phase.SUSPECT
         self._heard(s, now)
         if isinstance(msg, Beat):
             return True
@@ -421,7 +467,7 @@ class Mesh:
             self._notify(ChatReceived(s.uuid, s.name, msg.text, self.mesh_time(now)))
             return True
         if isinstance(msg, Peer):
-            self._on_peer(s, msg, now)
+            self._on_peer(s, msg, now, live=not was_suspect)
             return True
         if isinstance(msg, Raws):
             self._on_raws(s, msg, now)
@@ -447,7 +493,7 @@ class Mesh:
         self.replication.on_gsip(s.uuid, msg, now)
         return True
 
-    def _on_helo(self, m: Helo, now: float) -> bool:
+    def _on_helo(self, m: Helo, now: float, source: str = "") -> bool:
         if m.sender == self.uuid:
             # We dialled ourselves (a seed that is another name for our own
             # endpoint).  Which seed cannot be told; it is retried with backoff.
@@ -471,7 +517,16 @@ class Mesh:
         if s is None:
             conn = self._adopt_seed_conn(m.sender, m.endpoint)
             if conn is None:
+                key = f"addr:{source}" if source else ""
+                if not self._room(key):
+                    self.stats.helos_refused += 1
+                    n = self.stats.helos_refused
+                    if n == 1 or n % 1000 == 0:
+                        log.warning("HELO from %s at %s not answered: too many sessions (%d refused so far)",
+                                    m.sender.short, source or "?", n)
+                    return False
                 s = self._open(m.sender, m.endpoint, now, introducer=None, send_helo=False)
+                s.opened_by = key
             else:
                 s = self._new_session(m.sender, conn, m.endpoint, now, introducer=None)
                 s.seed = m.endpoint
@@ -489,9 +544,12 @@ class Mesh:
         s.helo_peers = m.peers
         s.node_type = m.node_type
         s.rate = m.rate
+        if source:
+            s.source = source
         if m.beat:
-            # Its node type says how often it beats and how many beats may be lost.
-            s.gone_after = max(0.2, m.beat * (m.lost + 1))
+            # Its node type says how often it beats and how many beats may be lost
+            # (clamped: a HELO must not keep a silent ghost for long).
+            s.gone_after = min(self.limits.peer_gone_after_max, max(0.2, m.beat * (m.lost + 1)))
             s.suspect_after = s.gone_after / 2
         self._heard(s, now)
         if s.phase is Phase.CONNECTING:
@@ -536,12 +594,19 @@ class Mesh:
         self._notify(PeerRefused(s.uuid, s.endpoint, reason, False, self.mesh_time(now)))
         return True
 
-    def _on_peer(self, s: _Session, m: Peer, now: float) -> None:
+    def _on_peer(self, s: _Session, m: Peer, now: float, live: bool) -> None:
         if m.peer == self.uuid or m.peer in self._sessions or m.peer in self._refused or m.peer in self.excluded:
             return
         if m.endpoint == self.endpoint or self._endpoint_known(m.endpoint):
             return
-        self._open(m.peer, m.endpoint, now, introducer=s.uuid)
+        # Dial only what we would keep: for a live introducer, within the handshake
+        # quotas, and not a node whose introduced handshake failed lately.
+        key = f"peer:{s.uuid}"
+        until = self._intro_backoff.get(m.peer)
+        if not live or (until is not None and until > now) or not self._room(key):
+            self._refused_intro(f"a PEER from {s.uuid.short}")
+            return
+        self._open(m.peer, m.endpoint, now, introducer=s.uuid).opened_by = key
 
     def _on_time(self, s: _Session, m: Time, now: float) -> bool:
         if m.t1 is None:
@@ -581,6 +646,8 @@ class Mesh:
             elif now - s.created >= t.handshake_timeout and silence >= t.handshake_timeout:
                 self._actions.append(Disconnect(s.conn))
                 self._forget(s)
+                if s.opened_by.startswith("peer:"):
+                    self._back_off(s.uuid, now)
         for seed in self._seeds.values():
             if seed.conn is not None and seed.peer is None and now - seed.opened >= t.handshake_timeout:
                 # No answer: drop the queued HELO; the next retry dials afresh.
@@ -837,6 +904,51 @@ class Mesh:
 
     def _endpoint_known(self, endpoint: str) -> bool:
         return any(s.endpoint == endpoint for s in self._sessions.values())
+
+    # bounds --------------------------------------------------------------------
+
+    def _room(self, key: str) -> bool:
+        """Whether one more session may open: below max-sessions, and, as it starts
+        unadmitted, below max-handshaking in total and (``key`` not "") for ``key``."""
+        lim = self.limits
+        if len(self._sessions) >= lim.max_sessions:
+            return False
+        pending = mine = 0
+        for x in self._sessions.values():
+            if not x.admitted:
+                pending += 1
+                if key and x.opened_by == key:
+                    mine += 1
+        return pending < lim.max_handshaking and (not key or mine < lim.max_handshaking_per_introducer)
+
+    def _refused_intro(self, what: str) -> None:
+        self.stats.introductions_refused += 1
+        n = self.stats.introductions_refused
+        if n == 1 or n % 1000 == 0:
+            log.warning("not dialling %s: introducer not alive, node backed off, or too many sessions"
+                        " (%d so far)", what, n)
+
+    def _back_off(self, uuid: NodeId, now: float) -> None:
+        """An introduced node failed its handshake: PEERs naming it are ignored for a while."""
+        table = self._intro_backoff
+        table.pop(uuid, None)
+        while table and len(table) >= 4 * max(1, self.limits.max_sessions):
+            del table[next(iter(table))]  # the oldest entry
+        table[uuid] = now + self.limits.introduction_backoff
+
+    def _blame(self, source: str) -> None:
+        """A message under a session's UUID came from another address than the session's."""
+        self.stats.foreign_frames += 1
+        blamed = self.blamed
+        n = blamed.pop(source, 0) + 1  # re-inserted last: the most recent address
+        if n == 1:
+            while blamed and len(blamed) >= self.limits.max_blamed_addresses:
+                del blamed[next(iter(blamed))]
+        if self.limits.max_blamed_addresses:
+            blamed[source] = n
+        total = self.stats.foreign_frames
+        if total == 1 or total % 10_000 == 0:
+            log.warning("dropped a message from %s under another connection's UUID (%d so far)", source, total)
 
     # seeds -------------------------------------------------------------------
 

@@ -8,6 +8,19 @@ messages to it are dropped and counted, and the other peers are unaffected.
 
 Frames after a message's third (a BULK's data: docs/protocol.md 2.2) are
 received without a copy, as a memoryview on ZeroMQ's own buffer.
+
+Receiving is bounded in bytes as well as messages: ZeroMQ queues at most
+``receive_hwm`` messages per incoming connection (each at most MAXMSGSIZE),
+and the driver hands over batches of at most ``receive_batch_bytes`` octets
+(and RECV_BATCH messages) before it lets the event loop run again.  Each
+message is handed over with the address it came from (``Peer-Address``), so
+that the mesh can tie a session to its connection.  The ROUTER does not hand
+an identity over to a second connection (the first keeps it); ZeroMQ
+heartbeats free the identity of a connection that went dead within seconds.
+
+Opening a connection can fail (out of descriptors: EMFILE); that is logged
+(rate-limited), counted and reported through ``on_connect_failed``, never
+raised into the event loop.
 """
 
 from __future__ import annotations
@@ -16,6 +29,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +38,7 @@ from typing import cast
 import zmq
 
 from ..ids import NodeId
+from ..limits import MeshLimits
 from ..wire import MAX_BODY
 
 __all__ = ["Conn", "ZmqTransport"]
@@ -37,6 +52,10 @@ _MORE_NB = int(zmq.SNDMORE | zmq.NOBLOCK)
 _RCVMORE = int(zmq.RCVMORE)
 ZERO_COPY_AFTER = 3  # frames of a message received as bytes; later ones as memoryviews, not copied
 ZERO_COPY_SEND = 256 * 1024  # a message's last frame this large is sent without a copy (a BULK's data)
+HEARTBEAT_IVL_MS = 1000  # the ROUTER pings each incoming connection this often (ZMTP 3.1 PING) ...
+HEARTBEAT_TIMEOUT_MS = 3000  # ... and drops one that sent nothing for this long after a PING
+MAX_PARTS = 4  # frames of the longest message (a BULK: sender, type, head, data); more are not kept
+LOG_EVERY = 10.0  # seconds between two warnings of one kind of failure
 
 
 def _send_parts(sock: zmq.Socket[bytes], frames: list[bytes]) -> zmq.MessageTracker | None:
@@ -100,24 +119,37 @@ class ZmqTransport:
         *,
         sndhwm: int = 10_000,
         overflow_limit: int = 100_000,
-        on_frames: Callable[[list[list[bytes]]], None],
+        on_frames: Callable[[list[list[bytes]], list[str]], None],
         on_stalled: Callable[[int], None] = lambda conn: None,
+        on_connect_failed: Callable[[int], None] = lambda conn: None,
+        limits: MeshLimits | None = None,
     ) -> None:
         self.identity = identity
         self.sndhwm = sndhwm
         self.overflow_limit = overflow_limit
         self._on_frames = on_frames
         self._on_stalled = on_stalled
+        self._on_connect_failed = on_connect_failed
+        self.limits = limits = limits or MeshLimits()
         self.ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self.router: zmq.Socket[bytes] = self.ctx.socket(zmq.ROUTER)
         self.router.setsockopt(zmq.LINGER, 0)
-        self.router.setsockopt(zmq.RCVHWM, 100_000)
+        self.router.setsockopt(zmq.RCVHWM, limits.receive_hwm)
         # A peer sending a frame far beyond the codec's limit is disconnected by
         # ZeroMQ before the frame is buffered; up to twice the limit reaches the
         # codec, which rejects and counts it.
         self.router.setsockopt(zmq.MAXMSGSIZE, 2 * MAX_BODY)
-        # A restarted peer reconnects with the same identity: let it take over.
-        self.router.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        # No ROUTER_HANDOVER: a second connection claiming a connected identity
+        # (anyone can, UUIDs are public) must not take it over.  A dead connection
+        # gives its identity up when ZeroMQ's heartbeat times it out.
+        self.router.setsockopt(zmq.ROUTER_HANDOVER, 0)
+        self.router.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
+        self.router.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
+        self.connect_failed = 0  # connections that could not be opened
+        self._failed_logged = 0  # ... of which a warning has been logged
+        self._failed_log_at = float("-inf")
+        self.read_errors = 0  # ZeroMQ errors while reading or handing over a batch (not at close)
+        self._closing = False
         self._fd = cast(int, self.router.getsockopt(zmq.FD))
         self.conns: dict[int, Conn] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -156,32 +188,52 @@ class ZmqTransport:
         drain; whatever else is queued is then read and handed over in batches."""
         router = self.router
         recv, get = router.recv, router.getsockopt
+        max_octets = max(1, self.limits.receive_batch_bytes)
         first = True
         total = 0
+        octets = 0  # held in the batch being read
         try:
             while total < RECV_BATCH:
                 batch: list[list[bytes]] = []
+                sources: list[str] = []
+                octets = 0
                 limit = 1 if first else RECV_BATCH - total
-                while len(batch) < limit:
+                while len(batch) < limit and octets < max_octets:
                     try:
-                        parts = [recv(_NB)]
+                        head = recv(_NB, copy=False)
                     except zmq.Again:
                         break
+                    # The address the message came from (~0.9 us a message).
+                    sources.append(cast(str, head.get("Peer-Address")))
+                    parts = [head.bytes]
                     while get(_RCVMORE):
                         if len(parts) < ZERO_COPY_AFTER:
-                            parts.append(recv(_NB))
-                        else:  # typed as bytes: decoders take both (len, slicing, hashing, writing)
-                            parts.append(cast(bytes, recv(_NB, copy=False).buffer))
+                            part = recv(_NB)
+                        elif len(parts) < MAX_PARTS:  # typed as bytes: decoders take both
+                            part = cast(bytes, recv(_NB, copy=False).buffer)
+                        else:  # more frames than any message has: read and let go, keep one marker
+                            recv(_NB, copy=False)
+                            if len(parts) == MAX_PARTS:
+                                parts.append(b"")
+                            continue
+                        octets += len(part)
+                        parts.append(part)
                     batch.append(parts)
                 if not batch:
                     break
                 total += len(batch)
                 first = False
-                self._on_frames(batch)
-        except zmq.ZMQError as exc:  # socket closed under us during shutdown
-            log.debug("router read stopped: %s", exc)
+                self._on_frames(batch, sources)
+                del batch, sources  # not held while the next batch is read
+                if octets >= max_octets:
+                    break  # a batch's worth of octets: let the loop run, then read on
+        except zmq.ZMQError as exc:
+            if not self._closing:  # else: the socket was closed under us during shutdown
+                self.read_errors += 1
+                if self.read_errors == 1 or self.read_errors % 1000 == 0:
+                    log.warning("error while receiving (%d so far): %s", self.read_errors, exc)
             return
-        if total >= RECV_BATCH or _events(router) & zmq.POLLIN:
+        if total >= RECV_BATCH or octets >= max_octets or _events(router) & zmq.POLLIN:
             assert self._loop is not None
             self._loop.call_soon(self._readable)
 
@@ -193,20 +245,35 @@ class ZmqTransport:
 
     # ---------------------------------------------------------------- outbox
 
-    def connect(self, conn: int, endpoint: str) -> None:
-        sock: zmq.Socket[bytes] = self.ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.IDENTITY, bytes(self.identity))
-        sock.setsockopt(zmq.SNDHWM, self.sndhwm)
-        sock.setsockopt(zmq.SNDTIMEO, 0)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.RECONNECT_IVL, 100)
-        sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
-        sock.setsockopt(zmq.TCP_KEEPALIVE, 1)
+    def connect(self, conn: int, endpoint: str) -> bool:
+        """Open connection ``conn`` to ``endpoint``.  False if it cannot be opened
+        (no descriptor left: EMFILE; a bad endpoint; ...): then it is logged
+        (rate-limited), counted, and reported through ``on_connect_failed``."""
+        sock: zmq.Socket[bytes] | None = None
         try:
+            sock = self.ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.IDENTITY, bytes(self.identity))
+            sock.setsockopt(zmq.SNDHWM, self.sndhwm)
+            sock.setsockopt(zmq.SNDTIMEO, 0)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.RECONNECT_IVL, 100)
+            sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
+            sock.setsockopt(zmq.TCP_KEEPALIVE, 1)
             sock.connect(endpoint)
         except zmq.ZMQError as exc:
-            log.warning("cannot connect to %s: %s", endpoint, exc)
+            if sock is not None:
+                sock.close(linger=0)
+            self.connect_failed += 1
+            now = time.monotonic()
+            if now - self._failed_log_at >= LOG_EVERY:
+                log.warning("cannot connect to %s: %s (%d connections failed, %d since the last warning)",
+                            endpoint, exc, self.connect_failed, self.connect_failed - self._failed_logged)
+                self._failed_log_at = now
+                self._failed_logged = self.connect_failed
+            self._on_connect_failed(conn)
+            return False
         self.conns[conn] = Conn(sock=sock, endpoint=endpoint)
+        return True
 
     def send(self, conn: int, frames: list[bytes]) -> bool:
         """Queue ``frames`` (type and body; the identity is implicit) on ``conn``.
@@ -323,6 +390,7 @@ class ZmqTransport:
         c.sock.close()
 
     def close(self) -> None:
+        self._closing = True
         if self._loop is not None:
             with contextlib.suppress(zmq.ZMQError, ValueError):
                 self._loop.remove_reader(self._fd)

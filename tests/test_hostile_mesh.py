@@ -1,0 +1,190 @@
+"""Issue 19, the mesh door, replayed against real nodes: floods of introductions
+and of fresh identities (case 4), a flood of large garbage (case 5) and frames
+under an honest member's UUID from another address (case 6).  Each asserts the
+node stays up under a stated footprint, honest peers are unaffected, and the
+right counter moved."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+import uuid as uuidlib
+
+import pytest
+import zmq
+from conftest import Cluster, alive_names, free_port, get, http, wait_for
+from hostile_kit import footprint, node_stats, raw_dealer, still_serving
+
+from huddle import NodeId
+from huddle.wire import Beat, Bout, Chat, Helo, Peer, encode
+
+pytestmark = pytest.mark.processes
+
+GROUP = "test"  # the cluster fixture's group
+
+
+def send(sock: zmq.Socket[bytes], msg: object) -> None:
+    sock.send_multipart(encode(msg)[1:])  # type: ignore[arg-type]  # ZeroMQ prepends the identity
+
+
+def node_uuid(api: str) -> NodeId:
+    return NodeId(uuidlib.UUID(get(api, "/api/v1/node")["uuid"]).bytes)
+
+
+def endpoint_of(api: str) -> str:
+    endpoint: str = get(api, "/api/v1/node")["endpoint"]
+    return endpoint
+
+
+def dead_endpoint() -> str:
+    return f"tcp://127.0.0.1:{free_port()}"  # nothing listens there
+
+
+def test_a_flood_of_introductions_stays_bounded_and_a_third_node_still_joins(cluster: Cluster) -> None:
+    alice, bob = cluster.start("alice"), cluster.start("bob")
+    wait_for(lambda: cluster.mesh_complete([alice, bob]), 20, "mesh")
+    before = footprint(alice)
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    try:
+        me = NodeId(os.urandom(16))
+        mallory = raw_dealer(ctx, endpoint_of(alice.api), bytes(me), source="127.0.0.3")
+        send(mallory, Helo(me, endpoint=dead_endpoint(), name="mallory", incarnation="66" * 8))
+        send(mallory, Bout(me, group=GROUP))
+        wait_for(lambda: "mallory" in alive_names(alice.api), 10, "mallory to be admitted")
+        for _ in range(1100):
+            send(mallory, Peer(me, peer=NodeId(os.urandom(16)), endpoint=dead_endpoint()))
+        # All but 8 (the per-introducer quota; a free port drawn twice is also ignored, as known).
+        wait_for(lambda: node_stats(alice.api)["introductions_refused"] >= 1100 - 8 - 5, 20, "the PEERs to be refused")
+        after = footprint(alice)
+        # 8 introduced dials (about two descriptors each) and one for mallory.
+        assert after.fds < before.fds + 40, (before, after)
+        mallory.close()
+    finally:
+        ctx.destroy(linger=0)
+    carol = cluster.start("carol")
+    still_serving(cluster, [alice, bob, carol], timeout=30)
+
+
+def test_a_helo_flood_from_fresh_identities_is_capped_and_its_ghosts_go(cluster: Cluster) -> None:
+    alice = cluster.start("alice", "--limit", "mesh.peer-gone-after-max=8", "--limit", "mesh.max-sessions=100")
+    bob = cluster.start("bob")
+    wait_for(lambda: cluster.mesh_complete([alice, bob]), 20, "mesh")
+    before = footprint(alice)
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    ctx.set(zmq.MAX_SOCKETS, 4096)
+    endpoint = endpoint_of(alice.api)
+    peak = before.fds
+    received = node_stats(alice.api)["received"]
+    try:
+        for _ in range(11):  # 1 100 identities, 100 connections at a time
+            socks = []
+            for _ in range(100):
+                ghost = NodeId(os.urandom(16))
+                sock = raw_dealer(ctx, endpoint, bytes(ghost), source="127.0.0.4")
+                send(sock, Helo(ghost, endpoint=dead_endpoint(), name="ghost", incarnation="77" * 8,
+                                beat=60.0, lost=100))
+                send(sock, Bout(ghost, group=GROUP))
+                socks.append(sock)
+            received += 200
+            wait_for(lambda target=received: node_stats(alice.api)["received"] >= target, 10, "the batch to arrive")
+            peak = max(peak, footprint(alice).fds)
+            for sock in socks:
+                sock.close(linger=2000)
+        wait_for(lambda: node_stats(alice.api)["helos_refused"] >= 1100 - 100, 30, "HELOs past the cap to be refused")
+        peak = max(peak, footprint(alice).fds)
+    finally:
+        ctx.destroy(linger=2000)
+    # At most 100 sessions (two descriptors each) plus the 100 connections of a batch.
+    assert peak < before.fds + 2 * 100 + 100 + 40, (before, peak)
+    assert len(alive_names(alice.api)) <= 100
+    t0 = time.monotonic()
+    wait_for(lambda: alive_names(alice.api) == {"bob"}, 20, "the ghosts to be gone")
+    assert time.monotonic() - t0 < 8 + 5  # the clamped gone-after, not beat x (lost + 1) = 6060 s
+    carol = cluster.start("carol")
+    still_serving(cluster, [alice, bob, carol], timeout=30)
+    assert footprint(alice).fds < before.fds + 40
+
+
+def test_a_flood_of_large_garbage_keeps_memory_bounded(cluster: Cluster) -> None:
+    alice, bob = cluster.start("alice"), cluster.start("bob")
+    wait_for(lambda: cluster.mesh_complete([alice, bob]), 20, "mesh")
+    before = footprint(alice)
+    errors = node_stats(alice.api)["decode_errors"]
+    peak = [before.rss_mib]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], footprint(alice).rss_mib)
+            done.wait(0.02)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    junk = os.urandom(1024 * 1024)
+    try:
+        sock = raw_dealer(ctx, endpoint_of(alice.api), os.urandom(16))
+        sock.setsockopt(zmq.SNDHWM, 50)  # bounded in the test process too (sends block)
+        sock.setsockopt(zmq.SNDTIMEO, 30_000)
+        for _ in range(3000):
+            sock.send(junk)
+        wait_for(lambda: node_stats(alice.api)["decode_errors"] >= errors + 3000, 60, "the garbage to be counted")
+    finally:
+        done.set()
+        sampler.join()
+        ctx.destroy(linger=0)
+    assert peak[0] < 250, f"peak RSS {peak[0]:.0f} MiB (before: {before})"
+    still_serving(cluster, [alice, bob])
+
+
+def test_frames_under_a_members_uuid_from_another_address_do_not_exclude_or_replace_it(cluster: Cluster) -> None:
+    slow = ("--suspect-after", "15", "--gone-after", "20")  # bob may be stopped for a few seconds
+    alice, bob = cluster.start("alice", *slow), cluster.start("bob", *slow)
+    wait_for(lambda: cluster.mesh_complete([alice, bob]), 20, "mesh")
+    bob_id = node_uuid(bob.api)
+    endpoint = endpoint_of(alice.api)
+    before = footprint(alice)
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+
+    def impostor_burst(sock: zmq.Socket[bytes]) -> None:
+        send(sock, Helo(bob_id, endpoint=dead_endpoint(), name="bob", incarnation="88" * 8))
+        for _ in range(150):
+            sock.send_multipart([b"WHAT", b"?"])
+        send(sock, Chat(bob_id, text="I am bob"))
+        send(sock, Beat(bob_id))
+
+    try:
+        # While bob is connected: a second connection with its UUID is not read and takes nothing over.
+        impostor = raw_dealer(ctx, endpoint, bytes(bob_id), source="127.0.0.2")
+        impostor_burst(impostor)
+        chats = node_stats(alice.api)["chats_received"]
+        assert http(bob.api, "/api/v1/chat", {"text": "the real bob"}) == (202, {"sent_to": 1})
+        wait_for(lambda: node_stats(alice.api)["chats_received"] > chats, 10, "bob's chat to reach alice")
+        impostor.close()
+        # Bob stops answering: once alice's ROUTER has freed its identity (ZeroMQ heartbeat),
+        # an impostor's frames are read -- and blamed on its address, not on bob.
+        bob.signal(signal.SIGSTOP)
+        try:
+            deadline = time.monotonic() + 12
+            blamed = 0
+            while blamed < 150 and time.monotonic() < deadline:
+                impostor = raw_dealer(ctx, endpoint, bytes(bob_id), source="127.0.0.2")
+                impostor_burst(impostor)
+                with contextlib.suppress(AssertionError):  # not read yet: try a new connection
+                    wait_for(lambda: node_stats(alice.api)["foreign_by_address"].get("127.0.0.2", 0) >= 150,
+                             1.0, "the impostor's frames to be blamed")
+                blamed = node_stats(alice.api)["foreign_by_address"].get("127.0.0.2", 0)
+                impostor.close()
+            assert blamed >= 150, f"impostor frames blamed: {blamed}"
+        finally:
+            bob.signal(signal.SIGCONT)
+    finally:
+        ctx.destroy(linger=0)
+    assert get(alice.api, "/api/v1/excluded") == []
+    assert node_stats(alice.api)["foreign_frames"] >= 150
+    still_serving(cluster, [alice, bob])
+    assert [p["name"] for p in get(alice.api, "/api/v1/peers")] == ["bob"]
+    assert footprint(alice).fds < before.fds + 20

@@ -1,0 +1,200 @@
+"""Issue 19, the mesh door (cases 4, 5 and 6), on the sans-I/O Mesh: sessions
+and introductions are bounded, announced timings are clamped, a failed
+connection fails its session, and frames are blamed on the address that sent
+them, never on the member whose UUID they carry."""
+
+from __future__ import annotations
+
+import os
+
+from huddle import NodeId
+from huddle.limits import MeshLimits
+from huddle.protocol import Connect, Mesh, Notify, PeerLeft
+from huddle.protocol.events import ChatReceived, PeerExcluded
+from huddle.transport.zmq_transport import ZmqTransport
+from huddle.wire import Bout, Chat, Gbye, Helo, Peer, encode
+
+GROUP = "g"
+HOME = "10.0.0.2"  # the honest member's address
+EVIL = "10.0.0.66"  # another machine claiming its UUID
+
+
+def node(**limits: int | float) -> Mesh:
+    return Mesh(NodeId(b"\x01" * 16), name="alice", group=GROUP, endpoint="tcp://10.0.0.1:5000",
+                incarnation="11" * 8, now=0.0, limits=MeshLimits(**limits))  # type: ignore[arg-type]
+
+
+def fresh() -> NodeId:
+    return NodeId(os.urandom(16))
+
+
+def join(mesh: Mesh, uuid: NodeId, source: str, now: float, port: int = 6000, *,
+         beat: float = 0.0, lost: int = 0, incarnation: str = "22" * 8) -> None:
+    """A HELO and a BOUT from ``uuid`` arriving from ``source``."""
+    helo = Helo(uuid, endpoint=f"tcp://{source or '10.0.0.4'}:{port}", name="peer", incarnation=incarnation, beat=beat, lost=lost)
+    mesh.receive(encode(helo), now, source)
+    mesh.receive(encode(Bout(uuid, group=GROUP)), now, source)
+
+
+def connects(mesh: Mesh) -> list[Connect]:
+    return [a for a in mesh.take_actions() if isinstance(a, Connect)]
+
+
+def events(mesh: Mesh, kind: type) -> list[object]:
+    return [a.event for a in mesh.take_actions() if isinstance(a, Notify) and isinstance(a.event, kind)]
+
+
+# ------------------------------------------------------------------ case 4
+
+
+def test_announced_heartbeat_timing_is_clamped() -> None:
+    mesh = node(peer_gone_after_max=20.0)
+    ghost = fresh()
+    join(mesh, ghost, HOME, 0.0, beat=60.0, lost=100)  # would be gone after 6060 s
+    assert mesh.alive_peers() == [ghost]
+    mesh.take_actions()
+    mesh.tick(19.9)
+    assert mesh.alive_peers() == [ghost]
+    mesh.tick(20.0)
+    assert mesh.alive_peers() == []
+    assert [e.reason for e in events(mesh, PeerLeft)] == ["timeout"]  # type: ignore[attr-defined]
+
+
+def test_a_helo_flood_from_fresh_identities_opens_at_most_max_sessions() -> None:
+    mesh = node(max_sessions=20, max_handshaking=5, max_handshaking_per_introducer=3)
+    for i in range(1100):
+        join(mesh, fresh(), f"10.0.{i // 250}.{i % 250 + 1}", 0.0)
+    assert len(connects(mesh)) == 20
+    assert len(mesh.alive_peers()) == 20
+    assert mesh.stats.helos_refused == 1080
+
+
+def test_helos_without_bout_from_one_address_are_bounded_per_address_and_in_total() -> None:
+    mesh = node(max_handshaking=5, max_handshaking_per_introducer=3)
+    for _ in range(100):
+        mesh.receive(encode(Helo(fresh(), endpoint="tcp://10.0.0.9:1", name="x", incarnation="33" * 8)), 0.0, EVIL)
+    assert len(connects(mesh)) == 3
+    for i in range(100):
+        src = f"10.0.1.{i + 1}"
+        mesh.receive(encode(Helo(fresh(), endpoint=f"tcp://{src}:1", name="x", incarnation="33" * 8)), 0.0, src)
+    assert len(connects(mesh)) == 2  # 5 in total
+    assert mesh.stats.helos_refused == 195
+    mesh.tick(5.0)  # the handshakes time out: room again
+    join(mesh, fresh(), HOME, 5.0)
+    assert len(mesh.alive_peers()) == 1
+
+
+def test_peer_introductions_are_bounded_backed_off_and_only_from_a_live_introducer() -> None:
+    mesh = node(max_handshaking_per_introducer=8, introduction_backoff=30.0)
+    bob = fresh()
+    join(mesh, bob, HOME, 0.0)
+    mesh.take_actions()
+    named = [fresh() for _ in range(1100)]
+    for i, uuid in enumerate(named):
+        mesh.receive(encode(Peer(bob, peer=uuid, endpoint=f"tcp://10.9.{i // 250}.{i % 250}:1")), 0.1, HOME)
+    assert len(connects(mesh)) == 8
+    assert mesh.stats.introductions_refused == 1092
+    mesh.receive(encode(Chat(bob, text="still here")), 4.0, HOME)
+    mesh.tick(5.5)  # the 8 introduced handshakes time out
+    assert len(mesh.alive_peers()) == 1
+    for i, uuid in enumerate(named[:8]):  # backed off: not dialled again
+        mesh.receive(encode(Peer(bob, peer=uuid, endpoint=f"tcp://10.9.0.{i}:1")), 5.6, HOME)
+    assert connects(mesh) == []
+    mesh.receive(encode(Peer(bob, peer=named[8], endpoint="tcp://10.9.0.8:1")), 5.6, HOME)
+    assert len(connects(mesh)) == 1  # another one is
+    mesh.tick(8.2)  # bob has been silent past suspect-after
+    mesh.receive(encode(Peer(bob, peer=named[9], endpoint="tcp://10.9.0.9:1")), 8.2, HOME)
+    assert connects(mesh) == []  # bob was suspect when its PEER came: not dialled
+
+
+def test_a_connection_that_cannot_be_opened_fails_its_session_and_its_seed_retries() -> None:
+    mesh = node()
+    mesh.add_seed("tcp://10.0.0.7:5000", 0.0)
+    (seed_conn,) = connects(mesh)
+    mesh.connect_failed(seed_conn.conn, 0.0)
+    assert mesh.stats.connect_failed == 1
+    mesh.tick(0.5)
+    assert connects(mesh) == []  # its back-off holds
+    mesh.tick(1.0)
+    assert [c.endpoint for c in connects(mesh)] == ["tcp://10.0.0.7:5000"]  # a new connection
+    other = fresh()
+    mesh.discovered(other, "tcp://10.0.0.8:5000", 2.0)
+    (conn,) = connects(mesh)
+    mesh.connect_failed(conn.conn, 2.0)
+    assert mesh.stats.connect_failed == 2
+    mesh.discovered(other, "tcp://10.0.0.8:5000", 2.1)  # the session is gone: dialled afresh
+    assert len(connects(mesh)) == 1
+
+
+# ------------------------------------------------------------------ case 6
+
+
+def test_frames_under_a_members_uuid_from_another_address_are_blamed_on_that_address() -> None:
+    mesh = node()
+    bob = fresh()
+    join(mesh, bob, HOME, 0.0)
+    mesh.take_actions()
+    for _ in range(150):
+        assert mesh.receive([bytes(bob), b"WHAT", b"?"], 1.0, EVIL) is False
+    mesh.receive(encode(Chat(bob, text="I am bob")), 1.0, EVIL)
+    mesh.receive(encode(Helo(bob, endpoint=f"tcp://{EVIL}:1", name="bob?", incarnation="44" * 8)), 1.0, EVIL)
+    mesh.receive(encode(Gbye(bob, reason="")), 1.0, EVIL)
+    assert bob not in mesh.excluded
+    assert mesh.alive_peers() == [bob]
+    assert events(mesh, ChatReceived) == [] and connects(mesh) == []
+    assert mesh.stats.foreign_frames == 153
+    assert mesh.blamed == {EVIL: 153}
+    mesh.receive(encode(Chat(bob, text="the real bob")), 1.0, HOME)
+    assert len(events(mesh, ChatReceived)) == 1
+    # From its own connection, undecodable messages still count towards exclusion.
+    for _ in range(100):
+        mesh.receive([bytes(bob), b"WHAT", b"?"], 2.0, HOME)
+    assert bob in mesh.excluded
+    assert len(events(mesh, PeerExcluded)) == 1
+
+
+def test_a_suspect_members_uuid_may_come_back_from_a_new_address() -> None:
+    mesh = node()
+    bob = fresh()
+    join(mesh, bob, HOME, 0.0)
+    mesh.tick(3.0)  # silent past suspect-after (2.5 s)
+    assert [p.state for p in mesh.peers(3.0)] == ["suspect"]
+    join(mesh, bob, "10.0.0.3", 3.0, incarnation="55" * 8)  # restarted on another machine
+    assert [p.state for p in mesh.peers(3.0)] == ["alive"]
+    mesh.take_actions()
+    mesh.receive(encode(Chat(bob, text="moved")), 3.1, "10.0.0.3")
+    assert len(events(mesh, ChatReceived)) == 1
+    mesh.receive(encode(Chat(bob, text="old address")), 3.1, HOME)
+    assert events(mesh, ChatReceived) == [] and mesh.blamed == {HOME: 1}
+
+
+def test_the_blame_table_is_bounded() -> None:
+    mesh = node(max_blamed_addresses=4)
+    bob = fresh()
+    join(mesh, bob, HOME, 0.0)
+    for i in range(10):
+        mesh.receive([bytes(bob), b"WHAT", b"?"], 1.0, f"10.0.5.{i}")
+    assert list(mesh.blamed) == [f"10.0.5.{i}" for i in range(6, 10)]
+    assert mesh.stats.foreign_frames == 10
+
+
+def test_without_a_source_address_nothing_is_checked() -> None:
+    """The simulator and other drivers that cannot tell addresses keep working."""
+    mesh = node()
+    bob = fresh()
+    join(mesh, bob, "", 0.0)
+    mesh.take_actions()
+    mesh.receive(encode(Chat(bob, text="hi")), 0.5)
+    assert len(events(mesh, ChatReceived)) == 1 and mesh.stats.foreign_frames == 0
+
+
+def test_the_transport_reports_a_connection_it_cannot_open_instead_of_raising() -> None:
+    failed: list[int] = []
+    transport = ZmqTransport(NodeId(os.urandom(16)), on_frames=lambda batch, sources: None,
+                             on_connect_failed=failed.append)
+    try:
+        assert transport.connect(7, "tcp://not an endpoint") is False
+        assert failed == [7] and transport.connect_failed == 1
+        assert 7 not in transport.conns and transport.send(7, [b"BEAT", b""]) is False
+    finally:
+        transport.close()
