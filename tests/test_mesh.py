@@ -159,7 +159,7 @@ def test_restarted_peer_with_same_uuid_is_readmitted_at_its_new_endpoint() -> No
     alice, bob = pair(net)
     net.crash(bob)
     net.run(1.0)
-    bob2 = net.add("bob", uuid=bob.mesh.uuid)  # same data dir: same UUID, new port, new incarnation
+    bob2 = net.add("bob", uuid=bob.mesh.uuid, endpoint=net.same_host(bob))  # same data dir: same UUID, new port
     bob2.mesh.discovered(alice.mesh.uuid, alice.mesh.endpoint, net.now)
     assert net.settle(1.0, lambda: alive(alice, net) == {"bob"} and alive(bob2, net) == {"alice"})
     assert [e.reason for e in events_of(alice, PeerLeft)] == ["restarted"]

@@ -72,7 +72,7 @@ class SimNetwork:
         self.log_events = log_events
         self.rng = random.Random(seed)
         self.nodes: dict[str, SimNode] = {}  # by endpoint
-        self._queue: list[tuple[float, int, str, list[bytes] | Message]] = []
+        self._queue: list[tuple[float, int, str, list[bytes] | Message, str]] = []  # (at, n, to, payload, from)
         self._counter = 0
         self.cut: set[frozenset[str]] = set()
         self.one_way: set[tuple[str, str]] = set()  # (from, to) endpoints whose messages are dropped
@@ -101,7 +101,10 @@ class SimNetwork:
         rate: int = 0,
     ) -> SimNode:
         if endpoint is None:
-            endpoint = f"tcp://10.0.0.1:{self._next_port}"
+            # Each node on a host of its own, as on a real network: the mesh binds a
+            # session to the address its HELO came from (protocol.md 8.5).
+            k = self._next_port - 50000
+            endpoint = f"tcp://10.0.{k // 250}.{k % 250 + 1}:{self._next_port}"
             self._next_port += 1
         node_id = uuid or NodeId(self.rng.randbytes(16))
         mesh = Mesh(
@@ -127,7 +130,7 @@ class SimNetwork:
         if lose_data:
             store = RangeStore(store.origin) if isinstance(store, RangeStore) else None
         fresh = self.add(
-            node.mesh.name, node.mesh.group,
+            node.mesh.name, node.mesh.group, endpoint=self.same_host(node),
             uuid=None if lose_data else node.mesh.uuid, timing=node.mesh.timing, skew=node.clock_skew,
             log=node.store is not None, store=store,
             log_timing=None if node.mesh.replication is None else node.mesh.replication.timing,
@@ -137,6 +140,12 @@ class SimNetwork:
         if rejoin is not None:
             fresh.mesh.discovered(rejoin.mesh.uuid, rejoin.mesh.endpoint, self.local(fresh))
         return fresh
+
+    def same_host(self, node: SimNode) -> str:
+        """A new endpoint on ``node``'s host: where its process listens after a restart."""
+        host = node.mesh.endpoint.removeprefix("tcp://").rpartition(":")[0]
+        self._next_port += 1
+        return f"tcp://{host}:{self._next_port - 1}"
 
     def local(self, node: SimNode) -> float:
         return self.now + node.clock_skew
@@ -167,14 +176,16 @@ class SimNetwork:
 
     # -------------------------------------------------------------- stepping
 
-    def deliver_raw(self, endpoint: str, frames: list[bytes] | Message, delay: float = 0.0) -> None:
-        """Queue frames (or, without the codec, a message) for the node at ``endpoint``."""
+    def deliver_raw(self, endpoint: str, frames: list[bytes] | Message, delay: float = 0.0, source: str = "") -> None:
+        """Queue frames (or, without the codec, a message) for the node at ``endpoint``,
+        arriving from the address ``source`` (a host, as ZeroMQ's Peer-Address gives it)."""
         self._counter += 1
-        heapq.heappush(self._queue, (self.now + delay, self._counter, endpoint, frames))
+        heapq.heappush(self._queue, (self.now + delay, self._counter, endpoint, frames, source))
 
     def _run_actions(self, node: SimNode) -> None:
         last: Message | None = None  # a message sent to several peers is encoded once, as the node does
         encoded: list[bytes] | Message = []
+        host = node.mesh.endpoint.removeprefix("tcp://").rpartition(":")[0]
         for action in node.mesh.take_actions():
             if isinstance(action, Connect):
                 node.conns[action.conn] = action.endpoint
@@ -197,8 +208,9 @@ class SimNetwork:
                     if self.jitter:
                         delay += self.rng.random() * self.jitter
                     if self.duplicate and self.rng.random() < self.duplicate:
-                        self.deliver_raw(target, payload, delay + self.rng.random() * max(self.jitter, self.latency))
-                self.deliver_raw(target, payload, delay)
+                        self.deliver_raw(target, payload, delay + self.rng.random() * max(self.jitter, self.latency),
+                                         host)
+                self.deliver_raw(target, payload, delay, host)
             elif isinstance(action, Notify) and (self.log_events or not isinstance(action.event, LogAppended)):
                 node.events.append(action.event)
 
@@ -217,7 +229,7 @@ class SimNetwork:
                 break
             self.now = t
             if next_msg <= next_tick:
-                _, _, endpoint, payload = heapq.heappop(self._queue)
+                _, _, endpoint, payload, source = heapq.heappop(self._queue)
                 target = self.nodes.get(endpoint)
                 if target is not None and target.up:
                     if isinstance(payload, list):
@@ -225,9 +237,9 @@ class SimNetwork:
                             with contextlib.suppress(DecodeError):
                                 msg = decode(payload)
                                 self.trace.append((self._name_of(msg.sender), target.mesh.name, msg))
-                        target.mesh.receive(payload, self.local(target))
+                        target.mesh.receive(payload, self.local(target), source)
                     else:
-                        target.mesh.handle(payload, self.local(target))
+                        target.mesh.handle(payload, self.local(target), source)
                     self._run_actions(target)
             else:
                 for node in list(self.nodes.values()):

@@ -198,6 +198,7 @@ def _run(*, seed: int, nodes: int, events: int, attacks: int, settle: float, bou
         other = honest[rng.randrange(min(i, nodes))]
         node.mesh.discovered(other.mesh.uuid, other.mesh.endpoint, net.now)
     net.run(3.0)
+    villain_host = villain.mesh.endpoint.removeprefix("tcp://").rpartition(":")[0]
     duration = 5.0
     plan: list[tuple[float, str]] = [(rng.random() * duration, "event") for _ in range(events)]
     plan += [(rng.random() * duration, rng.choice(sorted(ATTACKS))) for _ in range(attacks)]
@@ -218,7 +219,7 @@ def _run(*, seed: int, nodes: int, events: int, attacks: int, settle: float, bou
         others = [bytes(n.mesh.uuid) for n in honest if n is not victim]
         used[what] = used.get(what, 0) + 1
         for frames in attack_frames(what, rng, bytes(villain.mesh.uuid), bytes(victim.mesh.uuid), others):
-            net.deliver_raw(victim.mesh.endpoint, frames, net.latency)
+            net.deliver_raw(victim.mesh.endpoint, frames, net.latency, villain_host)
     net.run(0.5)
     deadline = net.now + settle
     problems = ["not run"]
