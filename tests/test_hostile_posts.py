@@ -229,7 +229,8 @@ def test_an_upload_over_the_maximum_size_is_refused_with_413(cluster: Cluster, t
     def chunks() -> Iterator[bytes]:  # no Content-Length: sent chunked, refused as it goes over
         for _ in range(8):
             yield b"y" * 512
-    req = urllib.request.Request(f"{a.api}/api/v1/posts?subject=chunked", data=chunks(), method="POST")
+    req = urllib.request.Request(f"{a.api}/api/v1/posts?subject=chunked", data=chunks(), method="POST",
+                                 headers={"Content-Type": "application/octet-stream"})
     try:
         with urllib.request.urlopen(req, timeout=10) as resp:
             raise AssertionError(f"a chunked upload over the limit was taken: {resp.status}")

@@ -36,6 +36,7 @@ def upload_file(api: str, path: Path, subject: str) -> dict[str, Any]:
     with path.open("rb") as f:
         req = urllib.request.Request(f"{api}/api/v1/posts?{q}", data=f, method="POST")
         req.add_header("Content-Length", str(path.stat().st_size))
+        req.add_header("Content-Type", "application/octet-stream")  # urllib's default, a form, is refused
         with urllib.request.urlopen(req, timeout=120) as resp:
 
             return json.loads(resp.read())  # type: ignore[no-any-return]

@@ -95,6 +95,18 @@ class LogLimits:
 class ApiLimits:
     """The HTTP API and its WebSocket streams (docs/limits.md, "API")."""
 
+    max_connections: int = _doc("HTTP connections open at once (WebSocket subscribers included)", default=256)
+    idle_timeout: float = _doc("seconds a connection may wait for a request's head (from its opening or its last "
+                               "answer), and an answer may go unread", default=30.0)
+    body_timeout: float = _doc("seconds a request body may take to arrive (an upload: between two blocks)",
+                               default=30.0)
+    max_json_depth: int = _doc("nesting depth of a JSON request body", default=32)
+    max_subscribers: int = _doc("WebSocket event subscribers at once", default=16)
+    subscriber_buffer_bytes: int = _doc("octets of events waiting to be sent to one WebSocket subscriber",
+                                        default=16 * MiB)
+    allowed_hosts: tuple[str, ...] = _doc("host names a request's Host may carry besides the API's own address "
+                                          "(e.g. a reverse proxy's); TOML list", default=())
+
 
 # ----------------------------------------------------------------------- guests
 

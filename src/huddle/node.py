@@ -454,7 +454,7 @@ class Node:
             self._start_posts(cfg)
             from .api.http import start_api  # local import: aiohttp is only needed here
 
-            api_runner, self.api_url = await start_api(self, cfg.api)
+            api_runner, self.api_url = await start_api(self, cfg.api, cfg.limits.api)
             self._execute()
             log.info(
                 "node %s (%s) in group %r at %s, api %s",

@@ -1,29 +1,46 @@
 """The node's local HTTP + WebSocket API (aiohttp).
 
 Every error is JSON ``{"error": "..."}`` with a 4xx status; an unexpected
-failure is logged and answered 500 with no stack trace.
+failure is logged and answered 500 with no stack trace.  The door's rules
+(Host, Origin, content types, strict JSON, connection and subscriber bounds)
+are data in :mod:`huddle.api.guard`; this module applies them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import WSMsgType, web
+from aiohttp.web_protocol import RequestHandler
 
 from ..config import parse_hostport
-from ..doc import OperationError, jams, parse_ops, to_json, to_xml
+from ..doc import OperationError, jams, parse_json_ops, parse_ops, to_json, to_xml
 from ..errors import ConfigError, CutOffReadOnly, LocalProtocolError
 from ..ids import NodeId
+from ..limits import ApiLimits
 from ..protocol import Event, PeerInfo
 from ..protocol.delivery import BufferFull, MessageTooLarge, NotIncluded
 from ..protocol.events import LogAppended, record_json
 from ..wire import MAX_BODY
+from .guard import (
+    SIMPLE_TYPES,
+    ApiCounters,
+    BadInput,
+    ConnectionGuard,
+    LogGate,
+    bad_text,
+    host_allowed,
+    is_loopback,
+    origin_allowed,
+    parse_json,
+)
 
 if TYPE_CHECKING:
     from ..node import Node
@@ -33,12 +50,82 @@ __all__ = ["make_app", "start_api"]
 log = logging.getLogger("huddle.api")
 
 NODE_KEY: web.AppKey[Node] = web.AppKey("node")
-SUBSCRIBER_QUEUE = 10_000
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+# What a refused connection (one over api.max-connections) is told before it is closed.
+_BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
+         b"Content-Length: 58\r\n\r\n" b'{"error": "too many connections to this API; try again"}\r\n')
+_JSON_WRITE_TYPES = frozenset({"application/json"})
+_DOC_TYPES = frozenset({"application/json", "application/xml", "text/xml"})
+
+
+class ApiState:
+    """The API's door: its limits, counters, connections and subscribers."""
+
+    def __init__(self, limits: ApiLimits) -> None:
+        self.limits = limits
+        self.counters = ApiCounters()
+        self.guard: ConnectionGuard[RequestHandler] = ConnectionGuard(limits, self.counters)
+        self.transports: dict[RequestHandler, asyncio.Transport] = {}
+        self.subscribers = 0
+        self.exposed = False  # listening beyond loopback
+        self.log_gate = LogGate()
+
+    def refused(self, kind: str, message: str, *args: object) -> None:
+        """Log a refusal, at most once a minute per kind."""
+        quiet = self.log_gate.due(kind, asyncio.get_running_loop().time())
+        if quiet is not None:
+            log.warning(message + (f" (and {quiet} more like it)" if quiet else ""), *args)
+
+    def warning(self) -> str | None:
+        if not self.exposed:
+            return None
+        return ("the API listens beyond loopback: anyone who can reach it can record events, exclude peers and "
+                "read the log (no authentication yet); prefer --api 127.0.0.1:PORT behind a proxy")
+
+
+STATE_KEY: web.AppKey[ApiState] = web.AppKey("api_state")
 
 
 def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
+
+
+@web.middleware
+async def _door(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Host, Origin and content type checked before anything else; the connection's
+    request counted as in progress until its answer is written."""
+    state = request.app[STATE_KEY]
+    host = request.headers.get("Host")
+    if host is not None:
+        sockname = request.transport.get_extra_info("sockname") if request.transport is not None else None
+        local = str(sockname[0]) if sockname else None
+        if not host_allowed(host, local, state.limits.allowed_hosts):
+            state.counters.bad_host += 1
+            state.refused("host", "API: refused a request for host %r (not this API's address; "
+                          "add it to api.allowed-hosts if it names this node)", host[:100])
+            return _error(403, f"this API does not answer for host {host[:100]!r} (see api.allowed-hosts)")
+    origin = request.headers.get("Origin")
+    if origin is not None and not origin_allowed(origin, host or ""):
+        state.counters.cross_origin += 1
+        state.refused("origin", "API: refused a %s %s from the web page at %r", request.method, request.path,
+                      origin[:100])
+        return _error(403, "requests from other web pages are refused (Origin is not this API's own)")
+    if request.method not in ("GET", "HEAD", "OPTIONS") and request.content_type in SIMPLE_TYPES \
+            and "Content-Type" in request.headers:
+        state.counters.bad_content_type += 1
+        return _error(415, f"content type {request.content_type} is not taken: send application/json "
+                      "(or, to the endpoints that take them, XML or the post's content)")
+    key = request.protocol
+    loop = asyncio.get_running_loop()
+    state.guard.started(key, loop.time())
+    try:
+        resp = await handler(request)
+        if not resp.prepared:  # written here, so the connection is busy until its answer is out
+            await resp.prepare(request)
+            await resp.write_eof()
+        return resp
+    finally:
+        state.guard.finished(key, loop.time())
 
 
 @web.middleware
@@ -77,7 +164,12 @@ def _peer_json(p: PeerInfo) -> dict[str, Any]:
 
 async def _get_node(request: web.Request) -> web.Response:
     node = request.app[NODE_KEY]
-    return web.json_response(node.info())
+    state = request.app[STATE_KEY]
+    info = node.info()
+    info["stats"]["api"] = state.counters.as_dict() | {"connections": len(state.guard),
+                                                      "subscribers": state.subscribers}
+    info["api"] = {"url": node.api_url, "exposed": state.exposed, "warning": state.warning()}
+    return web.json_response(info)
 
 
 async def _get_system(request: web.Request) -> web.Response:
@@ -90,16 +182,44 @@ async def _get_peers(request: web.Request) -> web.Response:
     return web.json_response([_peer_json(p) for p in node.peers()])
 
 
-async def _read_json(request: web.Request) -> dict[str, Any]:
+async def _read_body(request: web.Request, types: frozenset[str]) -> bytes:
+    """The whole body, if its content type is one of ``types``, it is not too large
+    and it arrives within api.body-timeout; else an HTTP error (counted)."""
+    state = request.app[STATE_KEY]
+    if request.content_type not in types:
+        state.counters.bad_content_type += 1
+        raise web.HTTPUnsupportedMediaType(text=f"send the body as {' or '.join(sorted(types))}, "
+                                                f"not {request.content_type}")
     if request.content_length is not None and request.content_length > MAX_BODY + 4096:
+        state.counters.too_large += 1
         raise web.HTTPRequestEntityTooLarge(max_size=MAX_BODY, actual_size=request.content_length,
                                             text=f"request body larger than {MAX_BODY} octets")
-    raw = await request.read()
     try:
-        body = json.loads(raw)
-    except (ValueError, RecursionError):
-        raise web.HTTPBadRequest(text="request body is not valid JSON") from None
+        async with asyncio.timeout(state.limits.body_timeout):
+            return await request.read()
+    except TimeoutError:
+        state.counters.body_timeouts += 1
+        state.refused("body", "API: a request body did not arrive within %s s", state.limits.body_timeout)
+        raise web.HTTPRequestTimeout(text=f"the request body did not arrive within {state.limits.body_timeout} s") \
+            from None
+    except web.HTTPRequestEntityTooLarge:
+        state.counters.too_large += 1
+        raise
+
+
+def _parse_strict(request: web.Request, raw: bytes) -> Any:
+    state = request.app[STATE_KEY]
+    try:
+        return parse_json(raw, state.limits.max_json_depth)
+    except BadInput as exc:
+        state.counters.bad_input += 1
+        raise web.HTTPBadRequest(text=str(exc)) from None
+
+
+async def _read_json(request: web.Request) -> dict[str, Any]:
+    body = _parse_strict(request, await _read_body(request, _JSON_WRITE_TYPES))
     if not isinstance(body, dict):
+        request.app[STATE_KEY].counters.bad_input += 1
         raise web.HTTPBadRequest(text="request body must be a JSON object")
     return body
 
@@ -191,44 +311,82 @@ async def _get_log_summary(request: web.Request) -> web.Response:
     return web.json_response(request.app[NODE_KEY].log_summary())
 
 
+def _event_messages(event: Event) -> list[bytes]:
+    """An event as the stream's text messages (one per log record), UTF-8."""
+    if isinstance(event, LogAppended):
+        items = [record_json(record, frm, arriving=True) for record, frm in event.records]
+    else:
+        items = [event.to_json()]
+    return [json.dumps(item, ensure_ascii=False).encode("utf-8", "replace") for item in items]
+
+
+def _text_frame_head(size: int) -> bytes:
+    """The head of an unmasked, final WebSocket text frame of ``size`` octets (RFC 6455 5.2)."""
+    if size < 126:
+        return bytes((0x81, size))
+    if size < 1 << 16:
+        return bytes((0x81, 126)) + size.to_bytes(2, "big")
+    return bytes((0x81, 127)) + size.to_bytes(8, "big")
+
+
 async def _events(request: web.Request) -> web.StreamResponse:
+    """The event stream.  Each event is written to the subscriber's connection as it
+    happens (the kernel sends what it can at once); one whose connection holds more
+    than api.subscriber-buffer-bytes unsent is closed (code 1013) and counted."""
     node = request.app[NODE_KEY]
-    ws = web.WebSocketResponse(heartbeat=20.0)
+    state = request.app[STATE_KEY]
+    ws = web.WebSocketResponse(heartbeat=20.0, max_msg_size=64 * 1024)
     if not ws.can_prepare(request).ok:
         return _error(400, "this endpoint speaks WebSocket: connect with a WebSocket client")
+    if state.subscribers >= state.limits.max_subscribers:
+        state.counters.subscribers_refused += 1
+        state.refused("subscribers", "API: refused an event subscriber: %d already (api.max-subscribers)",
+                      state.subscribers)
+        return _error(503, f"this node already streams events to {state.subscribers} subscribers "
+                      "(api.max-subscribers)")
     await ws.prepare(request)
-    queue: asyncio.Queue[Event] = asyncio.Queue(SUBSCRIBER_QUEUE)
-    closing: list[asyncio.Task[bool]] = []
+    transport = request.transport
+    if transport is None:
+        return ws
+    state.subscribers += 1
+    limit = state.limits.subscriber_buffer_bytes
+    closing: list[asyncio.Task[None]] = []
+
+    async def drop() -> None:
+        try:
+            async with asyncio.timeout(5.0):
+                await ws.close(code=1013, message=f"too slow: over {limit} octets of events unsent".encode())
+        except TimeoutError:  # it reads nothing, not even the close
+            transport.abort()
 
     def listener(event: Event) -> None:
-        try:
-            queue.put_nowait(event)
-        except asyncio.QueueFull:
-            # A subscriber that cannot keep up is cut off rather than slowing the node.
+        if closing or transport.is_closing():
+            return
+        messages = _event_messages(event)
+        size = sum(len(m) + 10 for m in messages)
+        if transport.get_write_buffer_size() + size > limit:
+            # A subscriber that does not keep up is cut off rather than made to hold the node's memory.
             remove()
-            if not closing:
-                closing.append(asyncio.ensure_future(
-                    ws.close(code=1013, message=b"too slow: event queue overflowed")))
+            state.counters.subscribers_dropped += 1
+            state.refused("slow", "API: closed an event subscriber that did not keep up (over %d octets unsent)",
+                          limit)
+            closing.append(asyncio.ensure_future(drop()))
+            return
+        for m in messages:  # whole frames, between aiohttp's own (pings, the close)
+            transport.write(_text_frame_head(len(m)))
+            transport.write(m)
 
     remove = node.add_listener(listener)
-
-    async def pump() -> None:
-        while True:
-            event = await queue.get()
-            if isinstance(event, LogAppended):  # one message per log event
-                for record, frm in event.records:
-                    await ws.send_str(json.dumps(record_json(record, frm, arriving=True), ensure_ascii=False))
-            else:
-                await ws.send_str(json.dumps(event.to_json(), ensure_ascii=False))
-
-    sender = asyncio.create_task(pump())
     try:
         async for msg in ws:  # we ignore what the client sends; this notices a close
             if msg.type == WSMsgType.ERROR:
                 break
     finally:
         remove()
-        sender.cancel()
+        state.subscribers -= 1
+        for task in closing:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
     return ws
 
 
@@ -238,10 +396,10 @@ async def _post_exclude(request: web.Request) -> web.Response:
         peer = NodeId.from_hex(request.match_info["uuid"])
     except ValueError as exc:
         return _error(400, str(exc))
-    body = await _read_json(request) if request.can_read_body else {}
+    body = await _read_json(request) if request.body_exists else {}
     _only(body, {"reason"}, "an optional 'reason'")
     reason = body.get("reason", "excluded by hand")
-    if not isinstance(reason, str) or not reason or len(reason) > 200:
+    if not isinstance(reason, str) or not reason or len(reason) > 200 or bad_text(reason):
         return _error(400, "'reason' must be 1..200 characters")
     if peer == node.mesh.uuid:
         return _error(400, "a node cannot exclude itself")
@@ -322,15 +480,17 @@ def _flag(request: web.Request, name: str) -> bool:
 
 async def _post_doc_ops(request: web.Request) -> web.Response:
     node = request.app[NODE_KEY]
-    if request.content_length is not None and request.content_length > MAX_BODY:
-        return _error(413, f"request body larger than {MAX_BODY} octets")
-    raw = await request.read()
+    raw = await _read_body(request, _DOC_TYPES)
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return _error(400, "request body is not UTF-8")
-    try:
-        ops = parse_ops(text, request.content_type)
+        if request.content_type == "application/json":
+            ops = parse_json_ops(_parse_strict(request, raw))
+        else:
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                request.app[STATE_KEY].counters.bad_input += 1
+                return _error(400, "request body is not UTF-8")
+            ops = parse_ops(text, request.content_type)
     except OperationError as exc:  # malformed
         return _error(400, str(exc))
     try:
@@ -427,6 +587,8 @@ async def _get_guests(request: web.Request) -> web.Response:
 async def _post_guest_action(request: web.Request) -> web.Response:
     guests = _guest_server(request)
     name = request.match_info["name"]
+    if bad_text(name):
+        return _error(400, "a guest's name must be text that can be encoded as UTF-8")
     if request.match_info["action"] == "grab":
         guests.grab(name)
         return web.json_response({"grabbed": name}, status=201)
@@ -439,9 +601,106 @@ async def _get_bout_page(request: web.Request) -> web.FileResponse:
     return web.FileResponse(_STATIC / "bout.html", headers={"Cache-Control": "no-cache"})
 
 
-def make_app(node: Node) -> web.Application:
-    app = web.Application(middlewares=[_errors], client_max_size=MAX_BODY + 4096)
+# ------------------------------------------------------------------ connections
+
+
+class _Gate(asyncio.Protocol):
+    """Wraps aiohttp's protocol for one connection: refuses it when there are
+    api.max-connections already, and tells the guard when it goes."""
+
+    def __init__(self, inner: RequestHandler, state: ApiState) -> None:
+        self.inner = inner
+        self.state = state
+        self.admitted = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        state = self.state
+        if not state.guard.open(self.inner, asyncio.get_running_loop().time()):
+            state.refused("connections", "API: refused a connection: %d open (api.max-connections)", len(state.guard))
+            transport.write(_BUSY)
+            transport.close()
+            return
+        self.admitted = True
+        state.transports[self.inner] = transport
+        self.inner.connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.admitted:
+            self.state.guard.close(self.inner)
+            self.state.transports.pop(self.inner, None)
+            self.inner.connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self.admitted:
+            self.inner.data_received(data)
+
+    def eof_received(self) -> None:
+        if self.admitted:
+            self.inner.eof_received()
+
+    def pause_writing(self) -> None:
+        if self.admitted:
+            self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.admitted:
+            self.inner.resume_writing()
+
+
+class _GatedSite(web.TCPSite):
+    """A TCP site whose connections pass through a :class:`_Gate`."""
+
+    __slots__ = ("_state",)
+
+    def __init__(self, runner: web.AppRunner, host: str, port: int, state: ApiState) -> None:
+        super().__init__(runner, host, port)
+        self._state = state
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)  # registers the site with its runner
+        server = self._runner.server
+        assert server is not None
+        state = self._state
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: _Gate(server(), state), self._host, self._port, backlog=self._backlog,
+            reuse_address=self._reuse_address, reuse_port=self._reuse_port)
+
+
+async def _sweeper(app: web.Application) -> AsyncIterator[None]:
+    """Closes the connections the guard finds idle or stalled, while the app runs."""
+    state = app[STATE_KEY]
+
+    def buffered(key: RequestHandler) -> int:
+        transport = state.transports.get(key)
+        return 0 if transport is None else transport.get_write_buffer_size()
+
+    async def sweep() -> None:
+        loop = asyncio.get_running_loop()
+        interval = max(0.05, min(1.0, state.limits.idle_timeout / 4))
+        while True:
+            await asyncio.sleep(interval)
+            closed = state.guard.sweep(loop.time(), buffered)
+            for key in closed:
+                transport = state.transports.pop(key, None)
+                if transport is not None:
+                    transport.abort()
+            if closed:
+                state.refused("idle", "API: closed %d connection(s) idle or not reading for %s s (api.idle-timeout)",
+                              len(closed), state.limits.idle_timeout)
+
+    task = asyncio.create_task(sweep())
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+def make_app(node: Node, limits: ApiLimits | None = None) -> web.Application:
+    app = web.Application(middlewares=[_door, _errors], client_max_size=MAX_BODY + 4096)
     app[NODE_KEY] = node
+    app[STATE_KEY] = ApiState(limits or ApiLimits())
+    app.cleanup_ctx.append(_sweeper)
     app.router.add_get("/api/v1/node", _get_node)
     app.router.add_get("/api/v1/peers", _get_peers)
     app.router.add_get("/api/v1/system", _get_system)
@@ -470,12 +729,16 @@ def make_app(node: Node) -> web.Application:
     return app
 
 
-async def start_api(node: Node, address: str) -> tuple[web.AppRunner, str]:
-    """Serve the API on ``HOST:PORT`` (port 0 picks one); returns the runner and URL."""
+async def start_api(node: Node, address: str, limits: ApiLimits | None = None) -> tuple[web.AppRunner, str]:
+    """Serve the API on ``HOST:PORT`` (port 0 picks one); returns the runner and URL.
+    Warns (log, and ``GET /api/v1/node`` -> ``api.warning``) when it listens beyond loopback."""
     host, port = parse_hostport(address, "api")
-    runner = web.AppRunner(make_app(node), access_log=None, handle_signals=False)
+    app = make_app(node, limits)
+    state = app[STATE_KEY]
+    state.exposed = not is_loopback(host)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
+    site = _GatedSite(runner, host, port, state)
     try:
         await site.start()
     except OSError as exc:
@@ -486,4 +749,6 @@ async def start_api(node: Node, address: str) -> tuple[web.AppRunner, str]:
         bound = int(sock[1])
         break
     shown = f"[{host}]" if ":" in host else host
+    if state.exposed:
+        log.warning("API on %s: %s", address, state.warning())
     return runner, f"http://{shown}:{bound}"

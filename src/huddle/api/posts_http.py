@@ -5,10 +5,17 @@
     GET  /api/v1/posts/stats                                 sync counters
     GET  /api/v1/posts/{id}                                  metadata
     GET  /api/v1/posts/{id}/content                          the content; Range requests work
+
+A post's content comes from anyone in the group: it is served as a download
+(``Content-Disposition: attachment``), never sniffed, and sandboxed by its
+``Content-Security-Policy``, so a ``text/html`` post cannot run script with the
+API's origin.  An upload's body must arrive with no pause longer than
+api.body-timeout between blocks.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import TYPE_CHECKING
@@ -28,6 +35,12 @@ log = logging.getLogger("huddle.posts")
 
 UPLOAD_BLOCK = 256 * 1024
 _ID = "{pid:[0-9a-f]{40}}"
+# What a post's content is served with: a download, of the type it says, that runs nothing.
+CONTENT_HEADERS = {
+    "Content-Disposition": "attachment",
+    "X-Content-Type-Options": "nosniff",
+    "Content-Security-Policy": "sandbox; default-src 'none'",
+}
 
 
 def _service(request: web.Request) -> PostService:
@@ -54,9 +67,10 @@ def _too_large(service: PostService, size: int) -> web.Response:
 
 
 async def _post_post(request: web.Request) -> web.Response:
-    from .http import NODE_KEY
+    from .http import NODE_KEY, STATE_KEY
 
     node = request.app[NODE_KEY]
+    state = request.app[STATE_KEY]
     if node.read_only:  # as for events: a read-only node type that is cut off records nothing
         raise CutOffReadOnly(f"this {node.node_type.name} node is cut off from the group and read-only until "
                              "a peer is back; no post was added")
@@ -84,11 +98,21 @@ async def _post_post(request: web.Request) -> web.Response:
     except OSError as exc:
         return _cannot_store(exc)
     try:
-        async for block in request.content.iter_chunked(UPLOAD_BLOCK):
+        while True:
+            async with asyncio.timeout(state.limits.body_timeout):
+                block = await request.content.read(UPLOAD_BLOCK)
+            if not block:
+                break
             if upload.size + len(block) > max_size:  # no Content-Length, or it was not the truth
                 upload.abort()
                 return _too_large(service, upload.size + len(block))
             upload.write(block)
+    except TimeoutError:
+        upload.abort()
+        state.counters.body_timeouts += 1
+        state.refused("upload", "API: an upload paused longer than %s s; nothing was added", state.limits.body_timeout)
+        return _error(408, f"the upload paused longer than {state.limits.body_timeout} s (api.body-timeout); "
+                      "no post was added")
     except OSError as exc:  # the disk is full or failing
         upload.abort()
         return _cannot_store(exc)
@@ -140,7 +164,8 @@ async def _get_content(request: web.Request) -> web.StreamResponse:
     except CorruptContent as exc:
         return _error(410, f"{exc}; it will be fetched again from a peer")
     # FileResponse answers Range requests (206 / 416) and streams from disk.
-    return web.FileResponse(path, headers={"Content-Type": post.mime_type, "X-Post-Digest": post.digest})
+    return web.FileResponse(path, headers={"Content-Type": post.mime_type, "X-Post-Digest": post.digest,
+                                           **CONTENT_HEADERS})
 
 
 def add_post_routes(app: web.Application) -> None:

@@ -50,6 +50,8 @@ def parse_ops(text: str, content_type: str = "") -> list[dict[str, Any]]:
         value = json.loads(text)
     except ValueError as exc:
         raise OperationError(f"operation is neither XML nor JSON: {exc}") from None
+    except RecursionError:
+        raise OperationError("operation nested too deeply") from None
     return parse_json_ops(value)
 
 
@@ -359,6 +361,8 @@ def parse_xml_ops(text: str) -> list[dict[str, Any]]:
         raise OperationError(f"malformed XML: {exc}") from None
     except DefusedXmlException as exc:
         raise OperationError(f"XML with DTDs or entities is refused: {exc}") from None
+    except RecursionError:
+        raise OperationError("XML nested too deeply") from None
     ops = list(root) if root.tag == "action" else [root]
     if not ops:
         raise OperationError("<action> holds no operation")

@@ -109,7 +109,8 @@ async def run(api: ApiClient, args: argparse.Namespace, show: Callable[[Any, str
             params = {"subject": args.subject, "mime": mime} | ({"parent": args.parent} if args.parent else {})
             with f:
                 async with api.session.post(url, params=params, data=f, timeout=TRANSFER_TIMEOUT,
-                                            headers={"Content-Length": str(size)}) as resp:
+                                            headers={"Content-Length": str(size),
+                                                     "Content-Type": "application/octet-stream"}) as resp:
                     await _fail(resp)
                     post = await resp.json()
             show(post, f"{'added' if post['new'] else 'already held'} post {post['id']} ({_size(post['size'])})")
