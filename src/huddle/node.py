@@ -262,15 +262,25 @@ class Node:
         ``body`` is any JSON value.  Returns the record (source, seq, ...).
         Raises CutOffReadOnly on a read-only node type while cut off."""
         self._check_writable()
-        record = self.log.append(kind, canonical_json(body), self.local_now(), self.mesh_time())
+        # Checked whole (text, JSON, size, sequence) before it is recorded: a
+        # LocalProtocolError here means nothing was.
+        record = self.log.append(kind, self._body_text(body, 1), self.local_now(), self.mesh_time())
         self._execute()  # commits before anything is sent or returned
         return record
+
+    def _body_text(self, body: Any, events: int) -> str:
+        try:
+            return canonical_json(body)
+        except LocalProtocolError:
+            self.log.stats.events_refused += events
+            raise
 
     def emit_many(self, events: list[tuple[str, Any]]) -> list[LogRecord]:
         """Record several events in one transaction and as few messages as possible."""
         self._check_writable()
         now, stamp = self.local_now(), self.mesh_time()
-        records = [self.log.append(kind, canonical_json(body), now, stamp) for kind, body in events]
+        records = self.log.append_many([(kind, self._body_text(body, len(events))) for kind, body in events],
+                                       now, stamp)
         self._execute()
         return records
 
@@ -409,7 +419,11 @@ class Node:
             )
             self._mesh.conn_counters = transport.counters
             self._store = SqliteStore(self.data_dir.path / "log.sqlite", cfg.group)
-            self._log = Replicator(uuid, self._store, now=self.local_now())
+            returned = self._store.drop_returned(uuid)
+            if returned:
+                log.warning("dropped %d records in this node's name that came from peers: "
+                            "its sequence continues what it wrote itself", returned)
+            self._log = Replicator(uuid, self._store, now=self.local_now(), limits=cfg.limits.log)
             for batch in self._store.of_kind(DOC_KIND):
                 self.doc.load(batch)
             self._mesh.replication = self._log
@@ -658,7 +672,7 @@ class Node:
         if store is None or mesh is None or uuid is None:
             return
         dropped = store.drop_others(uuid)
-        self._log = Replicator(uuid, store, now=self.local_now())
+        self._log = Replicator(uuid, store, now=self.local_now(), limits=self.config.limits.log)
         mesh.replication = self._log
         self.doc = DocEngine()
         for batch in store.of_kind(DOC_KIND):
