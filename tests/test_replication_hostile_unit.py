@@ -5,6 +5,7 @@ log as it was, and each bound is counted."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -14,12 +15,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from huddle import NodeId
+from huddle.config import NodeConfig
 from huddle.errors import DecodeError, LocalProtocolError
 from huddle.limits import LogLimits
 from huddle.log import SqliteStore
+from huddle.node import Node
 from huddle.protocol.events import Send
 from huddle.protocol.replication import MemoryStore, Replicator, SourceState
-from huddle.wire import MAX_BODY, Gsip, LogRecord, Xmsg, decode, encode, encode_parts
+from huddle.wire import MAX_BODY, Chat, Gsip, LogRecord, Xmsg, decode, encode, encode_parts
 from huddle.wire.messages import MAX_RECORD, MAX_SEQ, check_record, record_size, strict_json
 
 ME = NodeId(b"\x01" * 16)
@@ -361,3 +364,71 @@ def test_live_batches_of_wide_characters_fit_the_body_cap() -> None:
     r.append_many([("k\x01" * 50, wide)] * 8, 0.0, 0.0)
     msgs = [m for m in sent(r) if isinstance(m, Xmsg)]
     assert sum(len(m.records) for m in msgs) == 8
+
+
+# ------------------------------------------------------------------ the driver survives an action
+
+
+class _FakeMesh:
+    def __init__(self, actions: list[object], tick_fails: int = 0) -> None:
+        self.actions, self.tick_fails, self.ticks = actions, tick_fails, 0
+        self.ticked: asyncio.Event | None = None
+
+    def take_actions(self) -> list[object]:
+        actions, self.actions = self.actions, []
+        return actions
+
+    def tick(self, now: float) -> None:
+        self.ticks += 1
+        if self.ticks >= 3 and self.ticked is not None:
+            self.ticked.set()
+        if self.ticks <= self.tick_fails:
+            raise RuntimeError("a bug in a state machine")
+
+    def next_deadline(self, now: float) -> float:
+        return now + 0.001
+
+
+class _FakeTransport:
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, list[bytes]]] = []
+
+    def send(self, conn: int, frames: list[bytes]) -> None:
+        if conn == 2:
+            raise OSError("the connection is gone")
+        self.sent.append((conn, frames))
+
+    def poll(self) -> None:
+        pass
+
+
+def test_the_driver_survives_an_action_it_cannot_carry_out_and_counts_it(tmp_path: Path) -> None:
+    node = Node(NodeConfig(data_dir=tmp_path))
+    bad = Xmsg(ME, (LogRecord(ME, 1, 1.0, "k\ud800", "1"),))  # made without the checks: cannot be encoded
+    good = Chat(ME, "fine")
+    transport = _FakeTransport()
+    huge = Xmsg(ME, (LogRecord(ME, 1, 1.0, "k", "1" * MAX_BODY),))  # over the body cap
+    node._mesh = _FakeMesh([Send(1, bad), Send(3, bad), Send(2, good), Send(1, huge),
+                            Send(1, good), Send(3, good)])  # type: ignore[assignment]
+    node._transport = transport  # type: ignore[assignment]
+    node._execute()
+    assert [conn for conn, _ in transport.sent] == [1, 3]
+    assert node.driver_stats.action_failures == 4
+
+
+def test_the_timer_loop_survives_a_turn_that_raises(tmp_path: Path) -> None:
+    node = Node(NodeConfig(data_dir=tmp_path))
+    mesh = _FakeMesh([], tick_fails=2)
+    node._mesh = mesh  # type: ignore[assignment]
+    node._transport = _FakeTransport()  # type: ignore[assignment]
+
+    async def run() -> None:
+        mesh.ticked = asyncio.Event()
+        task = asyncio.create_task(node._ticker())
+        try:
+            await asyncio.wait_for(mesh.ticked.wait(), 5.0)
+        finally:
+            task.cancel()
+
+    asyncio.run(run())
+    assert mesh.ticks >= 3 and node.driver_stats.tick_failures == 2

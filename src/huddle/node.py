@@ -15,6 +15,7 @@ import os
 import socket
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +27,7 @@ from .ids import NodeId
 from .log import SqliteStore
 from .protocol import Connect, Disconnect, Event, Mesh, Notify, PeerInfo, Send
 from .protocol.delivery import BufferFull, Delivery
-from .protocol.events import BufferSpace, CutOff, LogAppended, PeerExcluded, stat_row
+from .protocol.events import BufferSpace, Counters, CutOff, LogAppended, PeerExcluded, stat_row
 from .protocol.replication import Replicator, canonical_json
 from .transport.zmq_transport import ZmqTransport
 from .wire import LogRecord, encode_parts
@@ -52,6 +53,19 @@ STATS_INTERVAL = 10.0
 # digested less often: at most this share of the node's time goes to it.
 DOC_ROW_INTERVAL = 10.0
 DOC_ROW_SHARE = 0.01
+# After a turn of the timer loop failed, the next comes this much later (no busy loop).
+TICK_RETRY = 0.05
+
+
+@dataclass(slots=True)
+class DriverStats(Counters):
+    """Failures the driver survived: an action it could not carry out (encode,
+    send, connect), a received message whose handling raised, a turn of the
+    timer loop that raised.  Each is counted, logged (rarely), and the node goes on."""
+
+    action_failures: int = 0
+    receive_failures: int = 0
+    tick_failures: int = 0
 
 
 class DataDir:
@@ -150,6 +164,7 @@ class Node:
         self._ready = asyncio.Event()
         self._base = time.time() - time.monotonic()
         self.started_at = 0.0
+        self.driver_stats = DriverStats()
 
     # ----------------------------------------------------------------- clock
 
@@ -189,6 +204,7 @@ class Node:
             stats["naming"] = dict(self._naming.stats)
         if mesh.delivery is not None:
             stats["delivery"] = mesh.delivery.stats.as_dict()
+        stats["driver"] = self.driver_stats.as_dict()
         return {
             "uuid": str(mesh.uuid),
             "name": mesh.name,
@@ -609,14 +625,27 @@ class Node:
         next_snapshot = self.local_now()
         while True:
             now = self.local_now()
-            if now >= next_snapshot:
-                self._snapshot()
-                self._document_row(now)
-                next_snapshot = now + STATS_INTERVAL
-            transport.poll()
-            mesh.tick(now)
-            self._execute()
-            await asyncio.sleep(max(0.0, mesh.next_deadline(now) - self.local_now()))
+            try:
+                if now >= next_snapshot:
+                    next_snapshot = now + STATS_INTERVAL
+                    self._snapshot()
+                    self._document_row(now)
+                transport.poll()
+                mesh.tick(now)
+                self._execute()
+                delay = max(0.0, mesh.next_deadline(now) - self.local_now())
+            except Exception as exc:  # a bug or a bad input must not stop the node's clock
+                self._survived("tick_failures", "a turn of the timer loop", exc)
+                delay = TICK_RETRY
+            await asyncio.sleep(delay)
+
+    def _survived(self, counter: str, what: str, exc: Exception) -> None:
+        """Count a failure the driver survived; log it when its count passes 1, 10, 100, ..."""
+        n = getattr(self.driver_stats, counter) + 1
+        setattr(self.driver_stats, counter, n)
+        if n & (n - 1) == 0:  # 1, 2, 4, 8, ...: rarer and rarer
+            log.error("survived a failure of %s (%d so far): %r", what, n, exc,
+                      exc_info=exc if n == 1 else None)
 
     # ---------------------------------------------------------------- wiring
 
@@ -626,7 +655,10 @@ class Node:
             return
         now = self.local_now()
         for frames in batch:
-            mesh.receive(frames, now)
+            try:
+                mesh.receive(frames, now)
+            except Exception as exc:  # one message must not cost the others of the batch
+                self._survived("receive_failures", "handling a received message", exc)
         self._execute()
 
     def _on_stalled(self, conn: int) -> None:
@@ -646,18 +678,26 @@ class Node:
             return
         last_msg: object = None
         frames: list[bytes] = []
-        for action in mesh.take_actions():
-            if isinstance(action, Send):
-                if action.message is not last_msg:  # a live XMSG goes to every peer: encode it once
-                    last_msg = action.message
-                    frames = encode_parts(action.message)
-                transport.send(action.conn, frames)
-            elif isinstance(action, Notify):
-                self._publish(action.event)
-            elif isinstance(action, Connect):
-                transport.connect(action.conn, action.endpoint)
-            elif isinstance(action, Disconnect):
-                transport.disconnect(action.conn, action.flush)
+        try:
+            actions = mesh.take_actions()
+        except Exception as exc:
+            self._survived("action_failures", "taking the protocol's actions", exc)
+            return
+        for action in actions:
+            try:
+                if isinstance(action, Send):
+                    if action.message is not last_msg:  # a live XMSG goes to every peer: encode it once
+                        frames = encode_parts(action.message)
+                        last_msg = action.message
+                    transport.send(action.conn, frames)
+                elif isinstance(action, Notify):
+                    self._publish(action.event)
+                elif isinstance(action, Connect):
+                    transport.connect(action.conn, action.endpoint)
+                elif isinstance(action, Disconnect):
+                    transport.disconnect(action.conn, action.flush)
+            except Exception as exc:  # one action that cannot be carried out must not stop the others
+                self._survived("action_failures", f"an action ({type(action).__name__})", exc)
 
     def exclude(self, peer: NodeId, reason: str) -> bool:
         """Exclude ``peer`` for good (persisted); False if it already was."""
