@@ -335,6 +335,13 @@ def test_one_gsip_is_served_one_window_across_all_its_asks() -> None:
     assert len(served(r)) == 1_500
 
 
+def test_the_serve_window_counts_ranges_too() -> None:
+    r = holder(10_000, LogLimits(serve_ranges=30))
+    asks = ((ME, tuple((q, q) for q in range(1, 10_000, 2))), (OTHER, ((1, 0),)))
+    r.on_gsip(PEER, Gsip(PEER, (), asks), 1.0)
+    assert [x.seq for x in served(r)] == list(range(1, 60, 2)) and r.stats.serve_trimmed == 1
+
+
 def test_the_serve_window_counts_octets_too() -> None:
     body = json.dumps("x" * 10_000)
     r = holder(2_000, LogLimits(serve_bytes=1024 * 1024), body=body)

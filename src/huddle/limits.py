@@ -78,6 +78,7 @@ class LogLimits:
     max_ask_ranges: int = _doc("missing ranges of one source asked for in one GSIP", default=1000)
     serve_records: int = _doc("records sent in answer to one GSIP, across all its asks", default=20_000)
     serve_bytes: int = _doc("octets of records sent in answer to one GSIP, across all its asks", default=8 * MiB)
+    serve_ranges: int = _doc("ranges of one GSIP's asks answered (each may cost a read of the store)", default=4096)
 
 
 # -------------------------------------------------------------------- the HTTP API

@@ -619,11 +619,13 @@ class Replicator:
                 more = True
         if msg.ask:
             serve = _Serve(self.limits.serve_records, self.limits.serve_bytes)
+            answered, max_ranges = 0, self.limits.serve_ranges
             for s, ranges in msg.ask:
                 for first, last in ranges:
-                    if serve.exhausted():
+                    if serve.exhausted() or answered >= max_ranges:
                         serve.cut = serve.cut or s in sources
                         break
+                    answered += 1
                     if last == 0:
                         self._stream_tail(p, s, first, now, serve)
                     else:
