@@ -87,6 +87,15 @@ class LogLimits:
     """Replication: sources, version vectors, asks and what one GSIP is served
     (docs/limits.md, "Log")."""
 
+    max_sources: int = _doc("sources (node UUIDs) the log tracks in all", default=4096)
+    max_new_sources_per_peer: int = _doc("new sources one peer may introduce during its session", default=1024)
+    max_new_sources_per_message: int = _doc("new sources one XMSG or GSIP may introduce", default=256)
+    max_gap_ranges: int = _doc("disjoint ranges held beyond a gap, per source", default=1024)
+    max_ask_ranges: int = _doc("missing ranges of one source asked for in one GSIP", default=1000)
+    serve_records: int = _doc("records sent in answer to one GSIP, across all its asks", default=20_000)
+    serve_bytes: int = _doc("octets of records sent in answer to one GSIP, across all its asks", default=8 * MiB)
+    serve_ranges: int = _doc("ranges of one GSIP's asks answered (each may cost a read of the store)", default=4096)
+
 
 # -------------------------------------------------------------------- the HTTP API
 

@@ -15,6 +15,7 @@ import os
 import socket
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +27,7 @@ from .ids import NodeId
 from .log import SqliteStore
 from .protocol import Connect, Disconnect, Event, Mesh, Notify, PeerInfo, Send
 from .protocol.delivery import BufferFull, Delivery
-from .protocol.events import BufferSpace, CutOff, LogAppended, PeerExcluded, stat_row
+from .protocol.events import BufferSpace, Counters, CutOff, LogAppended, PeerExcluded, stat_row
 from .protocol.replication import Replicator, canonical_json
 from .transport.zmq_transport import ZmqTransport
 from .wire import LogRecord, encode_parts
@@ -52,6 +53,19 @@ STATS_INTERVAL = 10.0
 # digested less often: at most this share of the node's time goes to it.
 DOC_ROW_INTERVAL = 10.0
 DOC_ROW_SHARE = 0.01
+# After a turn of the timer loop failed, the next comes this much later (no busy loop).
+TICK_RETRY = 0.05
+
+
+@dataclass(slots=True)
+class DriverStats(Counters):
+    """Failures the driver survived: an action it could not carry out (encode,
+    send, connect), a received message whose handling raised, a turn of the
+    timer loop that raised.  Each is counted, logged (rarely), and the node goes on."""
+
+    action_failures: int = 0
+    receive_failures: int = 0
+    tick_failures: int = 0
 
 
 class DataDir:
@@ -150,6 +164,7 @@ class Node:
         self._ready = asyncio.Event()
         self._base = time.time() - time.monotonic()
         self.started_at = 0.0
+        self.driver_stats = DriverStats()
 
     # ----------------------------------------------------------------- clock
 
@@ -190,6 +205,7 @@ class Node:
             stats["naming"] = self._naming.stats.as_dict()
         if mesh.delivery is not None:
             stats["delivery"] = mesh.delivery.stats.as_dict()
+        stats["driver"] = self.driver_stats.as_dict()
         return {
             "uuid": str(mesh.uuid),
             "name": mesh.name,
@@ -263,15 +279,25 @@ class Node:
         ``body`` is any JSON value.  Returns the record (source, seq, ...).
         Raises CutOffReadOnly on a read-only node type while cut off."""
         self._check_writable()
-        record = self.log.append(kind, canonical_json(body), self.local_now(), self.mesh_time())
+        # Checked whole (text, JSON, size, sequence) before it is recorded: a
+        # LocalProtocolError here means nothing was.
+        record = self.log.append(kind, self._body_text(body, 1), self.local_now(), self.mesh_time())
         self._execute()  # commits before anything is sent or returned
         return record
+
+    def _body_text(self, body: Any, events: int) -> str:
+        try:
+            return canonical_json(body)
+        except LocalProtocolError:
+            self.log.stats.events_refused += events
+            raise
 
     def emit_many(self, events: list[tuple[str, Any]]) -> list[LogRecord]:
         """Record several events in one transaction and as few messages as possible."""
         self._check_writable()
         now, stamp = self.local_now(), self.mesh_time()
-        records = [self.log.append(kind, canonical_json(body), now, stamp) for kind, body in events]
+        records = self.log.append_many([(kind, self._body_text(body, len(events))) for kind, body in events],
+                                       now, stamp)
         self._execute()
         return records
 
@@ -412,7 +438,11 @@ class Node:
             )
             self._mesh.conn_counters = transport.counters
             self._store = SqliteStore(self.data_dir.path / "log.sqlite", cfg.group)
-            self._log = Replicator(uuid, self._store, now=self.local_now())
+            returned = self._store.drop_returned(uuid)
+            if returned:
+                log.warning("dropped %d records in this node's name that came from peers: "
+                            "its sequence continues what it wrote itself", returned)
+            self._log = Replicator(uuid, self._store, now=self.local_now(), limits=cfg.limits.log)
             for batch in self._store.of_kind(DOC_KIND):
                 self.doc.load(batch)
             self._mesh.replication = self._log
@@ -601,14 +631,27 @@ class Node:
         next_snapshot = self.local_now()
         while True:
             now = self.local_now()
-            if now >= next_snapshot:
-                self._snapshot()
-                self._document_row(now)
-                next_snapshot = now + STATS_INTERVAL
-            transport.poll()
-            mesh.tick(now)
-            self._execute()
-            await asyncio.sleep(max(0.0, mesh.next_deadline(now) - self.local_now()))
+            try:
+                if now >= next_snapshot:
+                    next_snapshot = now + STATS_INTERVAL
+                    self._snapshot()
+                    self._document_row(now)
+                transport.poll()
+                mesh.tick(now)
+                self._execute()
+                delay = max(0.0, mesh.next_deadline(now) - self.local_now())
+            except Exception as exc:  # a bug or a bad input must not stop the node's clock
+                self._survived("tick_failures", "a turn of the timer loop", exc)
+                delay = TICK_RETRY
+            await asyncio.sleep(delay)
+
+    def _survived(self, counter: str, what: str, exc: Exception) -> None:
+        """Count a failure the driver survived; log it when its count passes 1, 10, 100, ..."""
+        n = getattr(self.driver_stats, counter) + 1
+        setattr(self.driver_stats, counter, n)
+        if n & (n - 1) == 0:  # 1, 2, 4, 8, ...: rarer and rarer
+            log.error("survived a failure of %s (%d so far): %r", what, n, exc,
+                      exc_info=exc if n == 1 else None)
 
     # ---------------------------------------------------------------- wiring
 
@@ -618,7 +661,10 @@ class Node:
             return
         now = self.local_now()
         for frames, source in zip(batch, sources, strict=True):
-            mesh.receive(frames, now, source)
+            try:
+                mesh.receive(frames, now, source)
+            except Exception as exc:  # one message must not cost the others of the batch
+                self._survived("receive_failures", "handling a received message", exc)
         self._execute()
 
     def _on_connect_failed(self, conn: int) -> None:
@@ -643,18 +689,26 @@ class Node:
             return
         last_msg: object = None
         frames: list[bytes] = []
-        for action in mesh.take_actions():
-            if isinstance(action, Send):
-                if action.message is not last_msg:  # a live XMSG goes to every peer: encode it once
-                    last_msg = action.message
-                    frames = encode_parts(action.message)
-                transport.send(action.conn, frames)
-            elif isinstance(action, Notify):
-                self._publish(action.event)
-            elif isinstance(action, Connect):
-                transport.connect(action.conn, action.endpoint)
-            elif isinstance(action, Disconnect):
-                transport.disconnect(action.conn, action.flush)
+        try:
+            actions = mesh.take_actions()
+        except Exception as exc:
+            self._survived("action_failures", "taking the protocol's actions", exc)
+            return
+        for action in actions:
+            try:
+                if isinstance(action, Send):
+                    if action.message is not last_msg:  # a live XMSG goes to every peer: encode it once
+                        frames = encode_parts(action.message)
+                        last_msg = action.message
+                    transport.send(action.conn, frames)
+                elif isinstance(action, Notify):
+                    self._publish(action.event)
+                elif isinstance(action, Connect):
+                    transport.connect(action.conn, action.endpoint)
+                elif isinstance(action, Disconnect):
+                    transport.disconnect(action.conn, action.flush)
+            except Exception as exc:  # one action that cannot be carried out must not stop the others
+                self._survived("action_failures", f"an action ({type(action).__name__})", exc)
 
     def exclude(self, peer: NodeId, reason: str) -> bool:
         """Exclude ``peer`` for good (persisted); False if it already was."""
@@ -669,7 +723,7 @@ class Node:
         if store is None or mesh is None or uuid is None:
             return
         dropped = store.drop_others(uuid)
-        self._log = Replicator(uuid, store, now=self.local_now())
+        self._log = Replicator(uuid, store, now=self.local_now(), limits=self.config.limits.log)
         mesh.replication = self._log
         self.doc = DocEngine()
         for batch in store.of_kind(DOC_KIND):

@@ -18,6 +18,7 @@ from ..errors import HuddleError
 from ..ids import NodeId
 from ..protocol.replication import SourceState
 from ..wire import LogRecord
+from ..wire.messages import MAX_SEQ
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore", "StoredRecord"]
 
@@ -103,8 +104,9 @@ class SqliteStore:
         hop = 0 if received_from is None else 1
         self._db.executemany(
             "INSERT OR IGNORE INTO events VALUES (?,?,?,?,?,?,?,?,?)",
-            [
-                (self.group, bytes(r.source), r.seq, r.timestamp, r.kind, r.body, r.hops + hop, received_at, frm)
+            [  # hops stop at what an INTEGER (and the wire) holds
+                (self.group, bytes(r.source), r.seq, r.timestamp, r.kind, r.body, min(r.hops + hop, MAX_SEQ),
+                 received_at, frm)
                 for r in records
             ],
         )
@@ -133,6 +135,16 @@ class SqliteStore:
         sql += " ORDER BY source, seq LIMIT ?"
         args.append(limit)
         return [_stored(row) for row in self._db.execute(sql, args)]
+
+    def drop_returned(self, source: NodeId) -> int:
+        """Delete the records of ``source`` this node received from others (not
+        written by itself); returns how many.  A node's own records are the ones
+        it wrote: records in its name from peers (accepted by versions before
+        the rule that refuses them) must not decide its next sequence."""
+        self.commit()
+        cur = self._db.execute(
+            "DELETE FROM events WHERE grp=? AND source=? AND received_from IS NOT NULL", (self.group, bytes(source)))
+        return cur.rowcount
 
     def drop_others(self, keep: NodeId) -> int:
         """Delete every event of this group whose source is not ``keep``; returns how many."""

@@ -26,6 +26,12 @@ the source document's "GSIP engine":
 * Catch-up streams ranges in batches, at most ``window`` records in flight per
   peer; the receiver acknowledges progress with a GSIP every ``ack_every``
   records, so a catch-up of millions of events exhausts neither side's memory.
+* A node's own source is its own: records of it from others are dropped, and a
+  peer's claim to hold more of it than the node wrote is not believed.
+* What a peer can make the node hold or send is bounded (:class:`LogLimits`):
+  the sources it may introduce (per message, per peer, in all), the ranges
+  held beyond a gap, and what one GSIP is served (records and octets, across
+  all its asks).  The node's own GSIPs and asks are cut to fit the body cap.
 
 Storage is a port (:class:`EventStore`); the node passes SQLite, the
 simulator an in-memory store.  Time (mesh time) is passed in.
@@ -33,6 +39,7 @@ simulator an in-memory store.  Time (mesh time) is passed in.
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -41,8 +48,9 @@ from typing import Any, Final, Protocol, overload
 
 from ..errors import LocalProtocolError
 from ..ids import NodeId
+from ..limits import LogLimits
 from ..wire import MAX_BODY, Gsip, LogRecord, Xmsg
-from ..wire.messages import MAX_KIND
+from ..wire.messages import MAX_SEQ, check_record
 from .events import Counters, LogAppended, Notify, Send
 
 __all__ = [
@@ -51,7 +59,15 @@ __all__ = [
 
 log = logging.getLogger("huddle.replication")
 
-_RECORD_OVERHEAD: Final = 120  # octets of JSON framing per record, roughly
+_RECORD_OVERHEAD: Final = 120  # octets of JSON framing per record, at most (source, seq, stamp, hops)
+# The most octets one entry of a GSIP takes: a vv entry ``"<32 hex>":<19 digits>,``;
+# an ask entry ``"<32 hex>":[...],`` and each of its ranges ``[<19 digits>,<19 digits>],``.
+_GSIP_BUDGET: Final = MAX_BODY - 64  # ``{"vv":{},"ask":{}}`` and change
+_VV_ENTRY: Final = 56
+_ASK_SOURCE: Final = 40
+_ASK_RANGE: Final = 42
+_MAX_WIRE_RANGES: Final = 10_000  # ranges of one source in an ask, at most (docs/protocol.md 2.4)
+_TAILS_PER_GSIP: Final = _GSIP_BUDGET // 2 // (_ASK_SOURCE + _ASK_RANGE)  # open tails repeated in one GSIP
 
 
 _CANONICAL = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False)
@@ -171,6 +187,17 @@ class SourceState:
             self.ahead = merged
         return new
 
+    def opens_range(self, first: int, last: int) -> bool:
+        """True if holding ``first..last`` would add a range to ``ahead`` (it
+        touches neither the prefix nor a range held beyond it)."""
+        if first <= self.contig + 1:
+            return False
+        ahead = self.ahead
+        i = bisect.bisect_left(ahead, (first, 0))
+        if i > 0 and ahead[i - 1][1] + 1 >= first:
+            return False
+        return not (i < len(ahead) and ahead[i][0] <= last + 1)
+
     def missing(self) -> list[tuple[int, int]]:
         """The gaps: ranges below the highest held sequence that are not held."""
         out = []
@@ -229,7 +256,7 @@ class MemoryStore:
         hop = 0 if received_from is None else 1
         for r in records:
             if hop:
-                r = replace(r, hops=r.hops + 1)  # noqa: PLW2901 - the stored copy
+                r = replace(r, hops=min(r.hops + 1, MAX_SEQ))  # noqa: PLW2901 - the stored copy
             self.records.setdefault(r.source, {})[r.seq] = r
             self.receipts[(r.source, r.seq)] = (received_from, received_at)
             self.staged.append(r)
@@ -271,6 +298,46 @@ class _Peer:
     told: dict[NodeId, int] | None = None  # the vector of our last GSIP to it
     told_at: float = float("-inf")
     unacked: int = 0  # records of a catch-up we asked it for, received since our last GSIP to it
+    introduced: int = 0  # sources it made us track
+
+
+@dataclass(slots=True)
+class _Serve:
+    """What is left of the records and octets one GSIP may be answered with,
+    across all its asks, and the records in flight to its sender (computed once)."""
+
+    records: int
+    octets: int
+    inflight: int | None = None
+    cut: bool = False  # something asked for was left unsent
+
+    def take(self, records: Sequence[LogRecord]) -> Sequence[LogRecord]:
+        """The first of ``records`` that fit what is left (at least one record
+        while any octets are left), taken from it."""
+        n = min(len(records), self.records)
+        if isinstance(records, RecordRun):
+            n = min(n, max(1, self.octets // max(1, records.record_size)))
+            octets = n * records.record_size
+        else:
+            if n < len(records):
+                records = records[:n]
+            octets = sum([len(r.body) + len(r.kind) for r in records]) + n * _RECORD_OVERHEAD
+            if octets > self.octets:  # the window ends within these: find where
+                octets, i = 0, 0
+                while i < n:
+                    r = records[i]
+                    size = len(r.body) + len(r.kind) + _RECORD_OVERHEAD
+                    if i and octets + size > self.octets:
+                        break
+                    octets += size
+                    i += 1
+                n = i
+        self.records -= n
+        self.octets -= octets
+        return records if n == len(records) else records[:n]
+
+    def exhausted(self) -> bool:
+        return self.records <= 0 or self.octets <= 0
 
 
 @dataclass(slots=True)
@@ -289,6 +356,14 @@ class ReplicationStats(Counters):
     gsip_sent: int = 0
     asks: int = 0
     resends: int = 0
+    events_refused: int = 0  # events of our own refused by append (not text, not JSON, too large, ...)
+    own_refused: int = 0  # records of our own source received from others: dropped
+    own_claims: int = 0  # GSIP entries claiming more of our source than we wrote: not believed
+    sources_refused: int = 0  # records or GSIP entries of new sources past a sources limit: dropped
+    gaps_refused: int = 0  # records that would open a range past max_gap_ranges: dropped
+    serve_trimmed: int = 0  # GSIPs whose asks were answered only up to serve_records / serve_bytes
+    asks_deferred: int = 0  # sources not asked for yet: the GSIP was full (asked on a later tick)
+    gsip_split: int = 0  # GSIPs sent in more than one message (the vector did not fit one body)
 
 
 
@@ -300,10 +375,12 @@ class Replicator:
         *,
         now: float,
         timing: ReplicationTiming | None = None,
+        limits: LogLimits | None = None,
     ) -> None:
         self.uuid: Final = uuid
         self.store: Final = store
         self.timing: Final = timing or ReplicationTiming()
+        self.limits: Final = limits or LogLimits()
         self.sources: dict[NodeId, SourceState] = store.load()
         self.sources.setdefault(uuid, SourceState())
         self.stats = ReplicationStats()
@@ -320,6 +397,30 @@ class Replicator:
         self._vv: dict[NodeId, int] = {}
         self._vv_items: tuple[tuple[NodeId, int], ...] = ()
         self._now = now
+        self._log_next: dict[str, int] = {}  # counter name -> the value at which it is logged next
+
+    def _refused(self, counter: str, n: int, what: str, peer: NodeId) -> None:
+        """Count ``n`` under ``counter``; log it when the count passes 1, 10, 100, ..."""
+        value = getattr(self.stats, counter) + n
+        setattr(self.stats, counter, value)
+        due = self._log_next.get(counter, 1)
+        if value >= due:
+            while due <= value:
+                due *= 10
+            self._log_next[counter] = due
+            log.warning("%s (from %s; %d so far)", what, peer.short, value)
+
+    def _new_source(self, p: _Peer, peer: NodeId, s: NodeId, new_here: int, n: int) -> SourceState | None:
+        """Track source ``s``, named by ``peer`` for the first time, if the
+        limits let it (``new_here`` other new sources came in the same message)."""
+        lim = self.limits
+        if (new_here >= lim.max_new_sources_per_message or p.introduced >= lim.max_new_sources_per_peer
+                or len(self.sources) >= lim.max_sources):
+            self._refused("sources_refused", n, "dropped a new source past a sources limit", peer)
+            return None
+        p.introduced += 1
+        st = self.sources[s] = SourceState()
+        return st
 
     # ------------------------------------------------------------- queries
 
@@ -354,27 +455,45 @@ class Replicator:
 
     def append(self, kind: str, body: str, now: float, stamp: float) -> LogRecord:
         """Originate an event at mesh time ``stamp`` (``now`` is the local clock
-        that drives timers).  It is durable once :meth:`take_actions` has run."""
-        if not isinstance(kind, str) or not kind or len(kind.encode("utf-8", "replace")) > MAX_KIND:
-            raise LocalProtocolError(f"event kind must be 1..{MAX_KIND} octets of text")
-        if len(body.encode("utf-8", "surrogatepass")) + _RECORD_OVERHEAD + len(kind) * 2 > MAX_BODY:
-            raise LocalProtocolError(f"event body is larger than the {MAX_BODY}-octet message limit")
-        self._now = now
+        that drives timers).  It is durable once :meth:`take_actions` has run.
+        Raises :class:`LocalProtocolError` (and records nothing) unless the
+        record passes :func:`~huddle.wire.messages.check_record`."""
+        return self.append_many([(kind, body)], now, stamp)[0]
+
+    def append_many(self, events: Sequence[tuple[str, str]], now: float, stamp: float) -> list[LogRecord]:
+        """Originate ``(kind, body)`` events at mesh time ``stamp``.  Every one
+        is checked before any is recorded: on :class:`LocalProtocolError` none is."""
         own = self.sources[self.uuid]
-        # Never reuse a sequence: if others returned records of ours beyond a gap
-        # (our data was partly lost), continue after the highest.
-        seq = own.top + 1
-        record = LogRecord(self.uuid, seq, stamp, kind, body, 0)
-        own.add(seq, seq)
-        self._own.append(record)  # staged in one batch by _stage_own
+        # Our sequence continues what we wrote: records of ours never come from
+        # others (on_xmsg), so ``top`` is ours alone.
+        first = own.top + 1
+        if len(events) > MAX_SEQ - own.top:
+            self.stats.events_refused += len(events)
+            raise LocalProtocolError(
+                f"this node's sequence numbers are used up: it has recorded {own.top} events, "
+                "and a sequence is at most 2^63-1; nothing was recorded")
+        stamp = float(stamp)
+        records = [LogRecord(self.uuid, first + i, stamp, kind, body, 0) for i, (kind, body) in enumerate(events)]
+        for i, record in enumerate(records):
+            try:
+                check_record(record)
+            except LocalProtocolError as exc:
+                self.stats.events_refused += len(records)
+                where = f"event {i + 1}: " if len(records) > 1 else ""
+                raise LocalProtocolError(f"{where}{exc}; nothing was recorded") from None
+        if not records:
+            return records
+        self._now = now
+        own.add(first, records[-1].seq)
+        self._own.extend(records)  # staged in one batch by _stage_own
         if self._outbox and isinstance(self._outbox[-1], list):
-            self._outbox[-1].append(record)
+            self._outbox[-1].extend(records)
         else:
-            self._outbox.append([record])
-        self._appended.append(((record,), None))
-        self.stats.originated += 1
+            self._outbox.append(list(records))
+        self._appended.extend(((record,), None) for record in records)
+        self.stats.originated += len(records)
         self._dirty = self._vv_changed = True
-        return record
+        return records
 
     def append_run(self, run: RecordRun, now: float) -> None:
         """Originate a whole run of events at once (the simulator's bulk load):
@@ -406,6 +525,14 @@ class Replicator:
                 for s, q in p.known.items():
                     if q > self._best.get(s, 0):
                         self._best[s] = q
+            # Sources we hold nothing of and no peer left claims: forget them
+            # (what a departed peer named does not keep a place in the table).
+            empty = [s for s, st in self.sources.items()
+                     if not st.contig and not st.ahead and s != self.uuid and s not in self._best]
+            for s in empty:
+                del self.sources[s]
+                self._asks.pop(s, None)
+                self._lacking.discard(s)
 
     def _note_known(self, p: _Peer, s: NodeId, q: int) -> None:
         if q > p.known.get(s, 0):
@@ -423,13 +550,23 @@ class Replicator:
         p = self._peers.get(peer)
         if p is None:
             return
-        got_any = got_asked = 0
+        got_any = got_asked = new_here = 0
         lacking = False
+        max_gaps = self.limits.max_gap_ranges
         for s, lo, run in _runs(msg.records):
             hi = lo + len(run) - 1
+            if s == self.uuid:  # ours come only from us: a peer cannot write in our name
+                self._refused("own_refused", len(run), "dropped records of this node's own source from a peer", peer)
+                continue
             st = self.sources.get(s)
             if st is None:
-                st = self.sources[s] = SourceState()
+                st = self._new_source(p, peer, s, new_here, len(run))
+                if st is None:
+                    continue
+                new_here += 1
+            elif len(st.ahead) >= max_gaps and st.opens_range(lo, hi):
+                self._refused("gaps_refused", len(run), f"dropped records past {max_gaps} ranges held beyond a gap", peer)
+                continue
             self._note_known(p, s, hi)  # contiguous forwarding: the peer holds 1..hi
             got = 0
             for a, b in st.add(lo, hi):
@@ -461,21 +598,40 @@ class Replicator:
         if p is None:
             return
         more = False
-        sources, known = self.sources, p.known
-        for s, q in msg.vv:
+        sources, known, uuid = self.sources, p.known, self.uuid
+        new_here = 0
+        for s, claimed in msg.vv:
+            q = claimed
             st = sources.get(s)
             if st is None:
-                st = sources[s] = SourceState()
+                if not q:
+                    continue
+                st = self._new_source(p, peer, s, new_here, 1)
+                if st is None:
+                    continue
+                new_here += 1
+            elif s == uuid and q > st.top:  # more of ours than we wrote: not believed
+                self._refused("own_claims", 1, "a peer claims more of this node's own source than it wrote", peer)
+                q = st.top
             if q > known.get(s, 0):
                 self._note_known(p, s, q)
             if q > st.contig:
                 more = True
-        for s, ranges in msg.ask:
-            for first, last in ranges:
-                if last == 0:
-                    self._stream_tail(p, s, first, now)
-                else:
-                    self._send_range(p, s, first, last)
+        if msg.ask:
+            serve = _Serve(self.limits.serve_records, self.limits.serve_bytes)
+            answered, max_ranges = 0, self.limits.serve_ranges
+            for s, ranges in msg.ask:
+                for first, last in ranges:
+                    if serve.exhausted() or answered >= max_ranges:
+                        serve.cut = serve.cut or s in sources
+                        break
+                    answered += 1
+                    if last == 0:
+                        self._stream_tail(p, s, first, now, serve)
+                    else:
+                        self._send_range(p, s, first, last, serve)
+            if serve.cut:
+                self._refused("serve_trimmed", 1, "answered a GSIP's asks only up to the serve window", peer)
         if more:
             self._plan_asks(now)
 
@@ -528,6 +684,8 @@ class Replicator:
         each chosen peer a GSIP with the missing ranges.  Returns the peers asked."""
         t = self.timing
         payload: dict[NodeId, list[tuple[NodeId, tuple[tuple[int, int], ...]]]] = {}
+        room: dict[NodeId, int] = {}  # octets of ask still free in each provider's GSIP
+        max_ranges = min(self.limits.max_ask_ranges, _MAX_WIRE_RANGES)
         for s in list(self._lacking):
             st = self.sources[s]
             top = st.top
@@ -552,13 +710,19 @@ class Replicator:
                 holders.sort(key=lambda peer: (-self._peers[peer].known.get(s, 0), peer))
                 previous = None if ask is None else ask.provider
                 provider = next((h for h in holders if h != previous), holders[0])
+            ranges = st.missing()[:max_ranges]
+            if best > top and len(ranges) < max_ranges:
+                ranges.append((top + 1, 0))
+            size = _ASK_SOURCE + _ASK_RANGE * len(ranges)
+            free = room.get(provider, _GSIP_BUDGET // 2)
+            if size > free:  # the GSIP is full: this source is asked for on a later tick
+                self.stats.asks_deferred += 1
+                continue
+            room[provider] = free - size
             if ask is not None:
                 self.stats.resends += 1
             self._asks[s] = _Ask(provider, now, st.contig)
             self.stats.asks += 1
-            ranges = st.missing()
-            if best > top:
-                ranges.append((top + 1, 0))
             payload.setdefault(provider, []).append((s, tuple(ranges)))
         for peer, asks in payload.items():
             self._send_gsip(peer, now, ask=tuple(asks))
@@ -586,9 +750,10 @@ class Replicator:
                     self._actions.append(Send(p.conn, msg))
             self.stats.records_sent += len(records) * len(targets)
 
-    def _stream_tail(self, p: _Peer, s: NodeId, first: int, now: float) -> None:
+    def _stream_tail(self, p: _Peer, s: NodeId, first: int, now: float, serve: _Serve) -> None:
         """Stream ``s`` from ``first`` on (contiguous records only), within the
-        window; what was sent recently and may still be in flight is not sent again."""
+        window and what is left of ``serve``; what was sent recently and may
+        still be in flight is not sent again."""
         st = self.sources.get(s)
         if st is None:
             return
@@ -601,33 +766,42 @@ class Replicator:
             else:
                 self.stats.resends += 1  # sent long ago and still asked for: lost
         self._stage_own()
-        inflight = sum(max(0, q - p.known.get(src, 0)) for src, q in p.sent.items() if src != s)
-        inflight += max(0, start - (first - 1))
-        while start < st.contig and inflight < t.window:
-            n = min(t.batch_records * 4, st.contig - start, t.window - inflight)
+        if serve.inflight is None:  # once per GSIP: it may ask for every source
+            serve.inflight = sum(max(0, q - p.known.get(src, 0)) for src, q in p.sent.items())
+        mine = max(0, p.sent.get(s, 0) - p.known.get(s, 0))
+        others = serve.inflight - mine
+        inflight = others + max(0, start - (first - 1))
+        while start < st.contig and inflight < t.window and not serve.exhausted():
+            n = min(t.batch_records * 4, st.contig - start, t.window - inflight, serve.records)
             records = self.store.read(s, start, n)
             if not records:
                 break
+            records = serve.take(records)
             self._send_records(p, records)
             start = records[-1].seq
             inflight += len(records)
             p.sent[s] = start
             p.sent_at[s] = now
+        serve.cut = serve.cut or (serve.exhausted() and start < st.contig and inflight < t.window)
+        serve.inflight = others + max(0, p.sent.get(s, 0) - p.known.get(s, 0))
 
-    def _send_range(self, p: _Peer, s: NodeId, first: int, last: int) -> None:
-        """Send the records ``first..last`` of ``s`` that we hold (a gap the peer reported)."""
+    def _send_range(self, p: _Peer, s: NodeId, first: int, last: int, serve: _Serve) -> None:
+        """Send the records ``first..last`` of ``s`` that we hold (a gap the peer
+        reported), within what is left of ``serve``."""
         st = self.sources.get(s)
         if st is None:
             return
         last = min(last, st.contig, first - 1 + self.timing.window)
         self._stage_own()
         start = first - 1
-        while start < last:  # a store may return less than asked (the end of what it keeps together)
-            records = self.store.read(s, start, last - start)
+        while start < last and not serve.exhausted():  # a store may return less than asked
+            records = self.store.read(s, start, min(last - start, serve.records))
             if not records:
                 break
+            records = serve.take(records)
             self._send_records(p, records)
             start = records[-1].seq
+        serve.cut = serve.cut or (serve.exhausted() and start < last)
 
     def _send_records(self, p: _Peer, records: Sequence[LogRecord]) -> None:
         for batch in self._batches(records):
@@ -642,10 +816,21 @@ class Replicator:
             for i in range(0, len(records), n):
                 yield records[i : i + n]
             return
+        if not records:
+            return
+        n = t.batch_records
+        longest = max([len(r.body) + len(r.kind) for r in records])
+        if (6 * longest + _RECORD_OVERHEAD) * n <= t.batch_bytes:  # short records (the usual): by count alone
+            for i in range(0, len(records), n):
+                yield tuple(records[i : i + n])
+            return
         batch: list[LogRecord] = []
         size = 0
         for r in records:
-            rsize = len(r.body) * 2 + len(r.kind) * 2 + _RECORD_OVERHEAD
+            # At most: in a JSON string an ASCII character of JSON text takes two
+            # octets (``\"``, ``\n``), any other at most four; a kind's, six (``\u001f``).
+            body = r.body
+            rsize = len(body) * (2 if body.isascii() else 4) + len(r.kind) * 6 + _RECORD_OVERHEAD
             if batch and (len(batch) >= t.batch_records or size + rsize > t.batch_bytes):
                 yield tuple(batch)
                 batch, size = [], 0
@@ -668,17 +853,24 @@ class Replicator:
         if vv is None:
             vv = current
         if ask is None:
-            ask = tuple(
-                (s, ((self.sources[s].top + 1, 0),))
-                for s, a in self._asks.items()
-                if a.provider == peer
-            )
+            tails = [s for s, a in self._asks.items() if a.provider == peer]
+            ask = tuple((s, ((self.sources[s].top + 1, 0),)) for s in tails[:_TAILS_PER_GSIP])
         p.told = vv
         p.told_at = now
         p.unacked = 0
         self.stats.gsip_sent += 1
         items = self._vv_items if vv is current else tuple(vv.items())  # shared by every GSIP until it changes
-        self._actions.append(Send(p.conn, Gsip(self.uuid, items, ask)))
+        # The whole vector may not fit one body (many sources): then it goes in
+        # pieces, the ask with the first; a GSIP need not name every source.
+        room = (_GSIP_BUDGET - sum(_ASK_SOURCE + _ASK_RANGE * len(r) for _, r in ask)) // _VV_ENTRY
+        if len(items) <= room:
+            self._actions.append(Send(p.conn, Gsip(self.uuid, items, ask)))
+            return
+        self.stats.gsip_split += 1
+        self._actions.append(Send(p.conn, Gsip(self.uuid, items[:room], ask)))
+        step = _GSIP_BUDGET // _VV_ENTRY
+        for i in range(room, len(items), step):
+            self._actions.append(Send(p.conn, Gsip(self.uuid, items[i : i + step])))
 
 
 def _runs(records: Sequence[LogRecord]) -> Iterator[tuple[NodeId, int, Sequence[LogRecord]]]:

@@ -35,6 +35,7 @@ __all__ = [
     "MAX_GROUP",
     "MAX_KIND",
     "MAX_NAME",
+    "MAX_RECORD",
     "MAX_SEQ",
     "PROTOCOL_VERSION",
     "RESERVED_TYPES",
@@ -54,9 +55,12 @@ __all__ = [
     "Raws",
     "Time",
     "Xmsg",
+    "check_record",
     "decode",
     "encode",
     "encode_parts",
+    "record_size",
+    "strict_json",
     "valid_endpoint",
 ]
 
@@ -67,6 +71,13 @@ MAX_GROUP: Final = 255
 MAX_REASON: Final = 1024
 MAX_KIND: Final = 255
 MAX_SEQ: Final = 2**63 - 1
+# A log record is at most this many octets as the body of an XMSG of its own,
+# counted with ``hops`` 0: the margin leaves room for any hop count, so a record
+# that fits at its source fits on every link it is forwarded over.
+MAX_RECORD: Final = MAX_BODY - 64
+# Whatever a record's text, its XMSG body is at most this many octets plus six per
+# character of kind and body (a character escapes to at most six: ``\u001f``).
+_RECORD_FRAME: Final = 128
 MAX_FRAGMENTS: Final = 2**20
 MAX_BULK: Final = 1024 * 1024  # octets of a BULK's data frame
 MAX_BULK_HEAD: Final = 255  # octets of a BULK's head
@@ -81,6 +92,16 @@ _TYPE_RE: Final = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 MAX_BEAT: Final = 60.0  # seconds: the longest heartbeat interval a node may announce
 MAX_LOST: Final = 100  # the most heartbeats a node may allow to be lost
 PEER_STATES: Final = ("connecting", "handshake", "alive", "suspect", "none")
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+# Strict JSON: NaN, Infinity and -Infinity refused (the parser hands them to parse_constant).
+_STRICT_JSON: Final = json.JSONDecoder(parse_constant=_no_constant)
+# The C scanner itself: no wrapper, no whitespace handling (not in the typeshed stubs).
+_scan_json: Final[Callable[[str, int], tuple[Any, int]]] = _STRICT_JSON.scan_once  # type: ignore[attr-defined]
 
 
 def valid_endpoint(text: str) -> bool:
@@ -229,6 +250,10 @@ class LogRecord:
     ``body`` is the event's JSON value as canonical JSON text, carried
     verbatim so every copy of an event is byte-for-byte the same; ``hops`` is
     how many links it had crossed before this message (0 from its source).
+
+    The constructor does not check (the log makes millions of these from its
+    own store); :func:`check_record` does, before a record is stored, and
+    :func:`decode` does the same for every record it receives.
     """
 
     source: NodeId
@@ -237,6 +262,85 @@ class LogRecord:
     kind: str
     body: str
     hops: int = 0
+
+
+def strict_json(text: str) -> bool:
+    """True if ``text`` is one JSON value as RFC 8259 has it: no ``NaN`` or
+    ``Infinity``, no control characters inside strings, no escape that spells
+    a lone surrogate (``"\\ud800"``), whitespace allowed around it."""
+    try:
+        value, end = _scan_json(text, 0)
+        if end != len(text):
+            raise ValueError("more after the value")
+    except (StopIteration, ValueError, RecursionError):
+        try:  # leading or trailing whitespace, or really invalid: the full parser decides
+            value = _STRICT_JSON.decode(text)
+        except (ValueError, RecursionError):
+            return False
+    if "\\u" in text:  # an escape may spell a lone surrogate: the value must be valid Unicode
+        try:
+            _json({"v": value})
+        except (UnicodeEncodeError, RecursionError):
+            return False
+    return True
+
+
+def record_size(record: LogRecord) -> int:
+    """The octets of an XMSG body carrying ``record`` alone, with ``hops`` 0
+    (what :data:`MAX_RECORD` bounds).  Raises ``UnicodeEncodeError`` for text
+    that is not valid Unicode (a lone surrogate)."""
+    row = [record.source.hex(), record.seq, record.timestamp, record.kind, record.body, 0]
+    return len(_json({"records": [row]}))
+
+
+def _utf8_ok(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _record_problem(kind: object, body: object, seq: object, timestamp: object, hops: object) -> str | None:
+    """What is wrong with a record's fields (source aside), or None."""
+    if not isinstance(kind, str) or not kind:
+        return "kind must be non-empty text"
+    if len(kind) > MAX_KIND or not _utf8_ok(kind) or (not kind.isascii() and len(kind.encode("utf-8")) > MAX_KIND):
+        return f"kind must be 1..{MAX_KIND} octets of UTF-8 text (no lone surrogates)"
+    if not isinstance(body, str):
+        return "body must be JSON text in a string"
+    if not _utf8_ok(body):
+        return "body is not valid Unicode text (a lone surrogate)"
+    if not strict_json(body):
+        return "body is not valid JSON text (strict: one value, no NaN or Infinity)"
+    if not isinstance(seq, int) or isinstance(seq, bool) or not 1 <= seq <= MAX_SEQ:
+        return "seq must be an integer in 1..2^63-1"
+    if not isinstance(timestamp, float) or not math.isfinite(timestamp):
+        return "timestamp must be a finite float"
+    if not isinstance(hops, int) or isinstance(hops, bool) or not 0 <= hops <= MAX_SEQ:
+        return "hops must be an integer in 0..2^63-1"
+    return None
+
+
+def _too_large(record: LogRecord) -> bool:
+    """True if ``record`` is over :data:`MAX_RECORD`; its exact encoded size is
+    computed only when its text is long enough that it might be."""
+    return 6 * (len(record.kind) + len(record.body)) + _RECORD_FRAME > MAX_RECORD and record_size(record) > MAX_RECORD
+
+
+def check_record(record: LogRecord) -> None:
+    """Raise :class:`LocalProtocolError` unless ``record`` may be stored and
+    sent: strict UTF-8 text, a strict JSON body, sequence and hops in range, a
+    finite timestamp, and at most :data:`MAX_RECORD` octets in an XMSG of its own."""
+    _check(isinstance(record.source, NodeId), "event source must be a NodeId")
+    problem = _record_problem(record.kind, record.body, record.seq, record.timestamp, record.hops)
+    if problem is not None:
+        raise LocalProtocolError(f"event {problem}")
+    if _too_large(record):
+        raise LocalProtocolError(
+            f"event is larger than the {MAX_RECORD}-octet record limit ({record_size(record)} octets as a message)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -592,49 +696,29 @@ def _node_hex(value: object, what: str) -> NodeId:
     return NodeId(raw)
 
 
-# The C scanner itself: no wrapper, no whitespace handling (not in the typeshed stubs).
-_scan_json: Final[Callable[[str, int], tuple[Any, int]]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
-
-
-def _valid_json(text: str) -> bool:
-    try:
-        _, end = _scan_json(text, 0)
-        if end == len(text):
-            return True
-    except (StopIteration, ValueError, RecursionError):
-        pass
-    try:  # leading or trailing whitespace, or really invalid: the full parser decides
-        json.loads(text)
-    except (ValueError, RecursionError):
-        return False
-    return True
-
-
 def _record(row: object, sources: dict[str, NodeId]) -> LogRecord:
     if not isinstance(row, list) or len(row) != 6:
         raise DecodeError("an XMSG record is [source, seq, timestamp, kind, body, hops]")
     source, seq, ts, kind, body, hops = row
     if not isinstance(ts, (int, float)) or isinstance(ts, bool) or not math.isfinite(ts):
         raise DecodeError("XMSG record timestamp must be a finite number")
-    if not isinstance(kind, str) or not kind or len(kind) > MAX_KIND or (
-        not kind.isascii() and len(kind.encode("utf-8", "replace")) > MAX_KIND
+    if (  # the usual record, checked at once; any other is looked at closely
+        type(kind) is str and type(body) is str and 0 < len(kind) <= MAX_KIND and kind.isascii() and body.isascii()
+        and type(seq) is int and 1 <= seq <= MAX_SEQ and type(hops) is int and 0 <= hops <= MAX_SEQ
     ):
-        raise DecodeError(f"XMSG record kind must be 1..{MAX_KIND} octets of text")
-    if not isinstance(body, str):
-        raise DecodeError("XMSG record body must be JSON text in a string")
-    if not _valid_json(body):
-        raise DecodeError("XMSG record body is not valid JSON text")
+        if not strict_json(body):
+            raise DecodeError("XMSG record body is not valid JSON text (strict: one value, no NaN or Infinity)")
+    else:
+        problem = _record_problem(kind, body, seq, float(ts), hops)
+        if problem is not None:
+            raise DecodeError(f"XMSG record {problem}")
     src = sources.get(source) if isinstance(source, str) else None
     if src is None:
         src = sources[source] = _node_hex(source, "XMSG record source")
-    return LogRecord(
-        source=src,
-        seq=_seq(seq, "XMSG record seq"),
-        timestamp=float(ts),
-        kind=kind,
-        body=body,
-        hops=_seq(hops, "XMSG record hops", 0),
-    )
+    record = LogRecord(source=src, seq=seq, timestamp=float(ts), kind=kind, body=body, hops=hops)
+    if 6 * (len(kind) + len(body)) + _RECORD_FRAME > MAX_RECORD and _too_large(record):
+        raise DecodeError(f"XMSG record exceeds the {MAX_RECORD}-octet record limit")
+    return record
 
 
 def _d_xmsg(sender: NodeId, body: str) -> Message:
