@@ -21,7 +21,7 @@ from huddle.limits import LogLimits
 from huddle.log import SqliteStore
 from huddle.node import Node
 from huddle.protocol.events import Send
-from huddle.protocol.replication import MemoryStore, Replicator, SourceState
+from huddle.protocol.replication import MemoryStore, Replicator, SourceState, _coalesce
 from huddle.wire import MAX_BODY, Chat, Gsip, LogRecord, Xmsg, decode, encode, encode_parts
 from huddle.wire.messages import MAX_RECORD, MAX_SEQ, check_record, record_size, strict_json
 
@@ -439,3 +439,9 @@ def test_the_timer_loop_survives_a_turn_that_raises(tmp_path: Path) -> None:
 
     asyncio.run(run())
     assert mesh.ticks >= 3 and node.driver_stats.tick_failures == 2
+
+
+def test_one_gsip_asking_for_the_same_records_many_times_gets_them_once() -> None:
+    assert _coalesce([(1, 2000)] * 199) == [(1, 2000)]
+    assert _coalesce([(5, 9), (1, 3), (4, 4), (20, 0), (30, 40)]) == [(1, 9), (20, 0)]
+    assert _coalesce([(1, 3), (10, 12)]) == [(1, 3), (10, 12)]

@@ -621,7 +621,7 @@ class Replicator:
             serve = _Serve(self.limits.serve_records, self.limits.serve_bytes)
             answered, max_ranges = 0, self.limits.serve_ranges
             for s, ranges in msg.ask:
-                for first, last in ranges:
+                for first, last in _coalesce(ranges):
                     if serve.exhausted() or answered >= max_ranges:
                         serve.cut = serve.cut or s in sources
                         break
@@ -871,6 +871,20 @@ class Replicator:
         step = _GSIP_BUDGET // _VV_ENTRY
         for i in range(room, len(items), step):
             self._actions.append(Send(p.conn, Gsip(self.uuid, items[i : i + step])))
+
+
+def _coalesce(ranges: Sequence[tuple[int, int]]) -> Sequence[tuple[int, int]]:
+    """One source's asked ranges, sorted, with those that overlap or touch merged (``last`` 0:
+    open-ended), so that asking for the same records many times over in one GSIP gets them once."""
+    if len(ranges) < 2:
+        return ranges
+    merged: list[list[int]] = []
+    for first, last in sorted((a, b or MAX_SEQ + 1) for a, b in ranges):
+        if merged and first <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], last)
+        else:
+            merged.append([first, last])
+    return [(a, 0 if b > MAX_SEQ else b) for a, b in merged]
 
 
 def _runs(records: Sequence[LogRecord]) -> Iterator[tuple[NodeId, int, Sequence[LogRecord]]]:
