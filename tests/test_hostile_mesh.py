@@ -9,9 +9,12 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid as uuidlib
+from pathlib import Path
 
 import pytest
 import zmq
@@ -188,3 +191,23 @@ def test_frames_under_a_members_uuid_from_another_address_do_not_exclude_or_repl
     still_serving(cluster, [alice, bob])
     assert [p["name"] for p in get(alice.api, "/api/v1/peers")] == ["bob"]
     assert footprint(alice).fds < before.fds + 20
+
+
+def test_a_node_raises_its_descriptor_limit_so_its_own_caps_bind_first(tmp_path: Path) -> None:
+    """Started with the 1024 descriptors a desktop gives a process, a node lifts its soft
+    limit towards the hard one: a crowd of connections meets mesh.max-sessions and
+    api.max-connections, not EMFILE."""
+    cmd = ["prlimit", "--nofile=1024:8192", sys.executable, "-m", "huddle", "node", "--name", "fd",
+           "--data-dir", str(tmp_path / "fd"), "--interface", "lo", "--api", "127.0.0.1:0", "--no-beacon"]
+    with open(tmp_path / "fd.log", "wb") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err)  # prlimit execs the node: same pid
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline().decode()
+            assert line.startswith("api "), (line, (tmp_path / "fd.log").read_text())
+            limits = Path(f"/proc/{proc.pid}/limits").read_text()
+            soft = next(row.split()[3] for row in limits.splitlines() if row.startswith("Max open files"))
+            assert soft == "8192"
+        finally:
+            proc.kill()
+            proc.wait(10)

@@ -12,6 +12,7 @@ import fcntl
 import json
 import logging
 import os
+import resource
 import socket
 import time
 from collections.abc import Callable
@@ -772,9 +773,26 @@ def _resolve_seed(seed: str) -> str:
     return f"tcp://{ip}:{port}"
 
 
+def raise_descriptor_limit(want: int = 65536) -> int:
+    """Raise this process's soft limit on open descriptors towards its hard limit
+    (at most ``want``); returns the soft limit now in force.  Every peer, guest and
+    API client connected to a node costs a descriptor, and desktop systems start
+    processes with a soft limit of 1024: a crowd, or a flood, must meet the node's
+    own caps (docs/limits.md) long before the kernel's."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = want if hard == resource.RLIM_INFINITY else min(hard, want)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+    return soft
+
+
 def run_node(config: NodeConfig, on_ready: Callable[[Node], None] | None = None) -> None:
     """Run a node in the foreground until SIGINT / SIGTERM."""
     import signal
+
+    raise_descriptor_limit()
 
     async def main() -> None:
         node = Node(config)

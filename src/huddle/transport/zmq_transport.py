@@ -53,6 +53,7 @@ _RCVMORE = int(zmq.RCVMORE)
 ZERO_COPY_AFTER = 3  # frames of a message received as bytes; later ones as memoryviews, not copied
 ZERO_COPY_SEND = 256 * 1024  # a message's last frame this large is sent without a copy (a BULK's data)
 HEARTBEAT_IVL_MS = 1000  # the ROUTER pings each incoming connection this often (ZMTP 3.1 PING) ...
+HANDSHAKE_IVL_MS = 5000  # a connection must finish ZeroMQ's greeting within this long
 HEARTBEAT_TIMEOUT_MS = 3000  # ... and drops one that sent nothing for this long after a PING
 MAX_PARTS = 4  # frames of the longest message (a BULK: sender, type, head, data); more are not kept
 LOG_EVERY = 10.0  # seconds between two warnings of one kind of failure
@@ -145,6 +146,10 @@ class ZmqTransport:
         self.router.setsockopt(zmq.ROUTER_HANDOVER, 0)
         self.router.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
         self.router.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
+        # A connection that has not finished ZeroMQ's greeting after this long is closed
+        # (libzmq's default is 30 s): opening TCP connections and saying nothing pins
+        # the node's descriptors for seconds, not half a minute.
+        self.router.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_IVL_MS)
         self.connect_failed = 0  # connections that could not be opened
         self._failed_logged = 0  # ... of which a warning has been logged
         self._failed_log_at = float("-inf")
