@@ -254,6 +254,8 @@ def _check(honest: list[SimNode], originated: dict[bytes, int], bounds: HostileB
         for other in honest:
             if other.mesh.uuid in node.mesh.excluded:
                 problems.append(f"{name} excluded honest {other.mesh.name}: {node.mesh.excluded[other.mesh.uuid]}")
+            if other is not node and node.mesh._refused.get(other.mesh.uuid) == other.mesh.incarnation:
+                problems.append(f"{name} refuses honest {other.mesh.name}")
         sessions = len(node.mesh._sessions)
         if sessions > bounds.sessions:
             problems.append(f"{name} holds {sessions} sessions (bound {bounds.sessions})")

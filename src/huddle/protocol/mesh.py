@@ -182,6 +182,7 @@ class Stats(Counters):
     introductions_refused: int = 0  # PEERs and discoveries not dialled: caps, back-off, introducer not ALIVE
     connect_failed: int = 0  # outgoing connections the driver could not open (EMFILE, ...)
     foreign_frames: int = 0  # frames under a session's UUID from another address than the session's
+    auto_excluded: int = 0  # sessions ended and their incarnation refused: undecodable messages, a stuck buffer
 
 
 @dataclass(slots=True)
@@ -422,7 +423,7 @@ class Mesh:
             elif s is not None and s.admitted and limit:
                 s.errors += 1
                 if s.errors >= limit:
-                    self.exclude(s.uuid, f"{s.errors} undecodable messages", now)
+                    self._cut_incarnation(s, f"{s.errors} undecodable messages", now)
             if self.stats.decode_errors <= 10 or self.stats.decode_errors % 10000 == 0:
                 log.warning("dropped undecodable message (%d so far): %s", self.stats.decode_errors, exc)
             return False
@@ -670,7 +671,11 @@ class Mesh:
             self.delivery.tick(now)
             if t.exclude_slow_after:
                 for peer in self.delivery.stuck(now, t.exclude_slow_after):
-                    self.exclude(peer, f"its send buffer stayed full for {t.exclude_slow_after:g} s", now)
+                    stuck = self._sessions.get(peer)
+                    if stuck is not None:
+                        self._cut_incarnation(stuck, f"its send buffer stayed full for {t.exclude_slow_after:g} s", now)
+                    else:
+                        self.delivery.forget(peer)
 
     def next_deadline(self, now: float) -> float:
         """The latest time by which :meth:`tick` should be called again."""
@@ -816,6 +821,21 @@ class Mesh:
             self._send(conn, Gbye(sender=self.uuid, reason=reason))
             self._actions.append(Disconnect(conn, flush=True))
             self._notify(PeerRefused(uuid, endpoint, reason, True, self.mesh_time(now)))
+
+    def _cut_incarnation(self, s: _Session, reason: str, now: float) -> None:
+        """An automatic exclusion: end the session (GBYE ``excluded: reason``) and refuse
+        this incarnation of the peer until it restarts.  Not for good, as :meth:`exclude`
+        is: what the peer did was seen on one connection, and a UUID is public — an
+        impostor must not be able to get a member banned for good (protocol.md 8.6)."""
+        self.stats.auto_excluded += 1
+        log.warning("excluding %s (%s) until it restarts: %s", s.uuid.short, s.name or "?", reason)
+        self._send(s.conn, Gbye(sender=self.uuid, reason=f"excluded: {reason}"))
+        self._end(s, f"excluded: {reason}", now)
+        self._refused[s.uuid] = s.incarnation or ""
+        if self.delivery is not None:
+            self.delivery.forget(s.uuid)
+        self._notify(PeerRefused(s.uuid, s.endpoint, f"excluded until it restarts: {reason}", True,
+                                 self.mesh_time(now)))
 
     def exclude(self, uuid: NodeId, reason: str, now: float) -> bool:
         """Exclude a node for good: end its session (GBYE ``excluded: reason``),
