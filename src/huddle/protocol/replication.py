@@ -791,7 +791,8 @@ class Replicator:
         st = self.sources.get(s)
         if st is None:
             return
-        last = min(last, st.contig, first - 1 + self.timing.window)
+        held = min(last, st.contig)
+        last = min(held, first - 1 + self.timing.window)
         self._stage_own()
         start = first - 1
         while start < last and not serve.exhausted():  # a store may return less than asked
@@ -801,7 +802,8 @@ class Replicator:
             records = serve.take(records)
             self._send_records(p, records)
             start = records[-1].seq
-        serve.cut = serve.cut or (serve.exhausted() and start < last)
+        # Held and asked for, but not sent: past the window, or what is left of this GSIP's.
+        serve.cut = serve.cut or (start < held and (serve.exhausted() or start == last))
 
     def _send_records(self, p: _Peer, records: Sequence[LogRecord]) -> None:
         for batch in self._batches(records):
