@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from conftest import Cluster, free_port, get, http, wait_for
-from hostile_kit import footprint, still_serving
+from hostile_kit import Footprint, footprint, still_serving
 from test_guest_processes import RawGuest, guest_names, start_host
 
 from huddle.demo import NodeProcess
@@ -59,6 +59,15 @@ def read_error(s: socket.socket) -> str:
     return str(reason)
 
 
+def honest_side_unharmed(cluster: Cluster, a: NodeProcess, b: NodeProcess, good: RawGuest, before: Footprint) -> None:
+    """The honest guest still hears events, the mesh still chats, and the host grew
+    by less than RSS_SLACK_MIB and 8 descriptors."""
+    the_honest_guest_carries_on(a, b, good)
+    still_serving(cluster, [a, b])
+    after = footprint(a)
+    assert after.rss_mib < before.rss_mib + RSS_SLACK_MIB and after.fds <= before.fds + 8, (before, after)
+
+
 def the_honest_guest_carries_on(a: NodeProcess, b: NodeProcess, good: RawGuest) -> None:
     """An event said at b reaches a's honest guest, which is still registered."""
     assert guest_names(a.api) == [good.name]
@@ -99,10 +108,7 @@ def test_a_lone_surrogate_from_a_guest_is_refused_and_nothing_is_recorded(cluste
         got = stats(a.api)
         assert got["bad_text"] == 2 and got["bad_frames"] == 2, got
         assert "surrogate" not in kinds(a.api) and "surrogate" not in kinds(b.api), "nothing was recorded"
-        the_honest_guest_carries_on(a, b, good)
-        still_serving(cluster, [a, b])
-        after = footprint(a)
-        assert after.rss_mib < before.rss_mib + RSS_SLACK_MIB and after.fds <= before.fds + 8, (before, after)
+        honest_side_unharmed(cluster, a, b, good, before)
     finally:
         good.close()
 
@@ -222,10 +228,7 @@ def test_unique_marcos_are_remembered_up_to_a_bound(cluster: Cluster) -> None:
         free, others, got = len(info["free"]), len(info["others"]), info["stats"]
         assert free <= 1000 and others <= 1000 and free + others > 1000, (free, others)
         assert got["spotted_forgotten"] == got["marcos"] - free - others, "every name heard is kept or counted"
-        the_honest_guest_carries_on(a, b, good)
-        still_serving(cluster, [a, b])
-        after = footprint(a)
-        assert after.rss_mib < before.rss_mib + RSS_SLACK_MIB and after.fds <= before.fds + 8, (before, after)
+        honest_side_unharmed(cluster, a, b, good, before)
     finally:
         good.close()
 
@@ -248,9 +251,6 @@ def test_a_message_that_never_completes_is_not_waited_on_forever(cluster: Cluste
             stalled.close()
         assert stats(a.api)["frame_timeouts"] == 1
         assert "stall" not in kinds(a.api)
-        the_honest_guest_carries_on(a, b, good)
-        still_serving(cluster, [a, b])
-        after = footprint(a)
-        assert after.rss_mib < before.rss_mib + RSS_SLACK_MIB and after.fds <= before.fds + 8, (before, after)
+        honest_side_unharmed(cluster, a, b, good, before)
     finally:
         good.close()
