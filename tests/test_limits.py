@@ -63,3 +63,15 @@ def test_huddle_limits_lists_every_limit() -> None:
     out = subprocess.run([sys.executable, "-m", "huddle", "limits"], capture_output=True, text=True, check=True).stdout
     for name, value, _ in describe():
         assert re.search(rf"^{re.escape(name)}\s+{re.escape(str(value))}\s", out, re.MULTILINE), name
+
+
+def test_the_protocol_and_guest_documents_name_the_limits_of_their_doors() -> None:
+    """docs/protocol.md names every limit a peer can meet on the wire (mesh, log, posts, naming)
+    where it describes the behaviour; docs/guests.md names every guest limit."""
+    root = DOCS.parent
+    protocol = (root / "protocol.md").read_text()
+    guests = (root / "guests.md").read_text()
+    missing = [k for k, _, _ in describe() if k.split(".")[0] in ("mesh", "log", "posts", "naming") and k not in protocol]
+    assert not missing, f"docs/protocol.md does not name {missing}"
+    missing = [k for k, _, _ in describe() if k.startswith("guests.") and k.split(".", 1)[1] not in guests]
+    assert not missing, f"docs/guests.md does not name {missing}"
