@@ -61,7 +61,7 @@ def test_announced_heartbeat_timing_is_clamped() -> None:
 
 
 def test_a_helo_flood_from_fresh_identities_opens_at_most_max_sessions() -> None:
-    mesh = node(max_sessions=20, max_handshaking=5, max_handshaking_per_introducer=3)
+    mesh = node(max_sessions=20, max_handshaking=5, max_handshaking_per_introducer=3, max_waiting_helos=0)
     for i in range(1100):
         join(mesh, fresh(), f"10.0.{i // 250}.{i % 250 + 1}", 0.0)
     assert len(connects(mesh)) == 20
@@ -70,7 +70,7 @@ def test_a_helo_flood_from_fresh_identities_opens_at_most_max_sessions() -> None
 
 
 def test_helos_without_bout_from_one_address_are_bounded_per_address_and_in_total() -> None:
-    mesh = node(max_handshaking=5, max_handshaking_per_introducer=3)
+    mesh = node(max_handshaking=5, max_handshaking_per_introducer=3, max_waiting_helos=0)
     for _ in range(100):
         mesh.receive(encode(Helo(fresh(), endpoint="tcp://10.0.0.9:1", name="x", incarnation="33" * 8)), 0.0, EVIL)
     assert len(connects(mesh)) == 3
@@ -84,6 +84,46 @@ def test_helos_without_bout_from_one_address_are_bounded_per_address_and_in_tota
     assert len(mesh.alive_peers()) == 1
 
 
+def test_a_crowd_behind_one_address_past_the_caps_waits_its_turn_and_all_are_admitted() -> None:
+    """Many honest nodes on one machine (or behind one NAT) dial us at once: the HELOs past
+    the per-address cap are held and answered as handshakes complete, none is lost."""
+    mesh = node(max_handshaking=64, max_handshaking_per_introducer=3, max_waiting_helos=256)
+    crowd = [fresh() for _ in range(31)]
+    helos = [Helo(u, endpoint=f"tcp://{HOME}:{2000 + i}", name=f"n{i}", incarnation="44" * 8)
+             for i, u in enumerate(crowd)]
+    for h in helos:
+        mesh.receive(encode(h), 0.0, HOME)
+    assert len(connects(mesh)) == 3 and mesh.stats.helos_waited == 28
+    for _ in range(12):  # each BOUT admits one; a slot frees and a waiting HELO is answered
+        for u in crowd:
+            mesh.receive(encode(Bout(u, group="g")), 0.01, HOME)
+    assert sorted(mesh.alive_peers()) == sorted(crowd)
+    assert mesh.stats.helos_refused == 0
+
+
+def test_held_helos_expire_after_the_handshake_timeout() -> None:
+    mesh = node(max_handshaking=1, max_handshaking_per_introducer=1, max_waiting_helos=2)
+    for i in range(4):
+        src = f"10.0.3.{i + 1}"
+        mesh.receive(encode(Helo(fresh(), endpoint=f"tcp://{src}:3000", name="x", incarnation="55" * 8)), 0.0, src)
+    assert mesh.stats.helos_waited == 3 and mesh.stats.helos_refused == 1  # the oldest of three held went
+    mesh.tick(10.0)  # past the handshake timeout: the held ones are given up, the slot's session too
+    assert mesh.stats.helos_refused == 3
+    assert mesh._waiting == {}
+
+
+def test_one_address_cannot_fill_the_waiting_room() -> None:
+    mesh = node(max_handshaking=2, max_handshaking_per_introducer=2, max_waiting_helos=40)
+    for i in range(500):  # a flood from one address: 2 handshaking, a quarter of the room waiting
+        mesh.receive(encode(Helo(fresh(), endpoint=f"tcp://{EVIL}:{i + 1}", name="x", incarnation="55" * 8)), 0.0, EVIL)
+    assert len(mesh._waiting) == 10 and mesh.stats.helos_refused == 488
+    honest = [fresh() for _ in range(5)]
+    for i, u in enumerate(honest):  # honest nodes elsewhere still get a place in the queue
+        mesh.receive(encode(Helo(u, endpoint=f"tcp://10.0.4.{i + 1}:1", name="h", incarnation="66" * 8)), 0.0,
+                     f"10.0.4.{i + 1}")
+    assert all(u in mesh._waiting for u in honest)
+
+
 def test_peer_introductions_are_bounded_backed_off_and_only_from_a_live_introducer() -> None:
     mesh = node(max_handshaking_per_introducer=8, introduction_backoff=30.0)
     bob = fresh()
@@ -93,7 +133,9 @@ def test_peer_introductions_are_bounded_backed_off_and_only_from_a_live_introduc
     for i, uuid in enumerate(named):
         mesh.receive(encode(Peer(bob, peer=uuid, endpoint=f"tcp://10.9.{i // 250}.{i % 250}:1")), 0.1, HOME)
     assert len(connects(mesh)) == 8
-    assert mesh.stats.introductions_refused == 1092
+    # A quarter of mesh.max-waiting-helos (256) wait their turn; the rest are refused.
+    assert len(mesh._waiting) == 64 and mesh.stats.introductions_waited == 64
+    assert mesh.stats.introductions_refused == 1092 - 64
     mesh.receive(encode(Chat(bob, text="still here")), 4.0, HOME)
     mesh.tick(5.5)  # the 8 introduced handshakes time out
     assert len(mesh.alive_peers()) == 1

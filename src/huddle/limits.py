@@ -77,6 +77,9 @@ class MeshLimits:
     max_blamed_addresses: int = _doc(
         "source addresses whose frames under another connection's UUID are counted one by one",
         default=256)
+    max_waiting_helos: int = _doc(
+        "HELOs past max-handshaking (or the per-address cap) held until a handshake slot frees, oldest first",
+        default=256)
 
 
 # ------------------------------------------------------------------ the audit log

@@ -178,7 +178,9 @@ class Stats(Counters):
     stale_time_replies: int = 0
     reports_received: int = 0
     reports_relayed: int = 0
-    helos_refused: int = 0  # HELOs that would have opened a session past max-sessions / max-handshaking
+    helos_refused: int = 0  # HELOs dropped past max-sessions / max-handshaking and max-waiting-helos, or expired waiting
+    helos_waited: int = 0  # HELOs held until a handshake slot freed
+    introductions_waited: int = 0  # PEERs held until a handshake slot freed
     introductions_refused: int = 0  # PEERs and discoveries not dialled: caps, back-off, introducer not ALIVE
     connect_failed: int = 0  # outgoing connections the driver could not open (EMFILE, ...)
     foreign_frames: int = 0  # frames under a session's UUID from another address than the session's
@@ -258,6 +260,9 @@ class Mesh:
         # oldest address forgotten past max-blamed-addresses), never against the session.
         self.blamed: dict[str, int] = {}
         self._intro_backoff: dict[NodeId, float] = {}  # introduced nodes whose handshake failed -> until
+        # HELOs that came while no handshake slot was free: answered, oldest first, when one frees
+        # (an honest crowd joining at once, many nodes behind one address), dropped after handshake_timeout.
+        self._waiting: dict[NodeId, tuple[Helo | Peer, str, float]] = {}  # by the UUID to meet
 
     # ------------------------------------------------------------------ queries
 
@@ -520,11 +525,7 @@ class Mesh:
             if conn is None:
                 key = f"addr:{source}" if source else ""
                 if not self._room(key):
-                    self.stats.helos_refused += 1
-                    n = self.stats.helos_refused
-                    if n == 1 or n % 1000 == 0:
-                        log.warning("HELO from %s at %s not answered: too many sessions (%d refused so far)",
-                                    m.sender.short, source or "?", n)
+                    self._wait(m, source, now)
                     return False
                 s = self._open(m.sender, m.endpoint, now, introducer=None, send_helo=False)
                 s.opened_by = key
@@ -604,8 +605,11 @@ class Mesh:
         # quotas, and not a node whose introduced handshake failed lately.
         key = f"peer:{s.uuid}"
         until = self._intro_backoff.get(m.peer)
-        if not live or (until is not None and until > now) or not self._room(key):
+        if not live or (until is not None and until > now):
             self._refused_intro(f"a PEER from {s.uuid.short}")
+            return
+        if not self._room(key):
+            self._wait(m, str(s.uuid), now)  # an honest crowd joining at once: its turn comes
             return
         self._open(m.peer, m.endpoint, now, introducer=s.uuid).opened_by = key
 
@@ -633,6 +637,7 @@ class Mesh:
         if self._closed:
             return
         t = self.timing
+        self._answer_waiting(now)
         for s in list(self._sessions.values()):
             silence = now - s.last_heard
             if s.admitted:
@@ -776,6 +781,7 @@ class Mesh:
         # two lone nodes meet, the one with the smaller UUID is the reference.
         s.sync_pending = not others and (s.helo_peers > 0 or s.uuid < self.uuid)
         self._probe(s, now)
+        self._answer_waiting(now)  # a handshake slot just freed
 
     def _probe(self, s: _Session, now: float) -> None:
         s.probe_t0 = now
@@ -940,6 +946,69 @@ class Mesh:
                 if key and x.opened_by == key:
                     mine += 1
         return pending < lim.max_handshaking and (not key or mine < lim.max_handshaking_per_introducer)
+
+    def _wait(self, m: Helo | Peer, via: str, now: float) -> None:
+        """No handshake slot for this HELO (``via``: its source address) or PEER (``via``:
+        the introducer's UUID, hex) now: hold it (bounded, the oldest dropped first)."""
+        waiting = self._waiting
+        uuid = m.sender if isinstance(m, Helo) else m.peer
+        waiting.pop(uuid, None)
+        limit = self.limits.max_waiting_helos
+        # One address or introducer holds at most a quarter of the room (at least the per-key cap):
+        # a flood from one place must not push out an honest crowd's turn.
+        if sum(1 for x, v, _ in waiting.values() if v == via and type(x) is type(m)) >= max(
+                self.limits.max_handshaking_per_introducer, limit // 4):
+            self._given_up(m)
+            return
+        if len(waiting) >= limit:  # full (or no waiting at all): the oldest, or this one, is not answered
+            if waiting:
+                oldest = next(iter(waiting))
+                self._given_up(waiting.pop(oldest)[0])
+            else:
+                self._given_up(m)
+        if limit:
+            waiting[uuid] = (m, via, now)
+            if isinstance(m, Helo):
+                self.stats.helos_waited += 1
+            else:
+                self.stats.introductions_waited += 1
+
+    def _given_up(self, m: Helo | Peer) -> None:
+        if isinstance(m, Peer):
+            self._refused_intro(f"a PEER from {m.sender.short}")
+            return
+        self.stats.helos_refused += 1
+        n = self.stats.helos_refused
+        if n == 1 or n % 1000 == 0:
+            log.warning("HELO from %s not answered: too many sessions and HELOs waiting (%d so far)",
+                        m.sender.short, n)
+
+    def _answer_waiting(self, now: float) -> None:
+        """Answer the held HELOs and PEERs that freed handshake slots let in, oldest first."""
+        waiting = self._waiting
+        if not waiting:
+            return
+        expired = now - self.timing.handshake_timeout
+        for uuid, (m, via, at) in list(waiting.items()):
+            if at <= expired:  # its sender gave up on this session by now
+                del waiting[uuid]
+                self._given_up(m)
+                continue
+            if uuid in self._sessions:
+                del waiting[uuid]
+                continue
+            key = (f"addr:{via}" if via else "") if isinstance(m, Helo) else f"peer:{m.sender}"
+            if not self._room(key):
+                if not self._room(""):
+                    return  # no slot at all: the rest waits too
+                continue  # this address or introducer is at its cap; another's may not be
+            del waiting[uuid]
+            if isinstance(m, Helo):
+                self._on_helo(m, now, via)
+                continue
+            introducer = self._sessions.get(m.sender)
+            if introducer is not None and introducer.phase is Phase.ALIVE:
+                self._on_peer(introducer, m, now, live=True)
 
     def _refused_intro(self, what: str) -> None:
         self.stats.introductions_refused += 1
