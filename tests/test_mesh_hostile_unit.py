@@ -5,11 +5,12 @@ them, never on the member whose UUID they carry."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from huddle import NodeId
 from huddle.limits import MeshLimits
-from huddle.protocol import Connect, Mesh, Notify, PeerLeft
+from huddle.protocol import Connect, Mesh, Notify, PeerLeft, Send
 from huddle.protocol.events import ChatReceived, PeerExcluded
 from huddle.transport.zmq_transport import ZmqTransport
 from huddle.wire import Bout, Chat, Gbye, Helo, Peer, encode
@@ -85,19 +86,31 @@ def test_helos_without_bout_from_one_address_are_bounded_per_address_and_in_tota
 
 
 def test_a_crowd_behind_one_address_past_the_caps_waits_its_turn_and_all_are_admitted() -> None:
-    """Many honest nodes on one machine (or behind one NAT) dial us at once: the HELOs past
-    the per-address cap are held and answered as handshakes complete, none is lost."""
+    """Many honest nodes on one machine (or behind one NAT) dial us at once, each saying HELO and
+    BOUT once: the HELOs past the per-address cap are held, their BOUTs dropped; each held one is
+    answered, as a handshake completes, by a HELO with reply false, which makes its sender say
+    HELO and BOUT again.  None is lost."""
     mesh = node(max_handshaking=64, max_handshaking_per_introducer=3, max_waiting_helos=256)
-    crowd = [fresh() for _ in range(31)]
-    helos = [Helo(u, endpoint=f"tcp://{HOME}:{2000 + i}", name=f"n{i}", incarnation="44" * 8)
-             for i, u in enumerate(crowd)]
-    for h in helos:
-        mesh.receive(encode(h), 0.0, HOME)
-    assert len(connects(mesh)) == 3 and mesh.stats.helos_waited == 28
-    for _ in range(12):  # each BOUT admits one; a slot frees and a waiting HELO is answered
-        for u in crowd:
-            mesh.receive(encode(Bout(u, group="g")), 0.01, HOME)
-    assert sorted(mesh.alive_peers()) == sorted(crowd)
+    crowd = {2000 + i: fresh() for i in range(31)}  # by port
+    helos = {u: Helo(u, endpoint=f"tcp://{HOME}:{port}", name="n", incarnation="44" * 8) for port, u in crowd.items()}
+    for u in crowd.values():
+        mesh.receive(encode(helos[u]), 0.0, HOME)
+    assert mesh.stats.helos_waited == 28
+    for u in reversed(crowd.values()):  # the BOUTs of those waiting come first, and are dropped
+        mesh.receive(encode(Bout(u, group=GROUP)), 0.0, HOME)
+    assert mesh.stats.dropped_unintroduced >= 20
+    conns: dict[int, NodeId] = {}
+    for _ in range(40):  # carry each node's answer to what the mesh sent it
+        answers = []
+        for a in mesh.take_actions():
+            if isinstance(a, Connect):
+                conns[a.conn] = crowd[int(a.endpoint.rsplit(":", 1)[1])]
+            elif isinstance(a, Send) and isinstance(a.message, Helo) and not a.message.reply:
+                u = conns[a.conn]
+                answers += [dataclasses.replace(helos[u], reply=True), Bout(u, group=GROUP)]
+        for m in answers:
+            mesh.receive(encode(m), 0.01, HOME)
+    assert sorted(mesh.alive_peers()) == sorted(crowd.values())
     assert mesh.stats.helos_refused == 0
 
 

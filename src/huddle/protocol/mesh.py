@@ -1004,7 +1004,9 @@ class Mesh:
                 continue  # this address or introducer is at its cap; another's may not be
             del waiting[uuid]
             if isinstance(m, Helo):
-                self._on_helo(m, now, via)
+                # Its BOUT came while it waited and was dropped: answer as if we opened the
+                # session (a HELO with reply false), so that it says HELO and BOUT again.
+                self._on_helo(dataclasses.replace(m, reply=True), now, via)
                 continue
             introducer = self._sessions.get(m.sender)
             if introducer is not None and introducer.phase is Phase.ALIVE:
