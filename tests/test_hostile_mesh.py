@@ -222,7 +222,7 @@ def test_an_honest_crowd_on_one_machine_is_not_taken_for_a_flood(cluster: Cluste
     hub = cluster.start("hub", "--port", str(hub_port), beacon=False)
     crowd = [cluster.start(f"c{i}", "--seed", f"127.0.0.1:{hub_port}", beacon=False, wait=False) for i in range(23)]
     for n in crowd:
-        n.wait_api()
+        n.wait_api(60)  # 23 interpreters starting at once on 2 CPUs
     nodes = [hub, *crowd]
     wait_for(lambda: cluster.mesh_complete(nodes), 30, "24 nodes seeded to one hub to mesh")
     waited = sum(node_stats(n.api)["helos_waited"] + node_stats(n.api)["introductions_waited"] for n in nodes)
