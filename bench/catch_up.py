@@ -97,7 +97,8 @@ def _open_db(path: Path) -> sqlite3.Connection:
 
 
 _READ_SQL = "SELECT seq, ts, kind, body, hops FROM events WHERE grp=? AND source=? AND seq>? ORDER BY seq LIMIT ?"
-_INSERT_SQL = "INSERT OR IGNORE INTO events VALUES (?,?,?,?,?,?,?,?,?)"
+_INSERT_SQL = ("INSERT OR IGNORE INTO events (grp, source, seq, ts, kind, body, hops, received_at, received_from) "
+               "VALUES (?,?,?,?,?,?,?,?,?)")  # no digest: the baselines copy rows, huddle also digests them
 
 
 # ------------------------------------------------------------------------- setup

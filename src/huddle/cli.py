@@ -219,6 +219,15 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--out", type=Path, required=True, metavar="PATH", help="output file (or directory for parquet)")
     export.add_argument("--format", choices=["parquet", "jsonl"], default="parquet", help="default: parquet")
 
+    repair = sub.add_parser(
+        "repair", help="check a stopped node's log; if damaged, keep what verifies and take a new identity",
+        description="Run the start-up check of the log in a data directory (the node must be stopped). If the log "
+        "is damaged, copy every record that reads and verifies to a new log.sqlite, move the damaged file aside "
+        "(log.sqlite.damaged-*) and give the node a new UUID (the old one is kept in previous-ids; the group "
+        "replays its records). See docs/protocol.md section 12.",
+    )
+    repair.add_argument("--data-dir", type=Path, required=True, metavar="DIR", help="the node's data directory")
+
     sim = sub.add_parser(
         "simulate", help="run the deterministic simulator and check that every node converges",
         description="Simulate a group on an in-memory network with a simulated clock: nodes join, record "
@@ -762,6 +771,29 @@ def _cmd_pipeline(args: argparse.Namespace) -> int:
     return 0 if summary.converged is not False else 3
 
 
+def _cmd_repair(args: argparse.Namespace) -> int:
+    from .log.integrity import repair
+    from .node import DataDir  # deferred as _cmd_node does: node imports zmq
+
+    if not (args.data_dir / "node-id").exists() and not (args.data_dir / "log.sqlite").exists():
+        raise ConfigError(f"{args.data_dir} is not a huddle data directory (no node-id, no log.sqlite)")
+    data_dir = DataDir(args.data_dir)
+    data_dir.lock()
+    try:
+        done = repair(args.data_dir)
+    finally:
+        data_dir.unlock()
+    if not done.problems:
+        print(f"the log in {args.data_dir} verifies: nothing to repair")
+        return 0
+    for problem in done.problems:
+        print(f"damaged: {problem}")
+    print(f"kept {done.kept} records that verify; {done.dropped} did not verify and {done.unreadable} stretches "
+          f"could not be read (they stay in {done.aside or 'nothing: there was no file'})")
+    print(f"new identity {done.new_id} (previous {done.old_id or 'none'}, listed in previous-ids)")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -792,6 +824,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "pipeline":
             return _cmd_pipeline(args)
+        if args.command == "repair":
+            return _cmd_repair(args)
         if args.command == "export":
             from .log.export import export
 

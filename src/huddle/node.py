@@ -26,6 +26,7 @@ from .doc import DOC_KIND, DocEngine, OperationError, digest, jams
 from .errors import ConfigError, CutOffReadOnly, DataDirLocked, LocalProtocolError
 from .ids import NodeId
 from .log import SqliteStore
+from .log.integrity import LogGuard
 from .protocol import Connect, Disconnect, Event, Mesh, Notify, PeerInfo, Send
 from .protocol.delivery import BufferFull, Delivery
 from .protocol.events import BufferSpace, Counters, CutOff, LogAppended, PeerExcluded, stat_row
@@ -147,6 +148,7 @@ class Node:
         self.uuid: NodeId | None = None
         self._mesh: Mesh | None = None
         self._store: SqliteStore | None = None
+        self._guard: LogGuard | None = None  # the log's start-up check and own-sequence mark
         self._log: Replicator | None = None
         self._transport: ZmqTransport | None = None
         self._beacon: BeaconService | None = None
@@ -438,7 +440,8 @@ class Node:
                 limits=cfg.limits.mesh,
             )
             self._mesh.conn_counters = transport.counters
-            self._store = SqliteStore(self.data_dir.path / "log.sqlite", cfg.group)
+            self._guard = LogGuard(self.data_dir.path, cfg.group, uuid)
+            self._store = self._guard.open()  # refuses a damaged log (LogDamaged names `huddle repair`)
             returned = self._store.drop_returned(uuid)
             if returned:
                 log.warning("dropped %d records in this node's name that came from peers: "
@@ -521,6 +524,8 @@ class Node:
                 await api_runner.cleanup()
             transport.close()
             if self._store is not None:
+                if self._guard is not None:
+                    self._guard.note(self._store)
                 self._store.close()
             if self._posts is not None:
                 self._posts.close()
@@ -603,6 +608,8 @@ class Node:
         ]}
         self._store.add_stat(self.mesh_time(), "snapshot", None, json.dumps(detail))
         self._store.commit()
+        if self._guard is not None:
+            self._guard.note(self._store)  # the own-sequence mark follows what is durable
 
     def _document_row(self, now: float, *, final: bool = False) -> None:
         """A ``document`` statistics row, if the bout document changed since the

@@ -4,12 +4,21 @@ Records are written in a transaction that :meth:`SqliteStore.commit` closes;
 the replicator commits before anything is sent or acknowledged, so an event
 a caller was told about, or a peer received, survives a crash of the process.
 (``synchronous=NORMAL``: a power cut may lose the last transactions, never
-corrupt the file.)
+corrupt the file.)  A transaction holding records this node originated
+(``received_from`` is None) is committed with ``synchronous=FULL``: its own
+records reach the disk before any peer sees them, so a power cut never leaves
+the node holding fewer of its own records than the group, and a later start
+that finds fewer knows the file was damaged (docs/protocol.md section 12).
+
+Each row keeps a digest of the record's content (:func:`record_digest`),
+written on insert and checked in bulk by :meth:`SqliteStore.verify`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
+import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,9 +29,9 @@ from ..protocol.replication import SourceState
 from ..wire import LogRecord
 from ..wire.messages import MAX_SEQ
 
-__all__ = ["SCHEMA_VERSION", "SqliteStore", "StoredRecord"]
+__all__ = ["SCHEMA_VERSION", "SqliteStore", "StoredRecord", "Verified", "record_digest"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: events.digest
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -36,6 +45,7 @@ CREATE TABLE IF NOT EXISTS events (
     hops          INTEGER NOT NULL,
     received_at   REAL    NOT NULL,
     received_from BLOB,
+    digest        BLOB,
     PRIMARY KEY (grp, source, seq)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS node_stats (
@@ -46,6 +56,27 @@ CREATE TABLE IF NOT EXISTS node_stats (
     detail TEXT NOT NULL
 );
 """
+_INSERT = ("INSERT OR IGNORE INTO events (grp, source, seq, ts, kind, body, hops, received_at, received_from, digest) "
+           "VALUES (?,?,?,?,?,?,?,?,?,?)")
+_HEAD = struct.Struct(">16sqdI")
+
+
+def record_digest(source: bytes, seq: int, ts: float, kind: bytes, body: bytes) -> bytes:
+    """16 octets of BLAKE2b over a record's content: source, sequence,
+    timestamp, kind and body (UTF-8); not the receipt metadata or hops, which
+    differ from node to node."""
+    return hashlib.blake2b(_HEAD.pack(source, seq, ts, len(kind)) + kind + body, digest_size=16).digest()
+
+
+@dataclass(frozen=True, slots=True)
+class Verified:
+    """What :meth:`SqliteStore.verify` found: rows read, and the keys
+    ``(group, source, seq)`` of the first few whose digest does not match
+    (``bad`` counts them all)."""
+
+    rows: int
+    bad: int
+    examples: tuple[tuple[str, bytes, int], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,11 +103,32 @@ class SqliteStore:
             row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
         except sqlite3.DatabaseError as exc:
             raise HuddleError(f"the event log {path} cannot be opened: {exc}") from None
+        self._in_txn = False
+        self._full = False  # the open transaction commits with synchronous=FULL
         if row is None:
             self._db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+        elif row[0] == "1":
+            self._migrate_1()
         elif row[0] != str(SCHEMA_VERSION):
             raise HuddleError(f"the event log {path} has schema {row[0]}; this huddle reads {SCHEMA_VERSION}")
-        self._in_txn = False
+
+    def _migrate_1(self) -> None:
+        """Schema 1 had no digests: add the column and fill it (once; the rows
+        are believed as they are, from then on they are checked)."""
+        try:
+            self._db.execute("BEGIN")
+            self._db.execute("ALTER TABLE events ADD COLUMN digest BLOB")
+            rows = self._db.execute(
+                "SELECT grp, source, seq, ts, CAST(kind AS BLOB), CAST(body AS BLOB) FROM events").fetchall()
+            self._db.executemany(
+                "UPDATE events SET digest=? WHERE grp=? AND source=? AND seq=?",
+                [(record_digest(src, q, ts, k, b), g, src, q) for g, src, q, ts, k, b in rows])
+            self._db.execute("UPDATE meta SET value=? WHERE key='schema'", (str(SCHEMA_VERSION),))
+            self._db.execute("COMMIT")
+        except (sqlite3.DatabaseError, struct.error) as exc:
+            self._db.execute("ROLLBACK")
+            raise HuddleError(f"the event log {self.path} (schema 1) cannot be migrated: {exc}; "
+                              f"run `huddle repair --data-dir {self.path.parent}`") from None
 
     # ---------------------------------------------------------- EventStore
 
@@ -96,25 +148,115 @@ class SqliteStore:
             state[NodeId(source)] = st
         return state
 
+    def _begin(self, full: bool) -> None:
+        """Open a transaction; ``full``: one that commits with synchronous=FULL
+        (SQLite changes the level only between transactions)."""
+        if self._in_txn and (self._full or not full):
+            return
+        self.commit()
+        if full:
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._full = True
+        self._db.execute("BEGIN")
+        self._in_txn = True
+
     def stage(self, records: Sequence[LogRecord], received_from: NodeId | None, received_at: float) -> None:
-        if not self._in_txn:
-            self._db.execute("BEGIN")
-            self._in_txn = True
+        self._begin(full=received_from is None)
         frm = None if received_from is None else bytes(received_from)
         hop = 0 if received_from is None else 1
-        self._db.executemany(
-            "INSERT OR IGNORE INTO events VALUES (?,?,?,?,?,?,?,?,?)",
-            [  # hops stop at what an INTEGER (and the wire) holds
-                (self.group, bytes(r.source), r.seq, r.timestamp, r.kind, r.body, min(r.hops + hop, MAX_SEQ),
-                 received_at, frm)
-                for r in records
-            ],
-        )
+        rows = []
+        for r in records:
+            source = bytes(r.source)
+            kind, body = r.kind.encode(), r.body.encode()
+            rows.append((  # hops stop at what an INTEGER (and the wire) holds
+                self.group, source, r.seq, r.timestamp, r.kind, r.body, min(r.hops + hop, MAX_SEQ), received_at, frm,
+                record_digest(source, r.seq, r.timestamp, kind, body),
+            ))
+        self._db.executemany(_INSERT, rows)
 
     def commit(self) -> None:
         if self._in_txn:
             self._db.execute("COMMIT")
             self._in_txn = False
+        if self._full:
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._full = False
+
+    # ------------------------------------------------------------ integrity
+
+    def quick_check(self) -> list[str]:
+        """SQLite's own structural check of the file (``PRAGMA quick_check``):
+        [] when it is sound, else its complaints (at most 10)."""
+        self.commit()
+        try:
+            rows = self._db.execute("PRAGMA quick_check(10)").fetchall()
+        except sqlite3.DatabaseError as exc:
+            return [str(exc)]
+        found = [str(r[0]) for r in rows]
+        return [] if found == ["ok"] else found
+
+    def verify(self) -> Verified:
+        """Recompute every row's digest (all groups) and compare it with the stored one."""
+        self.commit()
+        rows = bad = 0
+        examples: list[tuple[str, bytes, int]] = []
+        pack, blake = _HEAD.pack, hashlib.blake2b
+        try:
+            cur = self._db.execute(
+                "SELECT CAST(grp AS BLOB), source, seq, ts, CAST(kind AS BLOB), CAST(body AS BLOB), digest FROM events")
+            while batch := cur.fetchmany(10_000):
+                rows += len(batch)
+                for grp, source, seq, ts, kind, body, digest in batch:
+                    try:
+                        ok = blake(pack(source, seq, ts, len(kind)) + kind + body, digest_size=16).digest() == digest
+                    except (struct.error, TypeError):  # a damaged value of the wrong type or size
+                        ok = False
+                    if not ok:
+                        bad += 1
+                        if len(examples) < 5:
+                            examples.append((bytes(grp).decode(errors="replace"), bytes(source), seq))
+        except sqlite3.DatabaseError as exc:  # the table cannot be read to its end
+            return Verified(rows, bad + 1, (*examples, (f"unreadable: {exc}", b"", 0)))
+        return Verified(rows, bad, tuple(examples))
+
+    def own_rows(self, source: NodeId) -> SourceState:
+        """The records of ``source`` this node wrote itself (``received_from`` is None)."""
+        self.commit()
+        count, low, top = self._db.execute(
+            "SELECT COUNT(*), MIN(seq), MAX(seq) FROM events WHERE grp=? AND source=? AND received_from IS NULL",
+            (self.group, bytes(source))).fetchone()
+        if not count:
+            return SourceState()
+        if low == 1 and count == top:
+            return SourceState(contig=top)
+        seqs = self._db.execute(
+            "SELECT seq FROM events WHERE grp=? AND source=? AND received_from IS NULL ORDER BY seq",
+            (self.group, bytes(source)))
+        return SourceState.of(q for (q,) in seqs)
+
+    def groups(self) -> list[str]:
+        """The groups this file holds events of."""
+        return [g for (g,) in self._db.execute("SELECT DISTINCT grp FROM events")]
+
+    def insert_rows(self, rows: Sequence[tuple[object, ...]]) -> int:
+        """Insert whole rows, digest included (``huddle repair`` copying what
+        verified); returns how many were new."""
+        if not rows:
+            return 0
+        self.commit()
+        self._db.execute("BEGIN")
+        before = self._db.total_changes
+        self._db.executemany(_INSERT, rows)
+        self._db.execute("COMMIT")
+        return self._db.total_changes - before
+
+    def own_top(self, source: NodeId) -> int:
+        """The highest sequence of ``source`` this node wrote itself (committed first); 0 if none."""
+        self.commit()
+        row = self._db.execute(
+            "SELECT seq FROM events WHERE grp=? AND source=? AND received_from IS NULL ORDER BY seq DESC LIMIT 1",
+            (self.group, bytes(source))).fetchone()
+        return 0 if row is None else int(row[0])
 
     def read(self, source: NodeId, after: int, limit: int) -> list[LogRecord]:
         rows = self._db.execute(

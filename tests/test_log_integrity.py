@@ -1,0 +1,184 @@
+"""The log's start-up check and ``huddle repair``, on small logs damaged on purpose."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from huddle.cli import main
+from huddle.ids import NodeId
+from huddle.log import SqliteStore
+from huddle.log.integrity import MARK_FILE, PREVIOUS_FILE, LogDamaged, LogGuard, read_mark, repair
+from huddle.wire import LogRecord
+
+GROUP = "g"
+PEER = NodeId(b"\x07" * 16)
+
+
+def make_dir(tmp_path: Path, own: int = 30, others: int = 20) -> tuple[Path, NodeId]:
+    """A data dir whose node wrote ``own`` events and received ``others`` from PEER, closed cleanly."""
+    data = tmp_path / "n1"
+    data.mkdir()
+    me = NodeId.random()
+    (data / "node-id").write_text(f"{me}\n")
+    guard = LogGuard(data, GROUP, me)
+    store = guard.open()
+    store.stage([LogRecord(me, q, 100.0 + q, "chat", f'{{"text":"mine {q:04d}"}}', 0) for q in range(1, own + 1)],
+                None, 1.0)
+    store.stage([LogRecord(PEER, q, 200.0 + q, "chat", f'{{"text":"theirs {q:04d}"}}', 0)
+                 for q in range(1, others + 1)], PEER, 2.0)
+    store.commit()
+    guard.note(store)
+    store.close()
+    return data, me
+
+
+def start_check(data: Path, me: NodeId) -> SqliteStore:
+    return LogGuard(data, GROUP, me).open()
+
+
+def flip(path: Path, needle: bytes) -> None:
+    """Flip one bit inside the first occurrence of ``needle`` in the file."""
+    raw = bytearray(path.read_bytes())
+    at = raw.index(needle)
+    raw[at + len(needle) - 1] ^= 0x01
+    path.write_bytes(bytes(raw))
+
+
+def test_a_whole_log_opens_and_keeps_the_mark(tmp_path: Path) -> None:
+    data, me = make_dir(tmp_path)
+    assert read_mark(data, me) == {GROUP: 30}
+    guard = LogGuard(data, GROUP, me)
+    store = guard.open()
+    assert guard.checked is not None and guard.checked.ok
+    assert (guard.checked.rows, guard.checked.own) == (50, 30)
+    store.close()
+
+
+def test_an_emptied_log_is_refused_naming_repair(tmp_path: Path) -> None:
+    data, me = make_dir(tmp_path)
+    (data / "log.sqlite").write_bytes(b"")
+    with pytest.raises(LogDamaged, match=r"own records up to 0, but the node had written 30.*huddle repair"):
+        start_check(data, me)
+
+
+def test_a_deleted_log_is_refused(tmp_path: Path) -> None:
+    data, me = make_dir(tmp_path)
+    (data / "log.sqlite").unlink()
+    with pytest.raises(LogDamaged, match="huddle repair"):
+        start_check(data, me)
+
+
+def test_a_flipped_byte_in_a_record_is_refused(tmp_path: Path) -> None:
+    data, me = make_dir(tmp_path)
+    flip(data / "log.sqlite", b"theirs 0007")
+    with pytest.raises(LogDamaged, match="1 of 50 records do not match their stored digest"):
+        start_check(data, me)
+
+
+def test_a_flipped_byte_in_the_header_is_refused(tmp_path: Path) -> None:
+    data, me = make_dir(tmp_path)
+    raw = bytearray((data / "log.sqlite").read_bytes())
+    raw[0] ^= 0xFF  # "SQLite format 3"
+    (data / "log.sqlite").write_bytes(bytes(raw))
+    with pytest.raises(LogDamaged, match=r"cannot be opened.*huddle repair"):
+        start_check(data, me)
+
+
+def test_a_missing_own_record_in_the_middle_is_refused(tmp_path: Path) -> None:
+    data, me = make_dir(tmp_path)
+    db = sqlite3.connect(data / "log.sqlite")
+    db.execute("DELETE FROM events WHERE source=? AND seq=12", (bytes(me),))
+    db.commit()
+    db.close()
+    with pytest.raises(LogDamaged, match=r"own records have holes \(missing 12..12\)"):
+        start_check(data, me)
+
+
+def test_the_last_own_records_cut_off_are_refused(tmp_path: Path) -> None:
+    data, me = make_dir(tmp_path)
+    db = sqlite3.connect(data / "log.sqlite")
+    db.execute("DELETE FROM events WHERE source=? AND seq>25", (bytes(me),))
+    db.commit()
+    db.close()
+    with pytest.raises(LogDamaged, match="up to 25, but the node had written 30"):
+        start_check(data, me)
+
+
+def test_a_digest_that_does_not_match_is_refused(tmp_path: Path) -> None:
+    data, me = make_dir(tmp_path)
+    db = sqlite3.connect(data / "log.sqlite")  # a rewritten body, digest untouched
+    db.execute("UPDATE events SET body='{\"text\":\"forged\"}' WHERE source=? AND seq=3", (bytes(me),))
+    db.commit()
+    db.close()
+    with pytest.raises(LogDamaged, match="do not match their stored digest"):
+        start_check(data, me)
+
+
+def test_repair_keeps_what_verifies_and_takes_a_new_identity(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                             ) -> None:
+    data, me = make_dir(tmp_path)
+    flip(data / "log.sqlite", b"mine 0017")
+    assert main(["repair", "--data-dir", str(data)]) == 0
+    out = capsys.readouterr().out
+    assert "kept 49 records that verify; 1 did not verify" in out
+    new = NodeId.from_hex((data / "node-id").read_text())
+    assert new != me
+    assert (data / PREVIOUS_FILE).read_text().split()[0] == str(me)
+    assert list(data.glob("log.sqlite.damaged-*")), "the damaged file is kept aside"
+    store = start_check(data, new)  # the repaired log opens under the new identity
+    state = store.load()
+    assert (state[me].contig, state[me].ahead) == (16, [(18, 30)])  # the old identity's records, one missing
+    assert state[PEER].contig == 20
+    assert NodeId(new) not in state
+    store.close()
+    assert main(["repair", "--data-dir", str(data)]) == 0  # a whole log: nothing to do
+    assert "nothing to repair" in capsys.readouterr().out
+    assert NodeId.from_hex((data / "node-id").read_text()) == new
+
+
+def test_repair_of_an_emptied_log(tmp_path: Path) -> None:
+    data, me = make_dir(tmp_path)
+    (data / "log.sqlite").write_bytes(b"")
+    done = repair(data)
+    assert done.problems and done.kept == 0 and done.old_id == me and done.new_id not in (None, me)
+    assert not (data / MARK_FILE).exists()
+    assert done.new_id is not None
+    start_check(data, done.new_id).close()
+
+
+def test_repair_of_a_file_that_is_not_a_database(tmp_path: Path) -> None:
+    data, _me = make_dir(tmp_path)
+    (data / "log.sqlite").write_bytes(b"this is not a database" * 100)
+    done = repair(data)
+    assert done.problems and done.kept == 0 and done.unreadable >= 1
+    assert done.new_id is not None
+    start_check(data, done.new_id).close()
+
+
+def test_a_schema_1_log_is_migrated_and_then_checked(tmp_path: Path) -> None:
+    data = tmp_path / "old"
+    data.mkdir()
+    me = NodeId.random()
+    db = sqlite3.connect(data / "log.sqlite")
+    db.executescript("""
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        CREATE TABLE events (grp TEXT NOT NULL, source BLOB NOT NULL, seq INTEGER NOT NULL, ts REAL NOT NULL,
+            kind TEXT NOT NULL, body TEXT NOT NULL, hops INTEGER NOT NULL, received_at REAL NOT NULL,
+            received_from BLOB, PRIMARY KEY (grp, source, seq)) WITHOUT ROWID;
+        CREATE TABLE node_stats (ts REAL NOT NULL, grp TEXT NOT NULL, event TEXT NOT NULL, peer BLOB,
+            detail TEXT NOT NULL);
+        INSERT INTO meta VALUES ('schema', '1');
+    """)
+    db.executemany("INSERT INTO events VALUES (?,?,?,?,?,?,?,?,?)",
+                   [(GROUP, bytes(me), q, 1.0 + q, "chat", '"old"', 0, 1.0, None) for q in range(1, 6)])
+    db.commit()
+    db.close()
+    store = start_check(data, me)
+    assert store.load()[me].contig == 5
+    store.close()
+    flip(data / "log.sqlite", b'"old"')
+    with pytest.raises(LogDamaged, match="digest"):
+        start_check(data, me)
