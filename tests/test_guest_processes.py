@@ -99,9 +99,11 @@ def test_raw_guests_on_two_nodes_speak_the_documents_bytes(cluster: Cluster) -> 
     a, a_ports = start_host(cluster, "a", port)
     b, b_ports = start_host(cluster, "b", port)
     wait_for(lambda: cluster.mesh_complete([a, b]), 20, "a and b to mesh")
-    # Both nodes on this machine hear one marco (SO_REUSEADDR / SO_REUSEPORT) and answer polo.
-    polos = sorted(answer for answer, _ in marco(port, b'["marco","guest1","test","raw","0.1"]', 2))
-    assert polos == sorted(b'["polo","test","%d"]' % p["tcp_port"] for p in (a_ports, b_ports))
+    # Both nodes on this machine hear one marco (SO_REUSEADDR / SO_REUSEPORT); the one chosen for
+    # guest1 answers polo (one host per guest: test_guest_hosts_processes.py counts them).
+    polos = [answer for answer, _ in marco(port, b'["marco","guest1","test","raw","0.1"]', 1)]
+    assert polos[0] in [b'["polo","test","%d"]' % p["tcp_port"] for p in (a_ports, b_ports)]
+    # Either host takes a guest that connects to it, chosen or not.
 
     g2 = RawGuest(b_ports["tcp_port"], "guest2", ["topic1"], {"heartbeat": "10", "heartbeat_ack": "true"})
     g1 = RawGuest(a_ports["tcp_port"], "guest1", [])

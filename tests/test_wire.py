@@ -56,7 +56,8 @@ ranges = st.lists(
 messages = st.one_of(
     st.builds(Helo, sender=node_ids, endpoint=endpoints, name=names,
               incarnation=st.binary(min_size=8, max_size=8).map(bytes.hex),
-              reply=st.booleans(), peers=st.integers(0, 1000), version=st.integers(0, 5)),
+              reply=st.booleans(), peers=st.integers(0, 1000), version=st.integers(0, 5),
+              guests=st.integers(0, 65535)),
     st.builds(Peer, sender=node_ids, peer=node_ids, endpoint=endpoints),
     st.builds(Bout, sender=node_ids, group=st.text(max_size=80)),
     st.builds(Gbye, sender=node_ids, reason=texts),

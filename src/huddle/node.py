@@ -437,7 +437,7 @@ class Node:
                 uuid, name=cfg.name, group=cfg.group, endpoint=endpoint,
                 incarnation=os.urandom(8).hex(), now=self.local_now(), timing=cfg.timing(),
                 excluded=self.data_dir.excluded(), node_type=self.node_type.name, rate=self.node_type.send_rate,
-                limits=cfg.limits.mesh,
+                limits=cfg.limits.mesh, guests=cfg.guest_marco_port if cfg.guests else 0,
             )
             self._mesh.conn_counters = transport.counters
             self._guard = LogGuard(self.data_dir.path, cfg.group, uuid)
@@ -554,11 +554,14 @@ class Node:
         from .guests.room import Room
         from .guests.server import GuestServer, GuestSettings
 
+        mesh = self._mesh
+        assert mesh is not None  # the mesh starts before the guests
         server = GuestServer(
-            Room(cfg.group, limits=cfg.limits.guests),
+            Room(cfg.group, me=mesh.uuid, limits=cfg.limits.guests),
             GuestSettings(host=host, marco_port=cfg.guest_marco_port, tcp_port=cfg.guest_port,
                           ws_port=cfg.guest_ws_port, max_frame=cfg.guest_max_message),
             on_event=self._guest_event, clock=self.local_now,
+            hosts=mesh.guest_hosts,  # one host per guest (docs/guests.md)
         )
         try:
             await server.start()

@@ -580,6 +580,7 @@ async def _get_guests(request: web.Request) -> web.Response:
         "free": [x.as_dict(now) for x in room.free.values()],
         "others": [x.as_dict(now) for x in room.others.values()],
         "grabbed": sorted(room.grabbed),
+        "hosts": guests.host_ids(),
         "stats": dict(guests.stats) | {"fired": room.fired, "errors": room.errors},
     })
 

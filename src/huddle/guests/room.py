@@ -7,9 +7,14 @@ connection, record a guest's event in the group's log.  Time is passed in.
 
 Rules (the Noam document, and what it leaves open):
 
-- A marco whose room is this node's group gets a polo; so does a free guest
-  (room "") that this host has grabbed.  Any other marco puts its guest on
-  the free-guests or other-guests list.
+- A marco whose room is this node's group gets a polo from one host of the
+  group: the one ``chosen_host`` picks for the guest's name among this node
+  (``me``) and the group's other live guest hosts (passed in); the others
+  leave it (counted in ``marcos_left_to_others``).  A free guest (room "")
+  that this host has grabbed gets a polo from it.  Any other marco puts its
+  guest on the free-guests or other-guests list.  Registration does not
+  depend on the choice: a guest that registers here, chosen or not (two
+  hosts' views of the group differed for a moment), is taken.
 - ``register`` attaches a guest.  A name is one guest's while it is here: a
   registration under the name of a guest still connected is refused (an
   ``error``, then the connection is closed, counted in ``names_taken``) until
@@ -41,10 +46,12 @@ Rules (the Noam document, and what it leaves open):
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..limits import GuestLimits
+from .choice import chosen_host
 from .codec import Error, Event, Heartbeat, HeartbeatAck, Marco, Message, Polo, Register
 
 __all__ = ["Action", "Changed", "Close", "Emit", "GuestInfo", "Room", "RoomCounters", "SendTo", "Spotted"]
@@ -139,6 +146,7 @@ class RoomCounters:
     buffer_full: int = 0  # connections closed as incomplete messages went past max_buffered_bytes
     names_taken: int = 0  # registrations refused: the name is a connected guest's
     spotted_forgotten: int = 0  # names dropped from the free / other lists past max_spotted
+    marcos_left_to_others: int = 0  # marcos for this room not answered: another host of the group is chosen
 
 
 @dataclass(slots=True)
@@ -155,6 +163,7 @@ class _Conn:
 class Room:
     room: str  # the group's name
     tcp_port: int = 0  # what polo tells guests to connect to
+    me: bytes = b""  # this node's UUID: its rendezvous weight decides which guests it answers
     spotted_for: float = 60.0  # a free or other guest unheard this long is dropped from the lists
     guests: dict[str, GuestInfo] = field(default_factory=dict)
     free: dict[str, Spotted] = field(default_factory=dict)
@@ -171,8 +180,12 @@ class Room:
 
     # ---------------------------------------------------------------- discovery
 
-    def marco(self, m: Marco, address: str, now: float) -> Polo | None:
+    def marco(self, m: Marco, address: str, now: float, hosts: Collection[bytes] = ()) -> Polo | None:
+        """``hosts``: the UUIDs of the group's other live nodes that host guests."""
         if m.room == self.room and self.room != "":
+            if hosts and chosen_host(m.guest, [self.me, *hosts]) != self.me:
+                self.counters.marcos_left_to_others += 1
+                return None
             return Polo(self.room, self.tcp_port)
         if m.room == "":
             if m.guest in self.grabbed:

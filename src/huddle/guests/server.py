@@ -12,7 +12,7 @@ import contextlib
 import logging
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass
 from typing import Any, cast
 
@@ -23,6 +23,7 @@ from .codec import (
     Error,
     FrameError,
     FrameReader,
+    Marco,
     Message,
     TextError,
     decode_datagram,
@@ -103,9 +104,11 @@ class _Marco(asyncio.DatagramProtocol):
             self.server.counters.bad_datagrams += 1
             log.debug("dropped a datagram from %s: %s", addr, exc)
             return
-        if not hasattr(m, "guest"):  # a polo from another host: not for us
+        if not isinstance(m, Marco):  # a polo from another host: not for us
             return
-        polo = self.server.room.marco(m, str(addr[0]), self.server.clock())  # type: ignore[arg-type]
+        room = self.server.room
+        hosts = self.server.hosts() if m.room == room.room else ()
+        polo = room.marco(m, str(addr[0]), self.server.clock(), hosts)
         if polo is not None and self.transport is not None:
             self.server.counters.polos += 1
             self.transport.sendto(encode_datagram(polo), addr)
@@ -120,8 +123,12 @@ class GuestServer:
         on_event: Callable[[str, str, Any], None],
         on_change: Callable[[str, bool, str], None] = lambda guest, joined, reason: None,
         clock: Callable[[], float] = time.monotonic,
+        hosts: Callable[[], Collection[bytes]] = lambda: (),
     ) -> None:
+        """``hosts``: the UUIDs of the group's other live nodes that host guests
+        (the room answers a marco only when it is the one chosen among them and itself)."""
         self.room = room
+        self.hosts = hosts
         self.settings = settings
         self.on_event = on_event
         self.on_change = on_change
@@ -193,6 +200,10 @@ class GuestServer:
     def stats(self) -> dict[str, int]:
         """Every counter of the doors and the room, by name."""
         return asdict(self.counters) | asdict(self.room.counters)
+
+    def host_ids(self) -> list[str]:
+        """This node and the group's other live guest hosts, as the marco choice sees them."""
+        return sorted(h.hex() for h in {self.room.me, *self.hosts()})
 
     def ports(self) -> dict[str, int]:
         return {"marco_port": self.settings.marco_port, "tcp_port": self.tcp_port, "ws_port": self.ws_port}

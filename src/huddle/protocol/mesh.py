@@ -136,6 +136,7 @@ class _Session:
     rate: int = 0  # octets per second it accepts of addressed messages (0: no limit)
     source: str = ""  # the address its HELO came from ("" not yet known): its frames must come from there
     opened_by: str = ""  # "peer:<uuid>" (a PEER) or "addr:<ip>" (a HELO): whose handshake quota it uses
+    guests: int = 0  # its HELO's marco port: it hosts Noam guests (0: it does not)
 
     @property
     def admitted(self) -> bool:
@@ -216,6 +217,7 @@ class Mesh:
         rate: int = 0,
         picture: PictureTiming | None = None,
         limits: MeshLimits | None = None,
+        guests: int = 0,
     ) -> None:
         self.timing: Final = timing or Timing()
         self.limits: Final = limits or MeshLimits()
@@ -234,6 +236,7 @@ class Mesh:
         self.incarnation: Final = incarnation
         self.node_type: Final = node_type
         self.rate: Final = rate
+        self.guests: Final = guests  # our marco port when we host Noam guests (0: we do not), said in our HELO
         self.offset = 0.0
         self.synced_with: NodeId | None = None
         self.stats = Stats()
@@ -286,6 +289,13 @@ class Mesh:
 
     def alive_peers(self) -> list[NodeId]:
         return [s.uuid for s in self._sessions.values() if s.admitted]
+
+    def guest_hosts(self) -> list[NodeId]:
+        """The ALIVE peers whose HELO says they host guests on our marco port (they
+        hear the marcos we hear).  A SUSPECT one is left out: its guests' marcos go
+        to another host until it is heard again."""
+        port = self.guests
+        return [s.uuid for s in self._sessions.values() if port and s.guests == port and s.phase is Phase.ALIVE]
 
     def conn_of(self, peer: NodeId) -> int | None:
         s = self._sessions.get(peer)
@@ -546,6 +556,7 @@ class Mesh:
         s.helo_peers = m.peers
         s.node_type = m.node_type
         s.rate = m.rate
+        s.guests = m.guests
         if source:
             s.source = source
         if m.beat:
@@ -716,6 +727,7 @@ class Mesh:
                 beat=float(self.beat),
                 lost=self.lost,
                 rate=self.rate,
+                guests=self.guests,
             ),
         )
         self._send(conn, Bout(sender=self.uuid, group=self.group))

@@ -149,6 +149,7 @@ class Helo:
     beat: float = 0.0  # the sender's heartbeat interval, seconds (0: not said)
     lost: int = 0  # heartbeats of the sender that may be lost before it counts as gone (0: not said)
     rate: int = 0  # octets per second the sender accepts of addressed messages (0: no limit)
+    guests: int = 0  # the UDP port on which the sender answers Noam guests' marcos (0: it hosts none)
 
     def __post_init__(self) -> None:
         _check(isinstance(self.version, int) and 0 <= self.version < 2**31, "version must be a small integer")
@@ -170,6 +171,8 @@ class Helo:
             "incarnation must be 16 lowercase hex digits",
         )
         _check(isinstance(self.reply, bool), "reply must be a boolean")
+        _check(isinstance(self.guests, int) and not isinstance(self.guests, bool) and 0 <= self.guests <= 65535,
+               "guests must be a port number 0..65535")
         _check(isinstance(self.peers, int) and 0 <= self.peers < 2**31, "peers must be a non-negative integer")
 
 
@@ -516,6 +519,8 @@ def _encode_body(msg: Message) -> tuple[bytes, bytes]:
             body["lost"] = msg.lost
         if msg.rate:
             body["rate"] = msg.rate
+        if msg.guests:
+            body["guests"] = msg.guests
         return b"HELO", _json(body)
     if isinstance(msg, Peer):
         return b"PEER", _json({"uuid": msg.peer.hex(), "endpoint": msg.endpoint})
@@ -613,6 +618,7 @@ def _d_helo(sender: NodeId, body: str) -> Message:
         beat=_number(obj, "beat", "HELO") if "beat" in obj else 0.0,
         lost=_field(obj, "lost", "HELO", int) if "lost" in obj else 0,
         rate=_field(obj, "rate", "HELO", int) if "rate" in obj else 0,
+        guests=_field(obj, "guests", "HELO", int) if "guests" in obj else 0,
     )
 
 

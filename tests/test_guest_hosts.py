@@ -1,0 +1,141 @@
+"""One host per guest (issue 20): the rendezvous choice, the room answering only
+the marcos it is chosen for, the HELO's ``guests`` field (the marco port) and the
+mesh's view of the group's guest hosts (sans-I/O, on the simulated network)."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+
+from huddle import NodeId
+from huddle.errors import DecodeError
+from huddle.guests.choice import chosen_host
+from huddle.guests.codec import Marco, Polo, Register
+from huddle.guests.room import Changed, Room
+from huddle.protocol import Mesh
+from huddle.sim import SimNetwork, SimNode
+from huddle.wire import Helo, decode, encode
+
+A, B, C, D = (NodeId(bytes([i]) * 16) for i in (1, 2, 3, 4))
+NAMES = [f"guest{i}" for i in range(600)]
+
+
+def test_the_choice_is_the_same_on_every_node_in_any_order() -> None:
+    for name in NAMES[:50]:
+        first = chosen_host(name, [A, B, C])
+        assert first in (A, B, C)
+        assert chosen_host(name, [C, A, B]) == chosen_host(name, [B, C, A]) == first
+    assert chosen_host("g", []) is None
+    assert chosen_host("g", [A]) == A
+
+
+def test_the_choice_is_pinned() -> None:
+    """blake2b(uuid || 0 || name) is the same on every node, Python and run (Python's
+    hash() of a str is not): nodes of different versions must keep agreeing."""
+    got = [(chosen_host(n, [A, B, C]) or b"?")[0] for n in ("guest1", "scoreboard", "lemma-js", "guest2", "é")]
+    assert got == [3, 2, 1, 1, 2]
+
+
+def test_guests_spread_over_the_hosts() -> None:
+    counts = collections.Counter(chosen_host(n, [A, B, C]) for n in NAMES)
+    assert set(counts) == {A, B, C}
+    assert all(150 <= c <= 250 for c in counts.values()), counts  # 200 each on average
+
+
+def test_a_host_leaving_moves_only_its_guests_and_one_joining_takes_only_its_own() -> None:
+    before = {n: chosen_host(n, [A, B, C]) for n in NAMES}
+    after = {n: chosen_host(n, [A, B]) for n in NAMES}
+    moved = {n for n in NAMES if before[n] != after[n]}
+    assert moved == {n for n in NAMES if before[n] == C}
+    joined = {n: chosen_host(n, [A, B, C, D]) for n in NAMES}
+    taken = {n for n in NAMES if joined[n] != before[n]}
+    assert taken and all(joined[n] == D for n in taken)
+    assert 90 <= len(taken) <= 210, len(taken)  # about a quarter
+
+
+def rooms() -> dict[NodeId, Room]:
+    return {me: Room("derby", tcp_port=7000 + me[0], me=me) for me in (A, B, C)}
+
+
+def test_each_marco_gets_exactly_one_polo_from_three_hosts() -> None:
+    hosts = rooms()
+    for name in NAMES[:200]:
+        polos = [r.marco(Marco(name, "derby", "js", "1"), "10.0.0.9", 1.0, [h for h in hosts if h != me])
+                 for me, r in hosts.items()]
+        answered = [me for me, p in zip(hosts, polos, strict=True) if p is not None]
+        assert answered == [chosen_host(name, list(hosts))]
+        assert polos[list(hosts).index(answered[0])] == Polo("derby", 7000 + answered[0][0])
+    assert sum(r.counters.marcos_left_to_others for r in hosts.values()) == 400
+
+
+def test_a_host_gone_its_guests_marcos_are_answered_by_the_next_choice() -> None:
+    hosts = rooms()
+    mine = [n for n in NAMES[:100] if chosen_host(n, [A, B, C]) == C]
+    assert mine
+    for name in mine:
+        # C is gone from A's and B's view: the guest's next marco gets one polo, from its next choice.
+        answered = [me for me in (A, B)
+                    if hosts[me].marco(Marco(name, "derby", "js", "1"), "10.0.0.9", 2.0, [h for h in (A, B) if h != me])]
+        assert answered == [chosen_host(name, [A, B])]
+
+
+def test_alone_or_for_other_rooms_or_grabbed_the_choice_does_not_apply() -> None:
+    r = Room("derby", tcp_port=7733, me=A)
+    name = next(n for n in NAMES if chosen_host(n, [A, B]) == B)
+    assert r.marco(Marco(name, "derby", "js", "1"), "x", 1.0) == Polo("derby", 7733)  # no other host known
+    assert r.marco(Marco(name, "derby", "js", "1"), "x", 1.0, [B]) is None
+    assert r.marco(Marco(name, "chess", "js", "1"), "x", 1.0, [B]) is None and name in r.others
+    r.grab("free1")
+    assert r.marco(Marco("free1", "", "js", "1"), "x", 1.0, [B]) == Polo("derby", 7733)  # grabbed here: answered here
+    assert r.counters.marcos_left_to_others == 1
+
+
+def test_a_guest_that_registers_with_a_host_not_chosen_for_it_is_taken() -> None:
+    """Two hosts' views of the group can differ for a moment (one has not yet heard a
+    newcomer's HELO): the guest registers where its polo came from, and stays."""
+    r = Room("derby", tcp_port=7733, me=A)
+    name = next(n for n in NAMES if chosen_host(n, [A, B]) == B)
+    assert r.opened(1, "10.0.0.9", 1.0) == []
+    out = r.received(1, Register(name, 4000, ["t"], [], "js", "1"), 1.0, address="10.0.0.9")
+    assert out == [Changed(name, True)] and name in r.guests
+
+
+def test_helo_says_on_which_marco_port_its_sender_hosts_guests() -> None:
+    h = Helo(sender=A, endpoint="tcp://127.0.0.1:5000", name="a", incarnation="0" * 16, guests=1030)
+    frames = encode(h)
+    assert b'"guests":1030' in frames[-1]
+    assert decode(frames) == h
+    plain = Helo(sender=A, endpoint="tcp://127.0.0.1:5000", name="a", incarnation="0" * 16)
+    assert b"guests" not in encode(plain)[-1]  # left out when 0: older nodes see the HELO they know
+    assert decode(encode(plain)).guests == 0  # type: ignore[union-attr]
+    for wrong in (b"true", b"-1", b"65536", b'"1030"', b"1.5"):
+        bad = encode(plain)
+        bad[-1] = bad[-1].replace(b'"peers":0', b'"peers":0,"guests":' + wrong)
+        with pytest.raises(DecodeError):
+            decode(bad)
+
+
+def guest_node(net: SimNetwork, name: str, *, guests: int) -> SimNode:
+    node = net.add(name, "derby")
+    m = node.mesh
+    node.mesh = Mesh(m.uuid, name=name, group="derby", endpoint=m.endpoint, incarnation=m.incarnation,
+                     now=net.now, guests=guests)
+    return node
+
+
+def test_the_mesh_knows_which_alive_peers_host_guests_and_forgets_one_gone() -> None:
+    net = SimNetwork(seed=3)
+    ports = {"a": 1030, "b": 1030, "c": 1030, "plain": 0, "elsewhere": 2030}
+    a, b, c, plain, elsewhere = (guest_node(net, n, guests=p) for n, p in ports.items())
+    for x in (b, c, plain, elsewhere):
+        a.mesh.discovered(x.mesh.uuid, x.mesh.endpoint, net.now)
+    want = {x.mesh.uuid for x in (a, b, c)}
+    assert net.settle(5.0, lambda: all(set(x.mesh.guest_hosts()) == want - {x.mesh.uuid} for x in (a, b, c)))
+    # A node without guests has no guest hosts; one on another marco port hears other marcos.
+    assert plain.mesh.guest_hosts() == [] and elsewhere.mesh.guest_hosts() == []
+    net.crash(c)
+    # Left out once SUSPECT (half the gone time: 2.5 s here), before its session ends (5 s).
+    assert net.settle(4.0, lambda: all(c.mesh.uuid not in x.mesh.guest_hosts() for x in (a, b)))
+    assert {p.name: p.state for p in a.mesh.peers(net.local(a))}["c"] == "suspect"
+    assert set(a.mesh.guest_hosts()) == {b.mesh.uuid}
