@@ -1,126 +1,139 @@
-"""A node's own network changing under it: the interface watch (pure), the mesh
-following a node whose address moved (simulated), and real processes."""
+"""Networks that come and go, with real processes: a host's link down for 30 s, a
+host's address changed (DHCP), an interface that comes only after the node starts
+(network namespaces, TESTING.md; skipped where they cannot be made), and every
+node of a group killed and restarted at once (loopback)."""
 
 from __future__ import annotations
 
-import ipaddress
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
-from huddle import NodeId
-from huddle.discovery.interfaces import Interface
-from huddle.discovery.watch import Back, InterfaceWatch, Lost, Moved, pick
-from huddle.protocol import PeerLeft, Timing
-from huddle.sim import SimNetwork, SimNode
+import pytest
+from conftest import Cluster, free_port, get, http, wait_for
+from test_faults import Namespaces, NsNode, _ip, netns
 
+pytestmark = pytest.mark.processes
 
-def iface(name: str, ip: str, prefix: int = 24) -> Interface:
-    return Interface(name, ip, ipaddress.IPv4Network(f"{ip}/{prefix}", strict=False))
-
-
-# ------------------------------------------------------------- the interface watch
-
-
-def test_the_watch_sees_nothing_while_the_address_stays() -> None:
-    a = iface("wlan0", "10.0.0.5")
-    watch = InterfaceWatch("wlan0", a)
-    assert watch.observe([iface("lo", "127.0.0.1", 8), a]) is None
-    # a DHCP renewal that adds the new address before removing the old: still the old one
-    assert watch.observe([a, iface("wlan0", "10.0.0.9")]) is None
+__all__ = ["netns"]  # the fixture, shared with test_faults
 
 
-def test_a_new_address_is_a_move_and_a_missing_one_is_lost_once_then_back() -> None:
-    a, b = iface("wlan0", "10.0.0.5"), iface("wlan0", "10.0.7.9")
-    watch = InterfaceWatch("wlan0", a)
-    assert watch.observe([iface("eth0", "192.168.1.2")]) == Lost("wlan0")
-    assert watch.observe([]) is None  # said once
-    assert watch.observe([a]) == Back(a)
-    assert watch.observe([a]) is None
-    assert watch.observe([b]) == Moved(a, b)
-    assert watch.current == b
-    assert watch.observe([]) == Lost("wlan0")
-    assert watch.observe([a]) == Moved(b, a)  # back, but with another address than the last
+def holds(node: NsNode, n: int) -> bool:
+    s = node.cli("log", "--summary")
+    return isinstance(s, dict) and s["events"] == n and not s["gaps"]
 
 
-def test_the_same_address_on_another_network_is_a_move() -> None:
-    a = iface("eth0", "10.0.0.5", 24)
-    wider = iface("eth0", "10.0.0.5", 16)
-    assert InterfaceWatch("eth0", a).observe([wider]) == Moved(a, wider)
+def test_a_host_whose_link_drops_for_30_s_comes_back_with_nothing_lost(netns: Namespaces, tmp_path: Path) -> None:
+    nodes = [NsNode(netns, i, tmp_path, 5675) for i in (1, 2, 3)]
+    try:
+        wait_for(lambda: all(len(n.alive()) == 2 for n in nodes), 30, "the three hosts to mesh", interval=0.2)
+        netns.link(2, up=False)  # h2's Wi-Fi drops: its own eth0 stays up, the network is gone
+        cut_at = time.monotonic()
+        wait_for(lambda: nodes[0].alive() == {"h3"}, 15, "h1 to see h2 gone", interval=0.2)
+        for i in range(10):
+            nodes[0].cli("emit", "score", json.dumps(i))
+            nodes[1].cli("emit", "penalty", json.dumps(i))
+        wait_for(lambda: time.monotonic() - cut_at >= 30, 40, "30 s of the link down", interval=0.5)
+        netns.link(2, up=True)
+        wait_for(lambda: all(len(n.alive()) == 2 for n in nodes) and all(holds(n, 20) for n in nodes), 30,
+                 "the full mesh and every event everywhere after the link returns", interval=0.3)
+    finally:
+        for n in nodes:
+            n.stop()
 
 
-def test_an_address_spec_follows_that_address_only() -> None:
-    a = iface("eth0", "10.0.0.5")
-    watch = InterfaceWatch("10.0.0.5", a)
-    assert watch.observe([iface("eth0", "10.0.0.6")]) == Lost("eth0")
-    assert watch.observe([a]) == Back(a)
-    assert pick("eth0", [iface("eth0", "10.0.0.6"), a], prefer="10.0.0.5") == a
-    assert pick("eth0", [iface("eth0", "10.0.0.6"), a]) == iface("eth0", "10.0.0.6")
-    assert pick("wlan0", [a]) is None
+def test_a_host_whose_address_changes_is_followed_by_the_group(netns: Namespaces, tmp_path: Path) -> None:
+    nodes = [NsNode(netns, i, tmp_path, 5676) for i in (1, 2, 3)]
+    try:
+        wait_for(lambda: all(len(n.alive()) == 2 for n in nodes), 30, "the three hosts to mesh", interval=0.2)
+        for i in range(5):
+            nodes[1].cli("emit", "score", json.dumps(i))
+        new_ip = f"{netns.subnet}.22"
+        _ip("-n", netns.hosts[1], "addr", "del", f"{netns.ips[1]}/24", "dev", "eth0")  # a DHCP renewal
+        _ip("-n", netns.hosts[1], "addr", "add", f"{new_ip}/24", "brd", "+", "dev", "eth0")
+        for i in range(5, 10):
+            nodes[1].cli("emit", "score", json.dumps(i))
+            nodes[0].cli("emit", "penalty", json.dumps(i))
+
+        def endpoint_of_h2(node: NsNode) -> str | None:
+            peers = node.cli("peers")
+            assert isinstance(peers, list)
+            return next((p["endpoint"] for p in peers if p["name"] == "h2" and p["state"] == "alive"), None)
+
+        wait_for(lambda: nodes[1].cli("info")["endpoint"].startswith(f"tcp://{new_ip}:"), 10,  # type: ignore[index]
+                 "h2 to notice its new address", interval=0.2)
+        wait_for(lambda: all((endpoint_of_h2(n) or "").startswith(f"tcp://{new_ip}:") for n in (nodes[0], nodes[2]))
+                 and all(len(n.alive()) == 2 for n in nodes) and all(holds(n, 15) for n in nodes), 30,
+                 "h1 and h3 to follow h2 to its new address, every event everywhere", interval=0.3)
+        info = nodes[1].cli("info")
+        assert isinstance(info, dict) and info["stats"]["driver"]["address_changes"] == 1
+    finally:
+        for n in nodes:
+            n.stop()
 
 
-# ------------------------------------------------- the mesh, on a simulated network
+def test_an_interface_that_is_not_there_yet_is_waited_for(netns: Namespaces, tmp_path: Path) -> None:
+    host = netns.hosts[0]
+    log_path = tmp_path / "late.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", host, sys.executable, "-m", "huddle", "node", "--name", "late", "--group", "ns",
+             "--data-dir", str(tmp_path / "late"), "--interface", "wlan9", "--api", "127.0.0.1:0",
+             "--beacon-port", "5677"], stdout=subprocess.PIPE, stderr=log)
+        try:
+            wait_for(lambda: b"waiting for it" in log_path.read_bytes(), 20, "the node to say it waits")
+            assert proc.poll() is None
+            assert log_path.read_bytes().count(b"waiting for it") == 1
+            _ip("-n", host, "link", "add", "wlan9", "type", "veth", "peer", "name", "wlan9p")  # no dummy module here
+            _ip("-n", host, "addr", "add", "10.98.7.1/24", "dev", "wlan9")
+            _ip("-n", host, "link", "set", "wlan9p", "up")
+            _ip("-n", host, "link", "set", "wlan9", "up")
+            assert proc.stdout is not None
+            line = proc.stdout.readline().decode().strip()  # the node prints its API once it runs
+            assert line.startswith("api "), log_path.read_text()
+            out = subprocess.run(["ip", "netns", "exec", host, sys.executable, "-m", "huddle", "info",
+                                  "--api", line[4:], "--json"], capture_output=True, text=True, timeout=30)
+            assert json.loads(out.stdout)["endpoint"].startswith("tcp://10.98.7.1:")
+        finally:
+            proc.terminate()
+            proc.wait(10)
 
 
-def move(net: SimNetwork, node: SimNode, host: str) -> str:
-    """``node``'s address changes: what was in flight to the old one is lost, its
-    messages come from the new host from now on, and it listens there."""
-    port = node.mesh.endpoint.rpartition(":")[2]
-    endpoint = f"tcp://{host}:{port}"
-    del net.nodes[node.mesh.endpoint]
-    node.mesh.set_endpoint(endpoint, net.local(node))
-    net.nodes[endpoint] = node
-    return endpoint
+def test_every_node_killed_and_restarted_at_once_meshes_again_with_nothing_lost(cluster: Cluster) -> None:
+    ports = [free_port() for _ in range(4)]
+    names = ["a", "b", "c", "d"]
 
+    def start_all() -> list:  # type: ignore[type-arg]
+        started = [cluster.start(n, "--port", str(ports[i]),
+                                 *(["--seed", f"127.0.0.1:{ports[i - 1]}"] if i else []),
+                                 beacon=False, wait=False) for i, n in enumerate(names)]
+        for n in started:
+            n.wait_api()
+        return started
 
-def three(net: SimNetwork) -> list[SimNode]:
-    nodes = [net.add(n, "g", uuid=NodeId(bytes([i + 1]) * 16), log=True) for i, n in enumerate(("a", "b", "c"))]
-    for n in nodes[1:]:
-        n.mesh.discovered(nodes[0].mesh.uuid, nodes[0].mesh.endpoint, net.now)
-    assert net.settle(5.0, lambda: all(len(n.mesh.alive_peers()) == 2 for n in nodes))
-    return nodes
+    nodes = start_all()
+    wait_for(lambda: cluster.mesh_complete(nodes), 30, "the four nodes to mesh")
+    for n in nodes:
+        for k in range(5):
+            status, _ = http(n.api, "/api/v1/events", {"kind": "tick", "body": f"{n.name}{k}"})
+            assert status == 201
+    wait_for(lambda: all(get(n.api, "/api/v1/log/summary")["events"] == 20 for n in nodes), 20, "the events to spread")
+    for n in nodes:
+        n.signal(signal.SIGKILL)
+    for n in nodes:
+        n.wait(10)
+    cluster.nodes.clear()
+    nodes = start_all()  # all at once, on their data directories and ports
+    wait_for(lambda: cluster.mesh_complete(nodes), 30, "the four restarted nodes to mesh again")
+    for n in nodes:
+        status, _ = http(n.api, "/api/v1/events", {"kind": "tick", "body": f"{n.name}-after"})
+        assert status == 201
 
+    def whole() -> bool:
+        sums = [get(n.api, "/api/v1/log/summary") for n in nodes]
+        return all(s["events"] == 24 and not s["gaps"] for s in sums)
 
-def test_a_node_whose_address_changed_is_followed_by_its_peers_and_nothing_is_lost() -> None:
-    net = SimNetwork()
-    a, b, c = three(net)
-    for i in range(5):
-        b.log.append("score", str(i), net.local(b), net.local(b))
-    new = move(net, b, "10.0.9.9")
-    for i in range(5):  # written right after the move, while the peers still dial the old address
-        b.log.append("score", str(i + 5), net.local(b), net.local(b))
-        a.log.append("penalty", str(i), net.local(a), net.local(a))
-
-    def healed() -> bool:
-        return (all(p.endpoint == new for n in (a, c) for p in n.mesh.peers(net.local(n)) if p.uuid == b.mesh.uuid)
-                and all(len(n.mesh.alive_peers()) == 2 for n in (a, b, c))
-                and all(n.log.held() == 10 + 5 for n in (a, b, c)))
-
-    assert net.settle(20.0, healed)
-    # The peers followed the endpoint: the sessions lived on (no one saw b leave).
-    assert not [e for n in (a, c) for e in n.events if isinstance(e, PeerLeft)]
-    assert a.mesh.stats.endpoints_followed == 1 and c.mesh.stats.endpoints_followed == 1
-    assert b.mesh.stats.endpoint_changes == 1
-    net.run(5.0)
-    assert b.mesh._moving == {}  # every peer answered: no more HELOs
-    # and a HELO from the new address was refused until the peer found the old one silent
-    assert sum(a.mesh.blamed.values()) > 0
-
-
-def test_a_node_that_moves_before_its_peers_time_it_out_slowly_still_meshes() -> None:
-    """Long announced timings (gone after 20 s): the HELOs wait for SUSPECT, then the peer follows."""
-    net = SimNetwork()
-    timing = Timing(heartbeat_interval=2.0, gone_after=20.0)
-    a = net.add("a", "g", uuid=NodeId(b"\x01" * 16), timing=timing)
-    b = net.add("b", "g", uuid=NodeId(b"\x02" * 16), timing=timing)
-    b.mesh.discovered(a.mesh.uuid, a.mesh.endpoint, net.now)
-    assert net.settle(5.0, lambda: len(a.mesh.alive_peers()) == 1 and len(b.mesh.alive_peers()) == 1)
-    new = move(net, b, "10.0.9.9")
-    assert net.settle(30.0, lambda: [p.endpoint for p in a.mesh.peers(net.local(a))] == [new]
-                      and a.mesh.peers(net.local(a))[0].state == "alive" and not b.mesh._moving)
-    assert not [e for e in a.events if isinstance(e, PeerLeft)]
-
-
-def test_setting_the_same_endpoint_again_does_nothing() -> None:
-    net = SimNetwork()
-    a, _b, _c = three(net)
-    a.mesh.take_actions()
-    a.mesh.set_endpoint(a.mesh.endpoint, net.local(a))
-    assert a.mesh.take_actions() == [] and a.mesh.stats.endpoint_changes == 0
+    wait_for(whole, 30, "every event, before and after, held by every node")
