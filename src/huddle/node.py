@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .config import NodeConfig, parse_hostport
-from .discovery import BeaconService, Interface, resolve_interface
+from .discovery import BeaconService, Interface, InterfaceAbsent, resolve_interface
+from .discovery.interfaces import LOOPBACK, ipv4_interfaces
+from .discovery.watch import Back, InterfaceWatch, Lost, Moved, WatchDecision
 from .doc import DOC_KIND, DocEngine, OperationError, digest, jams
 from .errors import ConfigError, CutOffReadOnly, DataDirLocked, LocalProtocolError
 from .ids import NodeId
@@ -57,6 +59,8 @@ DOC_ROW_INTERVAL = 10.0
 DOC_ROW_SHARE = 0.01
 # After a turn of the timer loop failed, the next comes this much later (no busy loop).
 TICK_RETRY = 0.05
+# How often the node looks at its interface's addresses (ifaddr), and at an --interface not there yet.
+INTERFACE_POLL = 1.0
 
 
 @dataclass(slots=True)
@@ -68,6 +72,10 @@ class DriverStats(Counters):
     action_failures: int = 0
     receive_failures: int = 0
     tick_failures: int = 0
+    network_failures: int = 0  # following the interface failed (a bind, a discovery socket): retried
+    address_changes: int = 0  # the interface's address changed: rebound, peers told, re-announced
+    interface_lost: int = 0  # the interface had no IPv4 address any more
+    interface_back: int = 0  # ... and then had the same one again
 
 
 class DataDir:
@@ -157,6 +165,8 @@ class Node:
         self._guests: GuestServer | None = None
         self._posts: PostService | None = None
         self.interface: Interface | None = None
+        self._port = 0  # the ROUTER's port
+        self._announce_due = False  # re-announcing after a network change failed: try again
         self.api_url: str | None = None
         self._listeners: list[Listener] = []
         self.doc = DocEngine()  # the bout document, made from the log's "doc" events
@@ -421,7 +431,10 @@ class Node:
 
     async def _run(self, cfg: NodeConfig, on_ready: Callable[[Node], None] | None) -> None:
         self.uuid = uuid = self.data_dir.node_id()
-        self.interface = iface = resolve_interface(cfg.interface)
+        found = await self._wait_interface(cfg.interface)
+        if found is None:
+            return  # stopped while waiting
+        self.interface = iface = found
         transport = ZmqTransport(uuid, on_frames=self._on_frames, on_stalled=self._on_stalled,
                                  on_connect_failed=self._on_connect_failed, limits=cfg.limits.mesh)
         self._transport = transport
@@ -432,6 +445,7 @@ class Node:
             except Exception as exc:  # zmq.ZMQError: address in use, no free port
                 raise ConfigError(f"cannot bind the ROUTER on {iface.ip}:{cfg.port or cfg.port_range}: {exc}") from None
             endpoint = f"tcp://{iface.ip}:{port}"
+            self._port = port
             self.started_at = time.time()
             self._mesh = Mesh(
                 uuid, name=cfg.name, group=cfg.group, endpoint=endpoint,
@@ -503,6 +517,8 @@ class Node:
                     tasks.append(tg.create_task(self._beacon.run()))
                 if self._posts is not None:
                     tasks.append(tg.create_task(self._posts.run()))
+                if iface != LOOPBACK:
+                    tasks.append(tg.create_task(self._watch_interface(cfg.interface or iface.name, iface)))
                 await self._stop.wait()
                 for task in tasks:
                     task.cancel()
@@ -529,6 +545,81 @@ class Node:
                 self._store.close()
             if self._posts is not None:
                 self._posts.close()
+
+    # ---------------------------------------------------------------- the network
+
+    async def _wait_interface(self, spec: str | None) -> Interface | None:
+        """The interface to use; ``--interface NAME`` with no IPv4 address yet is waited
+        for (no time limit: a node started before the Wi-Fi joins comes up when it does),
+        with one log line.  None if the node is stopped while it waits."""
+        try:
+            return resolve_interface(spec)
+        except InterfaceAbsent as exc:
+            log.warning("%s: waiting for it (the node starts when it has an address)", exc)
+        while not self._stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), INTERFACE_POLL)
+            try:
+                iface = resolve_interface(spec)
+            except InterfaceAbsent:
+                continue
+            log.warning("interface %s is here, with %s: starting", iface.name, iface.ip)
+            return iface
+        return None
+
+    async def _watch_interface(self, spec: str, iface: Interface) -> None:
+        """Look at the interface's addresses every INTERFACE_POLL seconds and follow them."""
+        watch = InterfaceWatch(spec, iface)
+        while True:
+            await asyncio.sleep(INTERFACE_POLL)
+            try:
+                change = watch.observe(ipv4_interfaces())
+                if change is not None:
+                    await self._network_changed(change)
+                elif self._announce_due and not watch.lost:
+                    await self._announce(watch.current)
+            except Exception as exc:  # a socket that cannot be opened now: the next look tries again
+                self._survived("network_failures", "following the network interface", exc)
+
+    async def _network_changed(self, change: WatchDecision) -> None:
+        stats = self.driver_stats
+        if isinstance(change, Lost):
+            stats.interface_lost += 1
+            log.warning("interface %s has no IPv4 address now: waiting for it (peers will find this node "
+                        "silent and take it back when it returns)", change.name)
+            return
+        if isinstance(change, Back):
+            stats.interface_back += 1
+            log.warning("interface %s has its address %s again", change.interface.name, change.interface.ip)
+            await self._announce(change.interface)
+            return
+        assert isinstance(change, Moved)
+        transport, old, new = self._transport, change.old, change.new
+        assert transport is not None
+        try:
+            port = transport.bind(new.ip, self._port, self.config.port_range)
+        except Exception:  # the port is taken on the new address: another one
+            port = transport.bind(new.ip, 0, self.config.port_range)
+        transport.unbind(old.ip, self._port)  # also closes peers' stale connections to the old address
+        self._port, self.interface = port, new
+        endpoint = f"tcp://{new.ip}:{port}"
+        stats.address_changes += 1
+        log.warning("interface %s moved from %s to %s: now at %s; telling the peers", new.name, old.ip, new.ip,
+                    endpoint)
+        self.mesh.set_endpoint(endpoint, self.local_now())
+        self._execute()
+        if self._naming is not None:
+            self._naming.set_endpoint(endpoint)
+        await self._announce(new)
+
+    async def _announce(self, iface: Interface) -> None:
+        """Beacon and mDNS from ``iface`` afresh, with the ROUTER's port."""
+        self._announce_due = True
+        if self._beacon is not None:
+            await self._beacon.move(iface, self._port)
+        if self._mdns is not None:
+            await self._mdns.move(iface, self._port)
+        self._announce_due = False
 
     # ---------------------------------------------------------------- posts (Hydra)
 

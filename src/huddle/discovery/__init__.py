@@ -1,6 +1,6 @@
 """Discovery: each mechanism reports "peer seen at endpoint"."""
 
 from .beacon import BeaconService
-from .interfaces import Interface, resolve_interface
+from .interfaces import Interface, InterfaceAbsent, resolve_interface
 
-__all__ = ["BeaconService", "Interface", "resolve_interface"]
+__all__ = ["BeaconService", "Interface", "InterfaceAbsent", "resolve_interface"]

@@ -47,6 +47,7 @@ class BeaconService:
     ) -> None:
         self.uuid = uuid
         self.interface = interface
+        self._address = address  # None: the interface's broadcast address, whatever it is
         self.address = address or interface.broadcast
         self.port = port
         self.interval = interval
@@ -73,6 +74,17 @@ class BeaconService:
         send.bind((self.interface.ip, 0))
         send.setblocking(False)
         self._send_sock = send
+
+    async def move(self, interface: Interface, router_port: int) -> None:
+        """The interface's address changed (or came back): beacon from there, with
+        ``router_port``, to its network's broadcast address (unless one was given)."""
+        self.close()
+        self._transport, self._send_sock = None, None
+        self.interface = interface
+        self.address = self._address or interface.broadcast
+        self._packet = pack(Beacon(self.uuid, router_port, self._group_hash))
+        await self.start()
+        self.send_once()
 
     async def run(self) -> None:
         """Send a beacon every interval until cancelled."""

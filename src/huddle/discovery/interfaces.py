@@ -11,7 +11,7 @@ import ifaddr
 
 from ..errors import ConfigError
 
-__all__ = ["Interface", "resolve_interface"]
+__all__ = ["LOOPBACK", "Interface", "InterfaceAbsent", "ipv4_interfaces", "resolve_interface"]
 
 log = logging.getLogger("huddle.discovery")
 
@@ -33,7 +33,12 @@ class Interface:
             return False
 
 
-def _ipv4_interfaces() -> list[Interface]:
+class InterfaceAbsent(ConfigError):
+    """``--interface NAME`` names no interface with an IPv4 address (yet): the node waits for it."""
+
+
+def ipv4_interfaces() -> list[Interface]:
+    """Every IPv4 address of this machine, with its interface's name and network."""
     found: list[Interface] = []
     for adapter in ifaddr.get_adapters():
         for ip in adapter.ips:
@@ -60,10 +65,12 @@ LOOPBACK = Interface("lo", "127.0.0.1", ipaddress.IPv4Network("127.0.0.0/8"))
 
 def resolve_interface(spec: str | None) -> Interface:
     """``spec`` is an interface name (``eth0``, ``lo``), one of this machine's
-    IPv4 addresses, or None for the interface of the default route."""
+    IPv4 addresses, or None for the interface of the default route.  Raises
+    :class:`InterfaceAbsent` for a name with no IPv4 address now (the caller may
+    wait for it) and ConfigError for an address that is not this machine's."""
     if spec in ("lo", "127.0.0.1", "localhost"):
         return LOOPBACK
-    interfaces = _ipv4_interfaces()
+    interfaces = ipv4_interfaces()
     if spec is None:
         default = _default_route_interface()
         for iface in interfaces:
@@ -80,4 +87,9 @@ def resolve_interface(spec: str | None) -> Interface:
                 return LOOPBACK
             return iface
     names = ", ".join(sorted({f"{i.name} ({i.ip})" for i in interfaces})) or "none"
-    raise ConfigError(f"no IPv4 interface {spec!r} on this machine; available: {names}")
+    text = f"no IPv4 interface {spec!r} on this machine; available: {names}"
+    try:
+        ipaddress.IPv4Address(spec)
+    except ValueError:  # a name: the interface may come (Wi-Fi joining, DHCP, a USB adapter)
+        raise InterfaceAbsent(text) from None
+    raise ConfigError(text)  # an address of another machine: a mistake

@@ -13,6 +13,7 @@ record lingers for its TTL).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import socket
@@ -71,6 +72,14 @@ class MdnsService:
         # service name (RFC 6763), and must still work.
         await self._zc.async_register_service(info, allow_name_change=True, strict=False)
         self._browser = AsyncServiceBrowser(self._zc.zeroconf, [self.type], handlers=[self._changed])
+
+    async def move(self, interface: Interface, router_port: int) -> None:
+        """The interface's address changed (or came back): register again there."""
+        with contextlib.suppress(Exception):  # the old address may be gone: its goodbye cannot be sent
+            await asyncio.wait_for(self.close(), 3.0)
+        self._zc, self._browser = None, None
+        self.interface, self.router_port = interface, router_port
+        await self.start()
 
     def _changed(self, zeroconf: Any, service_type: str, name: str, state_change: ServiceStateChange) -> None:
         if state_change is ServiceStateChange.Removed:

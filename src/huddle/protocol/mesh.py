@@ -186,6 +186,8 @@ class Stats(Counters):
     connect_failed: int = 0  # outgoing connections the driver could not open (EMFILE, ...)
     foreign_frames: int = 0  # frames under a session's UUID from another address than the session's
     auto_excluded: int = 0  # sessions ended and their incarnation refused: undecodable messages, a stuck buffer
+    endpoint_changes: int = 0  # this node's own endpoint changed (set_endpoint: its address moved)
+    endpoints_followed: int = 0  # an admitted peer said HELO from a new endpoint: connected there instead
 
 
 @dataclass(slots=True)
@@ -232,7 +234,7 @@ class Mesh:
         self.uuid: Final = uuid
         self.name: Final = name
         self.group: Final = group
-        self.endpoint: Final = endpoint
+        self.endpoint = endpoint  # changes only through set_endpoint (this node's address changed)
         self.incarnation: Final = incarnation
         self.node_type: Final = node_type
         self.rate: Final = rate
@@ -266,6 +268,8 @@ class Mesh:
         # HELOs that came while no handshake slot was free: answered, oldest first, when one frees
         # (an honest crowd joining at once, many nodes behind one address), dropped after handshake_timeout.
         self._waiting: dict[NodeId, tuple[Helo | Peer, str, float]] = {}  # by the UUID to meet
+        # Peers not yet told of this node's new endpoint (set_endpoint) -> when to say HELO again.
+        self._moving: dict[NodeId, float] = {}
 
     # ------------------------------------------------------------------ queries
 
@@ -333,6 +337,47 @@ class Mesh:
             self._refused_intro("a discovered node")
             return
         self._open(uuid, endpoint, now, introducer=None)
+
+    def set_endpoint(self, endpoint: str, now: float) -> None:
+        """This node's own address changed (a DHCP renewal, another Wi-Fi): advertise
+        ``endpoint`` from now on.  Every peer is told with a HELO on a fresh connection
+        (from the new address), again each heartbeat until it answers with a HELO: a
+        peer accepts it once it finds the old address silent (SUSPECT, section 8.7), and
+        its stale connection from the old address must be gone first (section 2.1)."""
+        Helo(sender=self.uuid, endpoint=endpoint, name=self.name, incarnation=self.incarnation,
+             node_type=self.node_type, beat=float(self.beat), lost=self.lost, rate=self.rate)
+        if endpoint == self.endpoint or self._closed:
+            return
+        self.endpoint = endpoint
+        self.stats.endpoint_changes += 1
+        for s in self._sessions.values():
+            if s.admitted:
+                self._moving[s.uuid] = now
+        for seed in self._seeds.values():
+            if seed.conn is not None and seed.peer is None:
+                self._actions.append(Disconnect(seed.conn))  # its HELO named the old endpoint
+                seed.conn = None
+                seed.next_try = now
+        self._tell_moved(now)
+
+    def _tell_moved(self, now: float) -> None:
+        for uuid, due in list(self._moving.items()):
+            s = self._sessions.get(uuid)
+            if s is None or not s.admitted:
+                del self._moving[uuid]
+            elif due <= now:
+                self._actions.append(Disconnect(s.conn))
+                self._actions.append(Connect(s.conn, s.endpoint))  # same conn: replication and delivery keep it
+                self._send_hello(s.conn, reply=False)
+                self._moving[uuid] = now + self.beat
+
+    def _follow(self, s: _Session, endpoint: str) -> None:
+        """An admitted peer says HELO from a new endpoint (its address changed):
+        connect there instead, under the same conn."""
+        self._actions.append(Disconnect(s.conn))
+        self._actions.append(Connect(s.conn, endpoint))
+        s.endpoint = endpoint
+        self.stats.endpoints_followed += 1
 
     def connect_failed(self, conn: int, now: float) -> None:
         """The driver could not open connection ``conn`` (out of descriptors, or any
@@ -550,7 +595,11 @@ class Mesh:
                 self._actions.append(Disconnect(s.conn))
                 s.conn = self._connect(m.endpoint)
                 s.endpoint = m.endpoint
+            elif s.endpoint != m.endpoint:
+                self._follow(s, m.endpoint)
             self._send_hello(s.conn, reply=True)
+        else:
+            self._moving.pop(m.sender, None)  # it answered a HELO: it knows our endpoint
         s.incarnation = m.incarnation
         s.name = m.name
         s.helo_peers = m.peers
@@ -679,6 +728,8 @@ class Mesh:
         for uuid in [u for u, g in self._gone.items() if g.until <= now]:
             del self._gone[uuid]
         self._retry_seeds(now)
+        if self._moving:
+            self._tell_moved(now)
         if now >= self.pictures.next_report:
             self._publish_report(now)
         if self.replication is not None:

@@ -342,6 +342,13 @@ class NamingClient:
         self._logged: dict[str, float] = {}  # what was warned about -> when (rate-limited)
         self._refusals = 0  # refused messages when last warned about
 
+    def set_endpoint(self, endpoint: str) -> None:
+        """This node's endpoint changed (its address moved): announce the new one now."""
+        self.endpoint = endpoint
+        self._body = json.dumps({"v": 1, "uuid": self.uuid.hex(), "group": self.group, "name": self.name,
+                                 "endpoint": endpoint}).encode()
+        self._announce_now.set()
+
     @property
     def stats(self) -> NamingStats:
         return self.state.stats

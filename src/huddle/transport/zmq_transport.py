@@ -180,6 +180,13 @@ class ZmqTransport:
                 last = exc
         raise zmq.ZMQError(msg=f"no free port in {lo}-{hi} after 200 tries ({last})")
 
+    def unbind(self, host: str, port: int) -> None:
+        """Stop listening on ``host:port`` (an address this machine no longer has).  The
+        connections accepted there close with it: a peer's stale connection from before an
+        address change would otherwise keep its identity and its new connection unread."""
+        with contextlib.suppress(zmq.ZMQError):
+            self.router.unbind(f"tcp://{host}:{port}")
+
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         loop.add_reader(self._fd, self._readable)
