@@ -9,9 +9,10 @@ import itertools
 import pytest
 
 from huddle import NodeId
-from huddle.protocol import Mesh, Send
+from huddle.limits import MeshLimits
+from huddle.protocol import Connect, Disconnect, Mesh, Send
 from huddle.sim import SimNetwork, SimNode
-from huddle.wire import Helo, Members, Peer, decode, encode
+from huddle.wire import Bout, Helo, Members, Peer, decode, encode
 
 
 def alive(node: SimNode, net: SimNetwork) -> set[str]:
@@ -138,8 +139,7 @@ def membership_messages(n: int) -> tuple[int, int]:
     joiner = net.add("joiner", "g")
     joiner.mesh.add_seed(nodes[0].mesh.endpoint, net.now)
     assert net.settle(5.0, lambda: meshed(net, *nodes, joiner))
-    kinds = (Helo, Peer, Members)
-    msgs = [m for _, _, m in net.trace if isinstance(m, kinds) or type(m).__name__ == "Bout"]
+    msgs = [m for _, _, m in net.trace if isinstance(m, (Helo, Bout, Peer, Members))]
     return len(msgs), sum(len(b) for m in msgs for b in encode(m))
 
 
@@ -160,3 +160,72 @@ def test_a_member_list_is_sent_on_admission_and_dialled_within_the_caps() -> Non
     assert net.settle(10.0, lambda: meshed(net, *nodes))
     sent = [a for a in nodes[0].mesh.take_actions() if isinstance(a, Send)]
     assert all(not isinstance(a.message, Peer) for a in sent)
+
+
+# ------------------------------------------------------------ hostile member lists
+
+HOME, EVIL = "10.0.0.2", "10.0.0.66"
+
+
+def lone(**limits: int) -> Mesh:
+    return Mesh(NodeId(b"\x01" * 16), name="alice", group="g", endpoint="tcp://10.0.0.1:5000",
+                incarnation="11" * 8, now=0.0, limits=MeshLimits(**limits))
+
+
+def join(mesh: Mesh, uuid: NodeId, source: str, now: float, incarnation: str = "22" * 8) -> None:
+    mesh.receive(encode(Helo(uuid, endpoint=f"tcp://{source}:6000", name="p", incarnation=incarnation)), now, source)
+    mesh.receive(encode(Bout(uuid, group="g")), now, source)
+
+
+def test_a_long_member_list_is_read_up_to_the_limit_and_dialled_within_the_caps() -> None:
+    mesh = lone(max_members_listed=100, max_handshaking_per_introducer=8)
+    bob = NodeId(b"\x02" * 16)
+    join(mesh, bob, HOME, 0.0)
+    mesh.take_actions()
+    listed = tuple((NodeId(bytes([3, i // 256, i % 256]) + b"\x00" * 13), f"tcp://10.9.{i // 250}.{i % 250}:1",
+                    "33" * 8) for i in range(1000))
+    mesh.receive(encode(Members(bob, members=listed)), 0.1, HOME)
+    dialled = [a for a in mesh.take_actions() if isinstance(a, Connect)]
+    assert len(dialled) == 8  # mesh.max-handshaking-per-introducer, as PEERs
+    assert len(mesh._waiting) == 64  # a quarter of the waiting room; the rest refused
+    assert mesh.stats.introductions_refused == 100 - 8 - 64  # only the first 100 were read
+
+
+def test_a_member_list_cannot_move_a_live_session_to_another_address() -> None:
+    """A list naming a member at a new endpoint and incarnation makes us probe there (bounded),
+    but an answer from another address than the member's is blamed, and the session stays."""
+    mesh = lone()
+    bob, carol = NodeId(b"\x02" * 16), NodeId(b"\x03" * 16)
+    join(mesh, bob, HOME, 0.0)
+    join(mesh, carol, "10.0.0.3", 0.0)
+    mesh.take_actions()
+    forged = Members(bob, members=((carol, f"tcp://{EVIL}:1", "44" * 8),))
+    mesh.receive(encode(forged), 0.2, HOME)
+    assert [a.endpoint for a in mesh.take_actions() if isinstance(a, Connect)] == [f"tcp://{EVIL}:1"]
+    assert mesh.stats.members_probed == 1
+    mesh.receive(encode(forged), 0.3, HOME)  # once per handshake timeout
+    assert not [a for a in mesh.take_actions() if isinstance(a, Connect)]
+    mesh.receive(encode(Helo(carol, endpoint=f"tcp://{EVIL}:1", name="c", incarnation="44" * 8, reply=True)), 0.4, EVIL)
+    assert mesh.stats.foreign_frames == 1 and mesh.stats.restarts_followed == 0
+    assert {p.endpoint for p in mesh.peers(0.5)} == {f"tcp://{HOME}:6000", "tcp://10.0.0.3:6000"}
+    mesh.tick(5.5)  # the unanswered probe is closed
+    assert not mesh._probes
+
+
+def test_the_new_incarnation_answering_a_probe_takes_over_its_connection() -> None:
+    mesh = lone()
+    bob, carol = NodeId(b"\x02" * 16), NodeId(b"\x03" * 16)
+    join(mesh, bob, HOME, 0.0)
+    join(mesh, carol, "10.0.0.3", 0.0)
+    mesh.take_actions()
+    mesh.receive(encode(Members(bob, members=((carol, "tcp://10.0.0.3:7000", "44" * 8),))), 0.2, HOME)
+    probe = [a for a in mesh.take_actions() if isinstance(a, Connect)]
+    assert [a.endpoint for a in probe] == ["tcp://10.0.0.3:7000"]
+    mesh.receive(encode(Helo(carol, endpoint="tcp://10.0.0.3:7000", name="c", incarnation="44" * 8, reply=True)),
+                 0.3, "10.0.0.3")
+    actions = mesh.take_actions()
+    assert not [a for a in actions if isinstance(a, Connect)]  # no second DEALER to its ROUTER
+    assert [a for a in actions if isinstance(a, Disconnect)]  # the stale session's
+    assert mesh.stats.restarts_followed == 1 and mesh.conn_of(carol) is None
+    mesh.receive(encode(Bout(carol, group="g")), 0.3, "10.0.0.3")
+    assert mesh.conn_of(carol) == probe[0].conn
