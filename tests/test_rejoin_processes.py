@@ -46,6 +46,10 @@ def test_seeds_only_restart_rejoins_everyone_and_survives_its_seed_leaving(clust
     wait_for(lambda: cluster.mesh_complete(nodes), 20, "the seeded mesh")
     seed = endpoint_of(nodes[1])
     restart_within_5s(cluster, nodes, 2, delay, tmp_path, ("--seed", seed), False, "seeds")
+    stats = [get(n.api, "/api/v1/node")["stats"] for n in nodes]
+    assert stats[2]["lists_received"] >= 1  # its seed's member list
+    if delay < 5:  # the others still had their stale session: its HELO replaced it at once
+        assert sum(s["restarts_followed"] for s in stats) >= 2, stats
     # Its seed leaves: it is not isolated, and still hears the others' events.
     nodes[1].signal(signal.SIGTERM)
     nodes[1].wait()
