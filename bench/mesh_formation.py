@@ -6,7 +6,7 @@ Two ways to find each other:
 * seeds:   node 0 (``--port P --no-beacon``) is started first and serves; then
            the other N-1 are started all at once, each with ``--seed
            127.0.0.1:P --no-beacon``.  They meet each other through node 0's
-           PEER introductions.
+           member lists (MEMB, sent to each on admission).
 * beacons: all N are started at once with ``--beacon-port B`` (a random free
            UDP port, so runs never collide) and ``--beacon-interval`` (default
            1.0 s, the node's default).  Beacons go to 127.255.255.255 on lo.

@@ -123,7 +123,7 @@ def test_no_broker_at_start_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_a_mixed_group_of_eight_forms_one_mesh(cluster: Cluster, brokers: list[Broker], tmp_path: Path) -> None:
     """Two by mDNS, two by beacons, two through a broker, two by seeds; a few nodes use two ways,
-    and PEER introductions carry everyone across."""
+    and member lists (MEMB) carry everyone across."""
     broker = Broker(tmp_path, "broker")
     brokers.append(broker)
     g = "mixed"

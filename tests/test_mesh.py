@@ -26,7 +26,7 @@ from huddle.protocol import (
     Timing,
 )
 from huddle.sim import SimNetwork, SimNode
-from huddle.wire import Beat, Bout, Bulk, Chat, Gbye, Helo, Peer, encode
+from huddle.wire import Beat, Bout, Bulk, Chat, Gbye, Helo, Members, Peer, encode
 
 
 def alive(node: SimNode, net: SimNetwork) -> set[str]:
@@ -58,16 +58,17 @@ def test_introduction_follows_the_alice_bob_charlie_dialogue() -> None:
     charlie.mesh.discovered(alice.mesh.uuid, alice.mesh.endpoint, net.now)
     assert net.settle(1.0, lambda: meshed(net, alice, bob, charlie))
     net.run(1.0)
-    intro = [(src, dst, m) for src, dst, m in net.trace if isinstance(m, (Helo, Peer))]
+    intro = [(src, dst, m) for src, dst, m in net.trace if isinstance(m, (Helo, Peer, Members))]
     said = [(src, dst, type(m).__name__, getattr(m, "reply", None)) for src, dst, m in intro]
     assert said[:2] == [("charlie", "alice", "Helo", False), ("alice", "charlie", "Helo", True)]
-    assert ("alice", "bob", "Peer", None) in said
-    assert said.index(("alice", "bob", "Peer", None)) < said.index(("bob", "charlie", "Helo", False))
-    assert ("charlie", "bob", "Helo", True) in said
-    peers = [(src, dst, m.peer) for src, dst, m in intro if isinstance(m, Peer)]
-    # Bob does not send the PEER about Charlie back to Alice, who introduced him;
-    # Charlie tells Alice about Bob, and Alice, who knows Bob, does nothing further.
-    assert sorted(peers) == sorted([("alice", "bob", charlie.mesh.uuid), ("charlie", "alice", bob.mesh.uuid)])
+    # Alice, admitting Charlie who knows nobody, sends him her member list (Bob); Charlie dials Bob.
+    assert ("alice", "charlie", "Members", False) in said
+    lists = [m for s, d, m in intro if isinstance(m, Members) and (s, d) == ("alice", "charlie")]
+    assert [u for u, _, _ in lists[0].members] == [bob.mesh.uuid]
+    assert said.index(("alice", "charlie", "Members", False)) < said.index(("charlie", "bob", "Helo", False))
+    assert ("bob", "charlie", "Helo", True) in said
+    # No PEER any more: each member would have told every other (N² messages per join).
+    assert not [m for _, _, m in intro if isinstance(m, Peer)]
     helos = [(s, d) for s, d, m in intro if isinstance(m, Helo)]
     assert len(helos) == 4, helos
     # Every HELO is followed by the sender's BOUT (a reply is mandatory).

@@ -23,6 +23,7 @@ from huddle.wire import (
     Gsip,
     Helo,
     LogRecord,
+    Members,
     Peer,
     Time,
     Xmsg,
@@ -59,6 +60,8 @@ messages = st.one_of(
               reply=st.booleans(), peers=st.integers(0, 1000), version=st.integers(0, 5),
               guests=st.integers(0, 65535)),
     st.builds(Peer, sender=node_ids, peer=node_ids, endpoint=endpoints),
+    st.builds(Members, sender=node_ids, reply=st.booleans(), members=st.lists(
+        st.tuples(node_ids, endpoints, st.binary(min_size=8, max_size=8).map(bytes.hex)), max_size=5).map(tuple)),
     st.builds(Bout, sender=node_ids, group=st.text(max_size=80)),
     st.builds(Gbye, sender=node_ids, reason=texts),
     st.builds(Chat, sender=node_ids, text=texts),

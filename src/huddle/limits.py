@@ -80,6 +80,9 @@ class MeshLimits:
     max_waiting_helos: int = _doc(
         "HELOs past max-handshaking (or the per-address cap) held until a handshake slot frees, oldest first",
         default=256)
+    max_members_listed: int = _doc(
+        "members (uuid, endpoint, incarnation) one MEMB list carries; past it a node sends a random part of what "
+        "it knows and reads the first this many of a list it receives", default=256)
 
 
 # ------------------------------------------------------------------ the audit log

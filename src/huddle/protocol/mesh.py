@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import logging
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
@@ -37,6 +38,8 @@ from ..wire import (
     Dmsg,
     Gbye,
     Helo,
+    MemberEntry,
+    Members,
     Message,
     Peer,
     PeerStat,
@@ -97,6 +100,7 @@ class Timing:
     gone_retention: float = 60.0
     exclude_after_errors: int = 100  # undecodable messages from an admitted peer before it is excluded (0: never)
     exclude_slow_after: float = 60.0  # seconds a peer's send buffer may stay full before it is excluded (0: never)
+    membership_interval: float = 3.0  # mean seconds between two member lists (MEMB) sent to one random peer
 
     def __post_init__(self) -> None:
         if self.heartbeat_interval <= 0:
@@ -105,7 +109,7 @@ class Timing:
             raise ValueError("suspect_after must be positive and not above gone_after")
         if self.gone_after <= self.heartbeat_interval:
             raise ValueError("gone_after must exceed the heartbeat interval")
-        for name in ("handshake_timeout", "seed_retry", "rtt_probe_interval", "gone_retention"):
+        for name in ("handshake_timeout", "seed_retry", "rtt_probe_interval", "gone_retention", "membership_interval"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         if self.exclude_after_errors < 0 or self.exclude_slow_after < 0:
@@ -188,6 +192,10 @@ class Stats(Counters):
     auto_excluded: int = 0  # sessions ended and their incarnation refused: undecodable messages, a stuck buffer
     endpoint_changes: int = 0  # this node's own endpoint changed (set_endpoint: its address moved)
     endpoints_followed: int = 0  # an admitted peer said HELO from a new endpoint: connected there instead
+    lists_sent: int = 0  # member lists (MEMB) sent: on admission, periodically, in reply
+    lists_received: int = 0  # member lists (MEMB) received from admitted peers
+    members_probed: int = 0  # known members dialled at a new endpoint or incarnation that a list, PEER or discovery named
+    restarts_followed: int = 0  # sessions replaced at once by a newer incarnation's HELO
 
 
 @dataclass(slots=True)
@@ -270,6 +278,14 @@ class Mesh:
         self._waiting: dict[NodeId, tuple[Helo | Peer, str, float]] = {}  # by the UUID to meet
         # Peers not yet told of this node's new endpoint (set_endpoint) -> when to say HELO again.
         self._moving: dict[NodeId, float] = {}
+        # Membership anti-entropy (protocol.md 4.9): a member list to one random peer now and then,
+        # jittered (deterministic per node, for the simulator); and probes of known members
+        # named at a new endpoint (a restart): uuid -> (conn, endpoint, opened).
+        self._rng = random.Random(bytes(uuid) + bytes.fromhex(incarnation))
+        self._next_list = now + self.timing.membership_interval * (0.5 + self._rng.random())
+        self._probes: dict[NodeId, tuple[int, str, float]] = {}
+        self._aliases: dict[NodeId, str] = {}  # another endpoint a probe found the same incarnation at
+        self.push_on_admit = True  # send a newly admitted peer our member list (tests turn it off)
 
     # ------------------------------------------------------------------ queries
 
@@ -327,9 +343,12 @@ class Mesh:
 
     def discovered(self, uuid: NodeId, endpoint: str, now: float) -> None:
         """A discovery mechanism saw ``uuid`` listening at ``endpoint``."""
-        if self._closed or uuid == self.uuid or uuid in self._sessions or uuid in self._refused:
+        if self._closed or uuid == self.uuid or uuid in self._refused:
             return
         if uuid in self.excluded:
+            return
+        if uuid in self._sessions:
+            self._follow(uuid, endpoint, None, now)  # it may have restarted elsewhere
             return
         if self._endpoint_known(endpoint):
             return
@@ -342,7 +361,7 @@ class Mesh:
         """This node's own address changed (a DHCP renewal, another Wi-Fi): advertise
         ``endpoint`` from now on.  Every peer is told with a HELO on a fresh connection
         (from the new address), again each heartbeat until it answers with a HELO: a
-        peer accepts it once it finds the old address silent (SUSPECT, section 8.7), and
+        peer accepts it once it finds the old address silent (SUSPECT, protocol.md 8.8), and
         its stale connection from the old address must be gone first (section 2.1)."""
         Helo(sender=self.uuid, endpoint=endpoint, name=self.name, incarnation=self.incarnation,
              node_type=self.node_type, beat=float(self.beat), lost=self.lost, rate=self.rate)
@@ -371,7 +390,7 @@ class Mesh:
                 self._send_hello(s.conn, reply=False)
                 self._moving[uuid] = now + self.beat
 
-    def _follow(self, s: _Session, endpoint: str) -> None:
+    def _follow_moved(self, s: _Session, endpoint: str) -> None:
         """An admitted peer says HELO from a new endpoint (its address changed):
         connect there instead, under the same conn."""
         self._actions.append(Disconnect(s.conn))
@@ -442,6 +461,9 @@ class Mesh:
             if seed.conn is not None and seed.peer is None:
                 self._actions.append(Disconnect(seed.conn))
             seed.conn = None
+        for conn, _, _ in self._probes.values():
+            self._actions.append(Disconnect(conn))
+        self._probes.clear()
         self._sessions.clear()
 
     # ----------------------------------------------------------------- receive
@@ -530,6 +552,9 @@ class Mesh:
         if isinstance(msg, Peer):
             self._on_peer(s, msg, now, live=not was_suspect)
             return True
+        if isinstance(msg, Members):
+            self._on_members(s, msg, now, live=not was_suspect)
+            return True
         if isinstance(msg, Raws):
             self._on_raws(s, msg, now)
             return True
@@ -573,10 +598,20 @@ class Mesh:
         s = self._sessions.get(m.sender)
         if s is not None and s.incarnation is not None and s.incarnation != m.incarnation:
             # The peer restarted: end the old session, start afresh.
+            self.stats.restarts_followed += 1
             self._end(s, "restarted", now)
             s = None
+        probe = self._probes.get(m.sender)
+        if probe is not None and s is not None and s.incarnation == m.incarnation and s.endpoint == m.endpoint:
+            # Our probe found the same incarnation: the other endpoint is another name for it.
+            del self._probes[m.sender]
+            self._actions.append(Disconnect(probe[0]))
+            self._aliases[m.sender] = probe[1]
         if s is None:
             conn = self._adopt_seed_conn(m.sender, m.endpoint)
+            seeded = conn is not None
+            if conn is None:
+                conn = self._adopt_probe(m.sender, m.endpoint)
             if conn is None:
                 key = f"addr:{source}" if source else ""
                 if not self._room(key):
@@ -586,7 +621,8 @@ class Mesh:
                 s.opened_by = key
             else:
                 s = self._new_session(m.sender, conn, m.endpoint, now, introducer=None)
-                s.seed = m.endpoint
+                if seeded:
+                    s.seed = m.endpoint
             if not m.reply or conn is None:
                 self._send_hello(s.conn, reply=m.reply is False)
         elif not m.reply:
@@ -596,7 +632,7 @@ class Mesh:
                 s.conn = self._connect(m.endpoint)
                 s.endpoint = m.endpoint
             elif s.endpoint != m.endpoint:
-                self._follow(s, m.endpoint)
+                self._follow_moved(s, m.endpoint)
             self._send_hello(s.conn, reply=True)
         else:
             self._moving.pop(m.sender, None)  # it answered a HELO: it knows our endpoint
@@ -657,6 +693,9 @@ class Mesh:
         return True
 
     def _on_peer(self, s: _Session, m: Peer, now: float, live: bool) -> None:
+        if m.peer in self._sessions and live:
+            self._follow(m.peer, m.endpoint, None, now)  # it may have restarted elsewhere
+            return
         if m.peer == self.uuid or m.peer in self._sessions or m.peer in self._refused or m.peer in self.excluded:
             return
         if m.endpoint == self.endpoint or self._endpoint_known(m.endpoint):
@@ -672,6 +711,78 @@ class Mesh:
             self._wait(m, str(s.uuid), now)  # an honest crowd joining at once: its turn comes
             return
         self._open(m.peer, m.endpoint, now, introducer=s.uuid).opened_by = key
+
+    def _on_members(self, s: _Session, m: Members, now: float, live: bool) -> None:
+        """A member list: dial the members we have no session with (as if each were a PEER
+        from ``s``: the same caps, waiting and back-off), probe the known ones it names at
+        another incarnation, and, unless it is a reply, answer with our list if it lacks
+        any of our members."""
+        self.stats.lists_received += 1
+        entries = m.members[: self.limits.max_members_listed]
+        for uuid, endpoint, incarnation in entries:
+            if uuid in (self.uuid, s.uuid):
+                continue
+            known = self._sessions.get(uuid)
+            if known is None:
+                self._on_peer(s, Peer(sender=s.uuid, peer=uuid, endpoint=endpoint), now, live)
+            elif live and known.incarnation != incarnation:
+                self._follow(uuid, endpoint, incarnation, now)
+        if not m.reply:
+            listed = {uuid for uuid, _, _ in entries}
+            if any(x.admitted and x.uuid not in listed and x is not s for x in self._sessions.values()):
+                self._send_members(s, now, reply=True)
+
+    def _send_members(self, to: _Session, now: float, *, reply: bool) -> None:
+        members: list[MemberEntry] = [
+            (x.uuid, x.endpoint, x.incarnation) for x in self._sessions.values()
+            if x.admitted and x is not to and x.incarnation is not None
+        ]
+        limit = self.limits.max_members_listed
+        if len(members) > limit:
+            members = self._rng.sample(members, limit)
+        self.stats.lists_sent += 1
+        self._send(to.conn, Members(sender=self.uuid, members=tuple(members), reply=reply))
+
+    def _follow(self, uuid: NodeId, endpoint: str, incarnation: str | None, now: float) -> None:
+        """A list, PEER or discovery names ``uuid``, which we have a session with, at
+        ``endpoint`` (and ``incarnation`` if known): if that is new, it may have restarted
+        there.  A session still dialling is redirected; an admitted one is kept until the
+        new incarnation says HELO (protocol.md 8.7), and that endpoint is probed with a
+        HELO of ours, on a connection of its own, once per handshake timeout."""
+        s = self._sessions[uuid]
+        if s.endpoint == endpoint and (incarnation is None or incarnation == s.incarnation):
+            return
+        if not s.admitted:
+            if s.phase is Phase.CONNECTING and s.endpoint != endpoint:
+                self._actions.append(Disconnect(s.conn))
+                s.conn = self._connect(endpoint)
+                s.endpoint = endpoint
+                self._send_hello(s.conn, reply=False)
+            return
+        if incarnation is None and self._aliases.get(uuid) == endpoint:
+            return
+        probe = self._probes.get(uuid)
+        if probe is not None and (probe[1] == endpoint or now - probe[2] < self.timing.handshake_timeout):
+            return
+        if probe is not None:
+            self._actions.append(Disconnect(probe[0]))
+            del self._probes[uuid]
+        if len(self._probes) >= self.limits.max_handshaking:
+            self._refused_intro(f"a new endpoint of {uuid.short}")
+            return
+        self.stats.members_probed += 1
+        conn = self._connect(endpoint)
+        self._send_hello(conn, reply=False)
+        self._probes[uuid] = (conn, endpoint, now)
+
+    def _adopt_probe(self, uuid: NodeId, endpoint: str) -> int | None:
+        """The connection of our probe to ``uuid`` at ``endpoint``, for its new session: a
+        second connection under our identity to the same ROUTER would never be read."""
+        probe = self._probes.get(uuid)
+        if probe is None or probe[1] != endpoint:
+            return None
+        del self._probes[uuid]
+        return probe[0]
 
     def _on_time(self, s: _Session, m: Time, now: float) -> bool:
         if m.t1 is None:
@@ -727,6 +838,13 @@ class Mesh:
             self._next_beat = max(self._next_beat + t.heartbeat_interval, now)
         for uuid in [u for u, g in self._gone.items() if g.until <= now]:
             del self._gone[uuid]
+        for uuid in [u for u, (_, _, at) in self._probes.items() if now - at >= t.handshake_timeout]:
+            self._actions.append(Disconnect(self._probes.pop(uuid)[0]))
+        if now >= self._next_list:
+            self._next_list = now + t.membership_interval * (0.5 + self._rng.random())
+            admitted = [x for x in self._sessions.values() if x.phase is Phase.ALIVE]
+            if admitted:
+                self._send_members(self._rng.choice(admitted), now, reply=False)
         self._retry_seeds(now)
         if self._moving:
             self._tell_moved(now)
@@ -836,10 +954,11 @@ class Mesh:
             self.replication.peer_up(s.uuid, s.conn, now)
         if self.delivery is not None:
             self.delivery.peer_up(s.uuid, s.conn, s.incarnation or "", now, s.rate)
-        intro = Peer(sender=self.uuid, peer=s.uuid, endpoint=s.endpoint)
-        for x in others:
-            if x.uuid != s.introducer:
-                self._send(x.conn, intro)
+        # Our member list to the newcomer, if it may know fewer members than we do (it dials
+        # the ones it lacks): one message per admission, where a PEER to every other member
+        # made a join into N cost about N² messages (protocol.md 4.8).
+        if self.push_on_admit and others and s.helo_peers <= len(others):
+            self._send_members(s, now, reply=False)
         # Time: a node alone takes its clock from the first peer it meets.  When
         # two lone nodes meet, the one with the smaller UUID is the reference.
         s.sync_pending = not others and (s.helo_peers > 0 or s.uuid < self.uuid)
@@ -867,6 +986,7 @@ class Mesh:
     def _forget(self, s: _Session) -> None:
         if self._sessions.get(s.uuid) is s:
             del self._sessions[s.uuid]
+            self._aliases.pop(s.uuid, None)
             if self.replication is not None:
                 self.replication.peer_down(s.uuid)
             if self.delivery is not None:

@@ -49,6 +49,8 @@ __all__ = [
     "Gsip",
     "Helo",
     "LogRecord",
+    "MemberEntry",
+    "Members",
     "Message",
     "Peer",
     "PeerStat",
@@ -187,6 +189,31 @@ class Peer:
     def __post_init__(self) -> None:
         _check(isinstance(self.peer, NodeId), "peer must be a NodeId")
         _check(isinstance(self.endpoint, str) and valid_endpoint(self.endpoint), f"bad endpoint {self.endpoint!r}")
+
+
+MemberEntry = tuple[NodeId, str, str]  # (uuid, endpoint, incarnation)
+
+
+@dataclass(frozen=True, slots=True)
+class Members:
+    """Membership anti-entropy: the members the sender has sessions with, as
+    (uuid, endpoint, incarnation).  ``reply`` true answers a list (and is never
+    answered itself).  Its length is bounded by the receiver (mesh.max-members-listed)."""
+
+    sender: NodeId
+    members: tuple[MemberEntry, ...]
+    reply: bool = False
+
+    def __post_init__(self) -> None:
+        _check(isinstance(self.reply, bool), "reply must be a boolean")
+        _check(isinstance(self.members, tuple), "members must be a tuple")
+        for entry in self.members:
+            _check(isinstance(entry, tuple) and len(entry) == 3, "a member is (uuid, endpoint, incarnation)")
+            uuid, endpoint, incarnation = entry
+            _check(isinstance(uuid, NodeId), "member uuid must be a NodeId")
+            _check(isinstance(endpoint, str) and valid_endpoint(endpoint), f"bad endpoint {endpoint!r}")
+            _check(isinstance(incarnation, str) and _INCARNATION_RE.fullmatch(incarnation) is not None,
+                   "member incarnation must be 16 lowercase hex digits")
 
 
 @dataclass(frozen=True, slots=True)
@@ -488,7 +515,7 @@ class Raws:
         _check(len({p.peer for p in self.peers}) == len(self.peers), "a peer appears twice")
 
 
-Message = Helo | Peer | Bout | Gbye | Chat | Beat | Time | Xmsg | Gsip | Dmsg | Dack | Raws | Bulk
+Message = Helo | Peer | Bout | Gbye | Chat | Beat | Time | Xmsg | Gsip | Dmsg | Dack | Raws | Bulk | Members
 
 
 # --------------------------------------------------------------------------- encode
@@ -524,6 +551,8 @@ def _encode_body(msg: Message) -> tuple[bytes, bytes]:
         return b"HELO", _json(body)
     if isinstance(msg, Peer):
         return b"PEER", _json({"uuid": msg.peer.hex(), "endpoint": msg.endpoint})
+    if isinstance(msg, Members):
+        return b"MEMB", _json({"reply": msg.reply, "members": [[u.hex(), e, i] for u, e, i in msg.members]})
     if isinstance(msg, Bout):
         return b"BOUT", msg.group.encode("utf-8")
     if isinstance(msg, Gbye):
@@ -669,6 +698,18 @@ def _d_peer(sender: NodeId, body: str) -> Message:
     return Peer(sender=sender, peer=peer, endpoint=_field(obj, "endpoint", "PEER", str))
 
 
+def _d_members(sender: NodeId, body: str) -> Message:
+    obj = _object(body, "MEMB")
+    rows = _field(obj, "members", "MEMB", list)
+    members = []
+    for i, row in enumerate(rows):
+        if type(row) is not list or len(row) != 3 or type(row[1]) is not str or type(row[2]) is not str:
+            raise DecodeError(f"MEMB member {i} must be [uuid, endpoint, incarnation]")
+        members.append((_node_hex(row[0], f"MEMB member {i} uuid"), row[1], row[2]))
+    reply = _field(obj, "reply", "MEMB", bool) if "reply" in obj else False
+    return Members(sender=sender, members=tuple(members), reply=reply)
+
+
 def _d_time(sender: NodeId, body: str) -> Message:
     parts = body.split(" ")
     if len(parts) == 1:
@@ -772,6 +813,7 @@ _DECODERS: Final[dict[bytes, Callable[[NodeId, str], Message]]] = {
     b"XMSG": _d_xmsg,
     b"GSIP": _d_gsip,
     b"RAWS": _d_raws,
+    b"MEMB": _d_members,
 }
 
 
