@@ -29,18 +29,18 @@ from ..protocol import Event, PeerInfo
 from ..protocol.delivery import BufferFull, MessageTooLarge, NotIncluded
 from ..protocol.events import LogAppended, record_json
 from ..wire import MAX_BODY
+from .common import NODE_KEY, STATE_KEY, ApiState
+from .common import error_response as _error
 from .guard import (
     SIMPLE_TYPES,
-    ApiCounters,
     BadInput,
-    ConnectionGuard,
-    LogGate,
     bad_text,
     host_allowed,
     is_loopback,
     origin_allowed,
     parse_json,
 )
+from .posts_http import add_post_routes
 
 if TYPE_CHECKING:
     from ..node import Node
@@ -49,7 +49,6 @@ __all__ = ["make_app", "start_api"]
 
 log = logging.getLogger("huddle.api")
 
-NODE_KEY: web.AppKey[Node] = web.AppKey("node")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # What a refused connection (one over api.max-connections) is told before it is closed.
 _BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
@@ -58,36 +57,6 @@ _JSON_WRITE_TYPES = frozenset({"application/json"})
 _DOC_TYPES = frozenset({"application/json", "application/xml", "text/xml"})
 
 
-class ApiState:
-    """The API's door: its limits, counters, connections and subscribers."""
-
-    def __init__(self, limits: ApiLimits) -> None:
-        self.limits = limits
-        self.counters = ApiCounters()
-        self.guard: ConnectionGuard[RequestHandler] = ConnectionGuard(limits, self.counters)
-        self.transports: dict[RequestHandler, asyncio.Transport] = {}
-        self.subscribers = 0
-        self.exposed = False  # listening beyond loopback
-        self.log_gate = LogGate()
-
-    def refused(self, kind: str, message: str, *args: object) -> None:
-        """Log a refusal, at most once a minute per kind."""
-        quiet = self.log_gate.due(kind, asyncio.get_running_loop().time())
-        if quiet is not None:
-            log.warning(message + (f" (and {quiet} more like it)" if quiet else ""), *args)
-
-    def warning(self) -> str | None:
-        if not self.exposed:
-            return None
-        return ("the API listens beyond loopback: anyone who can reach it can record events, exclude peers and "
-                "read the log (no authentication yet); prefer --api 127.0.0.1:PORT behind a proxy")
-
-
-STATE_KEY: web.AppKey[ApiState] = web.AppKey("api_state")
-
-
-def _error(status: int, message: str) -> web.Response:
-    return web.json_response({"error": message}, status=status)
 
 
 @web.middleware
@@ -724,8 +693,6 @@ def make_app(node: Node, limits: ApiLimits | None = None) -> web.Application:
     app.router.add_get("/guest.js", _get_guest_js)
     app.router.add_get("/api/v1/guests", _get_guests)
     app.router.add_post("/api/v1/guests/{name}/{action:grab|fire}", _post_guest_action)
-    from .posts_http import add_post_routes  # Hydra posts
-
     add_post_routes(app)
     return app
 

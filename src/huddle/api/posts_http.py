@@ -25,6 +25,8 @@ from aiohttp import web
 from ..errors import CutOffReadOnly
 from ..posts.model import MAX_MIME, PostError, is_post_id, now_timestamp
 from ..posts.sync import CorruptContent, UnknownPost
+from .common import NODE_KEY, STATE_KEY
+from .common import error_response as _error
 
 if TYPE_CHECKING:
     from ..posts.service import PostService
@@ -44,13 +46,7 @@ CONTENT_HEADERS = {
 
 
 def _service(request: web.Request) -> PostService:
-    from .http import NODE_KEY
-
     return request.app[NODE_KEY].posts
-
-
-def _error(status: int, message: str) -> web.Response:
-    return web.json_response({"error": message}, status=status)
 
 
 def _cannot_store(exc: OSError) -> web.Response:
@@ -67,8 +63,6 @@ def _too_large(service: PostService, size: int) -> web.Response:
 
 
 async def _post_post(request: web.Request) -> web.Response:
-    from .http import NODE_KEY, STATE_KEY
-
     node = request.app[NODE_KEY]
     state = request.app[STATE_KEY]
     if node.read_only:  # as for events: a read-only node type that is cut off records nothing

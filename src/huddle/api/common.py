@@ -1,0 +1,59 @@
+"""What the API's modules share: the application keys, the door's state, the error answer.
+
+Both :mod:`huddle.api.http` and :mod:`huddle.api.posts_http` import this module, and
+it imports neither, so the two need not import each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+
+from ..limits import ApiLimits
+from .guard import ApiCounters, ConnectionGuard, LogGate
+
+if TYPE_CHECKING:
+    from ..node import Node
+
+__all__ = ["NODE_KEY", "STATE_KEY", "ApiState", "error_response"]
+
+log = logging.getLogger("huddle.api")
+
+NODE_KEY: web.AppKey[Node] = web.AppKey("node")
+
+
+class ApiState:
+    """The API's door: its limits, counters, connections and subscribers."""
+
+    def __init__(self, limits: ApiLimits) -> None:
+        self.limits = limits
+        self.counters = ApiCounters()
+        self.guard: ConnectionGuard[RequestHandler] = ConnectionGuard(limits, self.counters)
+        self.transports: dict[RequestHandler, asyncio.Transport] = {}
+        self.subscribers = 0
+        self.exposed = False  # listening beyond loopback
+        self.log_gate = LogGate()
+
+    def refused(self, kind: str, message: str, *args: object) -> None:
+        """Log a refusal, at most once a minute per kind."""
+        quiet = self.log_gate.due(kind, asyncio.get_running_loop().time())
+        if quiet is not None:
+            log.warning(message + (f" (and {quiet} more like it)" if quiet else ""), *args)
+
+    def warning(self) -> str | None:
+        if not self.exposed:
+            return None
+        return ("the API listens beyond loopback: anyone who can reach it can record events, exclude peers and "
+                "read the log (no authentication yet); prefer --api 127.0.0.1:PORT behind a proxy")
+
+
+STATE_KEY: web.AppKey[ApiState] = web.AppKey("api_state")
+
+
+def error_response(status: int, message: str) -> web.Response:
+    """Every error the API gives: JSON ``{"error": message}`` with ``status``."""
+    return web.json_response({"error": message}, status=status)
