@@ -16,7 +16,7 @@ import resource
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -76,6 +76,46 @@ class DriverStats(Counters):
     address_changes: int = 0  # the interface's address changed: rebound, peers told, re-announced
     interface_lost: int = 0  # the interface had no IPv4 address any more
     interface_back: int = 0  # ... and then had the same one again
+
+
+# The message types counted one by one in TrafficStats (docs/protocol.md 3); a received
+# frame of any other type (malformed: it is dropped) is counted under OTHER_TRAFFIC.
+TRAFFIC_TYPES = (b"HELO", b"PEER", b"MEMB", b"BOUT", b"GBYE", b"BEAT", b"TIME", b"RAWS", b"GSIP", b"XMSG",
+                 b"CHAT", b"DMSG", b"DACK", b"BULK")
+OTHER_TRAFFIC = b"other"
+
+
+def _by_type() -> dict[bytes, int]:
+    return dict.fromkeys((*TRAFFIC_TYPES, OTHER_TRAFFIC), 0)
+
+
+@dataclass(slots=True)
+class TrafficStats:
+    """Octets of the mesh's messages, sent and received, by message type: what the
+    heartbeats, the membership gossip and the log's replication each cost.  A message's
+    octets are those of its frames after the sender's identity (type, body, and a BULK's
+    head and data); sent counts what the transport accepted (the driver adds to
+    ``sent`` itself, with a message's size worked out once however many peers it goes
+    to).  Received types are a fixed set: an unknown type a peer sends is counted under
+    ``other``, so a flood of made-up types cannot grow the table.  One dict increment
+    per message."""
+
+    sent: dict[bytes, int] = field(default_factory=_by_type)
+    received: dict[bytes, int] = field(default_factory=_by_type)
+
+    def count_received(self, frames: list[bytes]) -> None:
+        """``frames`` as the ROUTER handed them over: the sender's identity first."""
+        kind = frames[1] if len(frames) > 1 else b""
+        octets = sum(map(len, frames)) - len(frames[0])
+        received = self.received
+        if kind in received:
+            received[kind] += octets
+        else:
+            received[OTHER_TRAFFIC] += octets
+
+    def as_dict(self) -> dict[str, dict[str, int]]:
+        return {"sent": {k.decode(): v for k, v in self.sent.items()},
+                "received": {k.decode(): v for k, v in self.received.items()}}
 
 
 class DataDir:
@@ -178,6 +218,7 @@ class Node:
         self._base = time.time() - time.monotonic()
         self.started_at = 0.0
         self.driver_stats = DriverStats()
+        self.traffic = TrafficStats()
 
     # ----------------------------------------------------------------- clock
 
@@ -219,6 +260,7 @@ class Node:
         if mesh.delivery is not None:
             stats["delivery"] = mesh.delivery.stats.as_dict()
         stats["driver"] = self.driver_stats.as_dict()
+        stats["traffic"] = self.traffic.as_dict()
         return {
             "uuid": str(mesh.uuid),
             "name": mesh.name,
@@ -762,8 +804,10 @@ class Node:
         if mesh is None:
             return
         now = self.local_now()
+        count = self.traffic.count_received
         for frames, source in zip(batch, sources, strict=True):
             try:
+                count(frames)
                 mesh.receive(frames, now, source)
             except Exception as exc:  # one message must not cost the others of the batch
                 self._survived("receive_failures", "handling a received message", exc)
@@ -791,6 +835,8 @@ class Node:
             return
         last_msg: object = None
         frames: list[bytes] = []
+        octets = 0
+        sent = self.traffic.sent
         try:
             actions = mesh.take_actions()
         except Exception as exc:
@@ -801,8 +847,11 @@ class Node:
                 if isinstance(action, Send):
                     if action.message is not last_msg:  # a live XMSG goes to every peer: encode it once
                         frames = encode_parts(action.message)
+                        octets = sum(map(len, frames))
                         last_msg = action.message
-                    transport.send(action.conn, frames)
+                    if transport.send(action.conn, frames):
+                        kind = frames[0]  # one of TRAFFIC_TYPES (we encoded it), or a type added since
+                        sent[kind] = sent.get(kind, 0) + octets
                 elif isinstance(action, Notify):
                     self._publish(action.event)
                 elif isinstance(action, Connect):
