@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from huddle.demo import NodeProcess
+from huddle.procs import NodeProcess
 
 
 def free_port(kind: int = socket.SOCK_STREAM) -> int:

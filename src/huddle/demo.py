@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
 import signal
 import subprocess
@@ -18,57 +17,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .cli import _peers_text, _system_text, event_text
 from .client import ApiClient
+from .guest import Guest
+from .procs import NodeProcess
+from .render import event_text, peers_text, system_text
 
-__all__ = ["NodeProcess", "run_demo"]
-
-
-class NodeProcess:
-    """A ``huddle node`` child process; ``api`` is known once it serves."""
-
-    def __init__(self, name: str, data_dir: Path, *extra: str, group: str = "demo") -> None:
-        self.name = name
-        cmd = [
-            sys.executable, "-m", "huddle", "node", "--name", name, "--group", group,
-            "--data-dir", str(data_dir), "--interface", "lo", "--api", "127.0.0.1:0", *extra,
-        ]
-        self.log_path = data_dir.with_suffix(".log")
-        data_dir.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in wait()
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log)
-        self.api = ""
-
-    def wait_api(self, timeout: float = 20.0) -> str:
-        assert self.proc.stdout is not None
-        deadline = time.monotonic() + timeout
-        os.set_blocking(self.proc.stdout.fileno(), False)
-        buf = b""
-        while time.monotonic() < deadline:
-            chunk = self.proc.stdout.readline()
-            if chunk:
-                buf += chunk
-                if buf.endswith(b"\n"):
-                    line = buf.decode().strip()
-                    if line.startswith("api "):
-                        self.api = line[4:]
-                        return self.api
-                    buf = b""
-            elif self.proc.poll() is not None:
-                raise RuntimeError(f"node {self.name} exited with {self.proc.returncode}; see {self.log_path}")
-            else:
-                time.sleep(0.02)
-        raise TimeoutError(f"node {self.name} did not print its API address within {timeout} s")
-
-    def signal(self, sig: int) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-
-    def wait(self, timeout: float = 10.0) -> int:
-        try:
-            return self.proc.wait(timeout)
-        finally:
-            self._log.close()
+__all__ = ["run_demo"]
 
 
 async def _wait_mesh(nodes: list[NodeProcess], timeout: float) -> None:
@@ -115,7 +69,7 @@ async def _demo(nodes: list[NodeProcess]) -> None:
         async with ApiClient(n.api) as api:
             peers = await api.peers()
         print("   peers:")
-        print("\n".join("     " + line for line in _peers_text(peers).splitlines()))
+        print("\n".join("     " + line for line in peers_text(peers).splitlines()))
         print()
     await _demo_document(nodes)
     await _demo_posts(nodes)
@@ -140,7 +94,7 @@ async def _demo_system(nodes: list[NodeProcess]) -> None:
                 break  # agreed, on a picture that shows a problem: show it
             raise RuntimeError("the nodes' system pictures did not agree within 20 s")
         await asyncio.sleep(0.2)
-    print("\n".join(("   " + line).rstrip() for line in _system_text(pictures[0]).splitlines()))
+    print("\n".join(("   " + line).rstrip() for line in system_text(pictures[0]).splitlines()))
     print(f"   the same digest on all {len(nodes)} nodes; the status page: {nodes[0].api}/\n")
 
 
@@ -211,8 +165,6 @@ async def _demo_posts(nodes: list[NodeProcess]) -> None:
 
 async def _demo_guests(nodes: list[NodeProcess]) -> None:
     """A guest on the first node speaks; a guest on the last node hears it, over the mesh."""
-    from .guest import Guest
-
     first, last = nodes[0], nodes[-1]
     ports = []
     for n in (first, last):
