@@ -1,4 +1,5 @@
-"""``huddle demo``: start nodes on loopback, chat, show each one's peers, stop them.
+"""``huddle demo``: start nodes on loopback, chat, show each one's peers, stop them,
+and audit their logs with the pipeline on Spark ``local[*]``.
 
 It drives real ``huddle node`` processes through their HTTP API exactly as a
 user would, and uses only 127.0.0.1.
@@ -18,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from .client import ApiClient
+from .errors import HuddleError
 from .guest import Guest
+from .log.export import export
 from .procs import NodeProcess
 from .render import event_text, peers_text, system_text
 
@@ -183,7 +186,37 @@ async def _demo_guests(nodes: list[NodeProcess]) -> None:
     print("   the same from a browser: <script src=\"/guest.js\"> (see docs/guests.md)\n")
 
 
-def run_demo(count: int = 3) -> int:
+def _audit(nodes: list[NodeProcess], exports: Path, report_dir: Path | None) -> bool:
+    """Export each stopped node's log and run every job of the audit pipeline over them on
+    Spark local[*]; print the findings and where report.html is.  False if the nodes did not
+    converge; True, with a note, when there is no Java to run Spark on."""
+    print("== the audit: each node's log exported (huddle export), then the audit pipeline "
+          "(huddle pipeline run) on Apache Spark, local[*]")
+    try:  # deferred on purpose: PySpark, loaded only for this last part
+        from .pipeline.jobs import run_session
+        from .pipeline.session import SparkSetupError, require_java
+    except ImportError as exc:
+        print(f"   skipped: the pipeline needs PySpark ({exc}): pip install 'pyspark>=4.0,<5'\n")
+        return True
+    try:
+        require_java()
+    except SparkSetupError as exc:
+        print(f"   skipped: {exc}.")
+        print("   To see it: apt-get install openjdk-17-jre-headless (or run scripts/system-deps as root), "
+              "then make demo again.\n")
+        return True
+    for n in nodes:
+        export(n.data_dir, exports / n.name, "parquet")
+    out = report_dir or Path(tempfile.mkdtemp(prefix="huddle-demo-audit-"))
+    print("   starting Spark (some seconds)...", flush=True)
+    summary = run_session([str(exports)], str(out), master="local[*]")
+    for line in summary.lines():
+        print("   " + line)
+    print(f"   report: {out.resolve() / 'report.html'} (open it in a browser; the tables are beside it)\n")
+    return summary.converged is not False
+
+
+def run_demo(count: int = 3, report_dir: Path | None = None) -> int:
     names = ["alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi"]
     count = max(2, min(count, len(names)))
     port = random.randint(20000, 40000)
@@ -206,8 +239,15 @@ def run_demo(count: int = 3) -> int:
             for n in nodes:
                 n.signal(signal.SIGTERM)
             codes = [n.wait() for n in nodes]
-            print(f"all stopped, exit codes {codes}")
+            print(f"all stopped, exit codes {codes}\n")
             if not ok:
                 for n in nodes:
                     print(f"--- log of {n.name}:\n{n.log_path.read_text()[-2000:]}", file=sys.stderr)
-        return 0 if ok and all(c == 0 for c in codes) else 1
+        ok = ok and all(c == 0 for c in codes)
+        if ok:
+            try:
+                ok = _audit(nodes, Path(tmp) / "export", report_dir)
+            except HuddleError as exc:  # bad input, a Spark that cannot start: said, and the demo fails
+                print(f"the audit failed: {exc}", file=sys.stderr)
+                ok = False
+        return 0 if ok else 1

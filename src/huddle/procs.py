@@ -21,6 +21,7 @@ class NodeProcess:
 
     def __init__(self, name: str, data_dir: Path, *extra: str, group: str = "demo") -> None:
         self.name = name
+        self.data_dir = data_dir
         cmd = [
             sys.executable, "-m", "huddle", "node", "--name", name, "--group", group,
             "--data-dir", str(data_dir), "--interface", "lo", "--api", "127.0.0.1:0", *extra,

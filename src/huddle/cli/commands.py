@@ -141,7 +141,7 @@ def _node_types(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from ..demo import run_demo  # deferred on purpose: the demo loads aiohttp (the client)
 
-    return run_demo(args.nodes)
+    return run_demo(args.nodes, args.report_dir)
 
 
 def _broker(args: argparse.Namespace) -> int:

@@ -386,6 +386,13 @@ def build_parser() -> argparse.ArgumentParser:
     info = sub.add_parser("info", help="show the node's identity, clock and counters", epilog=CLIENT_EPILOG)
     _add_client_options(info)
 
-    demo = sub.add_parser("demo", help="start 3 nodes on loopback, chat, show the mesh, stop them")
+    demo = sub.add_parser("demo", help="start 3 nodes on loopback, chat, show the mesh, stop them, audit their logs",
+                          description="Start nodes on 127.0.0.1 and drive them through their API: chat, the bout "
+                          "document, a shared file, two guests, the system picture. Then stop them, export their "
+                          "logs and run the audit pipeline over them on Apache Spark (local[*]; needs Java 17+, "
+                          "skipped with a note when there is none).")
     demo.add_argument("--nodes", type=int, default=3, help="how many nodes (default: 3)")
+    demo.add_argument("--report-dir", type=Path, metavar="DIR",
+                      help="where the audit writes its tables and report.html (default: a new directory "
+                      "huddle-demo-audit-* in the system's temporary directory, kept)")
     return parser
