@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint typecheck unit bench clean
+.PHONY: demo test system-deps lint typecheck unit bench clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "huddle needs Python >= 3.11, $(PYTHON) is " + sys.version.split()[0])'
@@ -26,7 +26,13 @@ typecheck: $(VENV)/.installed
 unit: $(VENV)/.installed
 	$(BIN)/pytest -q -m "not processes"
 
-test: lint typecheck
+# The Debian packages the tests use (network namespaces, nft, chromium, Java for Spark):
+# installed as root; otherwise it says what is missing, how to install it, and what will skip.
+system-deps:
+	scripts/system-deps
+
+# The Python packages (Playwright among them) come with the test extras ($(VENV)/.installed).
+test: system-deps lint typecheck
 	$(BIN)/pytest -q
 
 bench: $(VENV)/.installed

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from huddle.demo import NodeProcess
+from huddle.procs import NodeProcess
 
 
 def free_port(kind: int = socket.SOCK_STREAM) -> int:
@@ -112,7 +112,7 @@ FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "-
 @pytest.fixture
 def browser() -> Iterator[Any]:
     if not os.access(CHROMIUM, os.X_OK):
-        pytest.skip(f"{CHROMIUM} is not installed (.ci/run installs Debian's chromium)")
+        pytest.skip(f"{CHROMIUM} is not installed (make test installs Debian's chromium: scripts/system-deps)")
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in the test extras: pip install -e '.[test]'")
     with sync_api.sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)

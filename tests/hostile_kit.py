@@ -17,7 +17,7 @@ from typing import Any
 import zmq
 from conftest import Cluster, get, http, wait_for
 
-from huddle.demo import NodeProcess
+from huddle.procs import NodeProcess
 
 __all__ = [
     "Footprint", "footprint", "node_stats", "raw_dealer", "still_serving",

@@ -17,7 +17,7 @@ from hostile_kit import footprint
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from huddle.demo import NodeProcess
+from huddle.procs import NodeProcess
 
 pytestmark = pytest.mark.processes
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
 import subprocess
 import sys
 import urllib.error
@@ -114,9 +117,13 @@ def test_the_document_survives_a_restart(cluster: Cluster, tmp_path: Path) -> No
     assert doc_xml(again.api) == before and 'name="Hall 7"' in before
 
 
-def test_the_demo_shows_the_mesh_chat_document_posts_guests_and_picture() -> None:
-    out = subprocess.run([sys.executable, "-m", "huddle", "demo"], capture_output=True, text=True,
-                         timeout=120, check=False)
+@pytest.mark.timeout(420)
+def test_the_demo_shows_the_mesh_chat_document_posts_guests_picture_and_audit(tmp_path: Path) -> None:
+    """The whole demo, ending with the audit pipeline on Spark local[*] over the nodes' own logs."""
+    if not os.environ.get("JAVA_HOME") and shutil.which("java") is None:
+        pytest.skip("no Java 17+ for Spark (scripts/system-deps installs openjdk-17-jre-headless)")
+    out = subprocess.run([sys.executable, "-m", "huddle", "demo", "--report-dir", str(tmp_path / "audit")],
+                         capture_output=True, text=True, timeout=400, check=False)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "full mesh formed." in out.stdout
     assert "<alice> hello from alice" in out.stdout
@@ -127,6 +134,25 @@ def test_the_demo_shows_the_mesh_chat_document_posts_guests_and_picture() -> Non
     assert "the same digest on all 3 nodes" in out.stdout
     assert "Traceback" not in out.stdout + out.stderr
     assert "all stopped, exit codes [0, 0, 0]" in out.stdout
+    audit = out.stdout.split("== the audit")[1]
+    assert "converged: every node holds every event and the same document" in audit
+    assert "worst lag: receiver" in audit and "p99 delay" in audit
+    assert re.search(r"input: \d+ rows from 3 node\(s\) in 1 group\(s\), \d+ distinct events", audit)
+    report = tmp_path / "audit" / "report.html"
+    assert f"report: {report}" in audit and "Converged" in report.read_text()
+
+
+@pytest.mark.timeout(300)
+def test_the_demo_without_java_says_how_to_get_it_and_still_succeeds(tmp_path: Path) -> None:
+    env = os.environ | {"JAVA_HOME": str(tmp_path / "no-java")}  # Spark's Java is JAVA_HOME's when it is set
+    out = subprocess.run([sys.executable, "-m", "huddle", "demo", "--nodes", "2", "--report-dir", str(tmp_path / "a")],
+                         capture_output=True, text=True, timeout=280, check=False, env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "all stopped, exit codes [0, 0]" in out.stdout
+    audit = out.stdout.split("== the audit")[1]
+    assert "skipped: the pipeline runs on Apache Spark, which needs Java 17 or newer" in audit
+    assert "apt-get install openjdk-17-jre-headless" in audit and "scripts/system-deps" in audit
+    assert not (tmp_path / "a").exists()
 
 
 def test_starting_and_stopping_jams_over_the_api(cluster: Cluster) -> None:

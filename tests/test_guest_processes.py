@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from conftest import Cluster, free_port, get, http, wait_for
 
-from huddle.demo import NodeProcess
+from huddle.procs import NodeProcess
 
 pytestmark = pytest.mark.processes
 

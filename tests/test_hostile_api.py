@@ -21,7 +21,7 @@ import pytest
 from conftest import Cluster, get, http, wait_for
 from hostile_kit import footprint, node_stats, still_serving
 
-from huddle.demo import NodeProcess
+from huddle.procs import NodeProcess
 
 pytestmark = pytest.mark.processes
 

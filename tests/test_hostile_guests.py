@@ -17,7 +17,7 @@ from conftest import Cluster, free_port, get, http, wait_for
 from hostile_kit import Footprint, footprint, still_serving
 from test_guest_processes import RawGuest, guest_names, start_host
 
-from huddle.demo import NodeProcess
+from huddle.procs import NodeProcess
 
 pytestmark = pytest.mark.processes
 

@@ -19,7 +19,7 @@ import zmq
 from conftest import Cluster, free_port, get, http, wait_for
 from hostile_kit import footprint, node_stats, raw_dealer, still_serving
 
-from huddle.demo import NodeProcess
+from huddle.procs import NodeProcess
 
 pytestmark = pytest.mark.processes
 

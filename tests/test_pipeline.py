@@ -472,7 +472,8 @@ def test_bad_job_names_and_flags_are_refused_before_spark_starts(capsys: pytest.
     assert cli.main(["pipeline", "run", "--input", "x", "--output", "y", "--conf", "novalue"]) == 2
     assert cli.main(["pipeline", "run", "--input", "/nonexistent/export", "--output", "y"]) == 1
     assert "huddle pipeline: input /nonexistent/export does not exist" in capsys.readouterr().err
-    assert tuple(cli.PIPELINE_JOBS) == jobs.JOBS
+    assert cli.main(["pipeline", "run", "--input", "x", "--output", "y", "--jobs", ","]) == 2
+    assert "unknown job(s) (none given) in --jobs" in capsys.readouterr().err
 
 
 def test_the_workers_import_no_network_dependency() -> None:

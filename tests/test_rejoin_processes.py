@@ -12,7 +12,7 @@ import pytest
 from conftest import Cluster, get, http, wait_for
 from test_discovery import Broker
 
-from huddle.demo import NodeProcess
+from huddle.procs import NodeProcess
 
 pytestmark = pytest.mark.processes
 

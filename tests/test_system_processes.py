@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import Cluster, get, http, wait_for
 
-from huddle.demo import NodeProcess
+from huddle.procs import NodeProcess
 
 pytestmark = pytest.mark.processes
 

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from types import TracebackType
-from typing import Any
+from typing import Any, BinaryIO
+from urllib.parse import quote
 
 import aiohttp
 
 from .errors import HuddleError
 
-__all__ = ["ApiClient", "ApiError"]
+__all__ = ["TRANSFER_TIMEOUT", "ApiClient", "ApiError"]
+
+# A large upload or download may take long; only a silent connection is an error.
+TRANSFER_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=120)
+# Octets per block of a post's content as it is read from the node.
+BLOCK = 1024 * 1024
 
 
 class ApiError(HuddleError):
@@ -40,24 +47,31 @@ class ApiClient:
             raise ApiError("use 'async with ApiClient(...)'")
         return self._session
 
-    async def _send(self, method: str, path: str, **kwargs: Any) -> str:
-        """One request; the answer's text, or ApiError with the API's reason."""
+    @contextlib.asynccontextmanager
+    async def _response(self, method: str, path: str, **kwargs: Any) -> AsyncIterator[aiohttp.ClientResponse]:
+        """One request's response, once its status says it succeeded; ApiError with the API's reason
+        otherwise, and for a node that does not answer or a connection that breaks while it is read."""
         url = self.base_url + path
         try:
             async with self.session.request(method, url, **kwargs) as resp:
-                text = await resp.text()
                 if resp.status >= 400:
+                    text = await resp.text()
                     try:
                         data = json.loads(text)
                     except ValueError:
                         data = None
                     reason = data.get("error") if isinstance(data, dict) else text[:200]
                     raise ApiError(f"{resp.status} {reason}")
-                return text
+                yield resp
         except aiohttp.ClientConnectorError:
             raise ApiError(f"no huddle node answers at {self.base_url} (is it running? see --api)") from None
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise ApiError(f"request to {url} failed: {exc or type(exc).__name__}") from None
+
+    async def _send(self, method: str, path: str, **kwargs: Any) -> str:
+        """One request; the answer's text, or ApiError with the API's reason."""
+        async with self._response(method, path, **kwargs) as resp:
+            return await resp.text()
 
     async def _request(self, method: str, path: str, body: Any = None) -> Any:
         """A JSON request and answer."""
@@ -99,8 +113,6 @@ class ApiClient:
         return result
 
     async def guest_action(self, name: str, action: str) -> dict[str, Any]:
-        from urllib.parse import quote
-
         result: dict[str, Any] = await self._request("POST", f"/api/v1/guests/{quote(name, safe='')}/{action}", {})
         return result
 
@@ -143,6 +155,35 @@ class ApiClient:
     async def log_summary(self) -> dict[str, Any]:
         result: dict[str, Any] = await self._request("GET", "/api/v1/log/summary")
         return result
+
+    async def posts(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The posts the node holds, newest first."""
+        result: list[dict[str, Any]] = await self._request("GET", f"/api/v1/posts?limit={limit}")
+        return result
+
+    async def post(self, post_id: str) -> dict[str, Any]:
+        """One post's metadata (its digest among them)."""
+        result: dict[str, Any] = await self._request("GET", f"/api/v1/posts/{quote(post_id, safe='')}")
+        return result
+
+    async def add_post(self, content: BinaryIO, size: int, subject: str, mime: str,
+                       parent: str | None = None) -> dict[str, Any]:
+        """A new post of ``size`` octets read from ``content`` as they are sent (any size)."""
+        params = {"subject": subject, "mime": mime} | ({"parent": parent} if parent else {})
+        text = await self._send("POST", "/api/v1/posts", params=params, data=content, timeout=TRANSFER_TIMEOUT,
+                                headers={"Content-Length": str(size), "Content-Type": "application/octet-stream"})
+        try:
+            result: dict[str, Any] = json.loads(text)
+        except ValueError:
+            raise ApiError(f"/api/v1/posts answered with something that is not JSON: {text[:80]!r}") from None
+        return result
+
+    async def post_content(self, post_id: str) -> AsyncIterator[bytes]:
+        """A post's content in blocks, as it arrives (the node checked its digest before sending)."""
+        path = f"/api/v1/posts/{quote(post_id, safe='')}/content"
+        async with self._response("GET", path, timeout=TRANSFER_TIMEOUT) as resp:  # maps a break while reading too
+            async for block in resp.content.iter_chunked(BLOCK):
+                yield block
 
     async def events(self, count: int | None = None) -> AsyncIterator[dict[str, Any]]:
         url = self.base_url + "/api/v1/events"

@@ -1,4 +1,5 @@
-"""``huddle demo``: start nodes on loopback, chat, show each one's peers, stop them.
+"""``huddle demo``: start nodes on loopback, chat, show each one's peers, stop them,
+and audit their logs with the pipeline on Spark ``local[*]``.
 
 It drives real ``huddle node`` processes through their HTTP API exactly as a
 user would, and uses only 127.0.0.1.
@@ -8,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
 import signal
 import subprocess
@@ -18,57 +18,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .cli import _peers_text, _system_text, event_text
 from .client import ApiClient
+from .errors import HuddleError
+from .guest import Guest
+from .log.export import export
+from .procs import NodeProcess
+from .render import event_text, peers_text, system_text
 
-__all__ = ["NodeProcess", "run_demo"]
-
-
-class NodeProcess:
-    """A ``huddle node`` child process; ``api`` is known once it serves."""
-
-    def __init__(self, name: str, data_dir: Path, *extra: str, group: str = "demo") -> None:
-        self.name = name
-        cmd = [
-            sys.executable, "-m", "huddle", "node", "--name", name, "--group", group,
-            "--data-dir", str(data_dir), "--interface", "lo", "--api", "127.0.0.1:0", *extra,
-        ]
-        self.log_path = data_dir.with_suffix(".log")
-        data_dir.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in wait()
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log)
-        self.api = ""
-
-    def wait_api(self, timeout: float = 20.0) -> str:
-        assert self.proc.stdout is not None
-        deadline = time.monotonic() + timeout
-        os.set_blocking(self.proc.stdout.fileno(), False)
-        buf = b""
-        while time.monotonic() < deadline:
-            chunk = self.proc.stdout.readline()
-            if chunk:
-                buf += chunk
-                if buf.endswith(b"\n"):
-                    line = buf.decode().strip()
-                    if line.startswith("api "):
-                        self.api = line[4:]
-                        return self.api
-                    buf = b""
-            elif self.proc.poll() is not None:
-                raise RuntimeError(f"node {self.name} exited with {self.proc.returncode}; see {self.log_path}")
-            else:
-                time.sleep(0.02)
-        raise TimeoutError(f"node {self.name} did not print its API address within {timeout} s")
-
-    def signal(self, sig: int) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-
-    def wait(self, timeout: float = 10.0) -> int:
-        try:
-            return self.proc.wait(timeout)
-        finally:
-            self._log.close()
+__all__ = ["run_demo"]
 
 
 async def _wait_mesh(nodes: list[NodeProcess], timeout: float) -> None:
@@ -115,7 +72,7 @@ async def _demo(nodes: list[NodeProcess]) -> None:
         async with ApiClient(n.api) as api:
             peers = await api.peers()
         print("   peers:")
-        print("\n".join("     " + line for line in _peers_text(peers).splitlines()))
+        print("\n".join("     " + line for line in peers_text(peers).splitlines()))
         print()
     await _demo_document(nodes)
     await _demo_posts(nodes)
@@ -140,7 +97,7 @@ async def _demo_system(nodes: list[NodeProcess]) -> None:
                 break  # agreed, on a picture that shows a problem: show it
             raise RuntimeError("the nodes' system pictures did not agree within 20 s")
         await asyncio.sleep(0.2)
-    print("\n".join(("   " + line).rstrip() for line in _system_text(pictures[0]).splitlines()))
+    print("\n".join(("   " + line).rstrip() for line in system_text(pictures[0]).splitlines()))
     print(f"   the same digest on all {len(nodes)} nodes; the status page: {nodes[0].api}/\n")
 
 
@@ -211,8 +168,6 @@ async def _demo_posts(nodes: list[NodeProcess]) -> None:
 
 async def _demo_guests(nodes: list[NodeProcess]) -> None:
     """A guest on the first node speaks; a guest on the last node hears it, over the mesh."""
-    from .guest import Guest
-
     first, last = nodes[0], nodes[-1]
     ports = []
     for n in (first, last):
@@ -231,7 +186,37 @@ async def _demo_guests(nodes: list[NodeProcess]) -> None:
     print("   the same from a browser: <script src=\"/guest.js\"> (see docs/guests.md)\n")
 
 
-def run_demo(count: int = 3) -> int:
+def _audit(nodes: list[NodeProcess], exports: Path, report_dir: Path | None) -> bool:
+    """Export each stopped node's log and run every job of the audit pipeline over them on
+    Spark local[*]; print the findings and where report.html is.  False if the nodes did not
+    converge; True, with a note, when there is no Java to run Spark on."""
+    print("== the audit: each node's log exported (huddle export), then the audit pipeline "
+          "(huddle pipeline run) on Apache Spark, local[*]")
+    try:  # deferred on purpose: PySpark, loaded only for this last part
+        from .pipeline.jobs import run_session
+        from .pipeline.session import SparkSetupError, require_java
+    except ImportError as exc:
+        print(f"   skipped: the pipeline needs PySpark ({exc}): pip install 'pyspark>=4.0,<5'\n")
+        return True
+    try:
+        require_java()
+    except SparkSetupError as exc:
+        print(f"   skipped: {exc}.")
+        print("   To see it: apt-get install openjdk-17-jre-headless (or run scripts/system-deps as root), "
+              "then make demo again.\n")
+        return True
+    for n in nodes:
+        export(n.data_dir, exports / n.name, "parquet")
+    out = report_dir or Path(tempfile.mkdtemp(prefix="huddle-demo-audit-"))
+    print("   starting Spark (some seconds)...", flush=True)
+    summary = run_session([str(exports)], str(out), master="local[*]")
+    for line in summary.lines():
+        print("   " + line)
+    print(f"   report: {out.resolve() / 'report.html'} (open it in a browser; the tables are beside it)\n")
+    return summary.converged is not False
+
+
+def run_demo(count: int = 3, report_dir: Path | None = None) -> int:
     names = ["alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi"]
     count = max(2, min(count, len(names)))
     port = random.randint(20000, 40000)
@@ -254,8 +239,15 @@ def run_demo(count: int = 3) -> int:
             for n in nodes:
                 n.signal(signal.SIGTERM)
             codes = [n.wait() for n in nodes]
-            print(f"all stopped, exit codes {codes}")
+            print(f"all stopped, exit codes {codes}\n")
             if not ok:
                 for n in nodes:
                     print(f"--- log of {n.name}:\n{n.log_path.read_text()[-2000:]}", file=sys.stderr)
-        return 0 if ok and all(c == 0 for c in codes) else 1
+        ok = ok and all(c == 0 for c in codes)
+        if ok:
+            try:
+                ok = _audit(nodes, Path(tmp) / "export", report_dir)
+            except HuddleError as exc:  # bad input, a Spark that cannot start: said, and the demo fails
+                print(f"the audit failed: {exc}", file=sys.stderr)
+                ok = False
+        return 0 if ok else 1

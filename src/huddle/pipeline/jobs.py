@@ -116,18 +116,19 @@ def _join(base: str, name: str) -> str:
     return f"{base.rstrip('/')}/{name}"
 
 
-def parse_jobs(text: str) -> list[str]:
-    """``consolidate,convergence`` -> the jobs, checked (:class:`ConfigError`)."""
+def parse_jobs(text: str, flag: str = "") -> list[str]:
+    """``consolidate,convergence`` -> the jobs, checked (:class:`ConfigError`, naming ``flag`` if given)."""
     jobs = [j.strip() for j in text.split(",") if j.strip()]
-    check_jobs(jobs)
+    check_jobs(jobs, flag)
     return jobs
 
 
-def check_jobs(jobs: Sequence[str]) -> None:
+def check_jobs(jobs: Sequence[str], flag: str = "") -> None:
     """Raise :class:`ConfigError` unless ``jobs`` is a non-empty subset of :data:`JOBS`."""
     unknown = sorted(set(jobs) - set(JOBS))
     if unknown or not jobs:
-        raise ConfigError(f"unknown job(s) {', '.join(unknown) or '(none given)'}: choose from {', '.join(JOBS)}")
+        where = f" in {flag}" if flag else ""
+        raise ConfigError(f"unknown job(s) {', '.join(unknown) or '(none given)'}{where}: choose from {', '.join(JOBS)}")
 
 
 def run_session(inputs: Sequence[str], output: str, *, jobs: Sequence[str] = JOBS, master: str | None = None,

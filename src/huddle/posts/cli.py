@@ -1,26 +1,23 @@
-"""``huddle post add|get`` and ``huddle posts``: parsers and the calls to the node's API."""
+"""``huddle post add|get`` and ``huddle posts``: their parsers, and their calls through
+:class:`~huddle.client.ApiClient` (which streams the content both ways)."""
 
 from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import mimetypes
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
+from ..errors import HuddleError
+from ..render import posts_text, size_text
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the client imports aiohttp, which `huddle --help` need not load
     from ..client import ApiClient
 
 __all__ = ["add_parsers", "run"]
-
-# A large upload or download may take long; only a silent connection is an error.
-TRANSFER_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=120)
-BLOCK = 1024 * 1024
 
 
 def add_parsers(sub: Any, client_options: Callable[[argparse.ArgumentParser], None], epilog: str) -> None:
@@ -60,83 +57,36 @@ def add_parsers(sub: Any, client_options: Callable[[argparse.ArgumentParser], No
     client_options(posts)
 
 
-def _size(n: int) -> str:
-    if n < 1024:
-        return f"{n} B"
-    value = n / 1024
-    for unit in ("KiB", "MiB"):
-        if value < 1024:
-            return f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} GiB"
-
-
-def posts_text(posts: list[dict[str, Any]]) -> str:
-    return "\n".join(f"{p['id'][:12]}  {p['timestamp']}  {_size(p['size']):>10}  {p['mime_type']:<24} {p['subject']}"
-                     + (f"  (re {p['parent_id'][:12]})" if p.get("parent_id") else "") for p in posts) or "no posts"
-
-
-async def _fail(resp: aiohttp.ClientResponse) -> None:
-    from ..client import ApiError
-
-    if resp.status >= 400:
-        text = await resp.text()
+async def run(api: ApiClient, args: argparse.Namespace) -> tuple[Any, str]:
+    """``huddle posts`` and ``huddle post add|get``: what the node answered, and the text for a person."""
+    if args.command == "posts":
+        posts = await api.posts(args.limit)
+        return posts, posts_text(posts)
+    if args.post_command == "add":
+        path: Path = args.file
         try:
-            reason = json.loads(text).get("error", text[:200])
-        except (ValueError, AttributeError):
-            reason = text[:200]
-        raise ApiError(f"{resp.status} {reason}")
-
-
-async def run(api: ApiClient, args: argparse.Namespace, show: Callable[[Any, str], None]) -> None:
-    from ..client import ApiError
-
-    url = api.base_url + "/api/v1/posts"
+            f = path.open("rb")
+            size = os.fstat(f.fileno()).st_size
+        except OSError as exc:
+            raise HuddleError(f"cannot read {path}: {exc.strerror}") from None
+        mime = args.mime or mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+        with f:
+            post = await api.add_post(f, size, args.subject, mime, args.parent)
+        return post, f"{'added' if post['new'] else 'already held'} post {post['id']} ({size_text(post['size'])})"
+    meta = await api.post(args.id)  # get
+    out: Path = args.out
+    tmp = out.with_name(out.name + ".part")
+    h = hashlib.sha1(usedforsecurity=False)
     try:
-        if args.command == "posts":
-            async with api.session.get(url, params={"limit": str(args.limit)}) as resp:
-                await _fail(resp)
-                posts = await resp.json()
-            show(posts, posts_text(posts))
-        elif args.post_command == "add":
-            path: Path = args.file
-            try:
-                f = path.open("rb")
-                size = os.fstat(f.fileno()).st_size
-            except OSError as exc:
-                raise ApiError(f"cannot read {path}: {exc.strerror}") from None
-            mime = args.mime or mimetypes.guess_type(path.name)[0] or "application/octet-stream"
-            params = {"subject": args.subject, "mime": mime} | ({"parent": args.parent} if args.parent else {})
-            with f:
-                async with api.session.post(url, params=params, data=f, timeout=TRANSFER_TIMEOUT,
-                                            headers={"Content-Length": str(size),
-                                                     "Content-Type": "application/octet-stream"}) as resp:
-                    await _fail(resp)
-                    post = await resp.json()
-            show(post, f"{'added' if post['new'] else 'already held'} post {post['id']} ({_size(post['size'])})")
-        elif args.post_command == "get":
-            async with api.session.get(f"{url}/{args.id}") as resp:
-                await _fail(resp)
-                meta = await resp.json()
-            out: Path = args.out
-            tmp = out.with_name(out.name + ".part")
-            h = hashlib.sha1(usedforsecurity=False)
-            try:
-                with tmp.open("wb") as w:
-                    async with api.session.get(f"{url}/{args.id}/content", timeout=TRANSFER_TIMEOUT) as resp:
-                        await _fail(resp)
-                        async for block in resp.content.iter_chunked(BLOCK):
-                            h.update(block)
-                            w.write(block)
-                if h.hexdigest() != meta["digest"]:
-                    raise ApiError(f"the content received does not match the post's digest {meta['digest']}")
-                tmp.replace(out)
-            except OSError as exc:
-                raise ApiError(f"cannot write {out}: {exc.strerror}") from None
-            finally:
-                tmp.unlink(missing_ok=True)
-            show(meta | {"out": str(out)}, f"saved post {meta['id'][:12]} ({_size(meta['size'])}) to {out}")
-    except aiohttp.ClientConnectorError:
-        raise ApiError(f"no huddle node answers at {api.base_url} (is it running? see --api)") from None
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        raise ApiError(f"request to {url} failed: {exc or type(exc).__name__}") from None
+        with tmp.open("wb") as w:
+            async for block in api.post_content(args.id):
+                h.update(block)
+                w.write(block)
+        if h.hexdigest() != meta["digest"]:
+            raise HuddleError(f"the content received does not match the post's digest {meta['digest']}")
+        tmp.replace(out)
+    except OSError as exc:
+        raise HuddleError(f"cannot write {out}: {exc.strerror}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    return meta | {"out": str(out)}, f"saved post {meta['id'][:12]} ({size_text(meta['size'])}) to {out}"

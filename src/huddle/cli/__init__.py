@@ -1,0 +1,34 @@
+"""The ``huddle`` command: :mod:`.parse` builds the arguments, :mod:`.commands` holds one
+handler per command, :mod:`huddle.render` turns the API's answers into text."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+
+from ..errors import ConfigError, HuddleError
+from .commands import COMMANDS
+from .parse import build_parser
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return COMMANDS[args.command](args)
+    except HuddleError as exc:
+        print(f"huddle {args.command}: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, ConfigError) else 1
+    except BrokenPipeError:  # e.g. `huddle log | head`: the reader left, which is fine
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

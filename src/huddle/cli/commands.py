@@ -1,0 +1,368 @@
+"""The ``huddle`` command's commands: one handler per command, in :data:`COMMANDS`.
+
+A handler takes the parsed arguments and returns the exit status.  The commands
+that talk to a node go through :class:`~huddle.client.ApiClient`: each returns what
+the API answered and the text for a person, and :func:`_on_api` prints one or the
+other (``--json``).  Rendering is :mod:`huddle.render`'s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .. import render
+from ..config import BUILTIN_TYPES, DEFAULT_API, NodeConfig, load_config
+from ..errors import ConfigError, HuddleError
+from ..limits import describe
+from ..log.export import export
+from ..log.integrity import repair
+from ..memtune import tune_malloc
+from ..posts import cli as posts_cli
+from ..sim import run_scenario
+from ..simhostile import run_hostile_scenario
+
+if TYPE_CHECKING:  # the client imports aiohttp: loaded by the commands that call a node, not by `huddle --help`
+    from ..client import ApiClient
+
+__all__ = ["COMMANDS", "Handler"]
+
+Handler = Callable[[argparse.Namespace], int]
+# What the API answered (printed by --json) and the text for a person; None: the handler printed already.
+Shown = tuple[Any, str] | None
+ApiHandler = Callable[["ApiClient", argparse.Namespace], Awaitable[Shown]]
+
+
+# ------------------------------------------------------------------ local commands
+
+def _node_config(args: argparse.Namespace) -> NodeConfig:
+    base = load_config(args.config)
+    return base.with_overrides(
+        name=args.name, group=args.group, data_dir=args.data_dir, port=args.port,
+        port_range=args.port_range, api=args.api,
+        seeds=tuple(args.seeds) if args.seeds else None, beacon=args.beacon,
+        beacon_address=args.beacon_address, beacon_port=args.beacon_port,
+        beacon_interval=args.beacon_interval, interface=args.interface,
+        mdns=args.mdns, mdns_type=args.mdns_type, naming=tuple(args.naming) if args.naming else None,
+        naming_interval=args.naming_interval, naming_timeout=args.naming_timeout,
+        mtu=args.mtu, max_message=args.max_message, send_buffer=args.send_buffer,
+        node_type=args.node_type, heartbeat_interval=args.heartbeat_interval, suspect_after=args.suspect_after,
+        gone_after=args.gone_after, log_level=args.log_level, guests=args.guests,
+        guest_marco_port=args.guest_marco_port, guest_port=args.guest_port, guest_ws_port=args.guest_ws_port,
+        guest_max_message=args.guest_max_message,
+        posts_policy=args.posts_policy, posts_chunk=args.posts_chunk, posts_interval=args.posts_interval,
+    ).with_limits(args.limits)
+
+
+def _node(args: argparse.Namespace) -> int:
+    from ..node import Node, run_node  # deferred on purpose: the node loads pyzmq, aiohttp and zeroconf
+
+    config = _node_config(args)
+    tune_malloc()  # this process is a node's own: it moves large posts in 1 MiB blocks
+    logging.basicConfig(
+        level=config.log_level.upper(), stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+    def ready(node: Node) -> None:
+        print(f"api {node.api_url}", flush=True)
+
+    run_node(config, ready)
+    return 0
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    if args.nodes < 1 or args.events < 0 or args.runs < 1 or not 0.0 <= args.loss < 1.0:
+        raise ConfigError("need --nodes >= 1, --events >= 0, --runs >= 1 and 0 <= --loss < 1")
+    if args.appends is not None and not 1 <= args.appends <= max(1, args.events):
+        raise ConfigError("--appends must be between 1 and --events")
+    if args.partitions < 0 or args.crashes < 0 or args.jitter < 0 or not 0.0 <= args.duplicate < 1.0:
+        raise ConfigError("need --partitions, --crashes, --jitter >= 0 and 0 <= --duplicate < 1")
+    if args.attacks < 0:
+        raise ConfigError("need --attacks >= 0")
+    started = time.monotonic()
+
+    def progress(text: str) -> None:
+        if args.runs == 1:
+            print(f"  [{time.monotonic() - started:6.1f} s] {text}", flush=True)
+
+    failed = 0
+    for seed in range(args.seed, args.seed + args.runs):
+        if args.hostile:
+            result = run_hostile_scenario(seed=seed, nodes=args.nodes, events=args.events, attacks=args.attacks)
+        else:
+            result = run_scenario(
+                seed=seed, nodes=args.nodes, events=args.events, appends=args.appends, loss=args.loss,
+                duplicate=args.duplicate, jitter=args.jitter,
+                partitions=args.partitions, crashes=args.crashes,
+                export=args.export if args.runs == 1 else None, export_format=args.format, wire=args.codec,
+                progress=progress,
+            )
+        status = "converged" if result.converged else "DIVERGED"
+        print(f"seed {seed}: {status}: {result.nodes} nodes, {result.events} events, "
+              f"{result.sim_seconds:.1f} simulated s in {time.monotonic() - started:.1f} s, {result.stats}")
+        started = time.monotonic()
+        if not result.converged:
+            failed += 1
+            for problem in result.problems[:10]:
+                print(f"  {problem}")
+            print(f"  rerun: {result.rerun}")
+    if args.export and args.runs == 1:
+        print(f"exported every node's log to {args.export}")
+    return 1 if failed else 0
+
+
+def _limits(args: argparse.Namespace) -> int:
+    rows = describe(load_config(args.config).limits)
+    if args.json:
+        print(json.dumps([{"limit": k, "value": v, "about": about} for k, v, about in rows], indent=2))
+    else:
+        print(render.limits_text(rows))
+    return 0
+
+
+def _node_types(args: argparse.Namespace) -> int:
+    custom = load_config(args.config).types if args.config else ()
+    merged = {**BUILTIN_TYPES, **{t.name: t for t in custom}}
+    types = [asdict(t) | {"gone_after": round(t.gone_after, 3)} for t in merged.values()]
+    print(json.dumps(types, indent=2) if args.json else render.types_text(types))
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from ..demo import run_demo  # deferred on purpose: the demo loads aiohttp (the client)
+
+    return run_demo(args.nodes, args.report_dir)
+
+
+def _broker(args: argparse.Namespace) -> int:
+    from ..transport.naming import run_broker  # deferred on purpose: the broker loads pyzmq
+
+    for what, endpoint in (("--pub", args.pub), ("--sub", args.sub)):
+        if not endpoint.startswith("tcp://"):
+            raise ConfigError(f"{what} must be tcp://HOST:PORT (e.g. tcp://*:5680), got {endpoint!r}")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    run_broker(args.pub, args.sub, lambda p, s: print(f"broker pub={p} sub={s}", flush=True))
+    return 0
+
+
+def _pipeline(args: argparse.Namespace) -> int:
+    conf: dict[str, str] = {}
+    for item in args.conf:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--conf wants KEY=VALUE, got {item!r}")
+        conf[key.strip()] = value.strip()
+    if args.window <= 0:
+        raise ConfigError(f"--window must be positive, got {args.window}")
+    try:  # deferred on purpose: PySpark (no JVM yet: that starts in run_session)
+        from ..pipeline.io import check_inputs
+        from ..pipeline.jobs import JOBS, parse_jobs, run_session
+    except ImportError as exc:
+        raise ConfigError(f"the pipeline needs PySpark: pip install 'pyspark>=4.0,<5' ({exc})") from None
+    jobs = list(JOBS) if args.jobs is None else parse_jobs(args.jobs, flag="--jobs")
+    check_inputs(args.input)  # before Spark takes its seconds to start
+    summary = run_session(args.input, args.output, jobs=jobs, master=args.master, conf=conf,
+                          window_seconds=args.window)
+    for line in summary.lines():
+        print(line)
+    print(f"tables and report.html in {args.output}: {', '.join(summary.tables)}")
+    return 0 if summary.converged is not False else 3
+
+
+def _repair(args: argparse.Namespace) -> int:
+    from ..node import DataDir  # deferred on purpose, as for `huddle node`: the node module loads pyzmq
+
+    if not (args.data_dir / "node-id").exists() and not (args.data_dir / "log.sqlite").exists():
+        raise ConfigError(f"{args.data_dir} is not a huddle data directory (no node-id, no log.sqlite)")
+    data_dir = DataDir(args.data_dir)
+    data_dir.lock()
+    try:
+        done = repair(args.data_dir)
+    finally:
+        data_dir.unlock()
+    if not done.problems:
+        print(f"the log in {args.data_dir} verifies: nothing to repair")
+        return 0
+    for problem in done.problems:
+        print(f"damaged: {problem}")
+    print(f"kept {done.kept} records that verify; {done.dropped} did not verify and {done.unreadable} stretches "
+          f"could not be read (they stay in {done.aside or 'nothing: there was no file'})")
+    print(f"new identity {done.new_id} (previous {done.old_id or 'none'}, listed in previous-ids)")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    count = export(args.data_dir, args.out, args.format)
+    print(f"exported {count} events to {args.out}")
+    return 0
+
+
+# ------------------------------------------------------------------ commands that call a node's API
+
+def api_url(args: argparse.Namespace) -> str:
+    """--api, else $HUDDLE_API, else the default; http:// added when no scheme is given."""
+    url: str = args.api or os.environ.get("HUDDLE_API") or f"http://{DEFAULT_API}"
+    if "://" not in url:
+        url = "http://" + url
+    return url.rstrip("/")
+
+
+def _on_api(handler: ApiHandler) -> Handler:
+    """A handler that runs ``handler`` with a client of the node's API and prints what it shows."""
+
+    def run_command(args: argparse.Namespace) -> int:
+        from ..client import ApiClient, ApiError  # deferred on purpose: aiohttp, only for commands that call a node
+
+        async def call() -> Shown:
+            async with ApiClient(api_url(args)) as api:
+                return await handler(api, args)
+
+        try:
+            shown = asyncio.run(call())
+        except ApiError as exc:
+            print(f"huddle {args.command}: {exc}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            return 130
+        if shown is not None:
+            data, text = shown
+            print(json.dumps(data, indent=2, ensure_ascii=False) if args.json else text)
+        return 0
+
+    return run_command
+
+
+async def _peers(api: ApiClient, args: argparse.Namespace) -> Shown:
+    peers = await api.peers()
+    return peers, render.peers_text(peers)
+
+
+async def _guests(api: ApiClient, args: argparse.Namespace) -> Shown:
+    if args.grab or args.fire:
+        name = args.grab or args.fire
+        result = await api.guest_action(name, "grab" if args.grab else "fire")
+        return result, f"{'grabbed' if args.grab else 'fired'} {name}"
+    info = await api.guests()
+    return info, render.guests_text(info)
+
+
+async def _system(api: ApiClient, args: argparse.Namespace) -> Shown:
+    picture = await api.system()
+    return picture, render.system_text(picture)
+
+
+async def _info(api: ApiClient, args: argparse.Namespace) -> Shown:
+    info = await api.node()
+    return info, render.info_text(info)
+
+
+async def _chat(api: ApiClient, args: argparse.Namespace) -> Shown:
+    result = await api.chat(args.text, args.to)
+    return result, f"sent to {result['sent_to']} peer(s)"
+
+
+async def _emit(api: ApiClient, args: argparse.Namespace) -> Shown:
+    try:
+        body = json.loads(args.body)
+    except ValueError as exc:
+        raise HuddleError(f"the body is not JSON ({exc}); quote text as '\"text\"'") from None
+    result = await api.emit(args.kind, body)
+    return result, f"recorded {result['source'][:8]}#{result['seq']}"
+
+
+async def _log(api: ApiClient, args: argparse.Namespace) -> Shown:
+    if args.summary:
+        summary = await api.log_summary()
+        return summary, render.log_summary_text(summary)
+    events = await api.log(args.source, args.after, args.limit)
+    return events, render.log_text(events)
+
+
+async def _exclude(api: ApiClient, args: argparse.Namespace) -> Shown:
+    result = await api.exclude(args.uuid, args.reason)
+    return result, f"excluded {result['excluded'][:8]}: {result['reason']}"
+
+
+async def _send(api: ApiClient, args: argparse.Namespace) -> Shown:
+    result = await api.send(args.to, args.texts, args.wait)
+    return result, f"queued {len(result['sent'])} message(s)"
+
+
+async def _tail(api: ApiClient, args: argparse.Namespace) -> Shown:
+    async for event in api.events(args.count):
+        print(json.dumps(event, ensure_ascii=False) if args.json else render.event_text(event), flush=True)
+    return None
+
+
+async def _doc_show(api: ApiClient, args: argparse.Namespace) -> Shown:
+    if args.json:
+        print(json.dumps(await api.doc_json(args.eids), indent=2, ensure_ascii=False))
+    else:
+        print(await api.doc_xml(args.eids), end="")
+    return None
+
+
+async def _doc_apply(api: ApiClient, args: argparse.Namespace) -> Shown:
+    text = args.ops_text  # read before the event loop started
+    ctype = "application/xml" if text.lstrip().startswith("<") else "application/json"
+    result = await api.doc_apply(text, ctype)
+    return result, render.doc_apply_text(result)
+
+
+async def _doc_export(api: ApiClient, args: argparse.Namespace) -> Shown:
+    text = (json.dumps(await api.doc_json(args.eids), indent=2, ensure_ascii=False) + "\n"
+            if args.format == "json" else await api.doc_xml(args.eids))
+    try:
+        args.out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise HuddleError(f"cannot write {args.out}: {exc.strerror}") from None
+    return {"out": str(args.out), "bytes": len(text.encode())}, f"saved the document to {args.out}"
+
+
+async def _doc_history(api: ApiClient, args: argparse.Namespace) -> Shown:
+    h = await api.doc_history(args.eid)
+    return h, render.doc_history_text(h)
+
+
+async def _doc_jams(api: ApiClient, args: argparse.Namespace) -> Shown:
+    j = await api.jams()
+    return j, render.jams_text(j)
+
+
+DOC_ACTIONS: Mapping[str, Handler] = {
+    "show": _on_api(_doc_show), "apply": _on_api(_doc_apply), "export": _on_api(_doc_export),
+    "history": _on_api(_doc_history), "jams": _on_api(_doc_jams),
+}
+
+
+def _doc(args: argparse.Namespace) -> int:
+    if args.doc_command == "apply":
+        try:
+            args.ops_text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            print(f"huddle doc apply: cannot read {args.file}: {getattr(exc, 'strerror', None) or exc}",
+                  file=sys.stderr)
+            return 1
+    return DOC_ACTIONS[args.doc_command](args)
+
+
+COMMANDS: Mapping[str, Handler] = {
+    # local
+    "node": _node, "demo": _demo, "node-types": _node_types, "limits": _limits, "simulate": _simulate,
+    "broker": _broker, "pipeline": _pipeline, "repair": _repair, "export": _export,
+    # through a node's API
+    "peers": _on_api(_peers), "guests": _on_api(_guests), "system": _on_api(_system), "info": _on_api(_info),
+    "chat": _on_api(_chat), "emit": _on_api(_emit), "log": _on_api(_log), "exclude": _on_api(_exclude),
+    "send": _on_api(_send), "tail": _on_api(_tail), "doc": _doc,
+    "post": _on_api(posts_cli.run), "posts": _on_api(posts_cli.run),
+}

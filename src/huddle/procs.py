@@ -1,0 +1,65 @@
+"""A ``huddle node`` child process: start it, wait until it serves, stop it.
+
+The demo and the tests drive real nodes this way, on 127.0.0.1 (``--interface
+lo``), exactly as a user would: the node's first line on standard output is
+``api http://HOST:PORT``; its log goes to ``DATA_DIR.log``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["NodeProcess"]
+
+
+class NodeProcess:
+    """A ``huddle node`` child process; ``api`` is known once it serves."""
+
+    def __init__(self, name: str, data_dir: Path, *extra: str, group: str = "demo") -> None:
+        self.name = name
+        self.data_dir = data_dir
+        cmd = [
+            sys.executable, "-m", "huddle", "node", "--name", name, "--group", group,
+            "--data-dir", str(data_dir), "--interface", "lo", "--api", "127.0.0.1:0", *extra,
+        ]
+        self.log_path = data_dir.with_suffix(".log")
+        data_dir.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in wait()
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log)
+        self.api = ""
+
+    def wait_api(self, timeout: float = 20.0) -> str:
+        """The API's URL, once the node prints it; an error if it exits or stays silent ``timeout`` s."""
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        os.set_blocking(self.proc.stdout.fileno(), False)
+        buf = b""
+        while time.monotonic() < deadline:
+            chunk = self.proc.stdout.readline()
+            if chunk:
+                buf += chunk
+                if buf.endswith(b"\n"):
+                    line = buf.decode().strip()
+                    if line.startswith("api "):
+                        self.api = line[4:]
+                        return self.api
+                    buf = b""
+            elif self.proc.poll() is not None:
+                raise RuntimeError(f"node {self.name} exited with {self.proc.returncode}; see {self.log_path}")
+            else:
+                time.sleep(0.02)
+        raise TimeoutError(f"node {self.name} did not print its API address within {timeout} s")
+
+    def signal(self, sig: int) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
+    def wait(self, timeout: float = 10.0) -> int:
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self._log.close()

@@ -1,0 +1,178 @@
+"""Text for a person from the API's answers (JSON values in, strings out).
+
+Pure functions, no I/O: the ``huddle`` command prints them, and so does the
+demo.  ``--json`` prints the answers themselves instead.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = [
+    "doc_apply_text", "doc_history_text", "event_text", "guests_text", "info_text", "jams_text", "limits_text",
+    "log_summary_text", "log_text", "peers_text", "posts_text", "size_text", "system_text", "table", "types_text",
+]
+
+
+def table(rows: Sequence[tuple[str, ...]]) -> str:
+    """Columns padded to their widest cell; the first row is the heading."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+
+
+def peers_text(peers: list[dict[str, Any]]) -> str:
+    if not peers:
+        return "no peers"
+    rows = [("NAME", "UUID", "STATE", "ENDPOINT", "RTT ms")]
+    for p in peers:
+        rtt = "-" if p.get("rtt_ms") is None else f"{p['rtt_ms']:.2f}"
+        rows.append((p["name"], p["uuid"][:8], p["state"], p["endpoint"], rtt))
+    return table(rows)
+
+
+def system_text(s: dict[str, Any]) -> str:
+    names = {m["uuid"]: m["name"] for m in s["members"]}
+    rows: list[tuple[str, ...]] = [("NAME", "UUID", "TYPE", "HEALTH", "PROBLEMS", "RTT ms", "MSG/S IN", "MSG/S OUT", "AGE s")]
+    for m in s["members"]:
+        r = m.get("rates") or {}
+        rows.append((m["name"], m["uuid"][:8], m["type"], m["health"], ",".join(m["problems"]) or "-",
+                     "-" if m.get("rtt_ms") is None else f"{m['rtt_ms']:.2f}",
+                     f"{r.get('msgs_in', 0):.0f}", f"{r.get('msgs_out', 0):.0f}", f"{m.get('age', 0):.1f}"))
+    links: list[tuple[str, ...]] = [("LINK", "STATE", "RTT ms")]
+    for x in s["links"]:
+        a, b = names.get(x["a"], x["a"][:8]), names.get(x["b"], x["b"][:8])
+        state = x["state"]
+        if state == "one-way":
+            state = f"one-way {names.get(x['from'], '?')} -> {names.get(x['to'], '?')}"
+        links.append((f"{a} - {b}", state, "-" if x.get("rtt_ms") is None else f"{x['rtt_ms']:.2f}"))
+    out = [table(rows)]
+    if len(links) > 1:
+        out += ["", table(links)]
+    out += ["", f"digest {s['digest']}"]
+    return "\n".join(out)
+
+
+def guests_text(g: dict[str, Any]) -> str:
+    head = f"room {g['room']!r}: marco UDP {g['marco_port']}, TCP {g['tcp_port']}, WebSocket {g['ws_port']}"
+    out = [head, ""]
+    if g["guests"]:
+        rows: list[tuple[str, ...]] = [("GUEST", "VIA", "ADDRESS", "HEARS", "SPEAKS", "HEARTBEAT", "IN", "OUT")]
+        for x in g["guests"]:
+            rows.append((x["name"], x["transport"], x["address"], ",".join(x["hears"]) or "-",
+                         ",".join(x["speaks"]) or "-", f"{x['heartbeat']:g} s" if x["heartbeat"] else "-",
+                         str(x["events_in"]), str(x["events_out"])))
+        out.append(table(rows))
+    else:
+        out.append("no guests")
+    for title, key in (("free guests (grab with --grab NAME)", "free"), ("guests of other rooms", "others")):
+        if g[key]:
+            out += ["", title + ":"] + [f"  {x['name']} ({x['dialect']} {x['version']}) at {x['address']}"
+                                        + (f", room {x['room']!r}" if x["room"] else "") for x in g[key]]
+    return "\n".join(out)
+
+
+def types_text(types: list[dict[str, Any]]) -> str:
+    rows: list[tuple[str, ...]] = [("TYPE", "BEAT s", "LOST", "GONE AFTER s", "SEND RATE", "CUT OFF", "ABOUT")]
+    for t in types:
+        rate = "no limit" if not t["send_rate"] else f"{t['send_rate']} B/s"
+        rows.append((t["name"], f"{t['heartbeat_interval']:g}", str(t["lost_heartbeats"]),
+                     f"{t['gone_after']:g}", rate, t["on_cut_off"], t["about"]))
+    return table(rows)
+
+
+def limits_text(rows: Sequence[tuple[str, object, str]]) -> str:
+    width = max((len(k) for k, _, _ in rows), default=0)
+    return "\n".join(f"{key:<{width}}  {value!s:>12}  {about}" for key, value, about in rows)
+
+
+def info_text(info: dict[str, Any]) -> str:
+    return "\n".join(f"{k}: {v}" for k, v in info.items() if k != "stats")
+
+
+def event_text(e: dict[str, Any]) -> str:
+    """One line of ``huddle tail``."""
+    kind = e.get("type")
+    who = e.get("name") or (e.get("peer") or e.get("from") or "")[:8]
+    if kind == "chat":
+        return f"<{who}> {e.get('text')}"
+    if kind == "peer_joined":
+        return f"* {who} joined from {e.get('endpoint')}"
+    if kind == "peer_left":
+        return f"* {who} left ({e.get('reason')})"
+    if kind == "peer_state":
+        return f"* {who} is {e.get('state')}"
+    if kind == "peer_refused":
+        return f"! refused {e.get('endpoint')}: {e.get('reason')}"
+    if kind == "event":
+        body = json.dumps(e.get("body"), ensure_ascii=False)
+        return f"+ {e.get('source', '')[:8]}#{e.get('seq')} {e.get('kind')} {body}"
+    if kind == "message":
+        shown = e.get("text") if "text" in e else f"<{e.get('size')} octets>"
+        return f"> {(e.get('peer') or '')[:8]}#{e.get('seq')} {shown}"
+    if kind == "post_new":
+        where = f"from {(e.get('from') or '')[:8]}" if e.get("from") else "added here"
+        return f"+ post {e.get('id', '')[:12]} {e.get('subject')!r} ({e.get('size')} octets, {where})"
+    if kind == "cut_off":
+        return "! cut off from every peer"
+    if kind == "reconnected":
+        return "* reconnected to the group"
+    if kind == "clock_synced":
+        return f"* clock synced to {who}: offset {e.get('offset', 0):+.6f} s, rtt {e.get('rtt_ms', 0):.2f} ms"
+    return json.dumps(e, ensure_ascii=False)
+
+
+def log_text(events: list[dict[str, Any]]) -> str:
+    return "\n".join(
+        f"{e['source'][:8]}#{e['seq']:<6} {e['kind']:<16} {json.dumps(e['body'], ensure_ascii=False)}" for e in events
+    ) or "no events"
+
+
+def log_summary_text(summary: dict[str, Any]) -> str:
+    return "\n".join(
+        [f"events: {summary['events']}"]
+        + [f"{s[:8]}  up to {q}" for s, q in sorted(summary["version_vector"].items())]
+        + [f"{s[:8]}  missing {r}" for s, r in sorted(summary["gaps"].items())]
+    )
+
+
+def doc_apply_text(result: dict[str, Any]) -> str:
+    return "\n".join(f"recorded {o['source'][:8]}#{o['seq']}" + (f", new eids {', '.join(o['eids'])}" if o["eids"] else "")
+                     for o in result["ops"])
+
+
+def doc_history_text(h: dict[str, Any]) -> str:
+    lines = [f"<{h['tag'] or '?'}> {h['eid']}" + ("" if h["present"] else " (removed)")]
+    for e in h["history"]:
+        detail = {k: v for k, v in e.items() if k not in ("source", "seq", "timestamp", "op")}
+        lines.append(f"  {e['timestamp']:.3f}  {e['source'][:8]}#{e['seq']:<5} {e['op']:<6} "
+                     f"{json.dumps(detail, ensure_ascii=False)}")
+    return "\n".join(lines)
+
+
+def _jam(j: dict[str, Any] | None) -> str:
+    return "none" if j is None else f"period {j['period']} jam {j['jam']}"
+
+
+def jams_text(j: dict[str, Any]) -> str:
+    return (f"active:         {_jam(j['active'])}\n"
+            f"just completed: {_jam(j['just_completed'])}\n"
+            f"upcoming:       {_jam(j['upcoming'])}" + ("\nthe bout is over" if j["bout_over"] else ""))
+
+
+def size_text(n: int) -> str:
+    """Octets for a person: 512 B, 1.5 KiB, 4.0 MiB."""
+    if n < 1024:
+        return f"{n} B"
+    value = n / 1024
+    for unit in ("KiB", "MiB"):
+        if value < 1024:
+            return f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"
+
+
+def posts_text(posts: list[dict[str, Any]]) -> str:
+    return "\n".join(f"{p['id'][:12]}  {p['timestamp']}  {size_text(p['size']):>10}  {p['mime_type']:<24} {p['subject']}"
+                     + (f"  (re {p['parent_id'][:12]})" if p.get("parent_id") else "") for p in posts) or "no posts"
