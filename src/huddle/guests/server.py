@@ -18,6 +18,7 @@ from typing import Any, cast
 
 from aiohttp import WSMsgType, web
 
+from .choice import HostLinks
 from .codec import (
     PREFIX,
     Error,
@@ -124,11 +125,14 @@ class GuestServer:
         on_change: Callable[[str, bool, str], None] = lambda guest, joined, reason: None,
         clock: Callable[[], float] = time.monotonic,
         hosts: Callable[[], Collection[bytes]] = lambda: (),
+        links: HostLinks | None = None,
     ) -> None:
         """``hosts``: the UUIDs of the group's other live nodes that host guests
-        (the room answers a marco only when it is the one chosen among them and itself)."""
+        (the room answers a marco only when it is the one chosen among them and itself);
+        ``links``: the connections to them that are down (served in ``stats``)."""
         self.room = room
         self.hosts = hosts
+        self.links = links or HostLinks()
         self.settings = settings
         self.on_event = on_event
         self.on_change = on_change
@@ -199,7 +203,7 @@ class GuestServer:
     @property
     def stats(self) -> dict[str, int]:
         """Every counter of the doors and the room, by name."""
-        return asdict(self.counters) | asdict(self.room.counters)
+        return asdict(self.counters) | asdict(self.room.counters) | asdict(self.links.counters)
 
     def host_ids(self) -> list[str]:
         """This node and the group's other live guest hosts, as the marco choice sees them."""
