@@ -618,12 +618,17 @@ class Node:
         await self._announce(new)
 
     async def _announce(self, iface: Interface) -> None:
-        """Beacon and mDNS from ``iface`` afresh, with the ROUTER's port."""
+        """Beacon and mDNS from ``iface`` afresh, with the ROUTER's port; the guest servers
+        listen on its address (docs/guests.md, "Address changes")."""
         self._announce_due = True
         if self._beacon is not None:
             await self._beacon.move(iface, self._port)
         if self._mdns is not None:
             await self._mdns.move(iface, self._port)
+        if self._guests is not None and self._guests.host != iface.ip:
+            await self._guests.move(iface.ip)
+            log.warning("the guest servers moved to %s: TCP %d, WebSocket %d", iface.ip, self._guests.tcp_port,
+                        self._guests.ws_port)
         self._announce_due = False
 
     # ---------------------------------------------------------------- posts (Hydra)
