@@ -153,7 +153,7 @@ def netns() -> Iterator[Namespaces]:
 class NsNode:
     """A node inside a namespace; the test talks to it with the CLI, run inside too."""
 
-    def __init__(self, ns: Namespaces, index: int, tmp: Path, beacon_port: int) -> None:
+    def __init__(self, ns: Namespaces, index: int, tmp: Path, beacon_port: int, *extra: str) -> None:
         self.host = ns.hosts[index - 1]
         self.name = f"h{index}"
         self.log = open(tmp / f"{self.name}.log", "wb")  # noqa: SIM115 - closed in stop()
@@ -161,7 +161,7 @@ class NsNode:
             ["ip", "netns", "exec", self.host, sys.executable, "-m", "huddle", "node", "--name", self.name,
              "--group", "ns", "--data-dir", str(tmp / self.name), "--interface", "eth0",
              "--api", "127.0.0.1:0", "--beacon-port", str(beacon_port), "--beacon-interval", "0.25",
-             "--heartbeat-interval", "0.25", "--suspect-after", "0.75", "--gone-after", "1.5"],
+             "--heartbeat-interval", "0.25", "--suspect-after", "0.75", "--gone-after", "1.5", *extra],
             stdout=subprocess.PIPE, stderr=self.log,
         )
         assert self.proc.stdout is not None

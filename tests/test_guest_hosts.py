@@ -10,7 +10,7 @@ import pytest
 
 from huddle import NodeId
 from huddle.errors import DecodeError
-from huddle.guests.choice import chosen_host
+from huddle.guests.choice import HostLinks, chosen_host
 from huddle.guests.codec import Marco, Polo, Register
 from huddle.guests.room import Changed, Room
 from huddle.protocol import Mesh
@@ -52,6 +52,25 @@ def test_a_host_leaving_moves_only_its_guests_and_one_joining_takes_only_its_own
     taken = {n for n in NAMES if joined[n] != before[n]}
     assert taken and all(joined[n] == D for n in taken)
     assert 90 <= len(taken) <= 210, len(taken)  # about a quarter
+
+
+def test_a_host_whose_connection_dropped_is_left_out_until_it_is_back() -> None:
+    links = HostLinks()
+    view = [(A, 1), (B, 2), (C, None)]  # C: admitted, no connection of ours (not yet)
+    assert links.live(view) == [A, B, C]
+    links.changed(2, up=False)
+    links.changed(2, up=False)  # said twice: counted once
+    assert links.live(view) == [A, C]
+    mine = [n for n in NAMES[:100] if chosen_host(n, [A, B, C]) == B]
+    assert mine and all(chosen_host(n, links.live(view)) == chosen_host(n, [A, C]) for n in mine)
+    links.changed(2, up=True)
+    assert links.live(view) == [A, B, C]
+    links.changed(1, up=False)
+    assert links.live([(A, 5), (B, 2)]) == [A, B]  # A back on a new connection (a restart): up
+    links.forget(1)
+    links.changed(3, up=True)  # never down: nothing to count
+    assert links.down == set()
+    assert (links.counters.host_links_lost, links.counters.host_links_back) == (2, 1)
 
 
 def rooms() -> dict[NodeId, Room]:

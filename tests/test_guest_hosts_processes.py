@@ -1,6 +1,7 @@
 """One host per guest (issue 20) on real node processes on 127.0.0.1: three guest hosts in one
 group, each marco gets exactly one polo; SIGKILL the host a Python guest is registered with, and
-the guest is answered by another host, registers there and hears events again."""
+the guest is answered by another host, registers there within one heartbeat interval and hears
+events again."""
 
 from __future__ import annotations
 
@@ -19,7 +20,11 @@ from huddle.procs import NodeProcess
 
 pytestmark = pytest.mark.processes
 
-BEAT = 0.2  # the nodes' heartbeat interval: a peer is SUSPECT after 5 x BEAT / 2, gone after 5 x BEAT
+BEAT = 1.0  # the nodes' heartbeat interval (the default): a peer is SUSPECT after 5 x BEAT / 2, gone after 5 x BEAT
+# Added to BEAT for the takeover's deadline: the killed host's guest and its peers see its connections
+# close at once (milliseconds); what is left is scheduling three node processes and this one on two
+# shared cores (a polo, a TCP connection, a registration, the connection back: each waits its turn).
+MARGIN = 0.5
 QUIET = 0.4  # after the first polo, how long a second one is waited for (a flood of polos comes at once)
 
 
@@ -83,9 +88,10 @@ def test_three_guest_hosts_answer_each_marco_once_and_a_killed_hosts_guest_moves
 
             first.signal(signal.SIGKILL)
             killed = time.monotonic()
-            deadline = killed + 15
+            deadline = killed + BEAT + MARGIN  # within one heartbeat interval (and the margin)
             while not (guest.registrations == 2 and guest.connected_back.is_set()):
-                assert time.monotonic() < deadline, "the guest did not find another host"
+                assert time.monotonic() < deadline, (
+                    f"the guest was not registered with another host {BEAT} s (+ {MARGIN} s) after its host died")
                 await asyncio.sleep(0.02)
             took = time.monotonic() - killed
             assert guest.host is not None and by_port[guest.host[1]] is not first
@@ -100,10 +106,11 @@ def test_three_guest_hosts_answer_each_marco_once_and_a_killed_hosts_guest_moves
                 await speaker.close()
 
     took, dead = asyncio.run(run())
-    # The survivors leave the killed host out once it is SUSPECT (5 x BEAT / 2 = 0.5 s of silence);
-    # the guest's next marco (every 0.1 s) is then answered.  Bounded loosely: 2 cores are shared.
-    assert took < 5 * BEAT + 2.0, f"the guest took {took:.2f} s to move"
+    # The survivors left the killed host out when their connections to it dropped, long before it
+    # was SUSPECT (2.5 s); the guest's next marco (every 0.1 s) was answered by its next choice.
     print(f"the guest moved {took:.3f} s after its host was killed")
+    links = [get(n.api, "/api/v1/guests")["stats"]["host_links_lost"] for n in nodes if n is not dead]
+    assert all(k >= 1 for k in links), links
 
     # Each marco still gets exactly one polo from the two left, for the dead host's guests too.
     for name, host in answered.items():

@@ -174,3 +174,43 @@ def test_the_guest_doors_log_within_a_budget_and_count_the_rest(caplog: pytest.L
         budget.info("refused %d", 5)
     assert [r.getMessage() for r in caplog.records][2:] == [
         "3 more lines about guests left out in the last minute", "refused 5"]
+
+
+def test_after_an_address_change_the_doors_listen_on_the_new_address_and_old_connections_are_closed() -> None:
+    """move(): the TCP and WebSocket doors listen on the new address, on the same ports; every
+    connection made to the old address (a registered guest's, one that never registered) is
+    closed, and the old address takes no more.  127.0.0.2 is this machine's too (all of 127/8)."""
+
+    async def http_status(host: str, port: int) -> bytes:
+        reader, writer = await asyncio.open_connection(host, port)
+        writer.write(b"GET / HTTP/1.0\r\n\r\n")
+        line = await asyncio.wait_for(reader.readline(), 5)
+        writer.close()
+        return line
+
+    async def body(server: GuestServer) -> None:
+        tcp, ws = server.tcp_port, server.ws_port
+        async with Guest("board", hears=["score"], host=("127.0.0.1", tcp), listen="127.0.0.1", reconnect=False) as g:
+            idle_reader, _ = await asyncio.open_connection("127.0.0.1", tcp)  # never registers
+            await server.move("127.0.0.2")
+            assert server.ports() == {"host": "127.0.0.2", "marco_port": 0, "tcp_port": tcp, "ws_port": ws}
+            assert server.room.tcp_port == tcp  # what polos give
+            assert await asyncio.wait_for(idle_reader.read(100), 5) == b""
+            deadline = time.monotonic() + 5
+            while g.registered.is_set():
+                assert time.monotonic() < deadline, "the registered guest's connection was not closed"
+                await asyncio.sleep(0.02)
+            assert "board" not in server.room.guests
+            assert server.room.counters.closed_address_changed == 2
+            with pytest.raises(OSError):
+                await asyncio.open_connection("127.0.0.1", tcp)
+            assert (await http_status("127.0.0.2", ws)).split()[1] == b"400"  # the WebSocket door
+            with pytest.raises(OSError):
+                await http_status("127.0.0.1", ws)
+        async with Guest("board", hears=["score"], host=("127.0.0.2", tcp), listen="127.0.0.1") as g2:
+            server.deliver("keeper", "score", 7, local_speaker=False)
+            assert (await g2.next_event(5)).value == 7
+        await server.move("127.0.0.2")  # the same address again: nothing to do
+        assert server.room.counters.closed_address_changed == 2
+
+    run(body, serve())

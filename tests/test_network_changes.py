@@ -6,6 +6,7 @@ node of a group killed and restarted at once (loopback)."""
 from __future__ import annotations
 
 import json
+import select
 import signal
 import subprocess
 import sys
@@ -137,3 +138,91 @@ def test_every_node_killed_and_restarted_at_once_meshes_again_with_nothing_lost(
         return all(s["events"] == 24 and not s["gaps"] for s in sums)
 
     wait_for(whole, 30, "every event, before and after, held by every node")
+
+
+GUEST = """
+import asyncio, sys
+from huddle.guest import Guest
+
+async def main() -> None:
+    name, broadcast, port, listen = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    g = Guest(name, "ns", hears=["score"], marco_address=broadcast, marco_port=port, marco_interval=0.2,
+              listen=listen, heartbeat=10.0)  # the host does not fire it for silence during the test
+    await g.start(30)
+    assert g.host is not None
+    print(g.host[0], g.host[1], flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)  # until the test closes stdin
+    await g.close()
+
+asyncio.run(main())
+"""
+
+
+def start_guest(netns: Namespaces, index: int, name: str, marco_port: int, script: Path) -> subprocess.Popen[bytes]:
+    """A Python guest in host ``index``'s namespace, marcoing on its subnet's broadcast address;
+    it prints the host's address and TCP port once registered and connected back to."""
+    return subprocess.Popen(["ip", "netns", "exec", netns.hosts[index - 1], sys.executable, str(script), name,
+                             f"{netns.subnet}.255", str(marco_port), netns.ips[index - 1]],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+
+
+def line_within(proc: subprocess.Popen[bytes], timeout: float, what: str) -> str:
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    assert ready, f"{what}: nothing within {timeout} s"
+    return proc.stdout.readline().decode().strip()
+
+
+def test_a_guest_finds_and_registers_with_its_host_after_the_hosts_address_changed(
+        netns: Namespaces, tmp_path: Path) -> None:
+    """The guest servers follow the node's address: TCP and WebSocket listen on the new address,
+    the guests connected to the old one are closed, the node says where its guest doors are now,
+    and a guest's marco finds the host and registers with it there."""
+    marco_port = 1031
+    script = tmp_path / "guest.py"
+    script.write_text(GUEST)
+    host = NsNode(netns, 2, tmp_path, 5678, "--guests", "--guest-port", "0", "--guest-ws-port", "0",
+                  "--guest-marco-port", str(marco_port))
+    guests: list[subprocess.Popen[bytes]] = []
+    try:
+        before = start_guest(netns, 1, "before", marco_port, script)
+        guests.append(before)
+        old_ip, tcp = line_within(before, 30, "the guest registering before the change").split()
+        assert old_ip == netns.ips[1]
+        info = host.cli("info")
+        assert isinstance(info, dict) and info["guests"]["host"] == old_ip and info["guests"]["tcp_port"] == int(tcp)
+        ws = info["guests"]["ws_port"]
+
+        new_ip = f"{netns.subnet}.22"
+        _ip("-n", netns.hosts[1], "addr", "del", f"{netns.ips[1]}/24", "dev", "eth0")  # a DHCP renewal
+        _ip("-n", netns.hosts[1], "addr", "add", f"{new_ip}/24", "brd", "+", "dev", "eth0")
+
+        def moved() -> bool:
+            guests_info = host.cli("guests")
+            assert isinstance(guests_info, dict)
+            return guests_info["host"] == new_ip and not guests_info["guests"]
+
+        wait_for(moved, 15, "the guest doors to move to the new address, the old guest closed", interval=0.3)
+        info = host.cli("info")
+        assert isinstance(info, dict)
+        assert info["guests"] == {"host": new_ip, "marco_port": marco_port, "tcp_port": int(tcp), "ws_port": ws}
+        assert info["stats"]["driver"]["address_changes"] == 1
+        stats = host.cli("guests")["stats"]  # type: ignore[index]
+        assert stats["closed_address_changed"] >= 1
+
+        after = start_guest(netns, 1, "after", marco_port, script)
+        guests.append(after)
+        assert line_within(after, 30, "a guest registering after the change").split() == [new_ip, tcp]
+        wait_for(lambda: "after" in [g["name"] for g in host.cli("guests")["guests"]], 10,  # type: ignore[index]
+                 "the host to list the new guest", interval=0.3)
+        # The WebSocket door listens on the new address too (a plain HTTP request gets its 400).
+        probe = subprocess.run(["ip", "netns", "exec", netns.hosts[0], sys.executable, "-c",
+                                "import socket,sys; s=socket.create_connection((sys.argv[1], int(sys.argv[2])), 5);"
+                                "s.sendall(b'GET / HTTP/1.0\\r\\n\\r\\n'); print(s.recv(100).split()[1].decode())",
+                                new_ip, str(ws)], capture_output=True, text=True, timeout=30)
+        assert probe.stdout.strip() == "400", probe.stderr
+    finally:
+        for g in guests:
+            g.kill()
+            g.wait(10)
+        host.stop()

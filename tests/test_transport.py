@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 
@@ -74,3 +75,61 @@ def test_trackers_of_written_frames_are_not_kept_when_nobody_asks() -> None:
         transport.close()
         inbox.close()
         ctx.term()
+
+
+def test_a_connection_dropping_and_coming_back_is_reported_at_once() -> None:
+    """The peer's process dies (its sockets close): the DEALER's monitor says so within
+    milliseconds, not after heartbeats; when a peer listens there again, it says it is back."""
+
+    async def run() -> list[tuple[int, bool]]:
+        changes: list[tuple[int, bool]] = []
+        changed = asyncio.Event()
+
+        def on_link(conn: int, up: bool) -> None:
+            changes.append((conn, up))
+            changed.set()
+
+        async def next_change(timeout: float) -> tuple[int, bool]:
+            async with asyncio.timeout(timeout):
+                while not changes:
+                    changed.clear()
+                    await changed.wait()
+            return changes.pop(0)
+
+        transport = ZmqTransport(NodeId(os.urandom(16)), on_frames=lambda batch, sources: None, on_link=on_link)
+        transport.start(asyncio.get_running_loop())
+        ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        peer = ctx.socket(zmq.ROUTER)
+        peer.setsockopt(zmq.LINGER, 0)
+        seen: list[tuple[int, bool]] = []
+        try:
+            port = peer.bind_to_random_port("tcp://127.0.0.1")
+            assert transport.connect(7, f"tcp://127.0.0.1:{port}")
+            seen.append(await next_change(5.0))  # connected
+            t0 = time.monotonic()
+            peer.close()  # as a killed process's kernel closes its sockets
+            seen.append(await next_change(5.0))
+            assert time.monotonic() - t0 < 0.5, "the drop was not reported at once"
+            peer = ctx.socket(zmq.ROUTER)
+            peer.setsockopt(zmq.LINGER, 0)
+            peer.bind(f"tcp://127.0.0.1:{port}")
+            seen.append(await next_change(5.0))  # ZeroMQ reconnected on its own
+            transport.disconnect(7)
+            assert transport.links is not None
+            events = transport.links.events
+            peer.close()
+            await asyncio.sleep(0)  # a closed connection's monitor is gone: nothing more is read or reported
+            assert transport.links.events == events and not changes
+        finally:
+            transport.close()
+            peer.close()
+            ctx.term()
+        return seen
+
+    assert asyncio.run(run()) == [(7, True), (7, False), (7, True)]
+
+
+def test_connections_are_not_watched_unless_asked() -> None:
+    transport = ZmqTransport(NodeId(os.urandom(16)), on_frames=lambda batch, sources: None)
+    assert transport.links is None
+    transport.close()

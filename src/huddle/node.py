@@ -26,6 +26,7 @@ from .discovery.interfaces import LOOPBACK, ipv4_interfaces
 from .discovery.watch import Back, InterfaceWatch, Lost, Moved, WatchDecision
 from .doc import DOC_KIND, DocEngine, OperationError, digest, jams
 from .errors import ConfigError, CutOffReadOnly, DataDirLocked, LocalProtocolError
+from .guests.choice import HostLinks
 from .ids import NodeId
 from .log import SqliteStore
 from .log.integrity import LogGuard
@@ -203,6 +204,7 @@ class Node:
         self._mdns: MdnsService | None = None
         self._naming: NamingClient | None = None
         self._guests: GuestServer | None = None
+        self._host_links: HostLinks | None = None  # with --guests: which connections to peers are down
         self._posts: PostService | None = None
         self.interface: Interface | None = None
         self._port = 0  # the ROUTER's port
@@ -477,8 +479,11 @@ class Node:
         if found is None:
             return  # stopped while waiting
         self.interface = iface = found
+        if cfg.guests:  # a host whose connection drops stops answering its guests' marcos at once
+            self._host_links = HostLinks()
         transport = ZmqTransport(uuid, on_frames=self._on_frames, on_stalled=self._on_stalled,
-                                 on_connect_failed=self._on_connect_failed, limits=cfg.limits.mesh)
+                                 on_connect_failed=self._on_connect_failed, limits=cfg.limits.mesh,
+                                 on_link=None if self._host_links is None else self._host_links.changed)
         self._transport = transport
         api_runner = None
         try:
@@ -655,12 +660,17 @@ class Node:
         await self._announce(new)
 
     async def _announce(self, iface: Interface) -> None:
-        """Beacon and mDNS from ``iface`` afresh, with the ROUTER's port."""
+        """Beacon and mDNS from ``iface`` afresh, with the ROUTER's port; the guest servers
+        listen on its address (docs/guests.md, "Address changes")."""
         self._announce_due = True
         if self._beacon is not None:
             await self._beacon.move(iface, self._port)
         if self._mdns is not None:
             await self._mdns.move(iface, self._port)
+        if self._guests is not None and self._guests.host != iface.ip:
+            await self._guests.move(iface.ip)
+            log.warning("the guest servers moved to %s: TCP %d, WebSocket %d", iface.ip, self._guests.tcp_port,
+                        self._guests.ws_port)
         self._announce_due = False
 
     # ---------------------------------------------------------------- posts (Hydra)
@@ -687,14 +697,18 @@ class Node:
         from .guests.room import Room
         from .guests.server import GuestServer, GuestSettings
 
-        mesh = self._mesh
-        assert mesh is not None  # the mesh starts before the guests
+        mesh, links = self._mesh, self._host_links
+        assert mesh is not None and links is not None  # the mesh starts before the guests
+
+        def hosts() -> list[bytes]:  # one host per guest (docs/guests.md): ALIVE and still connected
+            return links.live((p, mesh.conn_of(p)) for p in mesh.guest_hosts())
+
         server = GuestServer(
             Room(cfg.group, me=mesh.uuid, limits=cfg.limits.guests),
             GuestSettings(host=host, marco_port=cfg.guest_marco_port, tcp_port=cfg.guest_port,
                           ws_port=cfg.guest_ws_port, max_frame=cfg.guest_max_message),
             on_event=self._guest_event, clock=self.local_now,
-            hosts=mesh.guest_hosts,  # one host per guest (docs/guests.md)
+            hosts=hosts, links=links,
         )
         try:
             await server.start()
@@ -858,6 +872,8 @@ class Node:
                     transport.connect(action.conn, action.endpoint)
                 elif isinstance(action, Disconnect):
                     transport.disconnect(action.conn, action.flush)
+                    if self._host_links is not None:
+                        self._host_links.forget(action.conn)
             except Exception as exc:  # one action that cannot be carried out must not stop the others
                 self._survived("action_failures", f"an action ({type(action).__name__})", exc)
 

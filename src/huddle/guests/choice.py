@@ -15,6 +15,15 @@ the marcos of the guests it is *chosen* for:
   host each of them ranks next) while a host joining takes only the guests it
   now ranks first.
 
+Takeover within a heartbeat interval: the mesh drops a crashed host from
+the guest hosts only once it is SUSPECT (half its gone time, 2.5 s with the
+standard timing).  :class:`HostLinks` is the guest hosts' own, faster notion of
+a host being there: a host whose connection from this node dropped (its process
+died and its kernel closed its sockets; the transport reports it at once) is
+left out of the choice until the connection is back.  It changes nothing in the
+mesh (the peer is not made SUSPECT; its heartbeats decide that).  A short drop
+only moves the host's guests' marcos for as long as it lasts.
+
 Pure: no clock, no I/O.  A stable hash (not Python's ``hash()``, which
 changes per process), so every node of the group agrees.
 """
@@ -23,8 +32,9 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
+from dataclasses import dataclass
 
-__all__ = ["chosen_host", "weight"]
+__all__ = ["HostLinks", "LinkCounters", "chosen_host", "weight"]
 
 
 def weight(host: bytes, guest: str) -> bytes:
@@ -41,3 +51,40 @@ def chosen_host(guest: str, hosts: Iterable[bytes]) -> bytes | None:
         if best is None or key > best:
             best = key
     return None if best is None else best[1]
+
+
+@dataclass(slots=True)
+class LinkCounters:
+    """Served with the guest doors' counters (``GET /api/v1/guests`` -> ``stats``)."""
+
+    host_links_lost: int = 0  # a connection to a peer dropped: as a guest host, it is left out until it is back
+    host_links_back: int = 0  # ... and came back
+
+
+class HostLinks:
+    """Which of this node's connections to its peers are down, by connection number
+    (the transport's): a host is a guest host only while its current connection is
+    not.  A connection closed for good is forgotten (``forget``), so this holds at
+    most one entry per open connection; a host that comes back on a new connection
+    (a restart, a new address) counts from that one."""
+
+    def __init__(self) -> None:
+        self.down: set[int] = set()
+        self.counters = LinkCounters()
+
+    def changed(self, conn: int, up: bool) -> None:
+        if up:
+            if conn in self.down:
+                self.down.discard(conn)
+                self.counters.host_links_back += 1
+        elif conn not in self.down:
+            self.down.add(conn)
+            self.counters.host_links_lost += 1
+
+    def forget(self, conn: int) -> None:
+        self.down.discard(conn)
+
+    def live(self, hosts: Iterable[tuple[bytes, int | None]]) -> list[bytes]:
+        """Of ``hosts`` (UUID, its current connection), those whose connection is not down."""
+        down = self.down
+        return [h for h, conn in hosts if conn is None or conn not in down]

@@ -39,6 +39,10 @@ Rules (the Noam document, and what it leaves open):
   heard from it for 2 P (any message counts: the document has the lemma send
   a heartbeat P after its last message).  ``heartbeat_ack`` is sent for each
   heartbeat when asked for.
+- The host's address changed (``moved``): every connection was made to the
+  old address, which the host no longer has.  Each is closed (counted in
+  ``closed_address_changed``) and its guest leaves; the guest finds the host
+  again by marco, at its new address.
 - Bad input (not a Noam message, a message before ``register``, a
   guest_name that is not the registered one) gets an ``error`` message and
   the connection is closed; other guests are not affected.
@@ -147,6 +151,7 @@ class RoomCounters:
     names_taken: int = 0  # registrations refused: the name is a connected guest's
     spotted_forgotten: int = 0  # names dropped from the free / other lists past max_spotted
     marcos_left_to_others: int = 0  # marcos for this room not answered: another host of the group is chosen
+    closed_address_changed: int = 0  # connections closed because the host's address changed (moved)
 
 
 @dataclass(slots=True)
@@ -279,6 +284,18 @@ class Room:
             return []
         self.fired += 1
         return [self._close(self.guests[name].conn, "send failed"), *self._remove(name, "fired: send failed")]
+
+    def moved(self, reason: str) -> list[Action]:
+        """The host's address changed: close every connection (registered or not); its
+        guest, if any, leaves with ``reason``."""
+        out: list[Action] = []
+        for conn in list(self._open):
+            self.counters.closed_address_changed += 1
+            out.append(self._close(conn, reason))
+            name = self._conns.get(conn)
+            if name is not None:
+                out.extend(self._remove(name, reason))
+        return out
 
     def fire(self, name: str, reason: str) -> list[Action]:
         if name not in self.guests:

@@ -18,6 +18,7 @@ from typing import Any, cast
 
 from aiohttp import WSMsgType, web
 
+from .choice import HostLinks
 from .codec import (
     PREFIX,
     Error,
@@ -124,15 +125,19 @@ class GuestServer:
         on_change: Callable[[str, bool, str], None] = lambda guest, joined, reason: None,
         clock: Callable[[], float] = time.monotonic,
         hosts: Callable[[], Collection[bytes]] = lambda: (),
+        links: HostLinks | None = None,
     ) -> None:
         """``hosts``: the UUIDs of the group's other live nodes that host guests
-        (the room answers a marco only when it is the one chosen among them and itself)."""
+        (the room answers a marco only when it is the one chosen among them and itself);
+        ``links``: the connections to them that are down (served in ``stats``)."""
         self.room = room
         self.hosts = hosts
+        self.links = links or HostLinks()
         self.settings = settings
         self.on_event = on_event
         self.on_change = on_change
         self.clock = clock
+        self.host = settings.host  # where the TCP and WebSocket servers listen now (move() changes it)
         self.tcp_port = 0
         self.ws_port = 0
         self.counters = ServerCounters()
@@ -146,6 +151,7 @@ class GuestServer:
         self._udp: asyncio.DatagramTransport | None = None
         self._tcp: asyncio.Server | None = None
         self._ws: web.AppRunner | None = None
+        self._site: web.TCPSite | None = None
         self._ticker: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -163,8 +169,7 @@ class GuestServer:
         sock.setblocking(False)
         transport, _ = await loop.create_datagram_endpoint(lambda: _Marco(self), sock=sock)
         self._udp = transport
-        self._tcp = await asyncio.start_server(self._tcp_guest, s.host, s.tcp_port, reuse_address=True)
-        self.tcp_port = int(self._tcp.sockets[0].getsockname()[1])
+        self._tcp = await self._listen_tcp(s.host, s.tcp_port)
         self.room.tcp_port = self.tcp_port
         app = web.Application()
         app.router.add_get("/", self._ws_guest)
@@ -173,12 +178,51 @@ class GuestServer:
         self._ws = web.AppRunner(app, access_log=None, handle_signals=False,
                                  keepalive_timeout=self.room.limits.register_timeout)
         await self._ws.setup()
-        site = web.TCPSite(self._ws, s.host, s.ws_port, reuse_address=True)
-        await site.start()
-        for addr in self._ws.addresses:
-            self.ws_port = int(addr[1])
-            break
+        self._site = await self._listen_ws(s.host, s.ws_port)
         self._ticker = asyncio.create_task(self._tick())
+
+    async def _listen_tcp(self, host: str, port: int) -> asyncio.Server:
+        server = await asyncio.start_server(self._tcp_guest, host, port, reuse_address=True)
+        self.tcp_port = int(server.sockets[0].getsockname()[1])
+        return server
+
+    async def _listen_ws(self, host: str, port: int) -> web.TCPSite:
+        assert self._ws is not None
+        site = web.TCPSite(self._ws, host, port, reuse_address=True)
+        await site.start()
+        # Every site's address; this one's is on ``host`` (port 0: the one the system chose).
+        bound = [int(a[1]) for a in self._ws.addresses if a[0] == host] or [int(a[1]) for a in self._ws.addresses]
+        self.ws_port = bound[0] if port == 0 or port not in bound else port
+        return site
+
+    async def move(self, host: str) -> None:
+        """The node's address moved to ``host``: listen there for TCP and WebSocket
+        guests (on the same ports, or free ones if those are taken there), stop
+        listening on the old address, and close every guest connection, all made to
+        the old address: the guests find this host again by marco (the marco port is
+        bound to the wildcard address and hears the new network's broadcasts as it is).
+        Raises OSError if it cannot listen on ``host``; the old servers then stay."""
+        if host == self.host or self._tcp is None or self._site is None:
+            return
+        old_tcp, old_site, old_ports = self._tcp, self._site, (self.tcp_port, self.ws_port)
+        try:
+            tcp = await self._listen_tcp(host, self.tcp_port)
+        except OSError:  # the port is taken on the new address: another one
+            tcp = await self._listen_tcp(host, 0)
+        try:
+            try:
+                site = await self._listen_ws(host, self.ws_port)
+            except OSError:
+                site = await self._listen_ws(host, 0)
+        except OSError:
+            tcp.close()
+            self.tcp_port, self.ws_port = old_ports
+            raise
+        old_tcp.close()
+        await old_site.stop()
+        self._tcp, self._site, self.host = tcp, site, host
+        self.room.tcp_port = self.tcp_port  # the port polos give
+        self._run(self.room.moved(f"the host's address changed to {host}: find it again"))
 
     async def close(self) -> None:
         if self._ticker is not None:
@@ -199,14 +243,15 @@ class GuestServer:
     @property
     def stats(self) -> dict[str, int]:
         """Every counter of the doors and the room, by name."""
-        return asdict(self.counters) | asdict(self.room.counters)
+        return asdict(self.counters) | asdict(self.room.counters) | asdict(self.links.counters)
 
     def host_ids(self) -> list[str]:
         """This node and the group's other live guest hosts, as the marco choice sees them."""
         return sorted(h.hex() for h in {self.room.me, *self.hosts()})
 
-    def ports(self) -> dict[str, int]:
-        return {"marco_port": self.settings.marco_port, "tcp_port": self.tcp_port, "ws_port": self.ws_port}
+    def ports(self) -> dict[str, int | str]:
+        return {"host": self.host, "marco_port": self.settings.marco_port, "tcp_port": self.tcp_port,
+                "ws_port": self.ws_port}
 
     # -------------------------------------------------------------- group events
 

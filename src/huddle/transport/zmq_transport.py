@@ -40,6 +40,7 @@ import zmq
 from ..ids import NodeId
 from ..limits import MeshLimits
 from ..wire import MAX_BODY
+from .links import LinkMonitor
 
 __all__ = ["Conn", "ZmqTransport"]
 
@@ -124,7 +125,10 @@ class ZmqTransport:
         on_stalled: Callable[[int], None] = lambda conn: None,
         on_connect_failed: Callable[[int], None] = lambda conn: None,
         limits: MeshLimits | None = None,
+        on_link: Callable[[int, bool], None] | None = None,
     ) -> None:
+        """``on_link(conn, up)``: told when a connection drops and when it is back
+        (ZeroMQ socket monitors, transport/links.py); None: not watched."""
         self.identity = identity
         self.sndhwm = sndhwm
         self.overflow_limit = overflow_limit
@@ -160,6 +164,7 @@ class ZmqTransport:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._flush_scheduled = False
         self.send_dropped = 0
+        self.links = None if on_link is None else LinkMonitor(on_link)
 
     # ----------------------------------------------------------------- inbox
 
@@ -275,9 +280,13 @@ class ZmqTransport:
             sock.setsockopt(zmq.RECONNECT_IVL, 100)
             sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
             sock.setsockopt(zmq.TCP_KEEPALIVE, 1)
+            if self.links is not None and self._loop is not None:
+                self.links.watch(conn, sock, self._loop)
             sock.connect(endpoint)
         except zmq.ZMQError as exc:
             if sock is not None:
+                if self.links is not None:
+                    self.links.unwatch(conn)
                 sock.close(linger=0)
             self.connect_failed += 1
             now = time.monotonic()
@@ -403,6 +412,8 @@ class ZmqTransport:
                     break
             c.sock.setsockopt(zmq.LINGER, 500)
         c.drained.set()
+        if self.links is not None:
+            self.links.unwatch(conn)
         c.sock.close()
 
     def close(self) -> None:
@@ -412,5 +423,7 @@ class ZmqTransport:
                 self._loop.remove_reader(self._fd)
         for conn in list(self.conns):
             self.disconnect(conn)
+        if self.links is not None:
+            self.links.close()
         self.router.close(linger=0)
         self.ctx.term()
