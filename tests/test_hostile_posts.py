@@ -25,9 +25,9 @@ from test_posts import FakeLocal, FakeSource
 
 from huddle.limits import PostLimits
 from huddle.posts.codec import Chunk, Error, Fetch, Goodbye, GoodbyeOk, Hello, HelloOk, Meta, MetaOk, NextEmpty, NextOk, NextOlder
-from huddle.posts.model import Post, PostError, post_id
+from huddle.posts.model import HEAD, Post, PostError, post_id
 from huddle.posts.store import PostStore
-from huddle.posts.sync import HEAD, Client, ClientAction, Discard, Finished, Release, SendMsg, Server
+from huddle.posts.sync import Client, ClientAction, Discard, Finished, Release, SendMsg, Server
 
 TS = "2026-01-02T03:04:05Z"
 DIGEST = hashlib.sha1(b"h").hexdigest()

@@ -41,23 +41,10 @@ from huddle.posts.codec import (
     decode,
     encode,
 )
-from huddle.posts.model import Post, PostError, post_id
+from huddle.posts.model import HEAD, CorruptContent, Policy, Post, PostError, Range, UnknownPost, post_id
 from huddle.posts.service import MAX_HELD, MAX_OUT, MAX_QUEUED_CONTENT, PostService, PostSettings
 from huddle.posts.store import PostStore
-from huddle.posts.sync import (
-    HEAD,
-    Client,
-    Complete,
-    CorruptContent,
-    Finished,
-    Policy,
-    Range,
-    Release,
-    SendMsg,
-    Server,
-    UnknownPost,
-    WriteChunk,
-)
+from huddle.posts.sync import Client, Complete, Finished, Release, SendMsg, Server, WriteChunk
 from huddle.protocol.delivery import BufferFull
 from huddle.protocol.events import BulkReceived, MessageReceived
 

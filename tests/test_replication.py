@@ -259,7 +259,7 @@ def test_sqlite_store_rejects_a_broken_file(tmp_path: Path) -> None:
 
 
 def test_source_state_keeps_ranges() -> None:
-    from huddle.protocol.replication import SourceState
+    from huddle.log.model import SourceState
 
     st = SourceState()
     assert st.add(5, 9) == [(5, 9)]

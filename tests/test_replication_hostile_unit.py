@@ -19,9 +19,10 @@ from huddle.config import NodeConfig
 from huddle.errors import DecodeError, LocalProtocolError
 from huddle.limits import LogLimits
 from huddle.log import SqliteStore
+from huddle.log.model import SourceState
 from huddle.node import Node
 from huddle.protocol.events import Send
-from huddle.protocol.replication import MemoryStore, Replicator, SourceState, _coalesce
+from huddle.protocol.replication import MemoryStore, Replicator, _coalesce
 from huddle.wire import MAX_BODY, Chat, Gsip, LogRecord, Xmsg, decode, encode, encode_parts
 from huddle.wire.messages import MAX_RECORD, MAX_SEQ, check_record, record_size, strict_json
 

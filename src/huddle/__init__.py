@@ -30,7 +30,7 @@ def __getattr__(name: str) -> Any:
     pyzmq, aiohttp and zeroconf, and code that only reads huddle's data (the
     pipeline's Spark workers, the codec, the document) should not."""
     if name in ("Node", "run_node"):
-        from . import node
+        from . import node  # noqa: PLC0415 - the driver (pyzmq, aiohttp, zeroconf) on first use only
 
         return getattr(node, name)
     raise AttributeError(f"module 'huddle' has no attribute {name!r}")

@@ -10,8 +10,11 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from .discovery.service_type import normalise_mdns_type
 from .errors import ConfigError
 from .limits import LimitError, Limits, parse_assignment
+from .posts.codec import MAX_FETCH
+from .posts.model import Policy
 from .protocol import Timing
 from .protocol.delivery import DeliveryTiming
 from .wire.messages import MAX_GROUP, MAX_NAME
@@ -167,9 +170,6 @@ class NodeConfig:
         self._check_posts()
 
     def _check_posts(self) -> None:
-        from .posts.codec import MAX_FETCH
-        from .posts.sync import Policy
-
         try:
             Policy.parse(self.posts_policy)
         except ValueError as exc:
@@ -214,21 +214,6 @@ class NodeConfig:
             return replace(self, limits=self.limits.with_values(table))
         except LimitError as exc:
             raise ConfigError(str(exc)) from None
-
-
-_MDNS_TYPE = re.compile(r"^_[A-Za-z0-9-_]{1,62}\._(tcp|udp)\.local\.$")
-
-
-def normalise_mdns_type(text: str) -> str:
-    """``_huddle._tcp`` -> ``_huddle._tcp.local.``; a clear error for anything that is not a service type."""
-    t = text.strip()
-    if not t.endswith("."):
-        t += "."
-    if not t.endswith(".local."):
-        t += "local."
-    if not _MDNS_TYPE.match(t):
-        raise ConfigError(f"mDNS service type {text!r} must look like _name._tcp (e.g. _huddle._tcp)")
-    return t
 
 
 def parse_naming_endpoint(text: str) -> tuple[str, int]:

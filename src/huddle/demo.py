@@ -193,8 +193,8 @@ def _audit(nodes: list[NodeProcess], exports: Path, report_dir: Path | None) -> 
     print("== the audit: each node's log exported (huddle export), then the audit pipeline "
           "(huddle pipeline run) on Apache Spark, local[*]")
     try:  # deferred on purpose: PySpark, loaded only for this last part
-        from .pipeline.jobs import run_session
-        from .pipeline.session import SparkSetupError, require_java
+        from .pipeline.jobs import run_session  # noqa: PLC0415
+        from .pipeline.session import SparkSetupError, require_java  # noqa: PLC0415
     except ImportError as exc:
         print(f"   skipped: the pipeline needs PySpark ({exc}): pip install 'pyspark>=4.0,<5'\n")
         return True

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import resource
+import signal
 import socket
 import time
 from collections.abc import Callable
@@ -25,23 +26,27 @@ from .discovery import BeaconService, Interface, InterfaceAbsent, resolve_interf
 from .discovery.interfaces import LOOPBACK, ipv4_interfaces
 from .discovery.watch import Back, InterfaceWatch, Lost, Moved, WatchDecision
 from .doc import DOC_KIND, DocEngine, OperationError, digest, jams
+from .doc.engine import Key
 from .errors import ConfigError, CutOffReadOnly, DataDirLocked, LocalProtocolError
 from .guests.choice import HostLinks
+from .guests.room import Room
 from .ids import NodeId
 from .log import SqliteStore
 from .log.integrity import LogGuard
+from .posts.model import Policy
+from .posts.service import PostService, PostSettings
+from .posts.store import PostStore
 from .protocol import Connect, Disconnect, Event, Mesh, Notify, PeerInfo, Send
 from .protocol.delivery import BufferFull, Delivery
 from .protocol.events import BufferSpace, Counters, CutOff, LogAppended, PeerExcluded, stat_row
 from .protocol.replication import Replicator, canonical_json
+from .transport.naming import NamingClient
 from .transport.zmq_transport import ZmqTransport
 from .wire import LogRecord, encode_parts
 
 if TYPE_CHECKING:
     from .discovery.mdns import MdnsService
     from .guests.server import GuestServer
-    from .posts.service import PostService
-    from .transport.naming import NamingClient
 
 __all__ = ["DataDir", "Node", "run_node"]
 
@@ -364,8 +369,6 @@ class Node:
         (and as the previous ones leave it).  Raises ``OperationError`` and
         records nothing if any does not fit.  Returns, per operation, its
         source, sequence and the eids of the elements it adds."""
-        from .doc.engine import Key
-
         self._check_writable()
         scratch = self.doc.document.clone()
         stamp = self.mesh_time()
@@ -527,7 +530,7 @@ class Node:
                 except OSError as exc:
                     raise ConfigError(f"cannot open the beacon socket on port {cfg.beacon_port}: {exc.strerror}") from None
             if cfg.mdns:
-                from .discovery.mdns import MdnsService
+                from .discovery.mdns import MdnsService  # noqa: PLC0415 - zeroconf: only with --mdns
 
                 self._mdns = MdnsService(
                     uuid=uuid, name=cfg.name, group=cfg.group, router_port=port, interface=iface,
@@ -535,8 +538,6 @@ class Node:
                 )
                 await self._mdns.start()
             if cfg.naming:
-                from .transport.naming import NamingClient
-
                 naming = NamingClient(
                     uuid=uuid, name=cfg.name, group=cfg.group, endpoint=endpoint, brokers=cfg.naming,
                     interval=cfg.naming_interval, timeout=cfg.naming_timeout, on_peer=self._discovered,
@@ -547,7 +548,7 @@ class Node:
             if cfg.guests:
                 await self._start_guests(cfg, iface.ip)
             self._start_posts(cfg)
-            from .api.http import start_api  # local import: aiohttp is only needed here
+            from .api.http import start_api  # noqa: PLC0415 - aiohttp: imported when a node runs, not with huddle.node
 
             api_runner, self.api_url = await start_api(self, cfg.api, cfg.limits.api)
             self._execute()
@@ -676,10 +677,6 @@ class Node:
     # ---------------------------------------------------------------- posts (Hydra)
 
     def _start_posts(self, cfg: NodeConfig) -> None:
-        from .posts.service import PostService, PostSettings
-        from .posts.store import PostStore
-        from .posts.sync import Policy
-
         settings = PostSettings(policy=Policy.parse(cfg.posts_policy), chunk_size=cfg.posts_chunk,
                                 interval=cfg.posts_interval)
         self._posts = PostService(self, PostStore(self.data_dir.path), settings, self._publish,
@@ -694,8 +691,7 @@ class Node:
     # ---------------------------------------------------------------- guests
 
     async def _start_guests(self, cfg: NodeConfig, host: str) -> None:
-        from .guests.room import Room
-        from .guests.server import GuestServer, GuestSettings
+        from .guests.server import GuestServer, GuestSettings  # noqa: PLC0415 - aiohttp: only with --guests
 
         mesh, links = self._mesh, self._host_links
         assert mesh is not None and links is not None  # the mesh starts before the guests
@@ -956,8 +952,6 @@ def raise_descriptor_limit(want: int = 65536) -> int:
 
 def run_node(config: NodeConfig, on_ready: Callable[[Node], None] | None = None) -> None:
     """Run a node in the foreground until SIGINT / SIGTERM."""
-    import signal
-
     raise_descriptor_limit()
 
     async def main() -> None:

@@ -14,16 +14,19 @@ import heapq
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from .doc import DocEngine, to_xml
 from .errors import DecodeError
 from .gcutil import few_collections
 from .ids import NodeId
+from .log.export import event_schema, write_tables
 from .protocol import Connect, Disconnect, Event, Mesh, Notify, Send, Timing
 from .protocol.delivery import Delivery, DeliveryTiming
 from .protocol.events import LogAppended, stat_row
 from .protocol.picture import PictureTiming
-from .protocol.replication import MemoryStore, ReplicationTiming, Replicator
+from .protocol.replication import MemoryStore, ReplicationTiming, Replicator, canonical_json
 from .simlog import Origin, RangeStore
 from .wire import Dack, Dmsg, Gsip, LogRecord, Message, Xmsg, decode, encode
 
@@ -336,9 +339,6 @@ def sim_doc_op(r: LogRecord) -> dict[str, Any]:
 def check_documents(nodes: list[SimNode], seed: int) -> list[str]:
     """Every node's bout document, built from its records delivered in its own
     random order with duplicates, is the same XML."""
-    from .doc import DocEngine, to_xml
-    from .protocol.replication import canonical_json
-
     rng = random.Random(seed)
     reference: str | None = None
     for node in nodes:
@@ -541,10 +541,6 @@ def export_nodes(nodes: list[SimNode], out: str, fmt: str = "parquet") -> int:
     """Write each node's log as ``huddle export`` would, one directory per node;
     returns the number of rows.  A simulated log is written column-wise, so
     millions of rows cost no Python object each."""
-    from pathlib import Path
-
-    from .log.export import write_tables
-
     total = 0
     for node in nodes:
         name = str(node.mesh.uuid)
@@ -579,9 +575,7 @@ def _memory_rows(store: MemoryStore, node: str, group: str) -> list[dict[str, ob
 
 def _range_tables(store: RangeStore, node: str, group: str, rows: int = 1_000_000) -> Iterator[Any]:
     """Arrow tables of at most ``rows`` rows, one segment piece at a time."""
-    import pyarrow as pa
-
-    from .log.export import event_schema
+    import pyarrow as pa  # noqa: PLC0415 - pyarrow: deferred, only an export needs it
 
     schema = event_schema()
     for source in sorted(store.segments):

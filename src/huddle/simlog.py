@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from .ids import NodeId
-from .protocol.replication import RecordRun, SourceState
+from .log.model import SourceState
+from .protocol.replication import RecordRun
 from .wire import LogRecord
 
 __all__ = ["KINDS", "Origin", "RangeStore", "Segment"]
@@ -92,8 +93,8 @@ class Origin:
     def columns(self, source: NodeId, first: int, last: int) -> dict[str, Any]:
         """The records ``first..last`` as Arrow arrays (seq, timestamp, kind, body),
         made column-wise: the same values as :meth:`record`, without a Python object per row."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
+        import pyarrow as pa  # noqa: PLC0415 - pyarrow: deferred, only an export needs it
+        import pyarrow.compute as pc  # noqa: PLC0415 - as above
 
         seq = pa.array(range(first, last + 1), pa.int64())
         stamps: list[Any] = []

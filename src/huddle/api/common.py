@@ -8,22 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
 from ..limits import ApiLimits
 from .guard import ApiCounters, ConnectionGuard, LogGate
-
-if TYPE_CHECKING:
-    from ..node import Node
+from .ports import ApiNode
 
 __all__ = ["NODE_KEY", "STATE_KEY", "ApiState", "error_response"]
 
 log = logging.getLogger("huddle.api")
 
-NODE_KEY: web.AppKey[Node] = web.AppKey("node")
+NODE_KEY: web.AppKey[ApiNode] = web.AppKey("node")
 
 
 class ApiState:

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 from urllib.parse import urlsplit
 
+from ..counters import Counters
 from ..limits import ApiLimits
-from ..protocol.events import Counters
 
 __all__ = [
     "SIMPLE_TYPES", "ApiCounters", "BadInput", "ConnectionGuard", "LogGate", "bad_text", "host_allowed",

@@ -15,7 +15,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import WSMsgType, web
 from aiohttp.web_protocol import RequestHandler
@@ -40,10 +40,8 @@ from .guard import (
     origin_allowed,
     parse_json,
 )
+from .ports import ApiNode
 from .posts_http import add_post_routes
-
-if TYPE_CHECKING:
-    from ..node import Node
 
 __all__ = ["make_app", "start_api"]
 
@@ -666,7 +664,7 @@ async def _sweeper(app: web.Application) -> AsyncIterator[None]:
         await task
 
 
-def make_app(node: Node, limits: ApiLimits | None = None) -> web.Application:
+def make_app(node: ApiNode, limits: ApiLimits | None = None) -> web.Application:
     app = web.Application(middlewares=[_door, _errors], client_max_size=MAX_BODY + 4096)
     app[NODE_KEY] = node
     app[STATE_KEY] = ApiState(limits or ApiLimits())
@@ -697,7 +695,7 @@ def make_app(node: Node, limits: ApiLimits | None = None) -> web.Application:
     return app
 
 
-async def start_api(node: Node, address: str, limits: ApiLimits | None = None) -> tuple[web.AppRunner, str]:
+async def start_api(node: ApiNode, address: str, limits: ApiLimits | None = None) -> tuple[web.AppRunner, str]:
     """Serve the API on ``HOST:PORT`` (port 0 picks one); returns the runner and URL.
     Warns (log, and ``GET /api/v1/node`` -> ``api.warning``) when it listens beyond loopback."""
     host, port = parse_hostport(address, "api")

@@ -18,18 +18,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from ..errors import CutOffReadOnly
-from ..posts.model import MAX_MIME, PostError, is_post_id, now_timestamp
-from ..posts.sync import CorruptContent, UnknownPost
+from ..posts.model import MAX_MIME, CorruptContent, PostError, UnknownPost, is_post_id, now_timestamp
+from ..posts.service import PostService
 from .common import NODE_KEY, STATE_KEY
 from .common import error_response as _error
-
-if TYPE_CHECKING:
-    from ..posts.service import PostService
 
 __all__ = ["add_post_routes"]
 

@@ -64,7 +64,7 @@ def _node_config(args: argparse.Namespace) -> NodeConfig:
 
 
 def _node(args: argparse.Namespace) -> int:
-    from ..node import Node, run_node  # deferred on purpose: the node loads pyzmq, aiohttp and zeroconf
+    from ..node import Node, run_node  # deferred on purpose: the node loads pyzmq, aiohttp and zeroconf  # noqa: PLC0415
 
     config = _node_config(args)
     tune_malloc()  # this process is a node's own: it moves large posts in 1 MiB blocks
@@ -139,13 +139,13 @@ def _node_types(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from ..demo import run_demo  # deferred on purpose: the demo loads aiohttp (the client)
+    from ..demo import run_demo  # deferred on purpose: the demo loads aiohttp (the client)  # noqa: PLC0415
 
     return run_demo(args.nodes, args.report_dir)
 
 
 def _broker(args: argparse.Namespace) -> int:
-    from ..transport.naming import run_broker  # deferred on purpose: the broker loads pyzmq
+    from ..transport.naming import run_broker  # deferred on purpose: the broker loads pyzmq  # noqa: PLC0415
 
     for what, endpoint in (("--pub", args.pub), ("--sub", args.sub)):
         if not endpoint.startswith("tcp://"):
@@ -165,8 +165,8 @@ def _pipeline(args: argparse.Namespace) -> int:
     if args.window <= 0:
         raise ConfigError(f"--window must be positive, got {args.window}")
     try:  # deferred on purpose: PySpark (no JVM yet: that starts in run_session)
-        from ..pipeline.io import check_inputs
-        from ..pipeline.jobs import JOBS, parse_jobs, run_session
+        from ..pipeline.io import check_inputs  # noqa: PLC0415  (deferred: the pipeline loads pyarrow and PySpark)
+        from ..pipeline.jobs import JOBS, parse_jobs, run_session  # noqa: PLC0415  (deferred: PySpark)
     except ImportError as exc:
         raise ConfigError(f"the pipeline needs PySpark: pip install 'pyspark>=4.0,<5' ({exc})") from None
     jobs = list(JOBS) if args.jobs is None else parse_jobs(args.jobs, flag="--jobs")
@@ -180,7 +180,7 @@ def _pipeline(args: argparse.Namespace) -> int:
 
 
 def _repair(args: argparse.Namespace) -> int:
-    from ..node import DataDir  # deferred on purpose, as for `huddle node`: the node module loads pyzmq
+    from ..node import DataDir  # deferred on purpose, as for `huddle node`: the node module loads pyzmq  # noqa: PLC0415
 
     if not (args.data_dir / "node-id").exists() and not (args.data_dir / "log.sqlite").exists():
         raise ConfigError(f"{args.data_dir} is not a huddle data directory (no node-id, no log.sqlite)")
@@ -221,7 +221,7 @@ def _on_api(handler: ApiHandler) -> Handler:
     """A handler that runs ``handler`` with a client of the node's API and prints what it shows."""
 
     def run_command(args: argparse.Namespace) -> int:
-        from ..client import ApiClient, ApiError  # deferred on purpose: aiohttp, only for commands that call a node
+        from ..client import ApiClient, ApiError  # deferred on purpose: aiohttp, only for commands that call a node  # noqa: PLC0415
 
         async def call() -> Shown:
             async with ApiClient(api_url(args)) as api:

@@ -23,10 +23,10 @@ from typing import Any
 from zeroconf import IPVersion, ServiceStateChange
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
-from ..config import normalise_mdns_type as normalise_type
 from ..errors import ConfigError
 from ..ids import NodeId
 from .interfaces import Interface
+from .service_type import normalise_mdns_type as normalise_type
 
 __all__ = ["MdnsService"]
 

@@ -15,6 +15,7 @@ Normal form (docs/document.md)::
 
 from __future__ import annotations
 
+import json
 import re
 import xml.etree.ElementTree as ET
 from typing import Any, Final
@@ -44,8 +45,6 @@ def parse_ops(text: str, content_type: str = "") -> list[dict[str, Any]]:
     stripped = text.lstrip()
     if "xml" in content_type or (not content_type.endswith("json") and stripped.startswith("<")):
         return parse_xml_ops(text)
-    import json
-
     try:
         value = json.loads(text)
     except ValueError as exc:

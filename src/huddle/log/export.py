@@ -21,7 +21,7 @@ __all__ = ["event_schema", "export", "stat_schema", "write_tables"]
 
 
 def event_schema() -> Any:
-    import pyarrow as pa
+    import pyarrow as pa  # noqa: PLC0415 - pyarrow: deferred, only Parquet needs it
 
     return pa.schema([
         pa.field("node", pa.string(), nullable=False),
@@ -38,7 +38,7 @@ def event_schema() -> Any:
 
 
 def stat_schema() -> Any:
-    import pyarrow as pa
+    import pyarrow as pa  # noqa: PLC0415 - pyarrow: deferred, only Parquet needs it
 
     return pa.schema([
         pa.field("node", pa.string(), nullable=False),
@@ -129,8 +129,8 @@ def _write_parquet(path: Path, schema: Any, batches: Any) -> int:
     batch would make readers pay per group: Spark and DuckDB both read by
     row group)."""
     try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+        import pyarrow as pa  # noqa: PLC0415 - pyarrow: deferred, only Parquet needs it
+        import pyarrow.parquet as pq  # noqa: PLC0415 - as above
     except ImportError:
         raise HuddleError("Parquet export needs pyarrow (pip install pyarrow), or use --format jsonl") from None
     count = 0

@@ -25,9 +25,9 @@ from pathlib import Path
 
 from ..errors import HuddleError
 from ..ids import NodeId
-from ..protocol.replication import SourceState
 from ..wire import LogRecord
 from ..wire.messages import MAX_SEQ
+from .model import SourceState
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore", "StoredRecord", "Verified", "record_digest"]
 

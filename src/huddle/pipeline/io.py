@@ -179,7 +179,7 @@ def count_from_footers(files: Sequence[str], schema: StructType) -> FooterCount 
     per row group (min = max in the statistics, as ``huddle export`` writes).
     None when any of that cannot be told from the footers: the caller then
     counts with a pass over the rows, which also reports what is wrong."""
-    import pyarrow.parquet as pq  # a dependency of huddle; imported here to keep module import light
+    import pyarrow.parquet as pq  # noqa: PLC0415 - pyarrow: deferred to keep the module's import light
 
     rows, values = 0, {"node": set[str](), "group": set[str]()}
     for name in files:

@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from ..doc import DocEngine, digest, to_xml
 from ..doc.ops import DOC_KIND
+from ..ids import NodeId
+from ..wire import LogRecord
 from . import schemas
 
 if TYPE_CHECKING:
     import pandas as pd
-
-    from ..doc import DocEngine
 
 __all__ = [
     "KEY",
@@ -406,11 +407,7 @@ GROUP_DOCUMENT = "*"  # the ``node`` of a group's document made from every node'
 
 def _document_of(pdf: pd.DataFrame) -> pd.DataFrame:
     """One (group, node)'s ``doc`` events -> its document, by huddle's own engine."""
-    import pandas as pd
-
-    from ..doc import DocEngine
-    from ..ids import NodeId
-    from ..wire import LogRecord
+    import pandas as pd  # noqa: PLC0415 - pandas: deferred, only the replay's Python workers need it
 
     engine = DocEngine()
     engine.load(
@@ -426,8 +423,6 @@ def document_facts(engine: DocEngine) -> dict[str, Any]:
     """What the replay keeps of a document: doc_events, applied, dropped,
     digest (:func:`huddle.doc.digest`, as the node computes it for its
     ``document`` rows), xml (without eids)."""
-    from ..doc import digest, to_xml
-
     doc = engine.document
     return {
         "doc_events": len(engine), "applied": doc.applied, "dropped": len(doc.dropped),
@@ -531,8 +526,6 @@ def replay(events: DataFrame, docs: DataFrame, last_shown: DataFrame | None = No
 
 
 def _empty_engine() -> DocEngine:
-    from ..doc import DocEngine
-
     return DocEngine()
 
 

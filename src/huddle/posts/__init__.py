@@ -1,8 +1,10 @@
 """Hydra posts: content-addressed files shared between the nodes of a group.
 
-``model`` (the post and its id), ``codec`` (the sync messages' bytes),
-``sync`` (client and server state machines, sans-I/O), ``store`` (the
-on-disk store) and ``service`` (the asyncio driver inside a node).
+``model`` (the vocabulary: the post and its id, the fetch policy, the
+errors), ``codec`` (the sync messages' bytes), ``sync`` (client and server
+state machines, sans-I/O), ``store`` (the on-disk store), ``ports`` (what
+the service needs of its node) and ``service`` (the asyncio driver inside a
+node).
 """
 
 from .model import Post, PostError, content_digest, post_id

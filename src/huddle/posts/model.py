@@ -17,7 +17,10 @@ from typing import Any
 
 from ..errors import HuddleError
 
-__all__ = ["Post", "PostError", "content_digest", "is_post_id", "now_timestamp", "post_id"]
+__all__ = [
+    "HEAD", "TAIL", "CorruptContent", "Policy", "Post", "PostError", "Range", "UnknownPost", "content_digest",
+    "is_post_id", "now_timestamp", "post_id",
+]
 
 _TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z\Z")
 _HEX40 = re.compile(r"[0-9a-f]{40}\Z")
@@ -27,6 +30,20 @@ MAX_MIME = 255
 
 class PostError(HuddleError):
     """A post's metadata is not valid (bad timestamp, digest, id, ...)."""
+
+
+class UnknownPost(KeyError):
+    """The id is not (or no longer) a post of this store."""
+
+
+class CorruptContent(Exception):
+    """A post's content does not match its digest; the store has dropped it."""
+
+
+# Where a walk through a store's posts starts: before the newest (NEXT-OLDER from HEAD)
+# or before the oldest (NEXT-NEWER from TAIL).
+HEAD = "HEAD"
+TAIL = "TAIL"
 
 
 def is_post_id(text: str) -> bool:
@@ -106,3 +123,39 @@ class Post:
         if "id" in data and data["id"] != post.id:
             raise PostError(f"post id {data['id']} does not match its metadata ({post.id})")
         return post
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """What to fetch: ``all``; ``newest`` (only the server's ``limit`` newest posts: a session
+    stops after that many); ``budget`` (no post that would take the store's content past
+    ``limit`` octets; such a post is passed over for good)."""
+
+    mode: str = "all"
+    limit: int = 0
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("all", "newest", "budget"):
+            raise ValueError(f"policy must be all, newest:N or budget:OCTETS, not {self.mode!r}")
+        if self.limit < 0 or (self.mode == "newest" and self.limit == 0):
+            raise ValueError("newest:N needs N >= 1; a budget must be >= 0")
+
+    @classmethod
+    def parse(cls, text: str) -> Policy:
+        mode, sep, n = text.partition(":")
+        if mode == "all" and not sep:
+            return cls()
+        if mode not in ("newest", "budget"):
+            raise ValueError(f"policy must be all, newest:N or budget:OCTETS[kmg], not {text!r}")
+        units = {"k": 1024, "m": 1024**2, "g": 1024**3}
+        mult = units.get(n[-1:].lower(), 1)
+        digits = n[:-1] if mult > 1 else n
+        if not digits.isdigit():
+            raise ValueError(f"policy must be all, newest:N or budget:OCTETS[kmg], not {text!r}")
+        return cls(mode, int(digits) * mult)
+
+
+@dataclass(frozen=True, slots=True)
+class Range:
+    oldest: str
+    newest: str

@@ -15,6 +15,9 @@ addressed message, CONTENT in a BULK: docs/protocol.md 15.5), so it is not
 cut into addressed-message frames, acknowledged and joined again.  Before a
 post is served for the first time since it changed (after a restart: every
 post), its digest is checked in a thread while that peer's requests wait.
+
+The service sees its node only as a :class:`~huddle.posts.ports.PostsHost`
+(its id, its live peers, three ways to send, the bulk octets queued).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import DecodeError, HuddleError
 from ..ids import NodeId
@@ -51,7 +54,8 @@ from .codec import (
     encode_bulk,
     is_hydra,
 )
-from .model import Post
+from .model import Policy, Post
+from .ports import PostsHost
 from .store import PostStore, digest_file
 from .sync import (
     Client,
@@ -59,15 +63,11 @@ from .sync import (
     Complete,
     Discard,
     Finished,
-    Policy,
     Release,
     SendMsg,
     Server,
     WriteChunk,
 )
-
-if TYPE_CHECKING:
-    from ..node import Node
 
 __all__ = ["MAX_HELD", "MAX_OUT", "MAX_QUEUED_CONTENT", "PostRefusals", "PostService", "PostSettings"]
 
@@ -109,7 +109,7 @@ class PostSettings:
 
 
 class PostService:
-    def __init__(self, node: Node, store: PostStore, settings: PostSettings,
+    def __init__(self, node: PostsHost, store: PostStore, settings: PostSettings,
                  publish: Callable[[Event], None], limits: PostLimits | None = None) -> None:
         self.node = node
         self.store = store

@@ -36,8 +36,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..errors import ConfigError, DataDirLocked
-from .model import Post, PostError, is_post_id
-from .sync import HEAD, TAIL, CorruptContent, Range, UnknownPost
+from .model import HEAD, TAIL, CorruptContent, Post, PostError, Range, UnknownPost, is_post_id
 
 __all__ = ["PostStore", "Upload", "digest_file"]
 

@@ -53,24 +53,12 @@ from .codec import (
     NextOk,
     NextOlder,
 )
-from .model import Post, PostError, is_post_id
+from .model import HEAD, TAIL, CorruptContent, Policy, Post, PostError, Range, UnknownPost, is_post_id
 
 __all__ = [
-    "Client", "ClientAction", "Complete", "Discard", "Finished", "Local", "Policy", "Range", "Release", "SendMsg",
-    "Server", "Source", "UnknownPost", "WriteChunk",
+    "Client", "ClientAction", "Complete", "Discard", "Finished", "Local", "Release", "SendMsg", "Server", "Source",
+    "WriteChunk",
 ]
-
-HEAD = "HEAD"
-TAIL = "TAIL"
-
-
-class UnknownPost(KeyError):
-    """The id is not (or no longer) a post of this store."""
-
-
-class CorruptContent(Exception):
-    """A post's content does not match its digest; the store has dropped it."""
-
 
 class Source(Protocol):
     """What the server reads (the store)."""
@@ -206,42 +194,6 @@ class Local(Protocol):
 
     def count(self) -> int:
         """Posts held."""
-
-
-@dataclass(frozen=True, slots=True)
-class Policy:
-    """What to fetch: ``all``; ``newest`` (only the server's ``limit`` newest posts: a session
-    stops after that many); ``budget`` (no post that would take the store's content past
-    ``limit`` octets; such a post is passed over for good)."""
-
-    mode: str = "all"
-    limit: int = 0
-
-    def __post_init__(self) -> None:
-        if self.mode not in ("all", "newest", "budget"):
-            raise ValueError(f"policy must be all, newest:N or budget:OCTETS, not {self.mode!r}")
-        if self.limit < 0 or (self.mode == "newest" and self.limit == 0):
-            raise ValueError("newest:N needs N >= 1; a budget must be >= 0")
-
-    @classmethod
-    def parse(cls, text: str) -> Policy:
-        mode, sep, n = text.partition(":")
-        if mode == "all" and not sep:
-            return cls()
-        if mode not in ("newest", "budget"):
-            raise ValueError(f"policy must be all, newest:N or budget:OCTETS[kmg], not {text!r}")
-        units = {"k": 1024, "m": 1024**2, "g": 1024**3}
-        mult = units.get(n[-1:].lower(), 1)
-        digits = n[:-1] if mult > 1 else n
-        if not digits.isdigit():
-            raise ValueError(f"policy must be all, newest:N or budget:OCTETS[kmg], not {text!r}")
-        return cls(mode, int(digits) * mult)
-
-
-@dataclass(frozen=True, slots=True)
-class Range:
-    oldest: str
-    newest: str
 
 
 @dataclass(frozen=True, slots=True)

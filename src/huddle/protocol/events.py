@@ -9,6 +9,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..counters import Counters
 from ..ids import NodeId
 from ..wire import LogRecord, Message
 
@@ -34,16 +35,6 @@ __all__ = [
     "PostAdded",
     "Send",
 ]
-
-
-class Counters:
-    """Base of the counter dataclasses (``slots=True``): their values as a dict."""
-
-    __slots__ = ()
-
-    def as_dict(self) -> dict[str, int]:
-        names: tuple[str, ...] = type(self).__slots__
-        return {k: getattr(self, k) for k in names}
 
 
 # ----------------------------------------------------------------------- actions

@@ -38,10 +38,10 @@ from typing import Any, Final
 import zmq
 import zmq.asyncio
 
+from ..counters import Counters
 from ..errors import ConfigError, DecodeError
 from ..ids import NodeId
 from ..limits import NamingLimits
-from ..protocol.events import Counters
 
 __all__ = [
     "AnnounceNow", "Announcement", "ConnectPub", "Heard", "NamingClient", "NamingState", "NamingStats",

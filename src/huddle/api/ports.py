@@ -1,0 +1,88 @@
+"""What the API needs of the node it serves: nothing more.
+
+:class:`ApiNode` is a structural type (``typing.Protocol``): the node
+satisfies it without naming it, so ``huddle.api`` does not import
+``huddle.node`` (tests/test_layers.py checks), and a test may serve a fake.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from ..config import NodeType
+from ..doc import DocEngine
+from ..guests.server import GuestServer
+from ..ids import NodeId
+from ..log import SqliteStore
+from ..posts.service import PostService
+from ..protocol import Event, PeerInfo
+from ..wire import LogRecord
+
+__all__ = ["ApiMesh", "ApiNode"]
+
+
+class ApiMesh(Protocol):
+    """What the API reads of the mesh: who this node is, who is admitted, who is excluded."""
+
+    @property
+    def uuid(self) -> NodeId: ...
+
+    @property
+    def excluded(self) -> dict[NodeId, str]: ...
+
+    def alive_peers(self) -> list[NodeId]: ...
+
+
+class ApiNode(Protocol):
+    """The node as its HTTP + WebSocket API sees it."""
+
+    @property
+    def api_url(self) -> str | None: ...
+
+    @property
+    def node_type(self) -> NodeType: ...
+
+    @property
+    def mesh(self) -> ApiMesh: ...
+
+    @property
+    def store(self) -> SqliteStore: ...
+
+    @property
+    def doc(self) -> DocEngine: ...
+
+    @property
+    def read_only(self) -> bool: ...
+
+    @property
+    def guests(self) -> GuestServer | None: ...
+
+    @property
+    def posts(self) -> PostService: ...
+
+    def local_now(self) -> float: ...
+
+    def info(self) -> dict[str, Any]: ...
+
+    def system(self) -> dict[str, Any]: ...
+
+    def peers(self) -> list[PeerInfo]: ...
+
+    def log_summary(self) -> dict[str, Any]: ...
+
+    def add_listener(self, fn: Callable[[Event], None]) -> Callable[[], None]: ...
+
+    def emit(self, kind: str, body: Any) -> LogRecord: ...
+
+    def apply_ops(self, ops: list[dict[str, Any]]) -> list[dict[str, Any]]: ...
+
+    def exclude(self, peer: NodeId, reason: str) -> bool: ...
+
+    async def send_chat(self, text: str, to: NodeId | None = None, timeout: float = 5.0) -> int: ...
+
+    async def send_to_wait(self, peer: NodeId, payload: bytes, timeout: float = 10.0) -> int: ...
+
+    def start_jam(self) -> dict[str, Any]: ...
+
+    def stop_jam(self) -> dict[str, Any]: ...
