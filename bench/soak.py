@@ -70,6 +70,10 @@ RSS_FACTOR, RSS_SLACK_MIB, FD_SLACK = 1.25, 16.0, 6
 CLONE_NEWNET = 0x40000000
 
 
+def say_now(line: str) -> None:
+    print(line, flush=True)
+
+
 def ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True, timeout=20)
 
@@ -315,10 +319,13 @@ class Action:
         return f"change the address of {who}"
 
 
-def make_plan(seed: int, nodes: int, seconds: float, scale: float = 1.0) -> list[Action]:
+def make_plan(seed: int, nodes: int, seconds: float, scale: float = 1.0, calm: float = 0.2) -> list[Action]:
     """The chaos schedule of ``seed``: rounds in which each kind comes once, in
     a shuffled order, until the planned time fills ``seconds``; at least one
-    whole round.  Only the seed decides it, never what happens while it runs."""
+    whole round.  The last ``calm`` part of the time kills no process (the
+    network chaos goes on), so every node's last life is long enough to see
+    whether its RSS or descriptors grow.  Only the seed decides the schedule,
+    never what happens while it runs."""
     rng = random.Random(seed)
     plan: list[Action] = []
     planned = 0.0
@@ -328,6 +335,8 @@ def make_plan(seed: int, nodes: int, seconds: float, scale: float = 1.0) -> list
         for kind in kinds:
             if plan and planned >= seconds and len(plan) >= len(KINDS):
                 return plan
+            if kind.startswith("kill") and len(plan) >= len(KINDS) and planned >= seconds * (1.0 - calm):
+                continue
             victim = rng.randrange(nodes)
             pause = rng.uniform(1.0, 6.0) * scale
             side: tuple[int, ...] = ()
@@ -419,7 +428,7 @@ class Soak:
     """The harness: nodes, the stream, the chaos, the samples, the end checks."""
 
     def __init__(self, seed: int, nodes: int, tmp: Path, *, rate: float = 10.0, sample_every: float = 3.0,
-                 warmup: float = 10.0, say: Callable[[str], None] = print) -> None:
+                 warmup: float = 10.0, say: Callable[[str], None] = say_now) -> None:
         self.seed = seed
         self.net = Net(nodes)
         self.tmp = tmp
@@ -432,6 +441,7 @@ class Soak:
         self.report = Report(seed)
         self.acked: dict[Key, Acked] = {}
         self.reused: list[str] = []
+        self.trouble: list[str] = []  # nodes that exited on their own or did not start
         self.samples: dict[str, list[Sample]] = {}
         self._stop = threading.Event()
         self._lock = threading.Lock()  # the nodes' process state, between chaos and stream / sampler
@@ -468,6 +478,7 @@ class Soak:
         try:
             benchlib.read_api_lines(nodes, timeout=90.0)  # type: ignore[arg-type]  # duck-typed NodeProc
         except (TimeoutError, RuntimeError) as exc:
+            self.trouble.append(str(exc)[:300])
             self.log(f"START FAILED: {exc}")
 
     def wait_full_mesh(self, timeout: float) -> bool:
@@ -636,7 +647,16 @@ class Soak:
         return f"{w.name} sees {t.name} {next((p['state'] for p in peers if p['name'] == t.name), 'not in its list of peers')}"
 
     def heal_all(self) -> None:
-        """Whatever happens, no fault outlives its action."""
+        """Whatever happens, no fault outlives its action; a node that exited on
+        its own (between actions every node runs) is noted and started again."""
+        for n in self.nodes:
+            if n.proc is not None and n.proc.poll() is not None:
+                if n.api:  # else it did not start, noted then
+                    self.trouble.append(f"{n.name} exited by itself with status {n.proc.returncode}")
+                    self.log(f"{n.name} EXITED by itself ({n.proc.returncode}): {n.log_tail(300)!r}")
+                n.kill()
+                self.log(f"starting {n.name} again")
+                self.start_nodes([n])
         with contextlib.suppress(subprocess.CalledProcessError):
             self.net.heal()
         for i, n in enumerate(self.nodes):
@@ -650,10 +670,7 @@ class Soak:
     def settle(self, timeout: float) -> bool:
         """Wait (deadline ``timeout``) for every node to serve, the full mesh, and
         every node to hold every acknowledged event with no gap."""
-        down = [n for n in self.nodes if not n.running()]
-        if down:
-            self.log(f"not running at the end: {', '.join(n.name for n in down)} (restarting them)")
-            self.start_nodes(down)
+        self.heal_all()
         want: dict[str, int] = {}
         for source, seq in self.acked:
             want[source] = max(want.get(source, 0), seq)
@@ -697,7 +714,9 @@ class Soak:
     def end_checks(self, settled: bool) -> None:
         nodes = self.nodes
         serving = [n for n in nodes if n.up()]
-        self.check("every node serving at the end", f"{len(serving)}/{len(nodes)}", len(serving) == len(nodes))
+        self.check("every node serving at the end, none exited by itself or failed to start",
+                   f"{len(serving)}/{len(nodes)} serving" + "".join(f"; {x}" for x in self.trouble[:4]),
+                   len(serving) == len(nodes) and not self.trouble)
         where: dict[str, tuple[str, str]] = {}
         for n in serving:
             with contextlib.suppress(OSError, ConnectionError, TimeoutError, ValueError):
@@ -774,7 +793,7 @@ class Soak:
 
 def run_soak(seed: int, nodes: int, seconds: float, tmp: Path, *, scale: float = 1.0, quiet_tail: float = 20.0,
              settle: float = 120.0, rate: float = 10.0, sample_every: float = 3.0,
-             say: Callable[[str], None] = print) -> Report:
+             say: Callable[[str], None] = say_now) -> Report:
     """Run the whole soak; chaos for ``seconds``, then ``quiet_tail`` seconds of
     stream only, then the settle period and the end checks."""
     plan = make_plan(seed, nodes, seconds, scale)

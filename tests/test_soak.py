@@ -30,6 +30,11 @@ def test_the_schedule_is_the_seeds_alone() -> None:
         if a.kind == "partition":
             assert 1 <= len(a.side) <= 2 and len(set(a.side)) == len(a.side), a
     assert len(soak.make_plan(SEED, 5, 0.0)) == len(soak.KINDS), "at least one whole round, however short"
+    long = soak.make_plan(SEED, 8, 1800.0)
+    kills = [i for i, a in enumerate(long) if a.kind.startswith("kill")]
+    calm = sum(a.hold + a.pause for a in long[kills[-1] + 1:])
+    assert 0.15 * 1800 <= calm <= 0.3 * 1800, f"the last part of the time kills no process: {calm:.0f} s"
+    assert {a.kind for a in long[kills[-1] + 1:]} == set(soak.KINDS) - {"kill_one", "kill_all"}
 
 
 def test_the_log_checks_see_a_lost_event_a_reused_sequence_and_a_changed_body() -> None:
