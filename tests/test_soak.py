@@ -1,0 +1,65 @@
+"""The soak with chaos (bench/soak.py), short: five nodes, each in its own network
+namespace, under a steady stream of events and document operations for about a
+minute of seeded chaos and 20 s of quiet (every kind at least once: SIGKILL one, SIGKILL all,
+SIGSTOP, a partition, a link down, an address change), then the end checks:
+every acknowledged event on every node, no sequence reused, byte-identical
+documents, the full mesh, no growth of RSS or descriptors.  A failure prints
+the seed and every chaos action with its time; ``python bench/soak.py --seed N``
+replays the schedule."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+import soak  # bench/ is not a package: its scripts import each other by path
+
+SEED = 20261125
+
+
+def test_the_schedule_is_the_seeds_alone() -> None:
+    plan = soak.make_plan(SEED, 5, 60.0, 0.5)
+    assert plan == soak.make_plan(SEED, 5, 60.0, 0.5), "the same seed replays the same schedule"
+    assert plan != soak.make_plan(SEED + 1, 5, 60.0, 0.5)
+    assert {a.kind for a in plan[:len(soak.KINDS)]} == set(soak.KINDS), "every kind in the first round"
+    for a in plan:
+        assert (a.victim >= 0) == (a.kind in ("kill_one", "freeze", "link", "readdress")), a
+        if a.kind == "partition":
+            assert 1 <= len(a.side) <= 2 and len(set(a.side)) == len(a.side), a
+    assert len(soak.make_plan(SEED, 5, 0.0)) == len(soak.KINDS), "at least one whole round, however short"
+    long = soak.make_plan(SEED, 8, 1800.0)
+    kills = [i for i, a in enumerate(long) if a.kind.startswith("kill")]
+    calm = sum(a.hold + a.pause for a in long[kills[-1] + 1:])
+    assert 0.15 * 1800 <= calm <= 0.3 * 1800, f"the last part of the time kills no process: {calm:.0f} s"
+    assert {a.kind for a in long[kills[-1] + 1:]} == set(soak.KINDS) - {"kill_one", "kill_all"}
+
+
+def test_the_log_checks_see_a_lost_event_a_reused_sequence_and_a_changed_body() -> None:
+    acked = {("a", 1): ("tick", {"k": 1}, "n1"), ("a", 2): ("doc", None, "n1"), ("b", 1): ("tick", {"k": 2}, "n2")}
+    whole = {("a", 1): ("tick", {"k": 1}, 5.0), ("a", 2): ("doc", {"op": "set"}, 6.0), ("b", 1): ("tick", {"k": 2}, 7.0)}
+    fine = soak.log_problems(acked, {"n1": dict(whole), "n2": dict(whole)})
+    assert (fine.missing, fine.conflicts, fine.wrong, fine.same_sets, fine.pairs) == ([], [], [], True, 3)
+    lost = soak.log_problems(acked, {"n1": dict(whole), "n2": {k: v for k, v in whole.items() if k != ("b", 1)}})
+    assert len(lost.missing) == 1 and "n2 lacks 1" in lost.missing[0] and not lost.same_sets
+    reused = soak.log_problems(acked, {"n1": dict(whole), "n2": whole | {("a", 2): ("doc", {"op": "add"}, 6.0)}})
+    assert reused.conflicts == ["('a', 2): 2 contents"] and not reused.wrong  # a doc body is not known to the harness
+    changed = soak.log_problems(acked, {"n1": dict(whole), "n2": whole | {("a", 1): ("tick", {"k": 9}, 5.0)}})
+    assert len(changed.conflicts) == 1 and len(changed.wrong) == 1 and "n2 holds ('a', 1)" in changed.wrong[0]
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(400)
+def test_a_short_soak_with_chaos_ends_with_every_event_everywhere(tmp_path: Path) -> None:
+    why = soak.missing_tools()
+    if why:
+        pytest.skip(why)
+    report = soak.run_soak(SEED, 5, 60.0, tmp_path, scale=0.5, quiet_tail=20.0, settle=60.0, rate=8.0,
+                           sample_every=2.0)
+    assert report.kinds_done == set(soak.KINDS), report.kinds_done
+    assert report.acked >= 200, f"the stream barely ran: {report.acked} acknowledged"
+    names = [c[0] for c in report.checks]
+    assert len(names) == 8, names  # serving, addresses, mesh, events, reuse, same events, documents, footprint
+    assert report.ok, f"seed {SEED}: " + "; ".join(report.failures())
