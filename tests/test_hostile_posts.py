@@ -1,4 +1,4 @@
-"""Issue 19, case 8: a post's claimed size, and the other numbers a peer sends about posts.
+"""A post's claimed size, and the other numbers a peer sends about posts.
 
 A peer offered a post whose metadata claims 2^62 octets; the client fetched it
 until the disk filled, and kept its ``.part``.  Now the claimed size has a
