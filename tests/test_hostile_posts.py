@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from conftest import Cluster, get, http, wait_for
 from hostile_kit import footprint
-from test_posts_sync import FakeLocal, FakeSource
+from posts_kit import FakeLocal, FakeSource
 
 from huddle.limits import PostLimits
 from huddle.posts.codec import Chunk, Error, Fetch, Goodbye, GoodbyeOk, Hello, HelloOk, Meta, MetaOk, NextEmpty, NextOk, NextOlder
