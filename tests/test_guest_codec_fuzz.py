@@ -1,4 +1,4 @@
-"""The Noam guest codec under Hypothesis (issue 19): any bytes decode to a message or raise the
+"""The Noam guest codec under Hypothesis: any bytes decode to a message or raise the
 codec's own FrameError, never another exception; whatever decodes can be encoded again (so
 nothing a guest sends can make the node fail later, writing it to the log or to other guests);
 and every message round-trips."""

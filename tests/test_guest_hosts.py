@@ -1,4 +1,4 @@
-"""One host per guest (issue 20): the rendezvous choice, the room answering only
+"""One host per guest: the rendezvous choice, the room answering only
 the marcos it is chosen for, the HELO's ``guests`` field (the marco port) and the
 mesh's view of the group's guest hosts (sans-I/O, on the simulated network)."""
 

@@ -1,4 +1,4 @@
-"""One host per guest (issue 20) on real node processes on 127.0.0.1: three guest hosts in one
+"""One host per guest on real node processes on 127.0.0.1: three guest hosts in one
 group, each marco gets exactly one polo; SIGKILL the host a Python guest is registered with, and
 the guest is answered by another host, registers there within one heartbeat interval and hears
 events again."""

@@ -1,4 +1,4 @@
-"""Guests (issue 8) on real node processes on 127.0.0.1: a raw-socket client written from the
+"""Guests (Noam) on real node processes on 127.0.0.1: a raw-socket client written from the
 Noam document's bytes, firing, bad input, discovery lists, the Python guest and a browser guest."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Guests (issue 8): the Noam codec against the document's own bytes, and the room's rules."""
+"""Guests (Noam): the codec against the document's own bytes, and the room's rules."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Hostile clients of the HTTP API (issue 19, the API's door): text that cannot be
+"""Hostile clients of the HTTP API: text that cannot be
 encoded, loose JSON, idle and slow connections, subscribers that never read, other
 web pages, and posts that would run script.  Each case is replayed against a real
 node: it stays up, its memory and descriptors stay bounded, nothing is recorded for
@@ -107,7 +107,7 @@ def ws_handshake(api: str, origin: str | None = None, rcvbuf: int | None = None)
     return s, int(head.split(b" ", 2)[1])
 
 
-# ------------------------------------------------------------------ cases 1 and 12
+# --------------------------------------------------------- text that cannot be encoded, loose JSON
 
 
 def test_unencodable_text_and_loose_json_are_refused_before_the_node(cluster: Cluster) -> None:
@@ -144,7 +144,7 @@ def test_unencodable_text_and_loose_json_are_refused_before_the_node(cluster: Cl
     assert after.rss_mib < before.rss_mib + 60 and after.fds < before.fds + 20, (before, after)
 
 
-# ------------------------------------------------------------------ case 9
+# ----------------------------------------------------------------------- idle and slow connections
 
 
 def test_idle_and_slow_connections_are_capped_and_timed_out(cluster: Cluster) -> None:
@@ -209,7 +209,7 @@ def test_idle_and_slow_connections_are_capped_and_timed_out(cluster: Cluster) ->
     assert a.log_path.stat().st_size - log_before < 20_000
 
 
-# ------------------------------------------------------------------ case 10
+# --------------------------------------------------------------------- subscribers that never read
 
 
 def test_subscribers_that_never_read_are_dropped_by_bytes(cluster: Cluster) -> None:
@@ -260,7 +260,7 @@ def test_subscribers_that_never_read_are_dropped_by_bytes(cluster: Cluster) -> N
     still_serving(cluster, [a, b])
 
 
-# ------------------------------------------------------------------ cases 13 and 14
+# ------------------------------------------------------------------ other web pages, foreign hosts
 
 
 def test_other_pages_and_foreign_hosts_are_refused(cluster: Cluster, tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
-"""Hostile guests (issue 19, cases 1, 9 and 16) against real node processes on 127.0.0.1: raw
-UDP, TCP and WebSocket clients.  Each case asserts the node stays up, its memory and descriptors
-stay under a stated bound, an honest guest and the mesh carry on, nothing is recorded for a
-refused input, and the counter for it moved."""
+"""Hostile guests against real node processes on 127.0.0.1 (text that cannot be encoded, idle
+connections, a taken name): raw UDP, TCP and WebSocket clients.  Each case asserts the node
+stays up, its memory and descriptors stay under a stated bound, an honest guest and the mesh
+carry on, nothing is recorded for a refused input, and the counter for it moved."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def the_honest_guest_carries_on(a: NodeProcess, b: NodeProcess, good: RawGuest) 
     assert good.read() == frame(["event", "b", "t", "still here"])
 
 
-# ------------------------------------------------------------------------ case 1
+# --------------------------------------------------------------------- text that cannot be encoded
 
 
 def test_a_lone_surrogate_from_a_guest_is_refused_and_nothing_is_recorded(cluster: Cluster) -> None:
@@ -113,7 +113,7 @@ def test_a_lone_surrogate_from_a_guest_is_refused_and_nothing_is_recorded(cluste
         good.close()
 
 
-# ------------------------------------------------------------------------ case 9
+# -------------------------------------------------------------------------------- idle connections
 
 
 def test_idle_connections_are_capped_and_timed_out_and_the_log_stays_small(cluster: Cluster) -> None:
@@ -179,7 +179,7 @@ def test_idle_connections_are_capped_and_timed_out_and_the_log_stays_small(clust
             s.close()
 
 
-# ----------------------------------------------------------------------- case 16
+# ------------------------------------------------------------------------ a connected guest's name
 
 
 def test_a_connected_guests_name_cannot_be_taken(cluster: Cluster) -> None:

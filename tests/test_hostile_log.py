@@ -1,4 +1,4 @@
-"""Issue 19, the audit log's door, against real node processes: a raw peer
+"""What a hostile peer can send the audit log, against real node processes: a raw peer
 that completes the handshake (HELO, BOUT) and then sends hostile XMSGs and
 GSIPs, and hostile events through the API.  Each case asserts the node is
 still up within a stated footprint, nothing was recorded for a refused input,
@@ -131,14 +131,14 @@ def admitted(ctx: zmq.Context[zmq.Socket[bytes]], node: NodeProcess) -> RawPeer:
     return raw
 
 
-# ---------------------------------------------------------------------- cases 1, 11, 12: records
+# ------------------------------------------------------------------------ records valid only whole
 
 
 @pytest.mark.parametrize("payload", [
-    b'{"kind":"k\\ud800","body":1}',  # case 1: a lone surrogate in the kind
+    b'{"kind":"k\\ud800","body":1}',  # a lone surrogate in the kind
     b'{"kind":"k","body":"\\ud800"}',  # ... in the body
-    b'{"kind":"k","body":NaN}',  # case 12: not JSON, though Python's parser takes it
-    b'{"kind":"k","body":[' + b",".join([b'""'] * 300_000) + b"]}",  # case 11: 900 KB that doubles when escaped
+    b'{"kind":"k","body":NaN}',  # not JSON, though Python's parser takes it
+    b'{"kind":"k","body":[' + b",".join([b'""'] * 300_000) + b"]}",  # 900 KB that doubles when escaped
 ], ids=["surrogate-kind", "surrogate-body", "nan", "empty-strings"])
 def test_an_event_that_cannot_be_recorded_whole_is_refused_and_the_node_goes_on(
     cluster: Cluster, pair: list[NodeProcess], payload: bytes,
@@ -204,7 +204,7 @@ def test_records_a_peer_sends_that_are_not_valid_whole_are_malformed(
     healthy(alice)
 
 
-# ----------------------------------------------------------------------------- case 2: our source
+# -------------------------------------------------------------------------------------- our source
 
 
 def test_records_in_the_receivers_name_are_dropped_and_its_sequence_stays_its_own(
@@ -233,7 +233,7 @@ def test_records_in_the_receivers_name_are_dropped_and_its_sequence_stays_its_ow
     healthy(alice)
 
 
-# ------------------------------------------------------------------- case 3: sources and vectors
+# ----------------------------------------------------------------------------- sources and vectors
 
 
 def test_made_up_sources_are_bounded_and_the_node_survives_restarts(
@@ -262,7 +262,7 @@ def test_made_up_sources_are_bounded_and_the_node_survives_restarts(
     healthy(alice)
 
 
-# ------------------------------------------------------------------------ case 7: amplification
+# ----------------------------------------------------------------------------------- amplification
 
 
 def test_one_small_gsip_is_answered_with_one_window(

@@ -1,6 +1,6 @@
-"""Issue 19, the mesh door, replayed against real nodes: floods of introductions
-and of fresh identities (case 4), a flood of large garbage (case 5) and frames
-under an honest member's UUID from another address (case 6).  Each asserts the
+"""What a hostile peer can do to the mesh, replayed against real nodes: floods of
+introductions and of fresh identities, a flood of large garbage, and frames under
+an honest member's UUID from another address.  Each asserts the
 node stays up under a stated footprint, honest peers are unaffected, and the
 right counter moved."""
 

@@ -1,4 +1,4 @@
-"""Issue 19, case 15: what arrives through a naming broker cannot take a node down.
+"""What arrives through a naming broker cannot take a node down.
 
 Anyone who reaches a broker can publish through it.  The decoder returns a
 message or raises DecodeError for any bytes; the sans-I/O state bounds what
@@ -56,7 +56,7 @@ def welcome(sub: object = "tcp://127.0.0.1:7002", **extra: object) -> bytes:
 
 # Each of these is refused by the decoder (and so counted as malformed by the state).
 MALFORMED: list[list[bytes]] = [
-    [WELCOME, welcome("tcp://127.0.0.1:-5")],  # case 15's poisoned welcome
+    [WELCOME, welcome("tcp://127.0.0.1:-5")],  # the poisoned welcome that once stopped discovery
     [WELCOME, welcome("tcp://127.0.0.1:0")],
     [WELCOME, welcome("tcp://127.0.0.1:65536")],
     [WELCOME, welcome("tcp://127.0.0.1:\uff15")],  # a digit, but not an ASCII one

@@ -1,4 +1,4 @@
-"""Issue 19, case 8: a post's claimed size, and the other numbers a peer sends about posts.
+"""A post's claimed size, and the other numbers a peer sends about posts.
 
 A peer offered a post whose metadata claims 2^62 octets; the client fetched it
 until the disk filled, and kept its ``.part``.  Now the claimed size has a
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from conftest import Cluster, get, http, wait_for
 from hostile_kit import footprint
-from test_posts import FakeLocal, FakeSource
+from posts_kit import FakeLocal, FakeSource
 
 from huddle.limits import PostLimits
 from huddle.posts.codec import Chunk, Error, Fetch, Goodbye, GoodbyeOk, Hello, HelloOk, Meta, MetaOk, NextEmpty, NextOk, NextOlder

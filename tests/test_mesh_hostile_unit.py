@@ -1,4 +1,4 @@
-"""Issue 19, the mesh door (cases 4, 5 and 6), on the sans-I/O Mesh: sessions
+"""What a hostile peer can do to the mesh, on the sans-I/O Mesh: sessions
 and introductions are bounded, announced timings are clamped, a failed
 connection fails its session, and frames are blamed on the address that sent
 them, never on the member whose UUID they carry."""
@@ -45,7 +45,7 @@ def events(mesh: Mesh, kind: type) -> list[object]:
     return [a.event for a in mesh.take_actions() if isinstance(a, Notify) and isinstance(a.event, kind)]
 
 
-# ------------------------------------------------------------------ case 4
+# ------------------------------------------------------- sessions, introductions, announced timing
 
 
 def test_announced_heartbeat_timing_is_clamped() -> None:
@@ -181,7 +181,7 @@ def test_a_connection_that_cannot_be_opened_fails_its_session_and_its_seed_retri
     assert len(connects(mesh)) == 1
 
 
-# ------------------------------------------------------------------ case 6
+# --------------------------------------------------------------------- frames under another's UUID
 
 
 def test_frames_under_a_members_uuid_from_another_address_are_blamed_on_that_address() -> None:

@@ -1,4 +1,4 @@
-"""Re-meshing that always converges (issue 20): a restarted node rejoins every member,
+"""Re-meshing that always converges: a restarted node rejoins every member,
 whatever way it came back, and membership anti-entropy repairs a partial mesh.  On the
 simulator: each node on its own host, a restart keeps the host and takes a new port."""
 

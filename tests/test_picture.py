@@ -1,4 +1,4 @@
-"""The system picture (issue 6, part 6): the pure computation from hand-written
+"""The system picture: the pure computation from hand-written
 reports, the RAWS codec, and the picture the simulated mesh agrees on."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 20: a node SIGKILLed and restarted on its data directory (same UUID, a new port)
+"""Rejoining after a restart: a node SIGKILLed and restarted on its data directory (same UUID, a new port)
 is back in the full mesh within 5 s of its restart, whatever the discovery: seeds only,
 beacons, mDNS, a naming broker.  Real node processes on 127.0.0.1."""
 

@@ -175,10 +175,10 @@ def test_records_lost_with_a_data_dir_are_replayed_by_the_others() -> None:
 
 
 def test_own_records_from_peers_are_refused_even_after_a_partial_loss() -> None:
-    """A node's own source is its own (issue 19): a node that lost its last
-    records (same UUID) does not take them back from its peers, nor believe
-    their claims; it continues after what it still holds.  (Issue 20 is to
-    handle such a node: learn its top from the group, or take a new UUID.)"""
+    """A node's own source is its own: a node that lost its last records (same
+    UUID) does not take them back from its peers, nor believe their claims; it
+    continues after what it still holds.  (A real node finds such a loss at start,
+    from its log's integrity check, and is repaired with a new UUID: huddle repair.)"""
     net = SimNetwork()
     a, b = group(net, 2)
     for i in range(10):

@@ -1,4 +1,4 @@
-"""Issue 19, the audit log's door, without a network: the codec's record rules
+"""What a hostile peer can send the audit log, without a network: the codec's record rules
 and the Replicator driven directly (as tests/test_replication.py does) with
 what a hostile peer, guest or page can send.  Each refused input leaves the
 log as it was, and each bound is counted."""
@@ -56,7 +56,7 @@ def untouched(r: Replicator, store: MemoryStore) -> None:
     assert r.stats.originated == 0 and r.stats.events_refused > 0
 
 
-# ------------------------------------------------------------------ case 1, 11, 12: a record whole
+# -------------------------------------------------------------------- a record is valid only whole
 
 
 @pytest.mark.parametrize(("kind", "body", "complaint"), [
@@ -168,7 +168,7 @@ def test_any_record_the_log_accepts_round_trips_and_any_it_refuses_leaves_it_unt
     assert store.records[ME][1] == rec
 
 
-# ------------------------------------------------------------------- case 2: our own source
+# ---------------------------------------------------------------------------------- our own source
 
 
 def test_records_in_our_name_from_a_peer_are_dropped_and_counted() -> None:
@@ -233,7 +233,7 @@ def test_records_in_our_name_that_came_from_peers_are_dropped_on_start(tmp_path:
     assert r.append("k", "3", 0.0, 0.0).seq == 3
 
 
-# ---------------------------------------------------------------- case 3: sources, vectors, asks
+# -------------------------------------------------------------------------- sources, vectors, asks
 
 
 def xmsg_of_sources(n: int, start: int = 0) -> Xmsg:
@@ -270,7 +270,7 @@ def test_sources_a_departed_peer_named_and_we_hold_nothing_of_are_forgotten() ->
 
 
 def test_gsips_naming_20000_sources_never_make_an_oversized_gsip() -> None:
-    """Issue 19 case 3: the node's own GSIPs and asks stay within the body cap."""
+    """With 20 000 sources known, the node's own GSIPs and asks still stay within the body cap."""
     limits = LogLimits(max_sources=50_000, max_new_sources_per_peer=50_000, max_new_sources_per_message=50_000)
     r = with_peer(limits)
     for part in range(2):
@@ -312,7 +312,7 @@ def test_ranges_beyond_a_gap_are_bounded() -> None:
     assert not SourceState(contig=3, ahead=[(10, 12)]).opens_range(4, 5)
 
 
-# -------------------------------------------------------------------- case 7: GSIP amplification
+# ------------------------------------------------------------------------------ GSIP amplification
 
 
 def holder(n: int, limits: LogLimits | None = None, body: str = "1") -> Replicator:
@@ -353,7 +353,7 @@ def test_the_serve_window_counts_octets_too() -> None:
 
 
 def test_the_issue_s_amplifying_gsip_gets_one_window() -> None:
-    """Case 7 as reported: 200 ranges of 2 000 in one GSIP (2 257 octets)."""
+    """The amplifying ask as it was first seen: 200 ranges of 2 000 in one GSIP (2 257 octets)."""
     r = holder(40_000)
     asks = ((ME, tuple((q, q + 1999) for q in range(1, 400_000, 2000))),)
     msg = Gsip(PEER, (), asks)

@@ -1,5 +1,6 @@
-"""The system picture and node types between real node processes on 127.0.0.1
-(issue 6, parts 5 and 6)."""
+"""The system picture and node types between real node processes on 127.0.0.1: six nodes
+agree on one picture, a cut-off console turns read-only and a cut-off display empty, and
+node types come from the config file with clear errors."""
 
 from __future__ import annotations
 

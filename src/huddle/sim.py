@@ -105,7 +105,7 @@ class SimNetwork:
     ) -> SimNode:
         if endpoint is None:
             # Each node on a host of its own, as on a real network: the mesh binds a
-            # session to the address its HELO came from (protocol.md 8.5).
+            # session to the address its HELO came from (protocol.md 8.6).
             k = self._next_port - 50000
             endpoint = f"tcp://10.0.{k // 250}.{k % 250 + 1}:{self._next_port}"
             self._next_port += 1

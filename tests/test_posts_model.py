@@ -1,0 +1,50 @@
+"""Hydra posts' model: a post's id as the source defines it, and its metadata checked."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from huddle.posts.model import Post, PostError, post_id
+
+
+def test_post_id_as_the_source_defines_it() -> None:
+    # sha1(b"hi") = c22b5f91...; the id is the SHA1 of this text, worked out by hand with sha1sum:
+    #   printf 'hello:2026-01-02T03:04:05Z::text/plain:c22b5f9178342609428d6f51b2c5af4c0bde6a42' | sha1sum
+    digest = "c22b5f9178342609428d6f51b2c5af4c0bde6a42"
+    assert hashlib.sha1(b"hi").hexdigest() == digest
+    expected = "3d2202849b78c149e3de1d48f2a0e2e7921b1cdf"
+    assert post_id("hello", "2026-01-02T03:04:05Z", "", "text/plain", digest) == expected
+    assert Post("hello", "2026-01-02T03:04:05Z", "", "text/plain", digest, 2).id == expected
+
+
+def test_post_id_depends_on_every_field() -> None:
+    base = ("s", "2026-01-02T03:04:05Z", "", "text/plain", "0" * 40)
+    seen = {post_id(*base)}
+    for i, other in enumerate(("t", "2026-01-02T03:04:06Z", "1" * 40, "image/png", "2" * 40)):
+        changed = list(base)
+        changed[i] = other
+        seen.add(post_id(*changed))
+    assert len(seen) == 6
+
+
+@pytest.mark.parametrize(("field_name", "value", "message"), [
+    ("timestamp", "2026-01-02 03:04:05", "ISO 8601"),
+    ("parent_id", "xyz", "parent id"),
+    ("mime_type", "text", "TYPE/SUBTYPE"),
+    ("digest", "ABC", "digest"),
+    ("size", -1, "size"),
+])
+def test_bad_metadata_is_refused(field_name: str, value: object, message: str) -> None:
+    good = {"subject": "s", "timestamp": "2026-01-02T03:04:05Z", "parent_id": "", "mime_type": "text/plain",
+            "digest": "0" * 40, "size": 0}
+    with pytest.raises(PostError, match=message):
+        Post(**(good | {field_name: value}))  # type: ignore[arg-type]
+
+
+def test_from_json_checks_the_id() -> None:
+    post = Post("s", "2026-01-02T03:04:05Z", "", "text/plain", "0" * 40, 0)
+    assert Post.from_json(post.to_json()) == post
+    with pytest.raises(PostError, match="does not match"):
+        Post.from_json(post.to_json() | {"id": "1" * 40})
