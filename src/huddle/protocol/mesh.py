@@ -141,6 +141,7 @@ class _Session:
     source: str = ""  # the address its HELO came from ("" not yet known): its frames must come from there
     opened_by: str = ""  # "peer:<uuid>" (a PEER) or "addr:<ip>" (a HELO): whose handshake quota it uses
     guests: int = 0  # its HELO's marco port: it hosts Noam guests (0: it does not)
+    joined: float = 0.0  # local clock when it was admitted (kept while it is SUSPECT)
 
     @property
     def admitted(self) -> bool:
@@ -170,6 +171,7 @@ class PeerInfo:
     state: str
     last_seen: float
     rtt: float | None
+    joined: float = 0.0  # the node's local clock (not mesh time) when the session was admitted
 
 
 @dataclass(slots=True)
@@ -330,6 +332,7 @@ class Mesh:
             state=s.phase.value,
             last_seen=self.mesh_time(s.last_heard),
             rtt=s.rtt,
+            joined=s.joined,
         )
 
     # ------------------------------------------------------------- discovery
@@ -932,6 +935,7 @@ class Mesh:
     def _admit(self, s: _Session, now: float) -> None:
         others = [x for x in self._sessions.values() if x.admitted and x is not s]
         s.phase = Phase.ALIVE
+        s.joined = now
         self._gone.pop(s.uuid, None)
         if s.seed is None:
             for seed in self._seeds.values():
@@ -975,7 +979,7 @@ class Mesh:
         self._forget(s)
         if s.admitted:
             info = self._info(s, now)
-            gone = PeerInfo(info.uuid, info.name, info.endpoint, info.group, "gone", info.last_seen, info.rtt)
+            gone = dataclasses.replace(info, state="gone")
             self._gone[s.uuid] = _Gone(gone, now + self.timing.gone_retention)
             self._notify(PeerLeft(s.uuid, s.name, reason, self.mesh_time(now)))
             self._report_soon(now)
