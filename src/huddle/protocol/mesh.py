@@ -297,9 +297,13 @@ class Mesh:
     def take_actions(self) -> list[Action]:
         actions, self._actions = self._actions, []
         if self.replication is not None:
-            actions.extend(self.replication.take_actions())
+            more = self.replication.take_actions()
+            if more:
+                actions.extend(more)
         if self.delivery is not None:
-            actions.extend(self.delivery.take_actions())
+            more = self.delivery.take_actions()
+            if more:
+                actions.extend(more)
         return actions
 
     def peers(self, now: float) -> list[PeerInfo]:
