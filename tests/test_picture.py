@@ -158,6 +158,21 @@ def test_raws_round_trips_and_hostile_reports_are_refused() -> None:
         frames[2].replace(b'"seq":12345', b'"seq":0'),
         frames[2].replace(b'"seq":12345', b'"seq":1.5'),
         frames[2].replace(b'"cut_off":false', b'"cut_off":0'),
+        # Every field of every row is still checked on the fast path (issue 19).
+        frames[2].replace(B.hex().encode(), b"0A" * 16),  # upper case
+        frames[2].replace(B.hex().encode(), B.hex()[:31].encode()),
+        frames[2].replace(b'"alive",10', b'"alive",true'),
+        frames[2].replace(b'"alive",10', b'"alive",10.0'),
+        frames[2].replace(b'"alive",10', b'"alive",9223372036854775808'),
+        frames[2].replace(b'"alive",10', b'"alive",123456789012345678901234567890'),
+        frames[2].replace(b'"alive",10', b'"alive",-1'),
+        frames[2].replace(b',70]', b',70,0]'),
+        frames[2].replace(b',70]', b']'),
+        frames[2].replace(b'"none"', b'null'),
+        frames[2].replace(b'null,null', b'"1",null'),
+        frames[2].replace(b'null,null', b'NaN,null'),
+        frames[2].replace(b'null,null', b'1e400,null'),
+        frames[2].replace(b'null,null', b'true,null'),
     ):
         assert bad != frames[2]
         with pytest.raises(DecodeError):
