@@ -73,8 +73,6 @@ from .replication import Replicator
 
 __all__ = ["Mesh", "PeerInfo", "Phase", "Timing"]
 
-REPORT_SOON: Final = 0.2  # seconds from a change of our sessions to our next RAWS report
-
 log = logging.getLogger("huddle.mesh")
 
 _SEED_BACKOFF_MAX: Final = 10.0
@@ -185,6 +183,7 @@ class Stats(Counters):
     stale_time_replies: int = 0
     reports_received: int = 0
     reports_relayed: int = 0
+    reports_not_relayed: int = 0  # reports not passed on to a peer admitted less than a report interval ago
     helos_refused: int = 0  # HELOs dropped past max-sessions / max-handshaking and max-waiting-helos, or expired waiting
     helos_waited: int = 0  # HELOs held until a handshake slot freed
     introductions_waited: int = 0  # PEERs held until a handshake slot freed
@@ -265,7 +264,7 @@ class Mesh:
         self.replication: Replicator | None = None
         self.delivery: Delivery | None = None
         self.pictures = Pictures(uuid, picture or PictureTiming())
-        self.pictures.next_report = now
+        self.pictures.first_report(now)
         self._last_frame: dict[NodeId, float] = {}  # any message from a node, admitted or not
         self._counts: dict[NodeId, list[int]] = {}  # per node: messages and octets received
         self.conn_counters: Callable[[int], tuple[int, int]] | None = None  # the driver's (messages, octets) sent on a conn
@@ -1062,11 +1061,18 @@ class Mesh:
         if self.pictures.accept(m, now):
             # Pass it on only to peers that the report says its origin has no
             # session with: in a full mesh nobody relays; across a link open
-            # one way, or a partial partition, the report still arrives.
+            # one way, or a partial partition, the report still arrives.  Not to
+            # a peer admitted less than an interval ago: the report most likely
+            # predates it, and its origin meets it and reports within the soon
+            # window; relayed by every member, a crowd joining cost N^3 rows.
             direct = {p.peer for p in m.peers if p.state in ("alive", "suspect")}
+            settled = now - self.pictures.timing.interval
             relayed: Raws | None = None
             for x in self._sessions.values():
                 if x.admitted and x is not s and x.uuid != m.origin and x.uuid not in direct:
+                    if x.joined > settled:
+                        self.stats.reports_not_relayed += 1
+                        continue
                     relayed = relayed or dataclasses.replace(m, sender=self.uuid)
                     self.stats.reports_relayed += 1
                     self._send(x.conn, relayed)
@@ -1104,14 +1110,14 @@ class Mesh:
         )
 
     def _report_soon(self, now: float) -> None:
-        """Our sessions changed: say so within REPORT_SOON seconds rather than
-        at the next interval, so that no node keeps computing the picture from
-        a report that no longer holds (a few joins in a row make one report)."""
-        self.pictures.next_report = min(self.pictures.next_report, now + REPORT_SOON)
+        """Our sessions changed: say so soon rather than at the next interval, so
+        that no node keeps computing the picture from a report that no longer
+        holds; a burst of changes makes one report (``Pictures.sessions_changed``)."""
+        self.pictures.sessions_changed(now)
 
     def _publish_report(self, now: float) -> None:
         pictures = self.pictures
-        pictures.next_report = now + pictures.timing.interval * pictures.scale()
+        pictures.published(now)
         pictures.expire(now)
         report = self.report(now)
         pictures.accept(report, now)
