@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import logging
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -140,6 +141,8 @@ class _Session:
     opened_by: str = ""  # "peer:<uuid>" (a PEER) or "addr:<ip>" (a HELO): whose handshake quota it uses
     guests: int = 0  # its HELO's marco port: it hosts Noam guests (0: it does not)
     joined: float = 0.0  # local clock when it was admitted (kept while it is SUSPECT)
+    listed: frozenset[NodeId] = frozenset()  # the members named in the last list we sent it
+    listed_at: float = -math.inf  # when we sent it
 
     @property
     def admitted(self) -> bool:
@@ -195,6 +198,7 @@ class Stats(Counters):
     endpoints_followed: int = 0  # an admitted peer said HELO from a new endpoint: connected there instead
     lists_sent: int = 0  # member lists (MEMB) sent: on admission, periodically, in reply
     lists_received: int = 0  # member lists (MEMB) received from admitted peers
+    lists_not_repeated: int = 0  # replies not sent: our last list to that peer named every member its list lacked
     members_probed: int = 0  # known members dialled at a new endpoint or incarnation that a list, PEER or discovery named
     restarts_followed: int = 0  # sessions replaced at once by a newer incarnation's HELO
 
@@ -735,8 +739,15 @@ class Mesh:
                 self._follow(uuid, endpoint, incarnation, now)
         if not m.reply:
             listed = {uuid for uuid, _, _ in entries}
-            if any(x.admitted and x.uuid not in listed and x is not s for x in self._sessions.values()):
-                self._send_members(s, now, reply=True)
+            lacking = [x.uuid for x in self._sessions.values() if x.admitted and x.uuid not in listed and x is not s]
+            if not lacking:
+                return
+            # Lists cross in a crowd joining at once: if the one we sent it lately
+            # already named every member its list lacks, it is dialling them.
+            if now - s.listed_at < self.timing.membership_interval and s.listed.issuperset(lacking):
+                self.stats.lists_not_repeated += 1
+                return
+            self._send_members(s, now, reply=True)
 
     def _send_members(self, to: _Session, now: float, *, reply: bool) -> None:
         members: list[MemberEntry] = [
@@ -747,6 +758,8 @@ class Mesh:
         if len(members) > limit:
             members = self._rng.sample(members, limit)
         self.stats.lists_sent += 1
+        to.listed = frozenset(uuid for uuid, _, _ in members)
+        to.listed_at = now
         self._send(to.conn, Members(sender=self.uuid, members=tuple(members), reply=reply))
 
     def _follow(self, uuid: NodeId, endpoint: str, incarnation: str | None, now: float) -> None:
