@@ -46,7 +46,7 @@ def test_peers_list_has_the_documented_fields(trio: Cluster) -> None:
     peers = get(trio.nodes[0].api, "/api/v1/peers")
     assert sorted(p["name"] for p in peers) == ["bob", "carol"]
     for p in peers:
-        assert set(p) == {"uuid", "name", "endpoint", "group", "state", "last_seen", "rtt_ms"}
+        assert set(p) == {"uuid", "name", "endpoint", "group", "state", "last_seen", "rtt_ms", "joined_local"}
         assert p["state"] == "alive"
     wait_for(lambda: all(p["rtt_ms"] is not None for p in get(trio.nodes[0].api, "/api/v1/peers")), 10, "rtt")
 

@@ -158,6 +158,21 @@ def test_raws_round_trips_and_hostile_reports_are_refused() -> None:
         frames[2].replace(b'"seq":12345', b'"seq":0'),
         frames[2].replace(b'"seq":12345', b'"seq":1.5'),
         frames[2].replace(b'"cut_off":false', b'"cut_off":0'),
+        # Every field of every row is still checked on the fast path (issue 19).
+        frames[2].replace(B.hex().encode(), b"0A" * 16),  # upper case
+        frames[2].replace(B.hex().encode(), B.hex()[:31].encode()),
+        frames[2].replace(b'"alive",10', b'"alive",true'),
+        frames[2].replace(b'"alive",10', b'"alive",10.0'),
+        frames[2].replace(b'"alive",10', b'"alive",9223372036854775808'),
+        frames[2].replace(b'"alive",10', b'"alive",123456789012345678901234567890'),
+        frames[2].replace(b'"alive",10', b'"alive",-1'),
+        frames[2].replace(b',70]', b',70,0]'),
+        frames[2].replace(b',70]', b']'),
+        frames[2].replace(b'"none"', b'null'),
+        frames[2].replace(b'null,null', b'"1",null'),
+        frames[2].replace(b'null,null', b'NaN,null'),
+        frames[2].replace(b'null,null', b'1e400,null'),
+        frames[2].replace(b'null,null', b'true,null'),
     ):
         assert bad != frames[2]
         with pytest.raises(DecodeError):
@@ -245,3 +260,45 @@ def test_a_node_types_heartbeat_decides_how_soon_its_peers_count_it_gone() -> No
     start = net.now
     assert net.settle(10.0, lambda: not b.mesh.peers(net.now) or b.mesh.peers(net.now)[0].state == "gone")
     assert net.now - start < 1.0, "b used a's announced beat x (lost + 1), not its own 5 s"
+
+
+def test_a_burst_of_session_changes_brings_one_report_forward() -> None:
+    held = Pictures(A, PictureTiming(interval=2.0, expire_after=10.0))
+    held.first_report(100.0)
+    assert held.next_report == 100.0
+    held.published(100.0)
+    assert held.next_report == 102.0 and held.soon_window() == 1.0
+    held.sessions_changed(100.05)  # no sooner than the window after the last report
+    assert held.next_report == 101.0
+    held.published(101.0)
+    held.sessions_changed(102.1)
+    assert held.next_report == pytest.approx(102.3), "alone, a change is reported after REPORT_QUIET"
+    held.sessions_changed(102.2)
+    assert held.next_report == pytest.approx(102.4), "another change puts it off"
+    held.sessions_changed(102.95)
+    assert held.next_report == 103.0, "never later than the interval's own report"
+    # 20 reports held: the interval doubles (4 s), the window does not.
+    for i in range(20, 40):
+        origin = NodeId(bytes([i]) * 16)
+        held.accept(Raws(origin, origin, 1, "x", "standard", 1.0, 3, False, ()), 103.0)
+    held.published(103.0)
+    assert held.next_report == 107.0
+    for k in range(20):  # a change every 0.1 s from 104.5 keeps pushing it back ...
+        held.sessions_changed(104.5 + k * 0.1)
+    assert held.next_report == pytest.approx(105.5), "... but no later than the window after the first"
+
+
+def test_a_newcomer_behind_a_one_way_link_still_gets_the_report_relayed() -> None:
+    # Relays skip a peer admitted less than an interval ago; once it has settled,
+    # the next report of the origin that cannot reach it is relayed to it.
+    net = SimNetwork(seed=9)
+    a, b = mesh_of(net, 2)
+    assert net.settle(5.0, lambda: len(digests([a, b])) == 1 and len(a.mesh.pictures.picture().members) == 2)
+    c = net.add("n2", "g", uuid=NodeId(bytes([3]) * 16), picture=FAST)
+    net.block(a, c)  # what a sends to c is dropped; c still reaches a
+    c.mesh.add_seed(b.mesh.endpoint, net.now)
+    # a's half-open session with c lists c as admitted until it times out (5.3 s
+    # here, before and after the relay rule changed); then b relays a's report.
+    assert net.settle(10.0, lambda: a.mesh.uuid in c.mesh.pictures.reports())
+    assert b.mesh.stats.reports_relayed > 0 and b.mesh.stats.reports_not_relayed > 0
+    assert net.settle(10.0, lambda: len(digests([a, b, c])) == 1 and len(c.mesh.pictures.picture().members) == 3)

@@ -126,6 +126,7 @@ def _peer_json(p: PeerInfo) -> dict[str, Any]:
         "state": p.state,
         "last_seen": p.last_seen,
         "rtt_ms": None if p.rtt is None else round(p.rtt * 1000.0, 3),
+        "joined_local": p.joined,
     }
 
 

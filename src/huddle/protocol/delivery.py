@@ -124,6 +124,9 @@ class Delivery:
         self.stats = DeliveryStats()
         self._channels: dict[NodeId, _Channel] = {}
         self._actions: list[Send | Notify] = []
+        # Channels that owe their peer a DACK: take_actions reads these, not every channel (it
+        # runs after each received message batch; scanning all channels cost O(peers) a batch).
+        self._acks_due: list[tuple[NodeId, _Channel]] = []
 
     # ------------------------------------------------------------- queries
 
@@ -231,7 +234,9 @@ class Delivery:
         if ch is None:
             return
         self.stats.frames_received += 1
-        ch.ack_due = True
+        if not ch.ack_due:
+            ch.ack_due = True
+            self._acks_due.append((peer, ch))
         if msg.fseq < ch.expected or msg.fseq in ch.early:
             self.stats.duplicates += 1
             return
@@ -299,8 +304,14 @@ class Delivery:
                 self._pump(ch, now)
 
     def take_actions(self) -> list[Send | Notify]:
-        for ch in self._channels.values():
-            if ch.ack_due and ch.conn is not None:
+        if self._acks_due:
+            due, self._acks_due = self._acks_due, []
+            for peer, ch in due:
+                if not ch.ack_due or self._channels.get(peer) is not ch:
+                    continue  # reset, or forgotten, since
+                if ch.conn is None:
+                    self._acks_due.append((peer, ch))  # owed when its peer is back
+                    continue
                 ch.ack_due = False
                 self.stats.acks_sent += 1
                 self._actions.append(Send(ch.conn, Dack(self.uuid, ch.expected - 1)))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import logging
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -72,8 +73,6 @@ from .picture import Pictures, PictureTiming
 from .replication import Replicator
 
 __all__ = ["Mesh", "PeerInfo", "Phase", "Timing"]
-
-REPORT_SOON: Final = 0.2  # seconds from a change of our sessions to our next RAWS report
 
 log = logging.getLogger("huddle.mesh")
 
@@ -141,6 +140,9 @@ class _Session:
     source: str = ""  # the address its HELO came from ("" not yet known): its frames must come from there
     opened_by: str = ""  # "peer:<uuid>" (a PEER) or "addr:<ip>" (a HELO): whose handshake quota it uses
     guests: int = 0  # its HELO's marco port: it hosts Noam guests (0: it does not)
+    joined: float = 0.0  # local clock when it was admitted (kept while it is SUSPECT)
+    listed: frozenset[NodeId] = frozenset()  # the members named in the last list we sent it
+    listed_at: float = -math.inf  # when we sent it
 
     @property
     def admitted(self) -> bool:
@@ -170,6 +172,7 @@ class PeerInfo:
     state: str
     last_seen: float
     rtt: float | None
+    joined: float = 0.0  # the node's local clock (not mesh time) when the session was admitted
 
 
 @dataclass(slots=True)
@@ -183,6 +186,7 @@ class Stats(Counters):
     stale_time_replies: int = 0
     reports_received: int = 0
     reports_relayed: int = 0
+    reports_not_relayed: int = 0  # reports not passed on to a peer admitted less than a report interval ago
     helos_refused: int = 0  # HELOs dropped past max-sessions / max-handshaking and max-waiting-helos, or expired waiting
     helos_waited: int = 0  # HELOs held until a handshake slot freed
     introductions_waited: int = 0  # PEERs held until a handshake slot freed
@@ -194,6 +198,7 @@ class Stats(Counters):
     endpoints_followed: int = 0  # an admitted peer said HELO from a new endpoint: connected there instead
     lists_sent: int = 0  # member lists (MEMB) sent: on admission, periodically, in reply
     lists_received: int = 0  # member lists (MEMB) received from admitted peers
+    lists_not_repeated: int = 0  # replies not sent: our last list to that peer named every member its list lacked
     members_probed: int = 0  # known members dialled at a new endpoint or incarnation that a list, PEER or discovery named
     restarts_followed: int = 0  # sessions replaced at once by a newer incarnation's HELO
 
@@ -263,7 +268,7 @@ class Mesh:
         self.replication: Replicator | None = None
         self.delivery: Delivery | None = None
         self.pictures = Pictures(uuid, picture or PictureTiming())
-        self.pictures.next_report = now
+        self.pictures.first_report(now)
         self._last_frame: dict[NodeId, float] = {}  # any message from a node, admitted or not
         self._counts: dict[NodeId, list[int]] = {}  # per node: messages and octets received
         self.conn_counters: Callable[[int], tuple[int, int]] | None = None  # the driver's (messages, octets) sent on a conn
@@ -295,9 +300,13 @@ class Mesh:
     def take_actions(self) -> list[Action]:
         actions, self._actions = self._actions, []
         if self.replication is not None:
-            actions.extend(self.replication.take_actions())
+            more = self.replication.take_actions()
+            if more:
+                actions.extend(more)
         if self.delivery is not None:
-            actions.extend(self.delivery.take_actions())
+            more = self.delivery.take_actions()
+            if more:
+                actions.extend(more)
         return actions
 
     def peers(self, now: float) -> list[PeerInfo]:
@@ -330,6 +339,7 @@ class Mesh:
             state=s.phase.value,
             last_seen=self.mesh_time(s.last_heard),
             rtt=s.rtt,
+            joined=s.joined,
         )
 
     # ------------------------------------------------------------- discovery
@@ -729,8 +739,15 @@ class Mesh:
                 self._follow(uuid, endpoint, incarnation, now)
         if not m.reply:
             listed = {uuid for uuid, _, _ in entries}
-            if any(x.admitted and x.uuid not in listed and x is not s for x in self._sessions.values()):
-                self._send_members(s, now, reply=True)
+            lacking = [x.uuid for x in self._sessions.values() if x.admitted and x.uuid not in listed and x is not s]
+            if not lacking:
+                return
+            # Lists cross in a crowd joining at once: if the one we sent it lately
+            # already named every member its list lacks, it is dialling them.
+            if now - s.listed_at < self.timing.membership_interval and s.listed.issuperset(lacking):
+                self.stats.lists_not_repeated += 1
+                return
+            self._send_members(s, now, reply=True)
 
     def _send_members(self, to: _Session, now: float, *, reply: bool) -> None:
         members: list[MemberEntry] = [
@@ -741,6 +758,8 @@ class Mesh:
         if len(members) > limit:
             members = self._rng.sample(members, limit)
         self.stats.lists_sent += 1
+        to.listed = frozenset(uuid for uuid, _, _ in members)
+        to.listed_at = now
         self._send(to.conn, Members(sender=self.uuid, members=tuple(members), reply=reply))
 
     def _follow(self, uuid: NodeId, endpoint: str, incarnation: str | None, now: float) -> None:
@@ -932,6 +951,7 @@ class Mesh:
     def _admit(self, s: _Session, now: float) -> None:
         others = [x for x in self._sessions.values() if x.admitted and x is not s]
         s.phase = Phase.ALIVE
+        s.joined = now
         self._gone.pop(s.uuid, None)
         if s.seed is None:
             for seed in self._seeds.values():
@@ -975,7 +995,7 @@ class Mesh:
         self._forget(s)
         if s.admitted:
             info = self._info(s, now)
-            gone = PeerInfo(info.uuid, info.name, info.endpoint, info.group, "gone", info.last_seen, info.rtt)
+            gone = dataclasses.replace(info, state="gone")
             self._gone[s.uuid] = _Gone(gone, now + self.timing.gone_retention)
             self._notify(PeerLeft(s.uuid, s.name, reason, self.mesh_time(now)))
             self._report_soon(now)
@@ -1054,11 +1074,18 @@ class Mesh:
         if self.pictures.accept(m, now):
             # Pass it on only to peers that the report says its origin has no
             # session with: in a full mesh nobody relays; across a link open
-            # one way, or a partial partition, the report still arrives.
+            # one way, or a partial partition, the report still arrives.  Not to
+            # a peer admitted less than an interval ago: the report most likely
+            # predates it, and its origin meets it and reports within the soon
+            # window; relayed by every member, a crowd joining cost N^3 rows.
             direct = {p.peer for p in m.peers if p.state in ("alive", "suspect")}
+            settled = now - self.pictures.timing.interval
             relayed: Raws | None = None
             for x in self._sessions.values():
                 if x.admitted and x is not s and x.uuid != m.origin and x.uuid not in direct:
+                    if x.joined > settled:
+                        self.stats.reports_not_relayed += 1
+                        continue
                     relayed = relayed or dataclasses.replace(m, sender=self.uuid)
                     self.stats.reports_relayed += 1
                     self._send(x.conn, relayed)
@@ -1096,14 +1123,14 @@ class Mesh:
         )
 
     def _report_soon(self, now: float) -> None:
-        """Our sessions changed: say so within REPORT_SOON seconds rather than
-        at the next interval, so that no node keeps computing the picture from
-        a report that no longer holds (a few joins in a row make one report)."""
-        self.pictures.next_report = min(self.pictures.next_report, now + REPORT_SOON)
+        """Our sessions changed: say so soon rather than at the next interval, so
+        that no node keeps computing the picture from a report that no longer
+        holds; a burst of changes makes one report (``Pictures.sessions_changed``)."""
+        self.pictures.sessions_changed(now)
 
     def _publish_report(self, now: float) -> None:
         pictures = self.pictures
-        pictures.next_report = now + pictures.timing.interval * pictures.scale()
+        pictures.published(now)
         pictures.expire(now)
         report = self.report(now)
         pictures.accept(report, now)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -29,9 +30,10 @@ from typing import Any, Final
 from ..ids import NodeId
 from ..wire import Raws
 
-__all__ = ["Picture", "PictureTiming", "Pictures", "compute"]
+__all__ = ["REPORT_QUIET", "Picture", "PictureTiming", "Pictures", "compute"]
 
 ADMITTED: Final = frozenset({"alive", "suspect"})
+REPORT_QUIET: Final = 0.2  # seconds without a change of our sessions before a report says so
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +160,38 @@ class Pictures:
     timing: PictureTiming = field(default_factory=PictureTiming)
     _held: dict[NodeId, _Held] = field(default_factory=dict)
     next_seq: int = 1
-    next_report: float = 0.0
+    next_report: float = 0.0  # when our next report is due: the earlier of the two below
+    _regular: float = 0.0  # the interval's next report
+    _changed: float | None = None  # the first change of our sessions not yet reported
+    _last: float = -math.inf  # when we last reported
+
+    def first_report(self, now: float) -> None:
+        """Report at ``now`` (a node's first report, when it starts)."""
+        self.next_report = self._regular = now
+
+    def soon_window(self) -> float:
+        """The longest a change of our sessions waits to be reported, and the
+        shortest time between two reports it brings forward."""
+        return max(REPORT_QUIET, self.timing.interval / 2)
+
+    def sessions_changed(self, now: float) -> None:
+        """Our admitted sessions changed (a peer admitted or ended): bring the
+        next report forward, to once they have not changed for REPORT_QUIET
+        seconds, but within :meth:`soon_window` of the first change not yet
+        reported and no sooner than that window after the last report.  A burst
+        of admissions (a crowd joining) makes one report, not one each, and no
+        report waits more than the window after the change it shows."""
+        window = self.soon_window()
+        if self._changed is None:
+            self._changed = now
+        due = max(min(now + REPORT_QUIET, self._changed + window), self._last + window)
+        self.next_report = min(self._regular, due)
+
+    def published(self, now: float) -> None:
+        """We reported at ``now``: the next is due an interval later (scaled)."""
+        self._last = now
+        self._changed = None
+        self.next_report = self._regular = now + self.timing.interval * self.scale()
 
     def accept(self, report: Raws, now: float) -> bool:
         """Keep ``report`` if it is newer than what is held of its origin.

@@ -25,6 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
+import orjson
+
 from ..errors import DecodeError, LocalProtocolError
 from ..ids import NodeId
 
@@ -91,9 +93,13 @@ _ENDPOINT_RE: Final = re.compile(r"tcp://([A-Za-z0-9.\-]{1,253}|\[[0-9A-Fa-f:.]{
 _DECIMAL_RE: Final = re.compile(r"-?[0-9]{1,20}(\.[0-9]{1,20})?([eE][-+]?[0-9]{1,3})?")
 _INCARNATION_RE: Final = re.compile(r"[0-9a-f]{16}")
 _TYPE_RE: Final = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+_HEX32_RE: Final = re.compile(r"[0-9a-f]{32}")
 MAX_BEAT: Final = 60.0  # seconds: the longest heartbeat interval a node may announce
 MAX_LOST: Final = 100  # the most heartbeats a node may allow to be lost
 PEER_STATES: Final = ("connecting", "handshake", "alive", "suspect", "none")
+
+
+_orjson_loads: Final[Callable[[str], Any]] = orjson.loads
 
 
 def _no_constant(name: str) -> Any:
@@ -467,14 +473,20 @@ class PeerStat:
 
     def __post_init__(self) -> None:
         # Reports carry a row per peer, and every node receives every report:
-        # one quick test of everything, the detailed checks only to say what is wrong.
+        # one quick test of everything (no generator, no getattr), the detailed
+        # checks only to say what is wrong.
+        heard, rtt = self.heard, self.rtt
+        v1, v2, v3, v4 = self.msgs_in, self.msgs_out, self.bytes_in, self.bytes_out
+        v5, v6, v7 = self.sent, self.retrans, self.queued
         if (
             type(self.peer) is NodeId
             and self.state in PEER_STATES
-            and (self.heard is None or (type(self.heard) is float and 0 <= self.heard < math.inf))
-            and (self.rtt is None or (type(self.rtt) is float and 0 <= self.rtt < math.inf))
-            and all(type(v) is int and 0 <= v <= MAX_SEQ for v in (
-                self.msgs_in, self.msgs_out, self.bytes_in, self.bytes_out, self.sent, self.retrans, self.queued))
+            and (heard is None or (type(heard) is float and 0 <= heard < math.inf))
+            and (rtt is None or (type(rtt) is float and 0 <= rtt < math.inf))
+            and type(v1) is int and type(v2) is int and type(v3) is int and type(v4) is int
+            and type(v5) is int and type(v6) is int and type(v7) is int
+            and 0 <= v1 <= MAX_SEQ and 0 <= v2 <= MAX_SEQ and 0 <= v3 <= MAX_SEQ and 0 <= v4 <= MAX_SEQ
+            and 0 <= v5 <= MAX_SEQ and 0 <= v6 <= MAX_SEQ and 0 <= v7 <= MAX_SEQ
         ):
             return
         _check(isinstance(self.peer, NodeId), "peer must be a NodeId")
@@ -615,6 +627,20 @@ def _object(body: str, kind: str) -> dict[str, Any]:
     return obj
 
 
+def _fast_object(body: str, kind: str) -> dict[str, Any]:
+    """``_object`` by orjson, for the bodies every node receives from every
+    peer many times a second (RAWS, MEMB): about 4x faster than ``json``, and
+    as strict (NaN and infinities refused; a lone surrogate refused too, an
+    integer beyond 64 bits read as a float, which no integer field accepts)."""
+    try:
+        obj = _orjson_loads(body)
+    except ValueError as exc:  # orjson.JSONDecodeError, depth limit included
+        raise DecodeError(f"{kind} body is not JSON: {exc}") from None
+    if type(obj) is not dict:
+        raise DecodeError(f"{kind} body must be a JSON object")
+    return obj
+
+
 def _field(obj: dict[str, Any], key: str, kind: str, typ: type) -> Any:
     if key not in obj:
         raise DecodeError(f"{kind} body lacks {key!r}")
@@ -659,22 +685,47 @@ def _number(obj: dict[str, Any], key: str, kind: str) -> float:
 
 
 def _peer_stat(row: object, index: int) -> PeerStat:
+    """A RAWS peer row, ``[uuid, heard, rtt, state, msgs_in, msgs_out, bytes_in,
+    bytes_out, sent, retrans, queued]``, or a DecodeError naming the row."""
     if type(row) is not list or len(row) != 11:
         raise DecodeError(f"RAWS peer row {index} must be a list of 11 values")
-    heard, rtt = row[1], row[2]
-    # JSON writes 0.0 as 0: whole numbers become floats; PeerStat checks the rest.
+    uuid, heard, rtt = row[0], row[1], row[2]
+    # JSON may write a whole number of seconds without a fraction: it is a float here.
     if type(heard) is int:
         heard = float(heard)
     if type(rtt) is int:
         rtt = float(rtt)
+    if type(uuid) is not str or _HEX32_RE.fullmatch(uuid) is None:
+        raise DecodeError(f"RAWS peer row {index} uuid must be 32 lowercase hex digits")
     try:
-        return PeerStat(_node_hex(row[0], f"RAWS peer row {index} uuid"), heard, rtt, *row[3:])
+        return PeerStat(_node_id(uuid), heard, rtt, *row[3:])
     except LocalProtocolError as exc:
         raise DecodeError(f"RAWS peer row {index}: {exc}") from None
 
 
+def _peer_stats(rows: list[Any]) -> tuple[PeerStat, ...]:
+    """Every row of a RAWS report, in one pass: a row whose uuid and seconds
+    are plainly well formed goes straight to PeerStat (whose constructor
+    checks every field); anything else, or a refusal, goes through
+    ``_peer_stat`` for the error that names the row."""
+    out = []
+    hex32 = _HEX32_RE.fullmatch
+    for row in rows:
+        if type(row) is list and len(row) == 11:
+            uuid, heard, rtt, state, v1, v2, v3, v4, v5, v6, v7 = row
+            if type(uuid) is str and hex32(uuid) is not None and type(heard) is not int and type(rtt) is not int:
+                try:
+                    out.append(PeerStat(bytes.__new__(NodeId, bytes.fromhex(uuid)), heard, rtt, state,
+                                        v1, v2, v3, v4, v5, v6, v7))
+                    continue
+                except LocalProtocolError:
+                    pass
+        out.append(_peer_stat(row, len(out)))
+    return tuple(out)
+
+
 def _d_raws(sender: NodeId, body: str) -> Message:
-    obj = _object(body, "RAWS")
+    obj = _fast_object(body, "RAWS")
     rows = _field(obj, "peers", "RAWS", list)
     return Raws(
         sender=sender,
@@ -685,7 +736,7 @@ def _d_raws(sender: NodeId, body: str) -> Message:
         beat=_number(obj, "beat", "RAWS"),
         lost=_field(obj, "lost", "RAWS", int),
         cut_off=_field(obj, "cut_off", "RAWS", bool),
-        peers=tuple(_peer_stat(r, i) for i, r in enumerate(rows)),
+        peers=_peer_stats(rows),
     )
 
 
@@ -699,7 +750,7 @@ def _d_peer(sender: NodeId, body: str) -> Message:
 
 
 def _d_members(sender: NodeId, body: str) -> Message:
-    obj = _object(body, "MEMB")
+    obj = _fast_object(body, "MEMB")
     rows = _field(obj, "members", "MEMB", list)
     members = []
     for i, row in enumerate(rows):
@@ -729,6 +780,12 @@ def _seq(value: object, what: str, low: int = 1) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= MAX_SEQ:
         raise DecodeError(f"{what} must be an integer in {low}..2^63-1")
     return value
+
+
+def _node_id(text: str) -> NodeId:
+    """The NodeId of 32 lowercase hex digits the caller has matched with ``_HEX32_RE``."""
+    # Exactly 16 octets by construction: bytes' own constructor, not NodeId's length check.
+    return bytes.__new__(NodeId, bytes.fromhex(text))
 
 
 def _node_hex(value: object, what: str) -> NodeId:
