@@ -90,7 +90,8 @@ def test_cli_peers_text_and_json(trio: Cluster) -> None:
     alice = trio.nodes[0]
     text = huddle("peers", "--api", alice.api)
     assert text.returncode == 0
-    lines = text.stdout.splitlines()
+    me, *lines = text.stdout.splitlines()
+    assert me.startswith("this node: alice ") and " key " in me  # the local node and its key fingerprint
     assert lines[0].split() == ["NAME", "UUID", "STATE", "ENDPOINT", "RTT", "ms"]
     assert sorted(line.split()[0] for line in lines[1:]) == ["bob", "carol"]
     as_json = json.loads(huddle("peers", "--api", alice.api, "--json").stdout)

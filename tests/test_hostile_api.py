@@ -298,7 +298,7 @@ def test_other_pages_and_foreign_hosts_are_refused(cluster: Cluster, tmp_path: P
     assert post_json(api, "/api/v1/events", event, Origin=own) == 201
     stats = api_stats(api)
     assert stats["bad_host"] == 2 and stats["cross_origin"] == 4 and stats["bad_content_type"] == 13, stats
-    assert get(api, "/api/v1/node")["api"] == {"url": api, "exposed": False, "warning": None}
+    assert get(api, "/api/v1/node")["api"] == {"url": api, "exposed": False, "token_required": False, "warning": None}
     still_serving(cluster, [a, b])
 
 

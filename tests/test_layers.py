@@ -34,6 +34,7 @@ LAYER_OF: dict[str, str] = {
     "huddle.limits": "base",
     "huddle.counters": "base",
     "huddle.gcutil": "base",
+    "huddle.security": "security",
     "huddle.memtune": "base",
     "huddle.wire": "wire",
     "huddle.log": "log",
@@ -68,23 +69,28 @@ LAYER_OF: dict[str, str] = {
 # node wires everything, and the API sees the node only through api/ports.py.
 ALLOWED: dict[str, set[str]] = {
     "base": set(),
+    # Keys and secrets (issue 22): data and files only, known to everything that will sign,
+    # verify or encrypt (transport, protocol, posts, discovery, guests, api) and to the node
+    # and the CLI that load them.  It knows base alone.
+    "security": {"base"},
     "wire": {"base"},
     "log": {"base", "wire"},
     "doc": {"base", "wire"},
-    "protocol": {"base", "wire", "log"},
-    "guests": {"base"},
-    "posts": {"base", "protocol"},
-    "transport": {"base", "wire"},
-    "discovery": {"base", "wire"},
-    "config": {"base", "wire", "protocol", "posts", "discovery"},
-    "sim": {"base", "wire", "log", "doc", "protocol"},
-    "api": {"base", "wire", "log", "doc", "protocol", "posts", "guests", "config"},
-    "node": {"base", "wire", "log", "doc", "protocol", "posts", "guests", "transport", "discovery", "config", "api"},
+    "protocol": {"base", "wire", "log", "security"},
+    "guests": {"base", "security"},
+    "posts": {"base", "protocol", "security"},
+    "transport": {"base", "wire", "security"},
+    "discovery": {"base", "wire", "security"},
+    "config": {"base", "wire", "protocol", "posts", "discovery", "security"},
+    "sim": {"base", "wire", "log", "doc", "protocol", "security"},
+    "api": {"base", "wire", "log", "doc", "protocol", "posts", "guests", "config", "security"},
+    "node": {"base", "wire", "log", "doc", "protocol", "posts", "guests", "transport", "discovery", "config", "api",
+             "security"},
     "facade": {"base", "wire", "protocol", "config", "node"},
     "clients": {"base", "guests", "facade"},
     "pipeline": {"base", "wire", "doc"},  # reads exported logs; never the runtime
     "cli": {"base", "wire", "log", "protocol", "posts", "transport", "config", "sim", "node", "facade", "clients",
-            "pipeline"},
+            "pipeline", "security"},
     "entry": {"cli"},
 }
 

@@ -26,13 +26,16 @@ class ApiError(HuddleError):
 
 
 class ApiClient:
-    def __init__(self, base_url: str, timeout: float = 10.0) -> None:
+    def __init__(self, base_url: str, timeout: float = 10.0, token: str | None = None) -> None:
+        """``token``: the API's token (sent as ``Authorization: Bearer``), needed when the
+        node's API listens beyond loopback."""
         self.base_url = base_url.rstrip("/")
         self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> ApiClient:
-        self._session = aiohttp.ClientSession(timeout=self._timeout)
+        self._session = aiohttp.ClientSession(timeout=self._timeout, headers=self._headers)
         return self
 
     async def __aexit__(

@@ -40,6 +40,7 @@ from .protocol import Connect, Disconnect, Event, Mesh, Notify, PeerInfo, Send
 from .protocol.delivery import BufferFull, Delivery
 from .protocol.events import BufferSpace, Counters, CutOff, LogAppended, PeerExcluded, stat_row
 from .protocol.replication import Replicator, canonical_json
+from .security import NOT_WIRED, OPEN_GROUP, NodeIdentity, load_or_create_identity
 from .transport.naming import NamingClient
 from .transport.zmq_transport import ZmqTransport
 from .wire import LogRecord, encode_parts
@@ -200,6 +201,7 @@ class Node:
         self.node_type = config.type_spec()
         self.data_dir = DataDir(config.data_dir)
         self.uuid: NodeId | None = None
+        self.identity: NodeIdentity | None = None  # the node's keypair (DATA_DIR/node.key)
         self._mesh: Mesh | None = None
         self._store: SqliteStore | None = None
         self._guard: LogGuard | None = None  # the log's start-up check and own-sequence mark
@@ -272,6 +274,9 @@ class Node:
             "uuid": str(mesh.uuid),
             "name": mesh.name,
             "group": mesh.group,
+            "key": None if self.identity is None else self.identity.fingerprint,
+            "public_key": None if self.identity is None else self.identity.public_key.hex(),
+            "security": {"mode": "open", "warning": OPEN_GROUP},  # the only mode until issue 22 step 2
             "endpoint": mesh.endpoint,
             "time": self.mesh_time(),
             "clock_offset": mesh.offset,
@@ -477,7 +482,10 @@ class Node:
             self.data_dir.unlock()
 
     async def _run(self, cfg: NodeConfig, on_ready: Callable[[Node], None] | None) -> None:
+        if cfg.group_secret is not None:
+            raise ConfigError(NOT_WIRED)
         self.uuid = uuid = self.data_dir.node_id()
+        self.identity = load_or_create_identity(self.data_dir.path)
         found = await self._wait_interface(cfg.interface)
         if found is None:
             return  # stopped while waiting
@@ -550,12 +558,14 @@ class Node:
             self._start_posts(cfg)
             from .api.http import start_api  # noqa: PLC0415 - aiohttp: imported when a node runs, not with huddle.node
 
-            api_runner, self.api_url = await start_api(self, cfg.api, cfg.limits.api)
+            api_runner, self.api_url = await start_api(self, cfg.api, cfg.limits.api, token_dir=self.data_dir.path,
+                                                       require_token=cfg.api_require_token)
             self._execute()
             log.info(
                 "node %s (%s) in group %r at %s, api %s",
                 uuid.short, cfg.name, cfg.group, endpoint, self.api_url,
             )
+            log.warning("%s; this node's key: %s", OPEN_GROUP, self.identity.fingerprint)
             self._ready.set()
             if on_ready is not None:
                 on_ready(self)

@@ -22,14 +22,16 @@ def table(rows: Sequence[tuple[str, ...]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
 
 
-def peers_text(peers: list[dict[str, Any]]) -> str:
+def peers_text(peers: list[dict[str, Any]], me: dict[str, Any] | None = None) -> str:
+    """The peers as a table; ``me`` (``GET /api/v1/node``) adds a line for this node and its key."""
+    head = "" if me is None else f"this node: {me['name']} {me['uuid'][:8]} key {me.get('key', '-')}\n"
     if not peers:
-        return "no peers"
+        return head + "no peers"
     rows = [("NAME", "UUID", "STATE", "ENDPOINT", "RTT ms")]
     for p in peers:
         rtt = "-" if p.get("rtt_ms") is None else f"{p['rtt_ms']:.2f}"
         rows.append((p["name"], p["uuid"][:8], p["state"], p["endpoint"], rtt))
-    return table(rows)
+    return head + table(rows)
 
 
 def system_text(s: dict[str, Any]) -> str:

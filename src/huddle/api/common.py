@@ -33,6 +33,7 @@ class ApiState:
         self.transports: dict[RequestHandler, asyncio.Transport] = {}
         self.subscribers = 0
         self.exposed = False  # listening beyond loopback
+        self.token: str | None = None  # required on every request but the login page's, when set
         self.log_gate = LogGate()
 
     def refused(self, kind: str, message: str, *args: object) -> None:
@@ -44,8 +45,9 @@ class ApiState:
     def warning(self) -> str | None:
         if not self.exposed:
             return None
-        return ("the API listens beyond loopback: anyone who can reach it can record events, exclude peers and "
-                "read the log (no authentication yet); prefer --api 127.0.0.1:PORT behind a proxy")
+        return ("the API listens beyond loopback: it requires its token, but speaks plain HTTP, so anyone on the "
+                "path can read what it answers and the token itself; prefer a TLS proxy in front of "
+                "--api 127.0.0.1:PORT")
 
 
 STATE_KEY: web.AppKey[ApiState] = web.AppKey("api_state")

@@ -15,6 +15,9 @@ Rules (README, "The API"; docs/limits.md, "API"):
 - JSON bodies are strict: UTF-8, no ``NaN`` / ``Infinity`` (nor numbers too large
   for a double), nesting at most ``api.max-json-depth``, and no text that cannot
   be encoded as UTF-8 (a lone surrogate escape such as ``"\\ud800"``).
+- Listening beyond loopback (or with ``--api-require-token``), every request but the
+  login page's carries the API's token: ``Authorization: Bearer TOKEN`` or the cookie
+  the login page sets.  Without it: 401 (the API) or a redirect to ``/login`` (pages).
 - At most ``api.max-connections`` connections; one waiting for a request's head
   longer than ``api.idle-timeout`` (from its opening or the end of its last
   answer), or whose answer makes no progress for as long, is closed.
@@ -35,14 +38,17 @@ from ..counters import Counters
 from ..limits import ApiLimits
 
 __all__ = [
-    "SIMPLE_TYPES", "ApiCounters", "BadInput", "ConnectionGuard", "LogGate", "bad_text", "host_allowed",
-    "hostname_of", "is_loopback", "origin_allowed", "parse_json",
+    "SIMPLE_TYPES", "TOKEN_COOKIE", "ApiCounters", "BadInput", "ConnectionGuard", "LogGate", "bad_text",
+    "host_allowed", "hostname_of", "is_loopback", "origin_allowed", "parse_json", "presented_token", "safe_next",
+    "token_required",
 ]
 
 # The content types a page may POST cross-origin without a CORS preflight (Fetch standard).
 SIMPLE_TYPES = frozenset({"text/plain", "application/x-www-form-urlencoded", "multipart/form-data"})
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+
+TOKEN_COOKIE = "huddle_token"  # noqa: S105 - the cookie's name; set by POST /login: HttpOnly, SameSite=Strict
 
 
 @dataclass(slots=True)
@@ -60,6 +66,7 @@ class ApiCounters(Counters):
     body_timeouts: int = 0  # a body that did not arrive within api.body-timeout (408)
     subscribers_refused: int = 0  # over api.max-subscribers (503)
     subscribers_dropped: int = 0  # a subscriber over api.subscriber-buffer-bytes (closed, code 1013)
+    unauthorized: int = 0  # no token, or a wrong one, where the API requires it (401, or /login for pages)
 
 
 class BadInput(ValueError):
@@ -168,6 +175,32 @@ def origin_allowed(origin: str, host: str) -> bool:
     except ValueError:
         return False
     return parts.scheme in ("http", "https") and bool(parts.netloc) and parts.netloc.lower() == host.strip().lower()
+
+
+# ------------------------------------------------------------------ the token
+
+
+def token_required(host: str, forced: bool) -> bool:
+    """Does an API bound to ``host`` require its token?  Always beyond loopback (a wildcard
+    address included); on loopback only when ``forced`` (``--api-require-token``)."""
+    return forced or not is_loopback(host)
+
+
+def presented_token(authorization: str | None, cookie: str | None) -> str | None:
+    """The token a request presents: an ``Authorization: Bearer`` header first, else the
+    login cookie's value; None if neither."""
+    if authorization is not None:
+        scheme, _, value = authorization.strip().partition(" ")
+        if scheme.lower() == "bearer" and value.strip():
+            return value.strip()
+    return cookie or None
+
+
+def safe_next(target: str | None) -> str:
+    """Where the login page sends the browser after: a path of this API, never another site."""
+    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return "/"
+    return target
 
 
 # ------------------------------------------------------------------ connections

@@ -11,11 +11,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import html
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, quote
 
 from aiohttp import WSMsgType, web
 from aiohttp.web_protocol import RequestHandler
@@ -28,17 +30,22 @@ from ..limits import ApiLimits
 from ..protocol import Event, PeerInfo
 from ..protocol.delivery import BufferFull, MessageTooLarge, NotIncluded
 from ..protocol.events import LogAppended, record_json
+from ..security import load_or_create_token, token_matches
 from ..wire import MAX_BODY
 from .common import NODE_KEY, STATE_KEY, ApiState
 from .common import error_response as _error
 from .guard import (
     SIMPLE_TYPES,
+    TOKEN_COOKIE,
     BadInput,
     bad_text,
     host_allowed,
     is_loopback,
     origin_allowed,
     parse_json,
+    presented_token,
+    safe_next,
+    token_required,
 )
 from .ports import ApiNode
 from .posts_http import add_post_routes
@@ -53,6 +60,8 @@ _BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\
          b"Content-Length: 58\r\n\r\n" b'{"error": "too many connections to this API; try again"}\r\n')
 _JSON_WRITE_TYPES = frozenset({"application/json"})
 _DOC_TYPES = frozenset({"application/json", "application/xml", "text/xml"})
+_FORM_TYPES = frozenset({"application/x-www-form-urlencoded"})
+_LOGIN = "/login"
 
 
 
@@ -77,8 +86,20 @@ async def _door(request: web.Request, handler: Handler) -> web.StreamResponse:
         state.refused("origin", "API: refused a %s %s from the web page at %r", request.method, request.path,
                       origin[:100])
         return _error(403, "requests from other web pages are refused (Origin is not this API's own)")
+    if state.token is not None and request.path != _LOGIN:
+        given = presented_token(request.headers.get("Authorization"), request.cookies.get(TOKEN_COOKIE))
+        if not token_matches(given, state.token):
+            state.counters.unauthorized += 1
+            state.refused("token", "API: refused a request without the API token (%s %s)", request.method,
+                          request.path[:100])
+            if request.path.startswith("/api/"):
+                return web.json_response(
+                    {"error": "this API requires its token: send 'Authorization: Bearer TOKEN' (the token is in "
+                     "the node's data directory, file api-token), or log in at /login"},
+                    status=401, headers={"WWW-Authenticate": 'Bearer realm="huddle"'})
+            raise web.HTTPSeeOther(f"{_LOGIN}?next={quote(request.path_qs, safe='/')}")
     if request.method not in ("GET", "HEAD", "OPTIONS") and request.content_type in SIMPLE_TYPES \
-            and "Content-Type" in request.headers:
+            and "Content-Type" in request.headers and request.path != _LOGIN:
         state.counters.bad_content_type += 1
         return _error(415, f"content type {request.content_type} is not taken: send application/json "
                       "(or, to the endpoints that take them, XML or the post's content)")
@@ -136,7 +157,8 @@ async def _get_node(request: web.Request) -> web.Response:
     info = node.info()
     info["stats"]["api"] = state.counters.as_dict() | {"connections": len(state.guard),
                                                       "subscribers": state.subscribers}
-    info["api"] = {"url": node.api_url, "exposed": state.exposed, "warning": state.warning()}
+    info["api"] = {"url": node.api_url, "exposed": state.exposed, "token_required": state.token is not None,
+                   "warning": state.warning()}
     return web.json_response(info)
 
 
@@ -566,6 +588,53 @@ async def _post_guest_action(request: web.Request) -> web.Response:
     return web.json_response({"fired": name})
 
 
+def _login_page(next_path: str, message: str = "", status: int = 200) -> web.Response:
+    note = f'<p class="bad">{html.escape(message)}</p>' if message else ""
+    body = f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>huddle: log in</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<style>body{{font-family:system-ui,sans-serif;max-width:28em;margin:3em auto;padding:0 1em}}
+input{{width:100%;font:inherit;padding:.4em;box-sizing:border-box}}button{{font:inherit;margin-top:.6em}}
+.bad{{color:#b00020}}</style></head>
+<body><h1>huddle</h1>
+<p>This node's API listens beyond loopback, so it asks for its token (the file <code>api-token</code> in the
+node's data directory; the node showed it once, when it made it).</p>{note}
+<form method="post" action="{_LOGIN}">
+<input type="hidden" name="next" value="{html.escape(next_path)}">
+<label for="token">API token</label>
+<input id="token" name="token" type="password" autocomplete="current-password" required autofocus>
+<button type="submit">Log in</button></form></body></html>
+"""
+    return web.Response(text=body, status=status, content_type="text/html",
+                        headers={"Cache-Control": "no-store", "X-Frame-Options": "DENY"})
+
+
+async def _get_login(request: web.Request) -> web.Response:
+    return _login_page(safe_next(request.query.get("next")))
+
+
+async def _post_login(request: web.Request) -> web.StreamResponse:
+    """The login form: the right token sets the cookie and goes on to ``next``."""
+    state = request.app[STATE_KEY]
+    raw = await _read_body(request, _FORM_TYPES)
+    try:
+        form = parse_qs(raw.decode("utf-8"), max_num_fields=4)
+    except (UnicodeDecodeError, ValueError):
+        state.counters.bad_input += 1
+        return _error(400, "the login form is not a form")
+    target = safe_next((form.get("next") or ["/"])[0])
+    given = (form.get("token") or [""])[0].strip()
+    if state.token is None:
+        raise web.HTTPSeeOther(target)  # nothing to log in to: the API requires no token
+    if not token_matches(given, state.token):
+        state.counters.unauthorized += 1
+        state.refused("token", "API: a wrong token was given at the login page")
+        return _login_page(target, "That is not this node's API token.", status=401)
+    resp = web.HTTPSeeOther(target)
+    resp.set_cookie(TOKEN_COOKIE, state.token, httponly=True, samesite="Strict", path="/")
+    raise resp
+
+
 async def _get_bout_page(request: web.Request) -> web.FileResponse:
     return web.FileResponse(_STATIC / "bout.html", headers={"Cache-Control": "no-cache"})
 
@@ -690,19 +759,34 @@ def make_app(node: ApiNode, limits: ApiLimits | None = None) -> web.Application:
     app.router.add_get("/bout", _get_bout_page)
     app.router.add_get("/", _get_status_page)
     app.router.add_get("/guest.js", _get_guest_js)
+    app.router.add_get(_LOGIN, _get_login)
+    app.router.add_post(_LOGIN, _post_login)
     app.router.add_get("/api/v1/guests", _get_guests)
     app.router.add_post("/api/v1/guests/{name}/{action:grab|fire}", _post_guest_action)
     add_post_routes(app)
     return app
 
 
-async def start_api(node: ApiNode, address: str, limits: ApiLimits | None = None) -> tuple[web.AppRunner, str]:
+async def start_api(node: ApiNode, address: str, limits: ApiLimits | None = None, *,
+                    token_dir: Path | None = None, require_token: bool = False) -> tuple[web.AppRunner, str]:
     """Serve the API on ``HOST:PORT`` (port 0 picks one); returns the runner and URL.
-    Warns (log, and ``GET /api/v1/node`` -> ``api.warning``) when it listens beyond loopback."""
+    Warns (log, and ``GET /api/v1/node`` -> ``api.warning``) when it listens beyond loopback.
+    Beyond loopback, or with ``require_token``, every request needs the token kept in
+    ``token_dir`` (made there, and shown once in the log, when there is none)."""
     host, port = parse_hostport(address, "api")
     app = make_app(node, limits)
     state = app[STATE_KEY]
     state.exposed = not is_loopback(host)
+    if token_required(host, require_token):
+        if token_dir is None:
+            raise ConfigError(f"an API on {address} requires a token, and there is no data directory to keep it in")
+        token = load_or_create_token(token_dir)
+        state.token = token.value
+        if token.created:
+            log.warning("API token (shown once): %s  -- kept in %s; send it as 'Authorization: Bearer TOKEN' "
+                        "or log in at /login", token.value, token.path)
+        else:
+            log.info("the API requires its token (in %s)", token.path)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     site = _GatedSite(runner, host, port, state)

@@ -28,6 +28,7 @@ from ..log.export import export
 from ..log.integrity import repair
 from ..memtune import tune_malloc
 from ..posts import cli as posts_cli
+from ..security import GroupSecret, load_group_file
 from ..sim import run_scenario
 from ..simhostile import run_hostile_scenario
 
@@ -44,10 +45,28 @@ ApiHandler = Callable[["ApiClient", argparse.Namespace], Awaitable[Shown]]
 
 # ------------------------------------------------------------------ local commands
 
+def _group_secret(args: argparse.Namespace, base: NodeConfig) -> tuple[str | None, GroupSecret | None]:
+    """The group and its secret from --group-key FILE / --join CODE (None, None: neither given)."""
+    if args.group_key is not None:
+        secret = load_group_file(args.group_key)
+        if args.group is not None and args.group != secret.group:
+            raise ConfigError(f"--group-key {args.group_key} is the secret of group {secret.group!r}, "
+                              f"not of --group {args.group!r}")
+        return secret.group, secret
+    if args.join is not None:
+        group = args.group if args.group is not None else base.group
+        if not group:
+            raise ConfigError("--join needs --group NAME: the join code gives the secret of one named group")
+        return group, GroupSecret.from_code(group, args.join)
+    return args.group, None
+
+
 def _node_config(args: argparse.Namespace) -> NodeConfig:
     base = load_config(args.config)
+    group, secret = _group_secret(args, base)
     return base.with_overrides(
-        name=args.name, group=args.group, data_dir=args.data_dir, port=args.port,
+        name=args.name, group=group, group_secret=secret, api_require_token=args.api_require_token,
+        data_dir=args.data_dir, port=args.port,
         port_range=args.port_range, api=args.api,
         seeds=tuple(args.seeds) if args.seeds else None, beacon=args.beacon,
         beacon_address=args.beacon_address, beacon_port=args.beacon_port,
@@ -201,6 +220,23 @@ def _repair(args: argparse.Namespace) -> int:
     return 0
 
 
+def _group(args: argparse.Namespace) -> int:
+    if args.group_command == "new":
+        secret = GroupSecret.new(args.name)
+        out = args.out or Path("".join(c if c.isalnum() or c in "._-" else "_" for c in args.name) + ".key")
+        secret.save(out)
+        print(f"group {secret.group!r}: secret written to {out} (mode 0600), key id {secret.key_id}")
+        print(f"join code (give it to members only; with the group's name it gives the secret):\n  {secret.code}")
+        print(f"members join with: huddle node --group-key {out}   or   huddle node --group {secret.group} "
+              f"--join {secret.code}")
+        print("note: nodes do not use group secrets on the mesh yet (issue 22 step 2); "
+              "a node given one refuses to start")
+        return 0
+    secret = load_group_file(args.file)
+    print(f"group: {secret.group}\nkey id: {secret.key_id}\njoin code: {secret.code}")
+    return 0
+
+
 def _export(args: argparse.Namespace) -> int:
     count = export(args.data_dir, args.out, args.format)
     print(f"exported {count} events to {args.out}")
@@ -224,7 +260,7 @@ def _on_api(handler: ApiHandler) -> Handler:
         from ..client import ApiClient, ApiError  # deferred on purpose: aiohttp, only for commands that call a node  # noqa: PLC0415
 
         async def call() -> Shown:
-            async with ApiClient(api_url(args)) as api:
+            async with ApiClient(api_url(args), token=args.token or os.environ.get("HUDDLE_TOKEN") or None) as api:
                 return await handler(api, args)
 
         try:
@@ -244,7 +280,7 @@ def _on_api(handler: ApiHandler) -> Handler:
 
 async def _peers(api: ApiClient, args: argparse.Namespace) -> Shown:
     peers = await api.peers()
-    return peers, render.peers_text(peers)
+    return peers, render.peers_text(peers, await api.node())
 
 
 async def _guests(api: ApiClient, args: argparse.Namespace) -> Shown:
@@ -359,7 +395,7 @@ def _doc(args: argparse.Namespace) -> int:
 COMMANDS: Mapping[str, Handler] = {
     # local
     "node": _node, "demo": _demo, "node-types": _node_types, "limits": _limits, "simulate": _simulate,
-    "broker": _broker, "pipeline": _pipeline, "repair": _repair, "export": _export,
+    "broker": _broker, "pipeline": _pipeline, "repair": _repair, "export": _export, "group": _group,
     # through a node's API
     "peers": _on_api(_peers), "guests": _on_api(_guests), "system": _on_api(_system), "info": _on_api(_info),
     "chat": _on_api(_chat), "emit": _on_api(_emit), "log": _on_api(_log), "exclude": _on_api(_exclude),

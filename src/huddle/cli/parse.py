@@ -32,6 +32,17 @@ logs go to standard error.  SIGINT or SIGTERM make it say goodbye (GBYE) and sto
 
 CLIENT_EPILOG = f"""\
 The API address comes from --api, else $HUDDLE_API, else http://{DEFAULT_API}.
+A node whose API listens beyond loopback wants its token: --token, else $HUDDLE_TOKEN.
+"""
+
+GROUP_EPILOG = """\
+examples:
+  huddle group new derby                 # writes derby.key (mode 0600) and prints the join code
+  huddle group show derby.key            # name, key id and join code again
+
+A member joins with the file (huddle node --group-key derby.key) or with the code read
+aloud (huddle node --group derby --join XXXX-XXXX-XXXX-XXXX-XXXX-XXXX): the code and the
+group's name give the secret.  docs/security.md says what the secret protects.
 """
 
 
@@ -65,6 +76,8 @@ def _positive(text: str) -> float:
 def _add_client_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api", metavar="URL", help=f"the node's API (default: $HUDDLE_API or http://{DEFAULT_API})")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("--token", metavar="TOKEN",
+                   help="the node's API token, when its API listens beyond loopback (default: $HUDDLE_TOKEN)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -85,6 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
     node.add_argument("--config", type=Path, metavar="FILE.toml", help="read settings from a TOML file first")
     node.add_argument("--name", help="a name for humans (default: the host name)")
     node.add_argument("--group", help="the group (bout) to join; nodes of other groups are refused (default: '')")
+    secret = node.add_mutually_exclusive_group()
+    secret.add_argument("--group-key", type=Path, metavar="FILE",
+                        help="the group's secret, from 'huddle group new' (sets --group to the file's group)")
+    secret.add_argument("--join", metavar="CODE", help="the group's join code, read aloud or copied; needs --group")
     node.add_argument("--data-dir", type=Path, metavar="DIR", help="keeps this node's UUID; one node per directory")
     node.add_argument("--port", type=int, help="ROUTER port; 0 picks a free one in --port-range (default: 0)")
     node.add_argument("--port-range", type=_port_range, metavar="LOW-HIGH", help="default: 49152-65535")
@@ -149,6 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="change one of the bounds on what peers, guests and web pages can make this node hold, "
                            "e.g. api.max-connections=512 (repeatable; 'huddle limits' lists them all)")
     node.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="default: info")
+    node.add_argument("--api-require-token", action="store_true", default=None,
+                      help="require the API token on loopback too, e.g. on a machine shared with other users "
+                      "(beyond loopback it is always required)")
 
     peers = sub.add_parser("peers", help="list a node's peers", epilog=CLIENT_EPILOG)
     _add_client_options(peers)
@@ -382,6 +402,21 @@ def build_parser() -> argparse.ArgumentParser:
     types.add_argument("--json", action="store_true", help="print JSON")
 
     add_post_parsers(sub, _add_client_options, CLIENT_EPILOG)
+
+    group = sub.add_parser(
+        "group", help="create or show a group secret and its join code",
+        description="A group secret keeps strangers out of a group: 'huddle group new NAME' writes it to a file "
+        "(mode 0600) and prints a join code short enough to read aloud. NOTE: nodes do not use it on the mesh "
+        "yet (issue 22 step 2); a node given one refuses to start rather than pretend to be secured.",
+        epilog=GROUP_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    group_sub = group.add_subparsers(dest="group_command", metavar="ACTION", required=True)
+    g_new = group_sub.add_parser("new", help="create a group secret: a file and a join code")
+    g_new.add_argument("name", metavar="NAME", help="the group's name (what nodes give as --group)")
+    g_new.add_argument("--out", type=Path, metavar="FILE", help="where to write it (default: NAME.key here); "
+                       "never overwritten")
+    g_show = group_sub.add_parser("show", help="print a group file's name, key id and join code")
+    g_show.add_argument("file", type=Path, metavar="FILE", help="a group file")
 
     info = sub.add_parser("info", help="show the node's identity, clock and counters", epilog=CLIENT_EPILOG)
     _add_client_options(info)

@@ -1,0 +1,21 @@
+"""Keys and secrets (issue 22): the node's own keypair, the group secret and its join
+code, the API token.  Pure where it can be: files are read and written here, nothing
+else is done; the mesh, the log and the API use what this package gives them.
+
+Cryptography is libsodium's (PyNaCl: Ed25519, X25519) and the standard library's
+(scrypt, BLAKE2b keyed, ``secrets``, ``hmac.compare_digest``); nothing is home-made.
+"""
+
+from __future__ import annotations
+
+from .codes import BadCode, fingerprint, new_join_code, parse_join_code
+from .group import GROUP_FILE, NOT_WIRED, OPEN_GROUP, GroupSecret, load_group_file
+from .identity import KEY_FILE, CurveKeypair, NodeIdentity, load_or_create_identity, node_id_for, verify
+from .token import TOKEN_FILE, ApiToken, load_or_create_token, token_matches
+
+__all__ = [
+    "GROUP_FILE", "KEY_FILE", "NOT_WIRED", "OPEN_GROUP", "TOKEN_FILE",
+    "ApiToken", "BadCode", "CurveKeypair", "GroupSecret", "NodeIdentity",
+    "fingerprint", "load_group_file", "load_or_create_identity", "load_or_create_token", "new_join_code",
+    "node_id_for", "parse_join_code", "token_matches", "verify",
+]
