@@ -33,6 +33,7 @@ LAYER_OF: dict[str, str] = {
     "huddle.ids": "base",
     "huddle.limits": "base",
     "huddle.counters": "base",
+    "huddle.ratelog": "base",
     "huddle.gcutil": "base",
     "huddle.memtune": "base",
     "huddle.wire": "wire",

@@ -38,6 +38,7 @@ from ..ids import NodeId
 from ..limits import PostLimits
 from ..protocol.delivery import BufferFull
 from ..protocol.events import BulkReceived, Counters, Event, MessageReceived, PeerJoined, PeerLeft, PostAdded
+from ..ratelog import RateLog
 from .codec import (
     CLIENT_COMMANDS,
     MAX_FETCH,
@@ -116,7 +117,7 @@ class PostService:
         self.settings = settings
         self.limits = limits or PostLimits()
         self.refused = PostRefusals()
-        self._warned: dict[str, float] = {}  # what was warned about -> when (rate-limited)
+        self._warnings = RateLog(log, period=LOG_EVERY)  # per what is warned about
         self._counted: dict[NodeId, tuple[int, int, int, int]] = {}  # a session's refusals counted so far
         self._publish = publish
         uuid = node.uuid
@@ -286,10 +287,7 @@ class PostService:
 
     def warn(self, what: str, text: str, *args: object) -> None:
         """Log ``text`` at most once per LOG_EVERY seconds for each ``what`` (refusals: never per message)."""
-        now = time.monotonic()
-        if now - self._warned.get(what, -LOG_EVERY) >= LOG_EVERY:
-            self._warned[what] = now
-            log.warning(text, *args)
+        self._warnings.warning(what, time.monotonic(), text, *args)
 
     def _carry_counted(self, peer: NodeId, client: Client, actions: list[ClientAction]) -> None:
         """:meth:`_carry`, counting (and warning about) what the client refused since last counted."""
@@ -379,9 +377,8 @@ class PostService:
                 return
         if len(queue) >= MAX_OUT:  # the peer sends requests faster than its channel takes answers
             self.stats["out_dropped"] += 1
-            if self.stats["out_dropped"] % 1000 == 1:
-                log.warning("%d Hydra messages to %s wait for its channel: dropping more (%d so far)",
-                            len(queue), peer.short, self.stats["out_dropped"])
+            self.warn("out_dropped", "%d Hydra messages to %s wait for its channel: dropping more (%d so far)",
+                      len(queue), peer.short, self.stats["out_dropped"])
             return
         queue.append(payload)
         if peer not in self._pumps or self._pumps[peer].done():
