@@ -13,11 +13,12 @@ import logging
 import socket
 import time
 from collections.abc import Callable, Collection
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, cast
 
 from aiohttp import WSMsgType, web
 
+from ..counters import Counters
 from ..ratelog import RateLog
 from .choice import HostLinks
 from .codec import (
@@ -52,7 +53,7 @@ class GuestSettings:
 
 
 @dataclass(slots=True)
-class ServerCounters:
+class ServerCounters(Counters):
     """What the guest doors saw (served, with the room's counters, in ``GET /api/v1/guests`` -> ``stats``)."""
 
     marcos: int = 0  # datagrams on the marco port
@@ -219,7 +220,7 @@ class GuestServer:
     @property
     def stats(self) -> dict[str, int]:
         """Every counter of the doors and the room, by name."""
-        return asdict(self.counters) | asdict(self.room.counters) | asdict(self.links.counters)
+        return self.counters.as_dict() | self.room.counters.as_dict() | self.links.counters.as_dict()
 
     def host_ids(self) -> list[str]:
         """This node and the group's other live guest hosts, as the marco choice sees them."""
