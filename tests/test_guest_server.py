@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from huddle.guest import Guest, GuestError
+from huddle.guest_client import Guest, GuestError
 from huddle.guests.room import Room
 from huddle.guests.server import GuestServer, GuestSettings
 

@@ -53,7 +53,7 @@ LAYER_OF: dict[str, str] = {
     "huddle.client": "clients",
     "huddle.procs": "clients",
     "huddle.render": "cli",
-    "huddle.guest": "clients",
+    "huddle.guest_client": "clients",
     "huddle.pipeline": "pipeline",
     "huddle": "facade",
     "huddle.cli": "cli",
