@@ -9,7 +9,6 @@ from huddle.api.guard import (
     ApiCounters,
     BadInput,
     ConnectionGuard,
-    LogGate,
     bad_text,
     host_allowed,
     is_loopback,
@@ -97,11 +96,3 @@ def test_connection_cap_and_deadlines() -> None:
     assert counters.stalled_closed == 1 and counters.idle_closed == 2 and len(guard) == 0
     guard.close("b")  # the transport's own close after the sweep's: harmless
     assert guard.open("e", 31.0)
-
-
-def test_log_gate_logs_a_flood_once() -> None:
-    gate = LogGate(interval=60.0)
-    assert gate.due("host", 0.0) == 0
-    assert [gate.due("host", t) for t in (1.0, 2.0, 3.0)] == [None, None, None]
-    assert gate.due("origin", 3.0) == 0
-    assert gate.due("host", 60.0) == 3

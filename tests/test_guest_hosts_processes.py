@@ -15,7 +15,7 @@ import pytest
 from conftest import Cluster, free_port, get, wait_for
 from test_guest_processes import BROADCAST, guest_names, start_host
 
-from huddle.guest import Guest
+from huddle.guest_client import Guest
 from huddle.procs import NodeProcess
 
 pytestmark = pytest.mark.processes

@@ -214,7 +214,7 @@ def test_free_and_other_guests_are_listed_and_a_grabbed_free_guest_gets_a_polo(c
 
 
 def test_the_python_guest_finds_a_host_and_comes_back_after_being_fired(cluster: Cluster) -> None:
-    from huddle.guest import Guest
+    from huddle.guest_client import Guest
 
     port = free_port(socket.SOCK_DGRAM)
     a, _ = start_host(cluster, "a", port)
@@ -262,7 +262,7 @@ def test_the_python_guest_finds_a_host_and_comes_back_after_being_fired(cluster:
 def test_a_browser_guest_on_one_node_and_a_python_guest_on_another(cluster: Cluster, browser: Any) -> None:
     from playwright.sync_api import expect
 
-    from huddle.guest import Guest
+    from huddle.guest_client import Guest
 
     a, a_ports = start_host(cluster, "a", free_port(socket.SOCK_DGRAM))
     b, b_ports = start_host(cluster, "b", free_port(socket.SOCK_DGRAM))

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from huddle.guest import Guest, GuestError
+from huddle.guest_client import Guest, GuestError
 from huddle.guests.room import Room
 from huddle.guests.server import GuestServer, GuestSettings
 
@@ -160,20 +160,19 @@ def test_a_python_guest_whose_name_is_taken_is_told_so_and_does_not_hammer_the_h
 
 
 def test_the_guest_doors_log_within_a_budget_and_count_the_rest(caplog: pytest.LogCaptureFixture) -> None:
-    from huddle.guests.server import ServerCounters, _LogBudget
+    from huddle.limits import GuestLimits
 
     now = [0.0]
-    counters = ServerCounters()
-    budget = _LogBudget(2, counters, lambda: now[0])
+    server = GuestServer(Room("test", limits=GuestLimits(log_lines_per_minute=2)),
+                         GuestSettings(host="127.0.0.1"), on_event=lambda g, t, v: None, clock=lambda: now[0])
     with caplog.at_level("INFO", logger="huddle.guests"):
         for i in range(5):
-            budget.info("refused %d", i)
+            server._info("refused %d", i)
         assert [r.getMessage() for r in caplog.records] == ["refused 0", "refused 1"]
-        assert counters.log_lines_left_out == 3
+        assert server.counters.log_lines_left_out == 3 and server.stats["log_lines_left_out"] == 3
         now[0] = 61.0
-        budget.info("refused %d", 5)
-    assert [r.getMessage() for r in caplog.records][2:] == [
-        "3 more lines about guests left out in the last minute", "refused 5"]
+        server._info("refused %d", 5)
+    assert [r.getMessage() for r in caplog.records][2:] == ["refused 5 (3 more like this left out before)"]
 
 
 def test_after_an_address_change_the_doors_listen_on_the_new_address_and_old_connections_are_closed() -> None:

@@ -22,7 +22,7 @@ from conftest import Cluster, alive_names, free_port, get, http, wait_for
 from hostile_kit import footprint, node_stats, raw_dealer, still_serving
 
 from huddle import NodeId
-from huddle.wire import Beat, Bout, Chat, Helo, Peer, encode
+from huddle.wire import Beat, Chat, Group, Helo, Peer, encode
 
 pytestmark = pytest.mark.processes
 
@@ -55,7 +55,7 @@ def test_a_flood_of_introductions_stays_bounded_and_a_third_node_still_joins(clu
         me = NodeId(os.urandom(16))
         mallory = raw_dealer(ctx, endpoint_of(alice.api), bytes(me), source="127.0.0.3")
         send(mallory, Helo(me, endpoint=dead_endpoint(), name="mallory", incarnation="66" * 8))
-        send(mallory, Bout(me, group=GROUP))
+        send(mallory, Group(me, group=GROUP))
         wait_for(lambda: "mallory" in alive_names(alice.api), 10, "mallory to be admitted")
         for _ in range(1100):
             send(mallory, Peer(me, peer=NodeId(os.urandom(16)), endpoint=dead_endpoint()))
@@ -89,7 +89,7 @@ def test_a_helo_flood_from_fresh_identities_is_capped_and_its_ghosts_go(cluster:
                 sock = raw_dealer(ctx, endpoint, bytes(ghost), source="127.0.0.4")
                 send(sock, Helo(ghost, endpoint=dead_endpoint(), name="ghost", incarnation="77" * 8,
                                 beat=60.0, lost=100))
-                send(sock, Bout(ghost, group=GROUP))
+                send(sock, Group(ghost, group=GROUP))
                 socks.append(sock)
             received += 200
             wait_for(lambda target=received: node_stats(alice.api)["received"] >= target, 10, "the batch to arrive")

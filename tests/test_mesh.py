@@ -26,7 +26,7 @@ from huddle.protocol import (
     Timing,
 )
 from huddle.sim import SimNetwork, SimNode
-from huddle.wire import Beat, Bout, Bulk, Chat, Gbye, Helo, Members, Peer, encode
+from huddle.wire import Beat, Bulk, Chat, Gbye, Group, Helo, Members, Peer, encode
 
 
 def alive(node: SimNode, net: SimNetwork) -> set[str]:
@@ -72,7 +72,7 @@ def test_introduction_follows_the_alice_bob_charlie_dialogue() -> None:
     helos = [(s, d) for s, d, m in intro if isinstance(m, Helo)]
     assert len(helos) == 4, helos
     # Every HELO is followed by the sender's BOUT (a reply is mandatory).
-    bouts = [(s, d) for s, d, m in net.trace if isinstance(m, Bout)]
+    bouts = [(s, d) for s, d, m in net.trace if isinstance(m, Group)]
     assert sorted(bouts) == sorted(helos)
 
 

@@ -13,7 +13,7 @@ from huddle.limits import MeshLimits
 from huddle.protocol import Connect, Mesh, Notify, PeerLeft, Send
 from huddle.protocol.events import ChatReceived, PeerExcluded
 from huddle.transport.zmq_transport import ZmqTransport
-from huddle.wire import Bout, Chat, Gbye, Helo, Peer, encode
+from huddle.wire import Chat, Gbye, Group, Helo, Peer, encode
 
 GROUP = "g"
 HOME = "10.0.0.2"  # the honest member's address
@@ -34,7 +34,7 @@ def join(mesh: Mesh, uuid: NodeId, source: str, now: float, port: int = 6000, *,
     """A HELO and a BOUT from ``uuid`` arriving from ``source``."""
     helo = Helo(uuid, endpoint=f"tcp://{source or '10.0.0.4'}:{port}", name="peer", incarnation=incarnation, beat=beat, lost=lost)
     mesh.receive(encode(helo), now, source)
-    mesh.receive(encode(Bout(uuid, group=GROUP)), now, source)
+    mesh.receive(encode(Group(uuid, group=GROUP)), now, source)
 
 
 def connects(mesh: Mesh) -> list[Connect]:
@@ -97,7 +97,7 @@ def test_a_crowd_behind_one_address_past_the_caps_waits_its_turn_and_all_are_adm
         mesh.receive(encode(helos[u]), 0.0, HOME)
     assert mesh.stats.helos_waited == 28
     for u in reversed(crowd.values()):  # the BOUTs of those waiting come first, and are dropped
-        mesh.receive(encode(Bout(u, group=GROUP)), 0.0, HOME)
+        mesh.receive(encode(Group(u, group=GROUP)), 0.0, HOME)
     assert mesh.stats.dropped_unintroduced >= 20
     conns: dict[int, NodeId] = {}
     for _ in range(40):  # carry each node's answer to what the mesh sent it
@@ -107,7 +107,7 @@ def test_a_crowd_behind_one_address_past_the_caps_waits_its_turn_and_all_are_adm
                 conns[a.conn] = crowd[int(a.endpoint.rsplit(":", 1)[1])]
             elif isinstance(a, Send) and isinstance(a.message, Helo) and not a.message.reply:
                 u = conns[a.conn]
-                answers += [dataclasses.replace(helos[u], reply=True), Bout(u, group=GROUP)]
+                answers += [dataclasses.replace(helos[u], reply=True), Group(u, group=GROUP)]
         for m in answers:
             mesh.receive(encode(m), 0.01, HOME)
     assert sorted(mesh.alive_peers()) == sorted(crowd.values())

@@ -12,7 +12,7 @@ from huddle import NodeId
 from huddle.limits import MeshLimits
 from huddle.protocol import Connect, Disconnect, Mesh, Send
 from huddle.sim import SimNetwork, SimNode
-from huddle.wire import Bout, Helo, Members, Peer, decode, encode
+from huddle.wire import Group, Helo, Members, Peer, decode, encode
 
 
 def alive(node: SimNode, net: SimNetwork) -> set[str]:
@@ -139,7 +139,7 @@ def membership_messages(n: int) -> tuple[int, int]:
     joiner = net.add("joiner", "g")
     joiner.mesh.add_seed(nodes[0].mesh.endpoint, net.now)
     assert net.settle(5.0, lambda: meshed(net, *nodes, joiner))
-    msgs = [m for _, _, m in net.trace if isinstance(m, (Helo, Bout, Peer, Members))]
+    msgs = [m for _, _, m in net.trace if isinstance(m, (Helo, Group, Peer, Members))]
     return len(msgs), sum(len(b) for m in msgs for b in encode(m))
 
 
@@ -174,7 +174,7 @@ def lone(**limits: int) -> Mesh:
 
 def join(mesh: Mesh, uuid: NodeId, source: str, now: float, incarnation: str = "22" * 8) -> None:
     mesh.receive(encode(Helo(uuid, endpoint=f"tcp://{source}:6000", name="p", incarnation=incarnation)), now, source)
-    mesh.receive(encode(Bout(uuid, group="g")), now, source)
+    mesh.receive(encode(Group(uuid, group="g")), now, source)
 
 
 def test_a_long_member_list_is_read_up_to_the_limit_and_dialled_within_the_caps() -> None:
@@ -227,5 +227,5 @@ def test_the_new_incarnation_answering_a_probe_takes_over_its_connection() -> No
     assert not [a for a in actions if isinstance(a, Connect)]  # no second DEALER to its ROUTER
     assert [a for a in actions if isinstance(a, Disconnect)]  # the stale session's
     assert mesh.stats.restarts_followed == 1 and mesh.conn_of(carol) is None
-    mesh.receive(encode(Bout(carol, group="g")), 0.3, "10.0.0.3")
+    mesh.receive(encode(Group(carol, group="g")), 0.3, "10.0.0.3")
     assert mesh.conn_of(carol) == probe[0].conn

@@ -142,7 +142,7 @@ def test_every_node_killed_and_restarted_at_once_meshes_again_with_nothing_lost(
 
 GUEST = """
 import asyncio, sys
-from huddle.guest import Guest
+from huddle.guest_client import Guest
 
 async def main() -> None:
     name, broadcast, port, listen = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]

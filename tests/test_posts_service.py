@@ -106,13 +106,13 @@ def test_first_serve_hashes_in_a_thread_and_keeps_the_order(tmp_path: Path) -> N
         assert node.sent == [HelloOk(str(node.uuid), "a"), NextOk(post.id)] and node.bulks == []
         await until(lambda: bool(node.bulks), "the CONTENT after the check")
         assert isinstance(node.sent[2], MetaOk) and node.bulks == [Content(5, 0, content[:10])]
-        assert service.stats["checks"] == 1
+        assert service.stats.checks == 1
         ask(Fetch(6, 10, 2**20))  # checked now: answered at once, a whole MiB
-        assert node.bulks[1] == Content(6, 10, content[10:10 + 2**20]) and service.stats["checks"] == 1
+        assert node.bulks[1] == Content(6, 10, content[10:10 + 2**20]) and service.stats.checks == 1
         # A BULK from a peer we are not fetching from, and one that is not a CONTENT.
         assert service.handle(BulkReceived(peer, *codec.encode_bulk(Content(1, 0, b"x"))))
         assert service.handle(BulkReceived(peer, b"\xaa\xa0\x0a", b"x"))
-        assert service.stats["bulk_refused"] == 1 and service.stats["decode_errors"] == 1
+        assert service.stats.bulk_refused == 1 and service.stats.decode_errors == 1
         service.close()
 
     asyncio.run(main())
@@ -158,7 +158,7 @@ def test_a_peer_that_asks_for_content_and_does_not_read_it_is_refused_with_503(t
         refusals = node.sent[3:]
         assert len(refusals) == 100 and not node.bulks
         assert all(isinstance(r, Error) and r.status == 503 and "not read yet" in r.reason for r in refusals)
-        assert service.stats["fetch_refused_busy"] == 100 and service.server.stats.chunks_served == 0
+        assert service.stats.fetch_refused_busy == 100 and service.server.stats.chunks_served == 0
         node.queued = 0
         service.handle(MessageReceived(peer, 1, encode(Fetch(7, 0, 2**20))))
         assert node.bulks == [Content(7, 0, content[:2**20])]
@@ -186,7 +186,7 @@ def test_answers_waiting_for_a_stuck_channel_are_bounded(tmp_path: Path) -> None
         service = PostService(node, PostStore(tmp_path), PostSettings(), lambda e: None)  # type: ignore[arg-type]
         for _ in range(MAX_OUT + 500):  # a client that floods requests and takes no answer
             service.handle(MessageReceived(peer, 1, encode(Hello("c", "n"))))
-        assert len(service._out[peer]) == MAX_OUT and service.stats["out_dropped"] == 500
+        assert len(service._out[peer]) == MAX_OUT and service.stats.out_dropped == 500
         service.close()
 
     asyncio.run(main())

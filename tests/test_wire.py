@@ -16,10 +16,10 @@ from huddle.wire import (
     MAX_BULK,
     Beacon,
     Beat,
-    Bout,
     Bulk,
     Chat,
     Gbye,
+    Group,
     Gsip,
     Helo,
     LogRecord,
@@ -62,7 +62,7 @@ messages = st.one_of(
     st.builds(Peer, sender=node_ids, peer=node_ids, endpoint=endpoints),
     st.builds(Members, sender=node_ids, reply=st.booleans(), members=st.lists(
         st.tuples(node_ids, endpoints, st.binary(min_size=8, max_size=8).map(bytes.hex)), max_size=5).map(tuple)),
-    st.builds(Bout, sender=node_ids, group=st.text(max_size=80)),
+    st.builds(Group, sender=node_ids, group=st.text(max_size=80)),
     st.builds(Gbye, sender=node_ids, reason=texts),
     st.builds(Chat, sender=node_ids, text=texts),
     st.builds(Beat, sender=node_ids),
@@ -190,7 +190,7 @@ def test_time_body_is_decimal_text_as_in_the_source() -> None:
 def test_bodies_of_chat_and_bout_are_plain_utf8() -> None:
     sender = NodeId(SENDER)
     assert encode(Chat(sender, "jam 3 is over ✓")) == [SENDER, b"CHAT", "jam 3 is over ✓".encode()]
-    assert encode(Bout(sender, "")) == [SENDER, b"BOUT", b""]
+    assert encode(Group(sender, "")) == [SENDER, b"BOUT", b""]
 
 
 def test_invalid_messages_cannot_be_built() -> None:
@@ -198,7 +198,7 @@ def test_invalid_messages_cannot_be_built() -> None:
     with pytest.raises(LocalProtocolError, match="endpoint"):
         Helo(sender, endpoint="127.0.0.1:5000", name="a", incarnation="0" * 16)
     with pytest.raises(LocalProtocolError, match="group"):
-        Bout(sender, group="g" * 256)
+        Group(sender, group="g" * 256)
     with pytest.raises(LocalProtocolError, match="finite"):
         Time(sender, float("inf"))
     with pytest.raises(LocalProtocolError, match="Unicode"):

@@ -20,7 +20,7 @@ from typing import Any
 
 from .client import ApiClient
 from .errors import HuddleError
-from .guest import Guest
+from .guest_client import Guest
 from .log.export import export
 from .procs import NodeProcess
 from .render import event_text, peers_text, system_text

@@ -13,7 +13,8 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
 from ..limits import ApiLimits
-from .guard import ApiCounters, ConnectionGuard, LogGate
+from ..ratelog import RateLog
+from .guard import ApiCounters, ConnectionGuard
 from .ports import ApiNode
 
 __all__ = ["NODE_KEY", "STATE_KEY", "ApiState", "error_response"]
@@ -34,13 +35,11 @@ class ApiState:
         self.subscribers = 0
         self.exposed = False  # listening beyond loopback
         self.token: str | None = None  # required on every request but the login page's, when set
-        self.log_gate = LogGate()
+        self.refusals_log = RateLog(log, period=60.0)
 
     def refused(self, kind: str, message: str, *args: object) -> None:
         """Log a refusal, at most once a minute per kind."""
-        quiet = self.log_gate.due(kind, asyncio.get_running_loop().time())
-        if quiet is not None:
-            log.warning(message + (f" (and {quiet} more like it)" if quiet else ""), *args)
+        self.refusals_log.warning(kind, asyncio.get_running_loop().time(), message, *args)
 
     def warning(self) -> str | None:
         if not self.exposed:

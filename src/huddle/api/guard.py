@@ -38,7 +38,7 @@ from ..counters import Counters
 from ..limits import ApiLimits
 
 __all__ = [
-    "SIMPLE_TYPES", "TOKEN_COOKIE", "ApiCounters", "BadInput", "ConnectionGuard", "LogGate", "bad_text",
+    "SIMPLE_TYPES", "TOKEN_COOKIE", "ApiCounters", "BadInput", "ConnectionGuard", "bad_text",
     "host_allowed", "hostname_of", "is_loopback", "origin_allowed", "parse_json", "presented_token", "safe_next",
     "token_required",
 ]
@@ -274,21 +274,3 @@ class ConnectionGuard(Generic[K]):
         for key in out:
             del self._conns[key]
         return out
-
-
-class LogGate:
-    """Log a kind of refusal at most once per ``interval`` seconds (never once per
-    request of a flood); ``due`` says whether to log now and how many were not."""
-
-    def __init__(self, interval: float = 60.0) -> None:
-        self.interval = interval
-        self._next: dict[str, float] = {}
-        self._quiet: dict[str, int] = {}
-
-    def due(self, kind: str, now: float) -> int | None:
-        """None: stay quiet; else the number of like refusals not logged since the last line."""
-        if now < self._next.get(kind, 0.0):
-            self._quiet[kind] = self._quiet.get(kind, 0) + 1
-            return None
-        self._next[kind] = now + self.interval
-        return self._quiet.pop(kind, 0)

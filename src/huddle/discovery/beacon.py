@@ -12,16 +12,29 @@ import asyncio
 import logging
 import socket
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+from ..counters import Counters
 from ..errors import DecodeError
 from ..ids import NodeId
 from ..wire import Beacon, group_hash, pack, unpack
 from .interfaces import Interface
 
-__all__ = ["BeaconService"]
+__all__ = ["BeaconCounters", "BeaconService"]
 
 log = logging.getLogger("huddle.discovery")
+
+
+@dataclass(slots=True)
+class BeaconCounters(Counters):
+    """What the beacon sent and heard (``GET /api/v1/node`` -> ``stats`` -> ``beacons``)."""
+
+    sent: int = 0
+    received: int = 0  # datagrams on the beacon port, our own included
+    malformed: int = 0  # ... that are not a beacon
+    other_group: int = 0  # ... of another group
+    foreign: int = 0  # ... from outside the interface's network
 
 
 class _Receiver(asyncio.DatagramProtocol):
@@ -56,7 +69,12 @@ class BeaconService:
         self._packet = pack(Beacon(uuid, router_port, self._group_hash))
         self._send_sock: socket.socket | None = None
         self._transport: asyncio.DatagramTransport | None = None
-        self.stats = {"sent": 0, "received": 0, "malformed": 0, "other_group": 0, "foreign": 0}
+        self.counters = BeaconCounters()
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """The counters as the API shows them."""
+        return self.counters.as_dict()
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -97,24 +115,24 @@ class BeaconService:
             return
         try:
             self._send_sock.sendto(self._packet, (self.address, self.port))
-            self.stats["sent"] += 1
+            self.counters.sent += 1
         except OSError as exc:  # network down, no route: try again next time
             log.debug("beacon not sent: %s", exc)
 
     def received(self, data: bytes, source_ip: str) -> None:
-        self.stats["received"] += 1
+        self.counters.received += 1
         try:
             beacon = unpack(data)
         except DecodeError:
-            self.stats["malformed"] += 1
+            self.counters.malformed += 1
             return
         if beacon.sender == self.uuid:
             return
         if beacon.group_hash != self._group_hash:
-            self.stats["other_group"] += 1
+            self.counters.other_group += 1
             return
         if not self.interface.contains(source_ip):
-            self.stats["foreign"] += 1
+            self.counters.foreign += 1
             return
         self.on_peer(beacon.sender, f"tcp://{source_ip}:{beacon.port}")
 

@@ -18,19 +18,32 @@ import logging
 import re
 import socket
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from zeroconf import IPVersion, ServiceStateChange
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
+from ..counters import Counters
 from ..errors import ConfigError
 from ..ids import NodeId
 from .interfaces import Interface
 from .service_type import normalise_mdns_type as normalise_type
 
-__all__ = ["MdnsService"]
+__all__ = ["MdnsCounters", "MdnsService"]
 
 log = logging.getLogger("huddle.discovery")
+
+
+@dataclass(slots=True)
+class MdnsCounters(Counters):
+    """What browsing found (``GET /api/v1/node`` -> ``stats`` -> ``mdns``)."""
+
+    found: int = 0  # services of our group resolved to an IPv4 endpoint
+    other_group: int = 0  # services of another group
+    unusable: int = 0  # services that did not resolve, or had no UUID, IPv4 address or port
+    removed: int = 0  # services that went away (advice only: heartbeats decide)
+
 
 class MdnsService:
     def __init__(
@@ -55,7 +68,12 @@ class MdnsService:
         self._zc: AsyncZeroconf | None = None
         self._browser: AsyncServiceBrowser | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self.stats = {"found": 0, "other_group": 0, "unusable": 0, "removed": 0}
+        self.counters = MdnsCounters()
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """The counters as the API shows them."""
+        return self.counters.as_dict()
 
     async def start(self) -> None:
         try:
@@ -83,7 +101,7 @@ class MdnsService:
 
     def _changed(self, zeroconf: Any, service_type: str, name: str, state_change: ServiceStateChange) -> None:
         if state_change is ServiceStateChange.Removed:
-            self.stats["removed"] += 1  # advice only: heartbeats decide
+            self.counters.removed += 1  # advice only: heartbeats decide
             log.debug("mDNS: %s went away", name)
             return
         if name == self.instance:
@@ -97,24 +115,24 @@ class MdnsService:
             return
         info = AsyncServiceInfo(service_type, name)
         if not await info.async_request(self._zc.zeroconf, 3000):
-            self.stats["unusable"] += 1
+            self.counters.unusable += 1
             return
         props: dict[str, str] = {k.decode("utf-8", "replace"): (v or b"").decode("utf-8", "replace")
                                  for k, v in info.properties.items() if isinstance(k, bytes)}
         if props.get("group") != self.group:
-            self.stats["other_group"] += 1
+            self.counters.other_group += 1
             return
         try:
             peer = NodeId.from_hex(props.get("uuid", ""))
         except ValueError:
-            self.stats["unusable"] += 1
+            self.counters.unusable += 1
             return
         addresses = info.parsed_addresses(IPVersion.V4Only)
         if peer == self.uuid or not addresses or not info.port:
             if peer != self.uuid:
-                self.stats["unusable"] += 1
+                self.counters.unusable += 1
             return
-        self.stats["found"] += 1
+        self.counters.found += 1
         self.on_peer(peer, f"tcp://{addresses[0]}:{info.port}")
 
     async def close(self) -> None:

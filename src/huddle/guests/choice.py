@@ -34,6 +34,8 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ..counters import Counters
+
 __all__ = ["HostLinks", "LinkCounters", "chosen_host", "weight"]
 
 
@@ -54,7 +56,7 @@ def chosen_host(guest: str, hosts: Iterable[bytes]) -> bytes | None:
 
 
 @dataclass(slots=True)
-class LinkCounters:
+class LinkCounters(Counters):
     """Served with the guest doors' counters (``GET /api/v1/guests`` -> ``stats``)."""
 
     host_links_lost: int = 0  # a connection to a peer dropped: as a guest host, it is left out until it is back

@@ -54,6 +54,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..counters import Counters
 from ..limits import GuestLimits
 from .choice import chosen_host
 from .codec import Error, Event, Heartbeat, HeartbeatAck, Marco, Message, Polo, Register
@@ -140,7 +141,7 @@ class Spotted:
 
 
 @dataclass(slots=True)
-class RoomCounters:
+class RoomCounters(Counters):
     """What the room refused or forgot (served in ``GET /api/v1/guests`` -> ``stats``)."""
 
     refused_host_full: int = 0  # connections refused: max_connections were open

@@ -13,11 +13,13 @@ import logging
 import socket
 import time
 from collections.abc import Callable, Collection
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, cast
 
 from aiohttp import WSMsgType, web
 
+from ..counters import Counters
+from ..ratelog import RateLog
 from .choice import HostLinks
 from .codec import (
     PREFIX,
@@ -51,7 +53,7 @@ class GuestSettings:
 
 
 @dataclass(slots=True)
-class ServerCounters:
+class ServerCounters(Counters):
     """What the guest doors saw (served, with the room's counters, in ``GET /api/v1/guests`` -> ``stats``)."""
 
     marcos: int = 0  # datagrams on the marco port
@@ -61,32 +63,6 @@ class ServerCounters:
     bad_text: int = 0  # of those: JSON that cannot be written back out (a lone surrogate, NaN, 1e999)
     connections: int = 0  # TCP and WebSocket connections taken in (refused ones too)
     log_lines_left_out: int = 0  # lines about guests not written: past limits.guests.log_lines_per_minute
-
-
-class _LogBudget:
-    """At most ``per_minute`` lines a minute about guests; the rest are counted, and
-    said in one line when the next minute begins (a flood must not fill the disk)."""
-
-    def __init__(self, per_minute: int, counters: ServerCounters, clock: Callable[[], float]) -> None:
-        self.per_minute = per_minute
-        self.counters = counters
-        self.clock = clock
-        self._start = clock()
-        self._lines = 0
-        self._left_out = 0
-
-    def info(self, msg: str, *args: Any) -> None:
-        now = self.clock()
-        if now - self._start >= 60.0:
-            if self._left_out:
-                log.info("%d more lines about guests left out in the last minute", self._left_out)
-            self._start, self._lines, self._left_out = now, 0, 0
-        if self._lines < self.per_minute:
-            self._lines += 1
-            log.info(msg, *args)
-        else:
-            self._left_out += 1
-            self.counters.log_lines_left_out += 1
 
 
 class _Marco(asyncio.DatagramProtocol):
@@ -141,7 +117,8 @@ class GuestServer:
         self.tcp_port = 0
         self.ws_port = 0
         self.counters = ServerCounters()
-        self._log = _LogBudget(room.limits.log_lines_per_minute, self.counters, clock)
+        # Lines about guests (joins, leaves, refusals): limits.guests.log_lines_per_minute a minute in all.
+        self._lines = RateLog(log, period=60.0, burst=room.limits.log_lines_per_minute)
         self._next_conn = 0
         self._writers: dict[int, Callable[[bytes], bool]] = {}  # registration connection -> write
         self._closers: dict[int, Callable[[], None]] = {}
@@ -243,7 +220,7 @@ class GuestServer:
     @property
     def stats(self) -> dict[str, int]:
         """Every counter of the doors and the room, by name."""
-        return asdict(self.counters) | asdict(self.room.counters) | asdict(self.links.counters)
+        return self.counters.as_dict() | self.room.counters.as_dict() | self.links.counters.as_dict()
 
     def host_ids(self) -> list[str]:
         """This node and the group's other live guest hosts, as the marco choice sees them."""
@@ -306,7 +283,7 @@ class GuestServer:
             elif isinstance(a, Close):
                 write = self._writers.get(a.conn)
                 if a.error and write is not None:
-                    self._log.info("guest connection %d refused: %s", a.conn, a.reason)
+                    self._info("guest connection %d refused: %s", a.conn, a.reason)
                     write(encode(Error(a.reason)))
                 close = self._closers.get(a.conn)
                 self._forget(a.conn)
@@ -321,10 +298,15 @@ class GuestServer:
                 g = self.room.guests.get(a.guest) if a.joined else None
                 if g is not None and g.port:
                     self._pending[a.guest] = ([], 0)  # events from now on wait for the connection back
-                self._log.info("guest %s %s", a.guest, "joined" if a.joined else f"left ({a.reason})")
+                self._info("guest %s %s", a.guest, "joined" if a.joined else f"left ({a.reason})")
                 self.on_change(a.guest, a.joined, a.reason)
                 if g is not None and g.port:
                     self._spawn(self._connect_back(a.guest, g.address, g.port, g.conn))
+
+    def _info(self, msg: str, *args: object) -> None:
+        """A line about guests, within the budget; the lines left out are counted."""
+        if not self._lines.info("guests", self.clock(), msg, *args):
+            self.counters.log_lines_left_out += 1
 
     def _send(self, guest: str, data: bytes) -> None:
         g = self.room.guests.get(guest)

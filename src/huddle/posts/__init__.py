@@ -7,6 +7,6 @@ the service needs of its node) and ``service`` (the asyncio driver inside a
 node).
 """
 
-from .model import Post, PostError, content_digest, post_id
+from .model import Post, PostError, post_id
 
-__all__ = ["Post", "PostError", "content_digest", "post_id"]
+__all__ = ["Post", "PostError", "post_id"]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -18,7 +17,7 @@ from typing import Any
 from ..errors import HuddleError
 
 __all__ = [
-    "HEAD", "TAIL", "CorruptContent", "Policy", "Post", "PostError", "Range", "UnknownPost", "content_digest",
+    "HEAD", "TAIL", "CorruptContent", "Policy", "Post", "PostError", "Range", "UnknownPost",
     "is_post_id", "now_timestamp", "post_id",
 ]
 
@@ -67,16 +66,6 @@ def now_timestamp(now: float) -> str:
 def post_id(subject: str, timestamp: str, parent_id: str, mime_type: str, digest: str) -> str:
     text = f"{subject}:{timestamp}:{parent_id}:{mime_type}:{digest}"
     return hashlib.sha1(text.encode("utf-8"), usedforsecurity=False).hexdigest()
-
-
-def content_digest(chunks: Iterable[bytes]) -> tuple[str, int]:
-    """SHA1 (hex) and size of a content given in chunks."""
-    h = hashlib.sha1(usedforsecurity=False)
-    size = 0
-    for chunk in chunks:
-        h.update(chunk)
-        size += len(chunk)
-    return h.hexdigest(), size
 
 
 @dataclass(frozen=True, slots=True)

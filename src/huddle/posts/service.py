@@ -29,7 +29,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ from ..ids import NodeId
 from ..limits import PostLimits
 from ..protocol.delivery import BufferFull
 from ..protocol.events import BulkReceived, Counters, Event, MessageReceived, PeerJoined, PeerLeft, PostAdded
+from ..ratelog import RateLog
 from .codec import (
     CLIENT_COMMANDS,
     MAX_FETCH,
@@ -69,7 +70,7 @@ from .sync import (
     WriteChunk,
 )
 
-__all__ = ["MAX_HELD", "MAX_OUT", "MAX_QUEUED_CONTENT", "PostRefusals", "PostService", "PostSettings"]
+__all__ = ["MAX_HELD", "MAX_OUT", "MAX_QUEUED_CONTENT", "PostRefusals", "PostService", "PostSettings", "PostStats"]
 
 log = logging.getLogger("huddle.posts")
 
@@ -85,6 +86,25 @@ MAX_HELD = 64
 
 
 LOG_EVERY = 60.0  # seconds between two warnings about refused posts
+
+
+@dataclass(slots=True)
+class PostStats(Counters):
+    """What post sharing did (served with :class:`PostRefusals` in ``GET /api/v1/posts/status``)."""
+
+    sessions: int = 0  # fetching sessions started
+    sessions_failed: int = 0  # ... that ended other than done
+    posts_fetched: int = 0
+    octets_fetched: int = 0
+    bad_content: int = 0  # fetched posts whose content did not match their digest
+    decode_errors: int = 0  # Hydra messages and BULKs that could not be decoded
+    bulk_refused: int = 0  # CONTENTs nobody asked for (no session, or no FETCH in flight)
+    bulk_unsent: int = 0  # CONTENTs the node's channel did not admit (the client asks again)
+    retries: int = 0  # content asked for again
+    checks: int = 0  # digests of stored posts checked before serving them
+    write_errors: int = 0  # fetches stopped by a disk that could not take what came
+    fetch_refused_busy: int = 0  # FETCHes answered ERROR 503 (too much queued, or held for a check)
+    out_dropped: int = 0  # Hydra messages dropped: MAX_OUT were waiting for the peer's channel
 
 
 @dataclass(slots=True)
@@ -116,7 +136,7 @@ class PostService:
         self.settings = settings
         self.limits = limits or PostLimits()
         self.refused = PostRefusals()
-        self._warned: dict[str, float] = {}  # what was warned about -> when (rate-limited)
+        self._warnings = RateLog(log, period=LOG_EVERY)  # per what is warned about
         self._counted: dict[NodeId, tuple[int, int, int, int]] = {}  # a session's refusals counted so far
         self._publish = publish
         uuid = node.uuid
@@ -134,10 +154,7 @@ class PostService:
         self._held: dict[NodeId, deque[HydraMessage]] = {}  # a peer's commands waiting for a digest check
         self._failed: dict[str, tuple[int, int]] = {}  # id -> stamp whose check failed (the server refuses it)
         self._checks: set[asyncio.Task[None]] = set()
-        self.stats: dict[str, int] = {"sessions": 0, "sessions_failed": 0, "posts_fetched": 0,
-                                      "octets_fetched": 0, "bad_content": 0, "decode_errors": 0,
-                                      "bulk_refused": 0, "bulk_unsent": 0, "retries": 0, "checks": 0,
-                                      "write_errors": 0, "fetch_refused_busy": 0, "out_dropped": 0}
+        self.stats = PostStats()
 
     # ------------------------------------------------------------- events
 
@@ -166,7 +183,7 @@ class PostService:
         try:
             msg = decode(payload)
         except DecodeError as exc:
-            self.stats["decode_errors"] += 1
+            self.stats.decode_errors += 1
             log.warning("bad Hydra message from %s: %s", peer.short, exc)
             return
         if payload[2] in CLIENT_COMMANDS:
@@ -187,17 +204,17 @@ class PostService:
         try:
             msg = decode_bulk(head, data)
         except DecodeError as exc:
-            self.stats["decode_errors"] += 1
+            self.stats.decode_errors += 1
             log.warning("bad BULK from %s: %s", peer.short, exc)
             return
         client = self.clients.get(peer)
         if client is None:  # no session: nobody asked for it
-            self.stats["bulk_refused"] += 1
+            self.stats.bulk_refused += 1
             return
         stale, retries = client.stats.stale, client.stats.retries
         self._carry_counted(peer, client, client.receive(msg, time.monotonic()))
-        self.stats["bulk_refused"] += client.stats.stale - stale
-        self.stats["retries"] += client.stats.retries - retries
+        self.stats.bulk_refused += client.stats.stale - stale
+        self.stats.retries += client.stats.retries - retries
 
     # ------------------------------------------------------------- serving
 
@@ -209,7 +226,7 @@ class PostService:
             if len(held) < MAX_HELD:
                 held.append(msg)
             else:  # more than any honest client has in flight: refused, not kept
-                self.stats["fetch_refused_busy"] += 1
+                self.stats.fetch_refused_busy += 1
                 self._send(peer, encode(Error(503, "busy checking the content's digest: ask again later")))
             return
         pid = self.server.current(str(peer))
@@ -222,20 +239,20 @@ class PostService:
                 task.add_done_callback(self._checks.discard)
                 return
         if isinstance(msg, Fetch) and (queued := self.node.queued_bulk(peer)) >= MAX_QUEUED_CONTENT:
-            self.stats["fetch_refused_busy"] += 1
+            self.stats.fetch_refused_busy += 1
             self._send(peer, encode(Error(503, f"{queued >> 20} MiB of content sent to you is not read yet: "
                                               "ask for less at once")))
             return
         reply = self.server.receive(str(peer), msg)
         if isinstance(reply, Content):
             if not self.node.send_bulk(peer, *encode_bulk(reply)):
-                self.stats["bulk_unsent"] += 1  # not admitted now: the client asks again
+                self.stats.bulk_unsent += 1  # not admitted now: the client asks again
         else:
             self._send(peer, encode(reply))
 
     async def _check(self, peer: NodeId, pid: str, path: Path, stamp: tuple[int, int]) -> None:
         try:
-            self.stats["checks"] += 1
+            self.stats.checks += 1
             digest, size = await asyncio.get_running_loop().run_in_executor(None, digest_file, path)
             post = self.store.get(pid)
             if post is not None and (digest, size) == (post.digest, post.size):
@@ -264,7 +281,7 @@ class PostService:
                 if client is not None:
                     retries = client.stats.retries
                     self._carry_counted(peer, client, client.tick(now))
-                    self.stats["retries"] += client.stats.retries - retries
+                    self.stats.retries += client.stats.retries - retries
                 elif peer in self._wanted and now >= self._wanted[peer]:
                     self._start(peer, now)
             for peer in list(self.clients):
@@ -281,15 +298,12 @@ class PostService:
                         retry_after=s.retry_after, tokens=self._tokens, limits=self.limits)
         self.clients[peer] = client
         self._counted.pop(peer, None)
-        self.stats["sessions"] += 1
+        self.stats.sessions += 1
         self._carry(peer, client.start(now))
 
     def warn(self, what: str, text: str, *args: object) -> None:
         """Log ``text`` at most once per LOG_EVERY seconds for each ``what`` (refusals: never per message)."""
-        now = time.monotonic()
-        if now - self._warned.get(what, -LOG_EVERY) >= LOG_EVERY:
-            self._warned[what] = now
-            log.warning(text, *args)
+        self._warnings.warning(what, time.monotonic(), text, *args)
 
     def _carry_counted(self, peer: NodeId, client: Client, actions: list[ClientAction]) -> None:
         """:meth:`_carry`, counting (and warning about) what the client refused since last counted."""
@@ -321,7 +335,7 @@ class PostService:
                 return
 
     def _disk_failed(self, peer: NodeId, exc: OSError) -> None:
-        self.stats["write_errors"] += 1
+        self.stats.write_errors += 1
         what = f"{exc.strerror or exc}" + (f" ({exc.filename})" if exc.filename else "")
         log.error("cannot store posts fetched from %s: %s; the fetch stops, what was written stays and is "
                   "resumed in %g s", peer.short, what, self.settings.interval)
@@ -334,7 +348,7 @@ class PostService:
             self._send(peer, encode(a.msg))
         elif isinstance(a, WriteChunk):
             self.store.write_chunk(a.pid, a.offset, a.data)
-            self.stats["octets_fetched"] += len(a.data)
+            self.stats.octets_fetched += len(a.data)
         elif isinstance(a, Complete):
             self._complete(peer, a.post)
         elif isinstance(a, Release):
@@ -344,7 +358,7 @@ class PostService:
         elif isinstance(a, Finished):
             self.clients.pop(peer, None)
             if a.reason != "done":
-                self.stats["sessions_failed"] += 1
+                self.stats.sessions_failed += 1
                 log.info("post sync with %s ended: %s", peer.short, a.reason)
             if peer in self._again:  # NEWS during the session
                 self._again.discard(peer)
@@ -358,11 +372,11 @@ class PostService:
 
     def _complete(self, peer: NodeId, post: Post) -> None:
         if self.store.complete(post):
-            self.stats["posts_fetched"] += 1
+            self.stats.posts_fetched += 1
             self._publish(PostAdded(post.to_json(), peer, time.time()))
             self._news(but=peer)
         elif not self.store.holds(post.id):
-            self.stats["bad_content"] += 1
+            self.stats.bad_content += 1
 
     # ------------------------------------------------------------- sending
 
@@ -378,10 +392,9 @@ class PostService:
                 log.info("cannot send a Hydra message to %s: %s", peer.short, exc)
                 return
         if len(queue) >= MAX_OUT:  # the peer sends requests faster than its channel takes answers
-            self.stats["out_dropped"] += 1
-            if self.stats["out_dropped"] % 1000 == 1:
-                log.warning("%d Hydra messages to %s wait for its channel: dropping more (%d so far)",
-                            len(queue), peer.short, self.stats["out_dropped"])
+            self.stats.out_dropped += 1
+            self.warn("out_dropped", "%d Hydra messages to %s wait for its channel: dropping more (%d so far)",
+                      len(queue), peer.short, self.stats.out_dropped)
             return
         queue.append(payload)
         if peer not in self._pumps or self._pumps[peer].done():
@@ -411,7 +424,7 @@ class PostService:
 
     def describe(self) -> dict[str, Any]:
         return {"posts": len(self.store), "octets": self.store.used(), "sessions_running": len(self.clients),
-                **self.stats, **self.refused.as_dict(), "server": asdict(self.server.stats)}
+                **self.stats.as_dict(), **self.refused.as_dict(), "server": self.server.stats.as_dict()}
 
     def close(self) -> None:
         for task in [*self._pumps.values(), *self._checks]:

@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ..counters import Counters
 from ..errors import RemoteProtocolError
 from ..limits import PostLimits
 from .codec import (
@@ -87,7 +88,9 @@ class _ServerSession:
 
 
 @dataclass(slots=True)
-class ServerStats:
+class ServerStats(Counters):
+    """What the node's sync server answered (``GET /api/v1/posts/status`` -> ``server``)."""
+
     sessions: int = 0
     posts_served: int = 0
     chunks_served: int = 0
@@ -254,7 +257,9 @@ class _State(enum.Enum):
 
 
 @dataclass(slots=True)
-class ClientStats:
+class ClientStats(Counters):
+    """What one fetching session saw (the service sums them into its own counters)."""
+
     posts_seen: int = 0
     posts_skipped: int = 0
     posts_fetched: int = 0

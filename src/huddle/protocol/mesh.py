@@ -32,12 +32,12 @@ from ..wire import (
     MAX_BODY,
     PROTOCOL_VERSION,
     Beat,
-    Bout,
     Bulk,
     Chat,
     Dack,
     Dmsg,
     Gbye,
+    Group,
     Helo,
     MemberEntry,
     Members,
@@ -243,7 +243,7 @@ class Mesh:
         # Constructing our own HELO validates name, endpoint, incarnation and type.
         Helo(sender=uuid, endpoint=endpoint, name=name, incarnation=incarnation, node_type=node_type,
              beat=float(self.beat), lost=self.lost, rate=rate)
-        Bout(sender=uuid, group=group)
+        Group(sender=uuid, group=group)
         self.uuid: Final = uuid
         self.name: Final = name
         self.group: Final = group
@@ -541,7 +541,7 @@ class Mesh:
         if s is None or s.phase is Phase.CONNECTING:
             self.stats.dropped_unintroduced += 1
             return False
-        if isinstance(msg, Bout):
+        if isinstance(msg, Group):
             self._heard(s, now)
             return self._on_bout(s, msg, now)
         if isinstance(msg, Time):
@@ -664,7 +664,7 @@ class Mesh:
             s.phase = Phase.HANDSHAKE
         return True
 
-    def _on_bout(self, s: _Session, m: Bout, now: float) -> bool:
+    def _on_bout(self, s: _Session, m: Group, now: float) -> bool:
         if m.group != self.group:
             reason = f"group mismatch: peer is in {_quote(m.group)}, this node is in {_quote(self.group)}"
             self._send(s.conn, Gbye(sender=self.uuid, reason=reason))
@@ -918,7 +918,7 @@ class Mesh:
                 guests=self.guests,
             ),
         )
-        self._send(conn, Bout(sender=self.uuid, group=self.group))
+        self._send(conn, Group(sender=self.uuid, group=self.group))
 
     def _new_session(
         self, uuid: NodeId, conn: int, endpoint: str, now: float, introducer: NodeId | None

@@ -49,6 +49,7 @@ from ..errors import LocalProtocolError
 from ..ids import NodeId
 from ..limits import LogLimits
 from ..log.model import SourceState
+from ..ratelog import RateLog
 from ..wire import MAX_BODY, Gsip, LogRecord, Xmsg
 from ..wire.messages import MAX_SEQ, check_record
 from .events import Counters, LogAppended, Notify, Send
@@ -307,18 +308,13 @@ class Replicator:
         self._vv: dict[NodeId, int] = {}
         self._vv_items: tuple[tuple[NodeId, int], ...] = ()
         self._now = now
-        self._log_next: dict[str, int] = {}  # counter name -> the value at which it is logged next
+        self._refusals_log = RateLog(log, period=60.0)  # per counter
 
     def _refused(self, counter: str, n: int, what: str, peer: NodeId) -> None:
-        """Count ``n`` under ``counter``; log it when the count passes 1, 10, 100, ..."""
+        """Count ``n`` under ``counter``; log it at most once a minute per counter."""
         value = getattr(self.stats, counter) + n
         setattr(self.stats, counter, value)
-        due = self._log_next.get(counter, 1)
-        if value >= due:
-            while due <= value:
-                due *= 10
-            self._log_next[counter] = due
-            log.warning("%s (from %s; %d so far)", what, peer.short, value)
+        self._refusals_log.warning(counter, self._now, "%s (from %s; %d so far)", what, peer.short, value)
 
     def _new_source(self, p: _Peer, peer: NodeId, s: NodeId, new_here: int, n: int) -> SourceState | None:
         """Track source ``s``, named by ``peer`` for the first time, if the

@@ -42,6 +42,7 @@ from ..counters import Counters
 from ..errors import ConfigError, DecodeError
 from ..ids import NodeId
 from ..limits import NamingLimits
+from ..ratelog import RateLog
 
 __all__ = [
     "AnnounceNow", "Announcement", "ConnectPub", "Heard", "NamingClient", "NamingState", "NamingStats",
@@ -339,7 +340,7 @@ class NamingClient:
         self._tasks: list[asyncio.Task[None]] = []
         self._body = json.dumps({"v": 1, "uuid": uuid.hex(), "group": group, "name": name,
                                  "endpoint": endpoint}).encode()
-        self._logged: dict[str, float] = {}  # what was warned about -> when (rate-limited)
+        self._warnings = RateLog(log, period=LOG_EVERY)  # per what is warned about
         self._refusals = 0  # refused messages when last warned about
 
     def set_endpoint(self, endpoint: str) -> None:
@@ -372,10 +373,7 @@ class NamingClient:
 
     def _warn(self, what: str, text: str, *args: object) -> None:
         """Log ``text`` at most once per LOG_EVERY seconds for each ``what``."""
-        now = time.monotonic()
-        if now - self._logged.get(what, -LOG_EVERY) >= LOG_EVERY:
-            self._logged[what] = now
-            log.warning(text, *args)
+        self._warnings.warning(what, time.monotonic(), text, *args)
 
     async def _recv(self) -> list[bytes]:
         """One message: its first two frames, and an empty third when it had more (not kept)."""

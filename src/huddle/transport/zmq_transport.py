@@ -39,6 +39,7 @@ import zmq
 
 from ..ids import NodeId
 from ..limits import MeshLimits
+from ..ratelog import RateLog
 from ..wire import MAX_BODY
 from .links import LinkMonitor
 
@@ -155,8 +156,7 @@ class ZmqTransport:
         # the node's descriptors for seconds, not half a minute.
         self.router.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_IVL_MS)
         self.connect_failed = 0  # connections that could not be opened
-        self._failed_logged = 0  # ... of which a warning has been logged
-        self._failed_log_at = float("-inf")
+        self._warnings = RateLog(log, period=LOG_EVERY)  # per kind of failure
         self.read_errors = 0  # ZeroMQ errors while reading or handing over a batch (not at close)
         self._closing = False
         self._fd = cast(int, self.router.getsockopt(zmq.FD))
@@ -289,12 +289,8 @@ class ZmqTransport:
                     self.links.unwatch(conn)
                 sock.close(linger=0)
             self.connect_failed += 1
-            now = time.monotonic()
-            if now - self._failed_log_at >= LOG_EVERY:
-                log.warning("cannot connect to %s: %s (%d connections failed, %d since the last warning)",
-                            endpoint, exc, self.connect_failed, self.connect_failed - self._failed_logged)
-                self._failed_log_at = now
-                self._failed_logged = self.connect_failed
+            self._warnings.warning("connect", time.monotonic(), "cannot connect to %s: %s (%d connections failed)",
+                                   endpoint, exc, self.connect_failed)
             self._on_connect_failed(conn)
             return False
         self.conns[conn] = Conn(sock=sock, endpoint=endpoint)

@@ -6,7 +6,7 @@ hears events.  Events it speaks become events of the node's group and reach
 every guest, on any node of the group, that hears their topic::
 
     import asyncio
-    from huddle.guest import Guest
+    from huddle.guest_client import Guest
 
     async def main():
         async with Guest("scoreboard", room="derby", hears=["score"]) as g:
