@@ -108,7 +108,7 @@ def prepare(data_dir: Path, n: int) -> tuple[bytes, float]:
     """Fill ``data_dir`` as a node that emitted N events; returns its UUID and the seconds taken."""
     from huddle.ids import NodeId
     from huddle.log import SqliteStore
-    from huddle.node import DataDir
+    from huddle.log.datadir import DataDir
     from huddle.protocol.replication import canonical_json
     from huddle.wire import LogRecord
 
@@ -147,7 +147,7 @@ async def _node_provider(data_dir: Path, conn: Connection) -> None:
     node = Node(benchlib.node_config("provider", data_dir, group=GROUP))
     task = asyncio.create_task(node.run())
     await node.wait_ready()
-    conn.send(("endpoint", node.mesh.endpoint.removeprefix("tcp://"), time.monotonic() - t0, node.log.held()))
+    conn.send(("endpoint", node.mesh.endpoint.removeprefix("tcp://"), time.monotonic() - t0, node.replicator.held()))
     cpu0 = cpu_seconds()
     await benchlib.arecv(conn, timeout=600)  # "stop"
     conn.send(("cpu", cpu_seconds() - cpu0))
@@ -407,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(tmp_name)
         provider_dir = Path(args.keep) if args.keep else tmp / "provider"
         if args.keep and (provider_dir / "log.sqlite").exists():
-            from huddle.node import DataDir
+            from huddle.log.datadir import DataDir
 
             source = bytes(DataDir(provider_dir).node_id())
             print(f"   reusing the provider directory {provider_dir}")

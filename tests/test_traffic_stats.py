@@ -6,8 +6,9 @@ from pathlib import Path
 
 from huddle.config import NodeConfig
 from huddle.ids import NodeId
-from huddle.node import OTHER_TRAFFIC, TRAFFIC_TYPES, Node, TrafficStats
+from huddle.node import Node
 from huddle.protocol import Send
+from huddle.transport.stats import OTHER_TRAFFIC, TRAFFIC_TYPES, TrafficStats
 from huddle.wire import Beat, Bulk, Chat, LogRecord, Xmsg, decode, encode_parts
 from huddle.wire import messages as wire_messages
 

@@ -1,47 +1,53 @@
 """The composition root: one node = mesh state machine + ZeroMQ + discovery + API.
 
 The driver is thin: it turns socket readiness and timers into calls on
-:class:`~huddle.protocol.Mesh` and carries out the actions it returns.
+:class:`~huddle.protocol.Mesh` and carries out the actions it returns.  What
+the node holds lives with its own package: the data directory
+(:mod:`huddle.log.datadir`), the bout document and its rules
+(:mod:`huddle.doc.desk`), the statistics rows (:mod:`huddle.log.stats`), the
+guests' side (:mod:`huddle.guests.bridge`), the driver's counters
+(:mod:`huddle.transport.stats`).  This module wires them, starts them in order
+and stops them in reverse (one exit stack), and routes the protocol's events
+to an ordered list of subscribers (:meth:`Node._wire_events`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
-import json
 import logging
 import os
 import resource
 import signal
 import socket
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
+import typing
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from .config import NodeConfig, parse_hostport
 from .discovery import BeaconService, Interface, InterfaceAbsent, resolve_interface
 from .discovery.interfaces import LOOPBACK, ipv4_interfaces
 from .discovery.watch import Back, InterfaceWatch, Lost, Moved, WatchDecision
-from .doc import DOC_KIND, DocEngine, OperationError, digest, jams
-from .doc.engine import Key
-from .errors import ConfigError, CutOffReadOnly, DataDirLocked, LocalProtocolError
-from .guests.choice import HostLinks
-from .guests.room import Room
+from .doc import DOC_KIND, DocEngine
+from .doc.desk import DocumentDesk, Recording
+from .errors import ConfigError, CutOffReadOnly, LocalProtocolError
+from .guests.bridge import BridgeSettings, GuestBridge
 from .ids import NodeId
 from .log import SqliteStore
+from .log.datadir import DataDir
 from .log.integrity import LogGuard
+from .log.stats import STATS_INTERVAL, StatRows
 from .posts.model import Policy
 from .posts.service import PostService, PostSettings
 from .posts.store import PostStore
 from .protocol import Connect, Disconnect, Event, Mesh, Notify, PeerInfo, Send
 from .protocol.delivery import BufferFull, Delivery
-from .protocol.events import BufferSpace, Counters, CutOff, LogAppended, PeerExcluded, stat_row
+from .protocol.events import BufferSpace, CutOff, LogAppended, PeerExcluded, stat_row
 from .protocol.replication import Replicator, canonical_json
 from .security import NOT_WIRED, OPEN_GROUP, NodeIdentity, load_or_create_identity
 from .transport.naming import NamingClient
+from .transport.stats import DriverStats, TrafficStats
 from .transport.zmq_transport import ZmqTransport
 from .wire import LogRecord, encode_parts
 
@@ -49,148 +55,21 @@ if TYPE_CHECKING:
     from .discovery.mdns import MdnsService
     from .guests.server import GuestServer
 
-__all__ = ["DataDir", "Node", "run_node"]
-
-GUEST_KEY = "noam_guest"  # a guest's event in the log: {"noam_guest": name, "value": value}
+__all__ = ["Node", "run_node"]
 
 log = logging.getLogger("huddle.node")
 
 # A sender waits (async) while a peer's overflow queue is above this many messages.
 BACKPRESSURE = 20_000
-# How often the node writes a snapshot of its counters to its statistics rows.
-STATS_INTERVAL = 10.0
-# A ``document`` statistics row (the digest of the bout document as the node shows it) is written
-# when the document changed, at most this often, and when the node stops.  A big document is
-# digested less often: at most this share of the node's time goes to it.
-DOC_ROW_INTERVAL = 10.0
-DOC_ROW_SHARE = 0.01
 # After a turn of the timer loop failed, the next comes this much later (no busy loop).
 TICK_RETRY = 0.05
 # How often the node looks at its interface's addresses (ifaddr), and at an --interface not there yet.
 INTERFACE_POLL = 1.0
 
-
-@dataclass(slots=True)
-class DriverStats(Counters):
-    """Failures the driver survived: an action it could not carry out (encode,
-    send, connect), a received message whose handling raised, a turn of the
-    timer loop that raised.  Each is counted, logged (rarely), and the node goes on."""
-
-    action_failures: int = 0
-    receive_failures: int = 0
-    tick_failures: int = 0
-    network_failures: int = 0  # following the interface failed (a bind, a discovery socket): retried
-    address_changes: int = 0  # the interface's address changed: rebound, peers told, re-announced
-    interface_lost: int = 0  # the interface had no IPv4 address any more
-    interface_back: int = 0  # ... and then had the same one again
-
-
-# The message types counted one by one in TrafficStats (docs/protocol.md 3); a received
-# frame of any other type (malformed: it is dropped) is counted under OTHER_TRAFFIC.
-TRAFFIC_TYPES = (b"HELO", b"PEER", b"MEMB", b"BOUT", b"GBYE", b"BEAT", b"TIME", b"RAWS", b"GSIP", b"XMSG",
-                 b"CHAT", b"DMSG", b"DACK", b"BULK")
-OTHER_TRAFFIC = b"other"
-
-
-def _by_type() -> dict[bytes, int]:
-    return dict.fromkeys((*TRAFFIC_TYPES, OTHER_TRAFFIC), 0)
-
-
-@dataclass(slots=True)
-class TrafficStats:
-    """Octets of the mesh's messages, sent and received, by message type: what the
-    heartbeats, the membership gossip and the log's replication each cost.  A message's
-    octets are those of its frames after the sender's identity (type, body, and a BULK's
-    head and data); sent counts what the transport accepted (the driver adds to
-    ``sent`` itself, with a message's size worked out once however many peers it goes
-    to).  Received types are a fixed set: an unknown type a peer sends is counted under
-    ``other``, so a flood of made-up types cannot grow the table.  One dict increment
-    per message."""
-
-    sent: dict[bytes, int] = field(default_factory=_by_type)
-    received: dict[bytes, int] = field(default_factory=_by_type)
-
-    def count_received(self, frames: list[bytes]) -> None:
-        """``frames`` as the ROUTER handed them over: the sender's identity first."""
-        kind = frames[1] if len(frames) > 1 else b""
-        octets = sum(map(len, frames)) - len(frames[0])
-        received = self.received
-        if kind in received:
-            received[kind] += octets
-        else:
-            received[OTHER_TRAFFIC] += octets
-
-    def as_dict(self) -> dict[str, dict[str, int]]:
-        return {"sent": {k.decode(): v for k, v in self.sent.items()},
-                "received": {k.decode(): v for k, v in self.received.items()}}
-
-
-class DataDir:
-    """A node's directory: its persistent UUID and a lock against sharing."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._lock_fd: int | None = None
-
-    def lock(self) -> None:
-        try:
-            self.path.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(f"cannot create data dir {self.path}: {exc.strerror}") from None
-        lock_path = self.path / "lock"
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            raise DataDirLocked(
-                f"data dir {self.path} is in use by another huddle node (pid {holder}); "
-                "give each node its own --data-dir"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._lock_fd = fd
-
-    def unlock(self) -> None:
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
-
-    def excluded(self) -> dict[NodeId, str]:
-        """The nodes this node excluded, from ``excluded.json`` (kept for good)."""
-        path = self.path / "excluded.json"
-        if not path.exists():
-            return {}
-        try:
-            raw = json.loads(path.read_text())
-            return {NodeId.from_hex(k): str(v) for k, v in raw.items()}
-        except (ValueError, AttributeError) as exc:
-            raise ConfigError(f"{path} is corrupt ({exc}); fix or remove it (it lists excluded nodes)") from None
-
-    def save_excluded(self, excluded: dict[NodeId, str]) -> None:
-        path = self.path / "excluded.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({str(k): v for k, v in sorted(excluded.items())}, indent=1) + "\n")
-        os.replace(tmp, path)
-
-    def node_id(self) -> NodeId:
-        """The UUID kept in ``node-id``; created on first use."""
-        path = self.path / "node-id"
-        if path.exists():
-            text = path.read_text().strip()
-            try:
-                return NodeId.from_hex(text)
-            except ValueError:
-                raise ConfigError(f"{path} is corrupt ({text[:40]!r}); remove it to take a new UUID") from None
-        node_id = NodeId.random()
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(f"{node_id}\n")
-        os.replace(tmp, path)
-        return node_id
-
-
 Listener = Callable[[Event], None]
+# An event subscriber: True when it consumed the event (the subscribers after it do not see it).
+Subscriber = Callable[[Any], bool]
+EVENT_TYPES: tuple[type, ...] = typing.get_args(Event)
 
 
 class Node:
@@ -204,23 +83,23 @@ class Node:
         self.identity: NodeIdentity | None = None  # the node's keypair (DATA_DIR/node.key)
         self._mesh: Mesh | None = None
         self._store: SqliteStore | None = None
-        self._guard: LogGuard | None = None  # the log's start-up check and own-sequence mark
-        self._log: Replicator | None = None
+        self._rows: StatRows | None = None  # the statistics rows, in the store
+        self._replicator: Replicator | None = None
         self._transport: ZmqTransport | None = None
         self._beacon: BeaconService | None = None
         self._mdns: MdnsService | None = None
         self._naming: NamingClient | None = None
-        self._guests: GuestServer | None = None
-        self._host_links: HostLinks | None = None  # with --guests: which connections to peers are down
+        self._bridge: GuestBridge | None = None  # with --guests
         self._posts: PostService | None = None
         self.interface: Interface | None = None
         self._port = 0  # the ROUTER's port
         self._announce_due = False  # re-announcing after a network change failed: try again
+        self._left = False  # the mesh said GBYE
         self.api_url: str | None = None
         self._listeners: list[Listener] = []
-        self.doc = DocEngine()  # the bout document, made from the log's "doc" events
-        self._doc_row_of: tuple[int, int] | None = None  # (engine, events) of the last document row
-        self._doc_row_due = 0.0  # local time before which no document row is written
+        self._routes: dict[type, list[Subscriber]] = {}  # event type -> its subscribers, in order
+        self.desk = DocumentDesk(Recording(writable=self._check_writable, stamp=self.mesh_time,
+                                           origin=self._origin, record=self.emit_many))
         self._space: dict[NodeId, asyncio.Event] = {}  # set when a full send buffer has room again
         self._stop = asyncio.Event()
         self._ready = asyncio.Event()
@@ -270,6 +149,7 @@ class Node:
             stats["delivery"] = mesh.delivery.stats.as_dict()
         stats["driver"] = self.driver_stats.as_dict()
         stats["traffic"] = self.traffic.as_dict()
+        guests = self.guests
         return {
             "uuid": str(mesh.uuid),
             "name": mesh.name,
@@ -286,7 +166,7 @@ class Node:
             "on_cut_off": self.node_type.on_cut_off,
             "cut_off": mesh.cut_off,
             "read_only": self.read_only,
-            "guests": None if self._guests is None else self._guests.ports(),
+            "guests": None if guests is None else guests.ports(),
             "stats": stats,
         }
 
@@ -319,10 +199,11 @@ class Node:
     # ---------------------------------------------------------- the event log
 
     @property
-    def log(self) -> Replicator:
-        if self._log is None:
+    def replicator(self) -> Replicator:
+        """The event log's replication state machine (this node's records and its peers')."""
+        if self._replicator is None:
             raise LocalProtocolError("the node is not running")
-        return self._log
+        return self._replicator
 
     @property
     def store(self) -> SqliteStore:
@@ -348,7 +229,7 @@ class Node:
         self._check_writable()
         # Checked whole (text, JSON, size, sequence) before it is recorded: a
         # LocalProtocolError here means nothing was.
-        record = self.log.append(kind, self._body_text(body, 1), self.local_now(), self.mesh_time())
+        record = self.replicator.append(kind, self._body_text(body, 1), self.local_now(), self.mesh_time())
         self._execute()  # commits before anything is sent or returned
         return record
 
@@ -356,40 +237,41 @@ class Node:
         try:
             return canonical_json(body)
         except LocalProtocolError:
-            self.log.stats.events_refused += events
+            self.replicator.stats.events_refused += events
             raise
 
     def emit_many(self, events: list[tuple[str, Any]]) -> list[LogRecord]:
         """Record several events in one transaction and as few messages as possible."""
         self._check_writable()
         now, stamp = self.local_now(), self.mesh_time()
-        records = self.log.append_many([(kind, self._body_text(body, len(events))) for kind, body in events],
-                                       now, stamp)
+        records = self.replicator.append_many(
+            [(kind, self._body_text(body, len(events))) for kind, body in events], now, stamp)
         self._execute()
         return records
 
+    def _origin(self) -> tuple[bytes, int]:
+        """This node's id and the sequence its next event gets (the document desk's keys)."""
+        replicator = self.replicator
+        return bytes(replicator.uuid), replicator.next_seq
+
+    # ------------------------------------------------------------- the document
+
+    @property
+    def doc(self) -> DocEngine:
+        """The bout document, made from the log's ``doc`` events."""
+        return self.desk.engine
+
     def apply_ops(self, ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Record document operations (normalised, see ``huddle.doc.ops``) as
-        ``doc`` events, after checking each against the document as it is now
-        (and as the previous ones leave it).  Raises ``OperationError`` and
-        records nothing if any does not fit.  Returns, per operation, its
-        source, sequence and the eids of the elements it adds."""
-        self._check_writable()
-        scratch = self.doc.document.clone()
-        stamp = self.mesh_time()
-        made: list[list[str]] = []
-        for i, op in enumerate(ops):
-            try:
-                scratch.check(op)
-            except OperationError as exc:
-                raise OperationError(f"operation {i + 1}: {exc}" if len(ops) > 1 else str(exc)) from None
-            key: Key = (stamp, bytes(self.log.uuid), self.log.next_seq + i)
-            scratch.made = []
-            scratch.apply(op, key)
-            made.append([e.eid for e in scratch.made])
-        records = self.emit_many([(DOC_KIND, op) for op in ops])
-        return [{"source": str(r.source), "seq": r.seq, "timestamp": r.timestamp, "eids": eids}
-                for r, eids in zip(records, made, strict=True)]
+        """Record document operations, all or none (:meth:`DocumentDesk.apply_ops`)."""
+        return self.desk.apply_ops(ops)
+
+    def start_jam(self) -> dict[str, Any]:
+        """Start the upcoming jam now (:meth:`DocumentDesk.start_jam`)."""
+        return self.desk.start_jam()
+
+    def stop_jam(self) -> dict[str, Any]:
+        """Stop the active jam now (:meth:`DocumentDesk.stop_jam`)."""
+        return self.desk.stop_jam()
 
     # ---------------------------------------------------- addressed messages
 
@@ -432,37 +314,30 @@ class Node:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(event.wait(), min(left, 0.5))
 
-    def start_jam(self) -> dict[str, Any]:
-        """Start the upcoming jam now (its ``start`` is this node's mesh time)."""
-        state = jams(self.doc.document.root)
-        if state["active"] is not None:
-            a = state["active"]
-            raise OperationError(f"period {a['period']} jam {a['jam']} is being skated: stop it first")
-        up = state["upcoming"]
-        if up is None:
-            raise OperationError("the bout is over: there is no jam to start")
-        now = round(self.mesh_time(), 3)
-        self.apply_ops([{"op": "set", "to": up, "attribute": "start", "value": repr(now)}])
-        return jams(self.doc.document.root)
-
-    def stop_jam(self) -> dict[str, Any]:
-        """Stop the active jam now (its ``duration`` runs to this node's mesh time)."""
-        active = jams(self.doc.document.root)["active"]
-        if active is None:
-            raise OperationError("no jam is being skated")
-        duration = round(max(0.0, self.mesh_time() - active["start"]), 3)
-        to = {"period": active["period"], "jam": active["jam"]}
-        self.apply_ops([{"op": "set", "to": to, "attribute": "duration", "value": repr(duration)}])
-        return jams(self.doc.document.root)
-
     def log_summary(self) -> dict[str, Any]:
-        log = self.log
+        replicator = self.replicator
         return {
-            "version_vector": {str(s): q for s, q in log.version_vector().items()},
-            "events": log.held(),
-            "gaps": {str(s): [list(r) for r in ranges] for s, ranges in log.gaps().items()},
-            "stats": log.stats.as_dict(),
+            "version_vector": {str(s): q for s, q in replicator.version_vector().items()},
+            "events": replicator.held(),
+            "gaps": {str(s): [list(r) for r in ranges] for s, ranges in replicator.gaps().items()},
+            "stats": replicator.stats.as_dict(),
         }
+
+    def exclude(self, peer: NodeId, reason: str) -> bool:
+        """Exclude ``peer`` for good (persisted); False if it already was."""
+        done = self.mesh.exclude(peer, reason, self.local_now())
+        self._execute()
+        return done
+
+    @property
+    def posts(self) -> PostService:
+        if self._posts is None:
+            raise LocalProtocolError("the node is not running")
+        return self._posts
+
+    @property
+    def guests(self) -> GuestServer | None:
+        return None if self._bridge is None else self._bridge.server
 
     def stop(self) -> None:
         """Ask the node to leave the mesh gracefully (GBYE) and stop."""
@@ -474,98 +349,19 @@ class Node:
     # ------------------------------------------------------------------- run
 
     async def run(self, on_ready: Callable[[Node], None] | None = None) -> None:
-        cfg = self.config
-        self.data_dir.lock()
-        try:
-            await self._run(cfg, on_ready)
-        finally:
-            self.data_dir.unlock()
-
-    async def _run(self, cfg: NodeConfig, on_ready: Callable[[Node], None] | None) -> None:
-        if cfg.group_secret is not None:
-            raise ConfigError(NOT_WIRED)
-        self.uuid = uuid = self.data_dir.node_id()
-        self.identity = load_or_create_identity(self.data_dir.path)
-        found = await self._wait_interface(cfg.interface)
-        if found is None:
-            return  # stopped while waiting
-        self.interface = iface = found
-        if cfg.guests:  # a host whose connection drops stops answering its guests' marcos at once
-            self._host_links = HostLinks()
-        transport = ZmqTransport(uuid, on_frames=self._on_frames, on_stalled=self._on_stalled,
-                                 on_connect_failed=self._on_connect_failed, limits=cfg.limits.mesh,
-                                 on_link=None if self._host_links is None else self._host_links.changed)
-        self._transport = transport
-        api_runner = None
-        try:
-            try:
-                port = transport.bind(iface.ip, cfg.port, cfg.port_range)
-            except Exception as exc:  # zmq.ZMQError: address in use, no free port
-                raise ConfigError(f"cannot bind the ROUTER on {iface.ip}:{cfg.port or cfg.port_range}: {exc}") from None
-            endpoint = f"tcp://{iface.ip}:{port}"
-            self._port = port
-            self.started_at = time.time()
-            self._mesh = Mesh(
-                uuid, name=cfg.name, group=cfg.group, endpoint=endpoint,
-                incarnation=os.urandom(8).hex(), now=self.local_now(), timing=cfg.timing(),
-                excluded=self.data_dir.excluded(), node_type=self.node_type.name, rate=self.node_type.send_rate,
-                limits=cfg.limits.mesh, guests=cfg.guest_marco_port if cfg.guests else 0,
-            )
-            self._mesh.conn_counters = transport.counters
-            self._guard = LogGuard(self.data_dir.path, cfg.group, uuid)
-            self._store = self._guard.open()  # refuses a damaged log (LogDamaged names `huddle repair`)
-            returned = self._store.drop_returned(uuid)
-            if returned:
-                log.warning("dropped %d records in this node's name that came from peers: "
-                            "its sequence continues what it wrote itself", returned)
-            self._log = Replicator(uuid, self._store, now=self.local_now(), limits=cfg.limits.log)
-            for batch in self._store.of_kind(DOC_KIND):
-                self.doc.load(batch)
-            self._mesh.replication = self._log
-            self._mesh.delivery = Delivery(uuid, timing=cfg.delivery_timing())
-            loop = asyncio.get_running_loop()
-            transport.start(loop)
-            for seed in cfg.seeds:
-                self._mesh.add_seed(_resolve_seed(seed), self.local_now())
-            if cfg.beacon:
-                self._beacon = BeaconService(
-                    uuid=uuid, group=cfg.group, router_port=port, interface=iface,
-                    address=cfg.beacon_address, port=cfg.beacon_port, interval=cfg.beacon_interval,
-                    on_peer=self._discovered,
-                )
-                try:
-                    await self._beacon.start()
-                except OSError as exc:
-                    raise ConfigError(f"cannot open the beacon socket on port {cfg.beacon_port}: {exc.strerror}") from None
-            if cfg.mdns:
-                from .discovery.mdns import MdnsService  # noqa: PLC0415 - zeroconf: only with --mdns
-
-                self._mdns = MdnsService(
-                    uuid=uuid, name=cfg.name, group=cfg.group, router_port=port, interface=iface,
-                    service_type=cfg.mdns_type, on_peer=self._discovered,
-                )
-                await self._mdns.start()
-            if cfg.naming:
-                naming = NamingClient(
-                    uuid=uuid, name=cfg.name, group=cfg.group, endpoint=endpoint, brokers=cfg.naming,
-                    interval=cfg.naming_interval, timeout=cfg.naming_timeout, on_peer=self._discovered,
-                    limits=cfg.limits.naming,
-                )
-                await naming.start()  # closes itself if no broker answers
-                self._naming = naming
-            if cfg.guests:
-                await self._start_guests(cfg, iface.ip)
-            self._start_posts(cfg)
-            from .api.http import start_api  # noqa: PLC0415 - aiohttp: imported when a node runs, not with huddle.node
-
-            api_runner, self.api_url = await start_api(self, cfg.api, cfg.limits.api, token_dir=self.data_dir.path,
-                                                       require_token=cfg.api_require_token)
-            self._execute()
-            log.info(
-                "node %s (%s) in group %r at %s, api %s",
-                uuid.short, cfg.name, cfg.group, endpoint, self.api_url,
-            )
-            log.warning("%s; this node's key: %s", OPEN_GROUP, self.identity.fingerprint)
+        """Start everything, serve until :meth:`stop`, then stop everything.  Each part
+        started is pushed on one exit stack; leaving it stops them in reverse order."""
+        async with contextlib.AsyncExitStack() as stack:
+            if self.config.group_secret is not None:
+                raise ConfigError(NOT_WIRED)
+            self.data_dir.lock()
+            stack.callback(self.data_dir.unlock)
+            self.uuid = self.data_dir.node_id()
+            self.identity = load_or_create_identity(self.data_dir.path)
+            iface = await self._wait_interface(self.config.interface)
+            if iface is None:
+                return  # stopped while waiting
+            await self._start(stack, iface)
             self._ready.set()
             if on_ready is not None:
                 on_ready(self)
@@ -576,33 +372,121 @@ class Node:
                 if self._posts is not None:
                     tasks.append(tg.create_task(self._posts.run()))
                 if iface != LOOPBACK:
-                    tasks.append(tg.create_task(self._watch_interface(cfg.interface or iface.name, iface)))
+                    tasks.append(tg.create_task(self._watch_interface(self.config.interface or iface.name, iface)))
                 await self._stop.wait()
                 for task in tasks:
                     task.cancel()
                 self._document_row(self.local_now(), final=True)  # the document as the node leaves it
-        finally:
-            if self._mesh is not None:
-                self._mesh.leave(self.local_now())
-                self._execute()
-            if self._beacon is not None:
-                self._beacon.close()
-            if self._guests is not None:
-                await self._guests.close()
-            if self._naming is not None:
-                await self._naming.close()
-            if self._mdns is not None:
-                with contextlib.suppress(Exception):  # leaving: a failing goodbye must not hide the real exit
-                    await asyncio.wait_for(self._mdns.close(), 3.0)
-            if api_runner is not None:
-                await api_runner.cleanup()
-            transport.close()
-            if self._store is not None:
-                if self._guard is not None:
-                    self._guard.note(self._store)
-                self._store.close()
-            if self._posts is not None:
-                self._posts.close()
+
+    async def _start(self, stack: contextlib.AsyncExitStack, iface: Interface) -> None:
+        cfg, uuid = self.config, self.uuid
+        assert uuid is not None  # run() read it
+        self.interface = iface
+        if cfg.guests:
+            self._bridge = GuestBridge()
+        links = None if self._bridge is None else self._bridge.links
+        transport = ZmqTransport(uuid, on_frames=self._on_frames, on_stalled=self._on_stalled,
+                                 on_connect_failed=self._on_connect_failed, limits=cfg.limits.mesh,
+                                 on_link=None if links is None else links.changed)
+        self._transport = transport
+        stack.callback(transport.close)
+        try:
+            port = transport.bind(iface.ip, cfg.port, cfg.port_range)
+        except Exception as exc:  # zmq.ZMQError: address in use, no free port
+            raise ConfigError(f"cannot bind the ROUTER on {iface.ip}:{cfg.port or cfg.port_range}: {exc}") from None
+        endpoint = f"tcp://{iface.ip}:{port}"
+        self._port = port
+        self.started_at = time.time()
+        mesh = self._mesh = Mesh(
+            uuid, name=cfg.name, group=cfg.group, endpoint=endpoint,
+            incarnation=os.urandom(8).hex(), now=self.local_now(), timing=cfg.timing(),
+            excluded=self.data_dir.excluded(), node_type=self.node_type.name, rate=self.node_type.send_rate,
+            limits=cfg.limits.mesh, guests=cfg.guest_marco_port if cfg.guests else 0,
+        )
+        mesh.conn_counters = transport.counters
+        stack.callback(self._leave)  # a start that fails half-way still says GBYE to the peers it met
+        guard = LogGuard(self.data_dir.path, cfg.group, uuid)
+        store = self._store = guard.open()  # refuses a damaged log (LogDamaged names `huddle repair`)
+        self._rows = StatRows(store, guard)
+        stack.callback(self._close_store, store, guard)
+        returned = store.drop_returned(uuid)
+        if returned:
+            log.warning("dropped %d records in this node's name that came from peers: "
+                        "its sequence continues what it wrote itself", returned)
+        mesh.replication = self._replicator = Replicator(uuid, store, now=self.local_now(), limits=cfg.limits.log)
+        self.desk.reload(store.of_kind(DOC_KIND))
+        mesh.delivery = Delivery(uuid, timing=cfg.delivery_timing())
+        settings = PostSettings(policy=Policy.parse(cfg.posts_policy), chunk_size=cfg.posts_chunk,
+                                interval=cfg.posts_interval)
+        self._posts = PostService(self, PostStore(self.data_dir.path), settings, self._publish,
+                                  limits=cfg.limits.posts)
+        stack.callback(self._posts.close)
+        self._wire_events()
+        transport.start(asyncio.get_running_loop())
+        for seed in cfg.seeds:
+            mesh.add_seed(_resolve_seed(seed), self.local_now())
+        await self._start_discovery(stack, iface, port, endpoint)
+        if self._bridge is not None:
+            stack.push_async_callback(self._bridge.close)
+            await self._bridge.start(
+                BridgeSettings(group=cfg.group, me=uuid, marco_port=cfg.guest_marco_port, tcp_port=cfg.guest_port,
+                               ws_port=cfg.guest_ws_port, max_frame=cfg.guest_max_message,
+                               limits=cfg.limits.guests),
+                iface.ip, mesh, emit=self.emit, clock=self.local_now)
+        from .api.http import start_api  # noqa: PLC0415 - aiohttp: imported when a node runs, not with huddle.node
+
+        api_runner, self.api_url = await start_api(self, cfg.api, cfg.limits.api, token_dir=self.data_dir.path,
+                                                   require_token=cfg.api_require_token)
+        stack.push_async_callback(api_runner.cleanup)
+        stack.callback(self._leave)  # stopping starts with GBYE, while everything still runs
+        self._execute()
+        log.info("node %s (%s) in group %r at %s, api %s", uuid.short, cfg.name, cfg.group, endpoint, self.api_url)
+        assert self.identity is not None  # loaded before anything starts
+        log.warning("%s; this node's key: %s", OPEN_GROUP, self.identity.fingerprint)
+
+    async def _start_discovery(self, stack: contextlib.AsyncExitStack, iface: Interface, port: int,
+                               endpoint: str) -> None:
+        cfg, uuid = self.config, self.mesh.uuid
+        if cfg.beacon:
+            self._beacon = BeaconService(
+                uuid=uuid, group=cfg.group, router_port=port, interface=iface,
+                address=cfg.beacon_address, port=cfg.beacon_port, interval=cfg.beacon_interval,
+                on_peer=self._discovered,
+            )
+            stack.callback(self._beacon.close)
+            try:
+                await self._beacon.start()
+            except OSError as exc:
+                raise ConfigError(f"cannot open the beacon socket on port {cfg.beacon_port}: {exc.strerror}") from None
+        if cfg.mdns:
+            from .discovery.mdns import MdnsService  # noqa: PLC0415 - zeroconf: only with --mdns
+
+            mdns = self._mdns = MdnsService(
+                uuid=uuid, name=cfg.name, group=cfg.group, router_port=port, interface=iface,
+                service_type=cfg.mdns_type, on_peer=self._discovered,
+            )
+            stack.push_async_callback(_close_quietly, mdns.close)
+            await mdns.start()
+        if cfg.naming:
+            naming = NamingClient(
+                uuid=uuid, name=cfg.name, group=cfg.group, endpoint=endpoint, brokers=cfg.naming,
+                interval=cfg.naming_interval, timeout=cfg.naming_timeout, on_peer=self._discovered,
+                limits=cfg.limits.naming,
+            )
+            await naming.start()  # closes itself if no broker answers
+            self._naming = naming
+            stack.push_async_callback(naming.close)
+
+    def _leave(self) -> None:
+        """Say GBYE to every peer and close the connections (once)."""
+        if self._mesh is not None and not self._left:
+            self._left = True
+            self._mesh.leave(self.local_now())
+            self._execute()
+
+    def _close_store(self, store: SqliteStore, guard: LogGuard) -> None:
+        guard.note(store)  # the own-sequence mark follows what is durable
+        store.close()
 
     # ---------------------------------------------------------------- the network
 
@@ -678,115 +562,14 @@ class Node:
             await self._beacon.move(iface, self._port)
         if self._mdns is not None:
             await self._mdns.move(iface, self._port)
-        if self._guests is not None and self._guests.host != iface.ip:
-            await self._guests.move(iface.ip)
-            log.warning("the guest servers moved to %s: TCP %d, WebSocket %d", iface.ip, self._guests.tcp_port,
-                        self._guests.ws_port)
+        guests = self.guests
+        if guests is not None and guests.host != iface.ip:
+            await guests.move(iface.ip)
+            log.warning("the guest servers moved to %s: TCP %d, WebSocket %d", iface.ip, guests.tcp_port,
+                        guests.ws_port)
         self._announce_due = False
 
-    # ---------------------------------------------------------------- posts (Hydra)
-
-    def _start_posts(self, cfg: NodeConfig) -> None:
-        settings = PostSettings(policy=Policy.parse(cfg.posts_policy), chunk_size=cfg.posts_chunk,
-                                interval=cfg.posts_interval)
-        self._posts = PostService(self, PostStore(self.data_dir.path), settings, self._publish,
-                                  limits=cfg.limits.posts)
-
-    @property
-    def posts(self) -> PostService:
-        if self._posts is None:
-            raise LocalProtocolError("the node is not running")
-        return self._posts
-
-    # ---------------------------------------------------------------- guests
-
-    async def _start_guests(self, cfg: NodeConfig, host: str) -> None:
-        from .guests.server import GuestServer, GuestSettings  # noqa: PLC0415 - aiohttp: only with --guests
-
-        mesh, links = self._mesh, self._host_links
-        assert mesh is not None and links is not None  # the mesh starts before the guests
-
-        def hosts() -> list[bytes]:  # one host per guest (docs/guests.md): ALIVE and still connected
-            return links.live((p, mesh.conn_of(p)) for p in mesh.guest_hosts())
-
-        server = GuestServer(
-            Room(cfg.group, me=mesh.uuid, limits=cfg.limits.guests),
-            GuestSettings(host=host, marco_port=cfg.guest_marco_port, tcp_port=cfg.guest_port,
-                          ws_port=cfg.guest_ws_port, max_frame=cfg.guest_max_message),
-            on_event=self._guest_event, clock=self.local_now,
-            hosts=hosts, links=links,
-        )
-        try:
-            await server.start()
-        except OSError as exc:
-            await server.close()
-            raise ConfigError(
-                f"cannot open the guest ports (marco UDP {cfg.guest_marco_port}, TCP {cfg.guest_port}, "
-                f"WebSocket {cfg.guest_ws_port}) on {host}: {exc.strerror or exc}; "
-                "pick others with --guest-port / --guest-ws-port (0: a free one)") from None
-        self._guests = server
-
-    @property
-    def guests(self) -> GuestServer | None:
-        return self._guests
-
-    def _guest_event(self, guest: str, topic: str, value: Any) -> None:
-        """A guest of ours spoke: its event becomes the group's (kind = topic)."""
-        self.emit(topic, {GUEST_KEY: guest, "value": value})
-
-    def _to_guests(self, record: LogRecord) -> None:
-        guests = self._guests
-        if guests is None or not guests.room.hears(record.kind):
-            return
-        body = json.loads(record.body)
-        if isinstance(body, dict) and set(body) == {GUEST_KEY, "value"} and isinstance(body[GUEST_KEY], str):
-            guests.deliver(body[GUEST_KEY], record.kind, body["value"], local_speaker=record.source == self.uuid)
-        else:  # a node's own event: the node speaks it, under its name
-            guests.deliver(self._name_of(record.source), record.kind, body, local_speaker=False)
-
-    def _name_of(self, uuid: NodeId) -> str:
-        mesh = self._mesh
-        if mesh is not None:
-            if uuid == mesh.uuid:
-                return mesh.name
-            for p in mesh.peers(self.local_now()):
-                if p.uuid == uuid:
-                    return p.name
-        return uuid.short
-
-    def _snapshot(self) -> None:
-        """A statistics row with the node's counters and each peer's state and RTT."""
-        if self._store is None or self._mesh is None:
-            return
-        detail = self.info()["stats"] | {"log": self.log.stats.as_dict(), "peers": [
-            {"uuid": str(p.uuid), "state": p.state, "rtt_ms": None if p.rtt is None else p.rtt * 1000}
-            for p in self.peers()
-        ]}
-        self._store.add_stat(self.mesh_time(), "snapshot", None, json.dumps(detail))
-        self._store.commit()
-        if self._guard is not None:
-            self._guard.note(self._store)  # the own-sequence mark follows what is durable
-
-    def _document_row(self, now: float, *, final: bool = False) -> None:
-        """A ``document`` statistics row, if the bout document changed since the
-        last one: how many ``doc`` events it is made of and the digest of what
-        the node shows.  The pipeline's replay makes the document again from
-        the node's exported events and checks the digest (docs/export.md)."""
-        if self._store is None or (now < self._doc_row_due and not final):
-            return
-        engine = self.doc
-        state = (id(engine), len(engine))
-        if state == self._doc_row_of:
-            return
-        t0 = time.perf_counter()
-        doc = engine.document
-        detail = {"doc_events": len(engine), "applied": doc.applied, "dropped": len(doc.dropped),
-                  "digest": digest(doc.root)}
-        cost = time.perf_counter() - t0
-        self._store.add_stat(self.mesh_time(), "document", None, json.dumps(detail))
-        self._store.commit()
-        self._doc_row_of = state
-        self._doc_row_due = now + max(DOC_ROW_INTERVAL, cost / DOC_ROW_SHARE)
+    # ---------------------------------------------------------------- the timer loop
 
     async def _ticker(self) -> None:
         mesh = self.mesh
@@ -808,6 +591,21 @@ class Node:
                 self._survived("tick_failures", "a turn of the timer loop", exc)
                 delay = TICK_RETRY
             await asyncio.sleep(delay)
+
+    def _snapshot(self) -> None:
+        """A statistics row with the node's counters and each peer's state and RTT."""
+        if self._rows is None or self._mesh is None:
+            return
+        detail = self.info()["stats"] | {"log": self.replicator.stats.as_dict(), "peers": [
+            {"uuid": str(p.uuid), "state": p.state, "rtt_ms": None if p.rtt is None else p.rtt * 1000}
+            for p in self.peers()
+        ]}
+        self._rows.snapshot(self.mesh_time(), detail)
+
+    def _document_row(self, now: float, *, final: bool = False) -> None:
+        """A ``document`` statistics row, if one is due (:meth:`DocumentDesk.row`)."""
+        if self._rows is not None:
+            self._rows.document(self.mesh_time(), self.desk.row(now, final=final))
 
     def _survived(self, counter: str, what: str, exc: Exception) -> None:
         """Count a failure the driver survived; log it when its count passes 1, 10, 100, ..."""
@@ -878,58 +676,97 @@ class Node:
                     transport.connect(action.conn, action.endpoint)
                 elif isinstance(action, Disconnect):
                     transport.disconnect(action.conn, action.flush)
-                    if self._host_links is not None:
-                        self._host_links.forget(action.conn)
+                    if self._bridge is not None:
+                        self._bridge.forget(action.conn)
             except Exception as exc:  # one action that cannot be carried out must not stop the others
                 self._survived("action_failures", f"an action ({type(action).__name__})", exc)
 
-    def exclude(self, peer: NodeId, reason: str) -> bool:
-        """Exclude ``peer`` for good (persisted); False if it already was."""
-        done = self.mesh.exclude(peer, reason, self.local_now())
-        self._execute()
-        return done
+    # ---------------------------------------------------------------- events
 
-    def _empty(self) -> None:
+    def _wire_events(self) -> None:
+        """Who hears the protocol's events, in this order.  A subscriber that returns
+        True consumed the event: the ones after it do not see it.  Only the post
+        service consumes (Hydra's addressed messages and BULKs are its own, not the
+        event stream's); the others observe, and the API's listeners come last."""
+        every = EVENT_TYPES
+        routes: list[tuple[tuple[type, ...], Subscriber]] = [
+            (every, self.posts.handle),
+            ((PeerExcluded,), self._save_excluded),
+            ((BufferSpace,), self._wake_sender),
+        ]
+        if self.node_type.on_cut_off == "empty":
+            routes.append(((CutOff,), self._empty))
+        routes += [
+            ((LogAppended,), self._log_appended),
+            (every, self._stat_row),
+            (every, self._to_listeners),
+        ]
+        self._routes = {kind: [fn for kinds, fn in routes if kind in kinds] for kind in every}
+
+    def _publish(self, event: Event) -> None:
+        for subscriber in self._routes.get(type(event), ()):
+            if subscriber(event):
+                return
+
+    def _save_excluded(self, event: PeerExcluded) -> bool:
+        self.data_dir.save_excluded(self.mesh.excluded)
+        return False
+
+    def _wake_sender(self, event: BufferSpace) -> bool:
+        space = self._space.get(event.peer)
+        if space is not None:
+            space.set()
+        return False
+
+    def _empty(self, event: CutOff) -> bool:
         """Cut off, an ``empty`` node type drops every other node's events (store,
         log state, document); its peers send them all again when it reconnects."""
         store, mesh, uuid = self._store, self._mesh, self.uuid
-        if store is None or mesh is None or uuid is None:
-            return
+        if not event.cut_off or store is None or mesh is None or uuid is None:
+            return False
         dropped = store.drop_others(uuid)
-        self._log = Replicator(uuid, store, now=self.local_now(), limits=self.config.limits.log)
-        mesh.replication = self._log
-        self.doc = DocEngine()
-        for batch in store.of_kind(DOC_KIND):
-            self.doc.load(batch)
+        mesh.replication = self._replicator = Replicator(uuid, store, now=self.local_now(),
+                                                         limits=self.config.limits.log)
+        self.desk.reload(store.of_kind(DOC_KIND))
         log.info("cut off: dropped %d events of other nodes (node type %s)", dropped, self.node_type.name)
+        return False
 
-    def _publish(self, event: Event) -> None:
-        if self._posts is not None and self._posts.handle(event):
-            return  # a Hydra sync message: the post service's, not the event stream's
-        if isinstance(event, PeerExcluded) and self._mesh is not None:
-            self.data_dir.save_excluded(self._mesh.excluded)
-        if isinstance(event, BufferSpace):
-            space = self._space.get(event.peer)
-            if space is not None:
-                space.set()
-        if isinstance(event, CutOff) and event.cut_off and self.node_type.on_cut_off == "empty":
-            self._empty()
-        if isinstance(event, LogAppended):
-            for run, _ in event.runs:
-                for record in run:
-                    if record.kind == DOC_KIND:
-                        self.doc.add(record)
-                    if self._guests is not None:
-                        self._to_guests(record)
-        row = stat_row(event) if self._store is not None else None
-        if row is not None and self._store is not None:
-            self._store.add_stat(*row)
-            self._store.commit()
+    def _log_appended(self, event: LogAppended) -> bool:
+        bridge = self._bridge
+        for run, _ in event.runs:
+            self.desk.take(run)
+            if bridge is not None:
+                bridge.speak(run, self.mesh.uuid, self._name_of)
+        return False
+
+    def _name_of(self, uuid: NodeId) -> str:
+        mesh = self._mesh
+        if mesh is not None:
+            if uuid == mesh.uuid:
+                return mesh.name
+            for p in mesh.peers(self.local_now()):
+                if p.uuid == uuid:
+                    return p.name
+        return uuid.short
+
+    def _stat_row(self, event: Event) -> bool:
+        if self._rows is not None:
+            self._rows.event(stat_row(event))
+        return False
+
+    def _to_listeners(self, event: Event) -> bool:
         for fn in list(self._listeners):
             try:
                 fn(event)
             except Exception:  # a listener's bug must not stop the node
                 log.exception("event listener failed")
+        return False
+
+
+async def _close_quietly(close: Callable[[], Awaitable[None]]) -> None:
+    """Leaving: a failing goodbye (mDNS) must not hide the real exit, nor hold it past 3 s."""
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(close(), 3.0)
 
 
 def _resolve_seed(seed: str) -> str:

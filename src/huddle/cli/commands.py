@@ -24,6 +24,7 @@ from .. import render
 from ..config import BUILTIN_TYPES, DEFAULT_API, NodeConfig, load_config
 from ..errors import ConfigError, HuddleError
 from ..limits import describe
+from ..log.datadir import DataDir
 from ..log.export import export
 from ..log.integrity import repair
 from ..memtune import tune_malloc
@@ -199,8 +200,6 @@ def _pipeline(args: argparse.Namespace) -> int:
 
 
 def _repair(args: argparse.Namespace) -> int:
-    from ..node import DataDir  # deferred on purpose, as for `huddle node`: the node module loads pyzmq  # noqa: PLC0415
-
     if not (args.data_dir / "node-id").exists() and not (args.data_dir / "log.sqlite").exists():
         raise ConfigError(f"{args.data_dir} is not a huddle data directory (no node-id, no log.sqlite)")
     data_dir = DataDir(args.data_dir)
