@@ -157,3 +157,13 @@ def test_a_replicator_reloaded_from_its_store_is_the_same_hosted_service() -> No
     b.mesh.discovered(a.mesh.uuid, a.mesh.endpoint, net.local(b))
     assert net.settle(15.0, lambda: a.log.held() == 1)  # b is back: its record is fetched again
     assert a.mesh.service(Replicator) is log
+
+
+def test_reports_are_the_picture_services_and_counted_there() -> None:
+    """RAWS go out and come in through the Reports service: each node's report reaches the
+    other, and the service counts them."""
+    net = SimNetwork()
+    a, b = net.add("a", "g"), net.add("b", "g")
+    b.mesh.discovered(a.mesh.uuid, a.mesh.endpoint, net.local(b))
+    assert net.settle(10.0, lambda: set(a.pictures.reports()) == set(b.pictures.reports()) == {a.mesh.uuid, b.mesh.uuid})
+    assert a.reports.stats.reports_sent > 0 and b.reports.stats.reports_received > 0

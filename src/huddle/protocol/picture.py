@@ -285,6 +285,7 @@ def _totals(peers: Iterable[Any]) -> dict[str, int]:
 
 @dataclass(slots=True)
 class ReportStats(Counters):
+    reports_sent: int = 0  # our own reports, one per admitted peer (the mesh's `sent` counts only its own messages)
     reports_received: int = 0
     reports_relayed: int = 0
     reports_not_relayed: int = 0  # reports not passed on to a peer admitted less than a report interval ago
@@ -382,6 +383,7 @@ class Reports:
         pictures.accept(report, now)
         for conn, _ in self._links.values():
             self._actions.append(Send(conn, report))
+        self.stats.reports_sent += len(self._links)
 
     def next_deadline(self, now: float) -> float:
         return self.pictures.next_report
