@@ -5,6 +5,11 @@ time (``now``, the node's local clock in seconds), and collects the actions it
 returns (connect, send, disconnect, notify).  Nothing here touches a socket or
 reads a clock, so whole meshes run deterministically in one process.
 
+Membership is the mesh's own job (HELO, BOUT, GBYE, TIME, BEAT, CHAT, PEER, MEMB,
+BULK); everything else rides on its sessions as a peer service given at
+construction (protocol/service.py): the log, addressed delivery, the system
+picture's reports.  Each other message type goes to its service through a table.
+
 A session with a peer goes through these phases::
 
     CONNECTING --HELO--> HANDSHAKE --BOUT(same group)--> ALIVE <--> SUSPECT
