@@ -25,8 +25,7 @@ def received(node: SimNode, frm: SimNode | None = None) -> list[bytes]:
 
 
 def send(net: SimNetwork, a: SimNode, b: SimNode, payload: bytes) -> int:
-    assert a.mesh.delivery is not None
-    return a.mesh.delivery.send(b.mesh.uuid, payload, net.local(a))
+    return a.delivery.send(b.mesh.uuid, payload, net.local(a))
 
 
 def test_messages_arrive_once_and_in_order_through_loss_duplication_and_reordering() -> None:
@@ -42,9 +41,8 @@ def test_messages_arrive_once_and_in_order_through_loss_duplication_and_reorderi
     net.run(1.0)  # and nothing more arrives later
     assert received(b, a) == [b"to b %d" % i for i in range(n)]
     assert received(b, c) == [b"from c %d" % i for i in range(n)]
-    assert b.mesh.delivery is not None and a.mesh.delivery is not None
-    assert b.mesh.delivery.stats.duplicates > 0 and a.mesh.delivery.stats.frames_resent > 0
-    assert a.mesh.delivery.queued(b.mesh.uuid) == 0  # everything acknowledged, the buffer is empty
+    assert b.delivery.stats.duplicates > 0 and a.delivery.stats.frames_resent > 0
+    assert a.delivery.queued(b.mesh.uuid) == 0  # everything acknowledged, the buffer is empty
 
 
 def test_a_peer_that_announced_a_send_rate_is_paced_and_the_others_are_not() -> None:
@@ -81,17 +79,16 @@ def test_a_large_message_is_cut_and_joined_without_holding_up_others() -> None:
     small_took = net.now - start
     assert net.settle(30.0, lambda: received(b) == [big])
     assert small_took < 0.2 < net.now - start  # the 2 MB to b took many round trips; c's did not wait for them
-    assert a.mesh.delivery is not None and a.mesh.delivery.stats.frames_sent >= 2048
+    assert a.delivery.stats.frames_sent >= 2048
 
 
 def test_limits_are_enforced_with_clear_errors() -> None:
     net = SimNetwork()
     a, b = mesh(net, 2, DeliveryTiming(max_message=1000, buffer_bytes=3000, mtu=500))
-    assert a.mesh.delivery is not None
     with pytest.raises(MessageTooLarge, match="larger than the largest allowed, 1000"):
         send(net, a, b, b"x" * 1001)
     with pytest.raises(NotIncluded):
-        a.mesh.delivery.send(a.mesh.uuid, b"to myself", net.now)
+        a.delivery.send(a.mesh.uuid, b"to myself", net.now)
     for i in range(3):
         send(net, a, b, bytes([i]) * 1000)
     with pytest.raises(BufferFull, match=r"send buffer for \w+ is full"):

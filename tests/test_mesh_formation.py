@@ -60,10 +60,10 @@ def test_a_crowd_joining_makes_about_one_report_per_node_not_one_per_join() -> N
     reports = [m for _, _, m in net.trace if isinstance(m, Raws)]
     assert len(reports) <= 1.5 * n * (n - 1), len(reports)
     assert sum(len(r.peers) for r in reports) <= 40_000
-    assert sum(x.mesh.stats.reports_relayed for x in nodes) == 0
+    assert sum(x.reports.stats.reports_relayed for x in nodes) == 0
     # Every node still holds a report of every other, and they agree on the picture.
-    assert net.settle(2.0, lambda: len({x.mesh.pictures.picture().digest for x in nodes}) == 1)
-    assert len(nodes[0].mesh.pictures.picture().members) == n
+    assert net.settle(2.0, lambda: len({x.pictures.picture().digest for x in nodes}) == 1)
+    assert len(nodes[0].pictures.picture().members) == n
 
 
 def test_lists_that_cross_in_a_simultaneous_start_are_not_answered() -> None:

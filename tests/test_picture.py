@@ -193,56 +193,56 @@ def mesh_of(net: SimNetwork, n: int) -> list[SimNode]:
 
 
 def digests(nodes: list[SimNode]) -> set[str]:
-    return {n.mesh.pictures.picture().digest for n in nodes}
+    return {n.pictures.picture().digest for n in nodes}
 
 
 def test_six_simulated_nodes_compute_the_same_picture() -> None:
     net = SimNetwork(seed=6)
     nodes = mesh_of(net, 6)
-    assert net.settle(10.0, lambda: len(digests(nodes)) == 1 and len(nodes[0].mesh.pictures.picture().members) == 6)
-    pic = nodes[0].mesh.pictures.picture()
+    assert net.settle(10.0, lambda: len(digests(nodes)) == 1 and len(nodes[0].pictures.picture().members) == 6)
+    pic = nodes[0].pictures.picture()
     assert {m["health"] for m in pic.members} == {"ok"}
     assert {x["state"] for x in pic.links} == {"two-way"} and len(pic.links) == 15
     # In a full mesh nobody needs to relay a report.
-    assert sum(n.mesh.stats.reports_relayed for n in nodes) == 0
+    assert sum(n.reports.stats.reports_relayed for n in nodes) == 0
     # A node leaves: everyone agrees again, on five.
     net.stop(nodes[5])
     rest = nodes[:5]
-    assert net.settle(10.0, lambda: len(digests(rest)) == 1 and len(rest[0].mesh.pictures.picture().members) == 5)
+    assert net.settle(10.0, lambda: len(digests(rest)) == 1 and len(rest[0].pictures.picture().members) == 5)
 
 
 def test_a_one_way_link_is_seen_as_one_by_every_node() -> None:
     net = SimNetwork(seed=7)
     a, b, c = mesh_of(net, 3)
-    assert net.settle(5.0, lambda: len(digests([a, b, c])) == 1 and len(a.mesh.pictures.picture().links) == 3)
+    assert net.settle(5.0, lambda: len(digests([a, b, c])) == 1 and len(a.pictures.picture().links) == 3)
     net.block(a, b)  # what a sends to b is dropped; b still reaches a
 
     def one_way() -> bool:
-        pics = [n.mesh.pictures.picture() for n in (a, b, c)]
+        pics = [n.pictures.picture() for n in (a, b, c)]
         if len({p.digest for p in pics}) != 1:
             return False
         return any(x["state"] == "one-way" for x in pics[0].links)
 
     assert net.settle(30.0, one_way)
-    (link,) = [x for x in a.mesh.pictures.picture().links if x["state"] != "two-way"]
+    (link,) = [x for x in a.pictures.picture().links if x["state"] != "two-way"]
     assert (link["from"], link["to"]) == (str(b.mesh.uuid), str(a.mesh.uuid))
     # a's and b's reports crossed through c.
-    assert c.mesh.stats.reports_relayed > 0
+    assert c.reports.stats.reports_relayed > 0
     net.heal()
     assert net.settle(30.0, lambda: len(digests([a, b, c])) == 1 and
-                      {x["state"] for x in a.mesh.pictures.picture().links} == {"two-way"})
+                      {x["state"] for x in a.pictures.picture().links} == {"two-way"})
 
 
 def test_a_node_that_loses_every_peer_is_cut_off_until_one_comes_back() -> None:
     net = SimNetwork(seed=8)
     a, b, c = mesh_of(net, 3)
-    assert net.settle(5.0, lambda: len(a.mesh.pictures.picture().links) == 3)
+    assert net.settle(5.0, lambda: len(a.pictures.picture().links) == 3)
     net.partition(a, b)
     net.partition(a, c)
     assert net.settle(20.0, lambda: a.mesh.cut_off)
     assert [e.cut_off for e in a.events if isinstance(e, CutOff)] == [True]
     assert not b.mesh.cut_off and not c.mesh.cut_off
-    assert net.settle(10.0, lambda: a.mesh.pictures.picture().members[0]["health"] == "cut-off")
+    assert net.settle(10.0, lambda: a.pictures.picture().members[0]["health"] == "cut-off")
     net.heal()
     assert net.settle(30.0, lambda: not a.mesh.cut_off)
     assert [e.cut_off for e in a.events if isinstance(e, CutOff)] == [True, False]
@@ -293,12 +293,12 @@ def test_a_newcomer_behind_a_one_way_link_still_gets_the_report_relayed() -> Non
     # the next report of the origin that cannot reach it is relayed to it.
     net = SimNetwork(seed=9)
     a, b = mesh_of(net, 2)
-    assert net.settle(5.0, lambda: len(digests([a, b])) == 1 and len(a.mesh.pictures.picture().members) == 2)
+    assert net.settle(5.0, lambda: len(digests([a, b])) == 1 and len(a.pictures.picture().members) == 2)
     c = net.add("n2", "g", uuid=NodeId(bytes([3]) * 16), picture=FAST)
     net.block(a, c)  # what a sends to c is dropped; c still reaches a
     c.mesh.add_seed(b.mesh.endpoint, net.now)
     # a's half-open session with c lists c as admitted until it times out (5.3 s
     # here, before and after the relay rule changed); then b relays a's report.
-    assert net.settle(10.0, lambda: a.mesh.uuid in c.mesh.pictures.reports())
-    assert b.mesh.stats.reports_relayed > 0 and b.mesh.stats.reports_not_relayed > 0
-    assert net.settle(10.0, lambda: len(digests([a, b, c])) == 1 and len(c.mesh.pictures.picture().members) == 3)
+    assert net.settle(10.0, lambda: a.mesh.uuid in c.pictures.reports())
+    assert b.reports.stats.reports_relayed > 0 and b.reports.stats.reports_not_relayed > 0
+    assert net.settle(10.0, lambda: len(digests([a, b, c])) == 1 and len(c.pictures.picture().members) == 3)

@@ -44,7 +44,9 @@ from .posts.store import PostStore
 from .protocol import Connect, Disconnect, Event, Mesh, Notify, PeerInfo, Send
 from .protocol.delivery import BufferFull, Delivery
 from .protocol.events import BufferSpace, CutOff, LogAppended, PeerExcluded, stat_row
+from .protocol.picture import Reports
 from .protocol.replication import Replicator, canonical_json
+from .protocol.stack import build_services
 from .security import NOT_WIRED, OPEN_GROUP, NodeIdentity, load_or_create_identity
 from .transport.naming import NamingClient
 from .transport.stats import DriverStats, TrafficStats
@@ -145,8 +147,11 @@ class Node:
             stats["mdns"] = dict(self._mdns.stats)
         if self._naming is not None:
             stats["naming"] = self._naming.stats.as_dict()
-        if mesh.delivery is not None:
-            stats["delivery"] = mesh.delivery.stats.as_dict()
+        reports, delivery = mesh.service(Reports), mesh.service(Delivery)
+        if reports is not None:
+            stats.update(reports.stats.as_dict())
+        if delivery is not None:
+            stats["delivery"] = delivery.stats.as_dict()
         stats["driver"] = self.driver_stats.as_dict()
         stats["traffic"] = self.traffic.as_dict()
         guests = self.guests
@@ -175,7 +180,9 @@ class Node:
         on every node), with round trips and rates beside it."""
         mesh = self.mesh
         now = self.local_now()
-        return {"node": str(mesh.uuid), "time": self.mesh_time(), **mesh.pictures.describe(now)}
+        reports = mesh.service(Reports)
+        assert reports is not None
+        return {"node": str(mesh.uuid), "time": self.mesh_time(), **reports.pictures.describe(now)}
 
     def chat(self, text: str, to: NodeId | None = None) -> int:
         """Send a chat line now; returns the number of peers it went to."""
@@ -278,7 +285,7 @@ class Node:
     def send_to(self, peer: NodeId, payload: bytes) -> int:
         """Queue an addressed message; returns its sequence.  Raises NotIncluded,
         MessageTooLarge or BufferFull (nothing queued) at once."""
-        delivery = self.mesh.delivery
+        delivery = self.mesh.service(Delivery)
         assert delivery is not None
         seq = delivery.send(peer, payload, self.local_now())  # a peer that is away gets it when it returns
         self._execute()
@@ -397,14 +404,6 @@ class Node:
         endpoint = f"tcp://{iface.ip}:{port}"
         self._port = port
         self.started_at = time.time()
-        mesh = self._mesh = Mesh(
-            uuid, name=cfg.name, group=cfg.group, endpoint=endpoint,
-            incarnation=os.urandom(8).hex(), now=self.local_now(), timing=cfg.timing(),
-            excluded=self.data_dir.excluded(), node_type=self.node_type.name, rate=self.node_type.send_rate,
-            limits=cfg.limits.mesh, guests=cfg.guest_marco_port if cfg.guests else 0,
-        )
-        mesh.conn_counters = transport.counters
-        stack.callback(self._leave)  # a start that fails half-way still says GBYE to the peers it met
         guard = LogGuard(self.data_dir.path, cfg.group, uuid)
         store = self._store = guard.open()  # refuses a damaged log (LogDamaged names `huddle repair`)
         self._rows = StatRows(store, guard)
@@ -413,9 +412,17 @@ class Node:
         if returned:
             log.warning("dropped %d records in this node's name that came from peers: "
                         "its sequence continues what it wrote itself", returned)
-        mesh.replication = self._replicator = Replicator(uuid, store, now=self.local_now(), limits=cfg.limits.log)
+        services = build_services(uuid, now=self.local_now(), store=store, log_limits=cfg.limits.log,
+                                  delivery=cfg.delivery_timing(), conn_counters=transport.counters)
+        mesh = self._mesh = Mesh(
+            uuid, name=cfg.name, group=cfg.group, endpoint=endpoint,
+            incarnation=os.urandom(8).hex(), now=self.local_now(), timing=cfg.timing(),
+            excluded=self.data_dir.excluded(), node_type=self.node_type.name, rate=self.node_type.send_rate,
+            limits=cfg.limits.mesh, guests=cfg.guest_marco_port if cfg.guests else 0, services=services,
+        )
+        stack.callback(self._leave)  # a start that fails half-way still says GBYE to the peers it met
+        self._replicator = mesh.service(Replicator)
         self.desk.reload(store.of_kind(DOC_KIND))
-        mesh.delivery = Delivery(uuid, timing=cfg.delivery_timing())
         settings = PostSettings(policy=Policy.parse(cfg.posts_policy), chunk_size=cfg.posts_chunk,
                                 interval=cfg.posts_interval)
         self._posts = PostService(self, PostStore(self.data_dir.path), settings, self._publish,
@@ -725,8 +732,7 @@ class Node:
         if not event.cut_off or store is None or mesh is None or uuid is None:
             return False
         dropped = store.drop_others(uuid)
-        mesh.replication = self._replicator = Replicator(uuid, store, now=self.local_now(),
-                                                         limits=self.config.limits.log)
+        self.replicator.reload(self.local_now())  # the same replicator, hosted by the mesh, reads the store afresh
         self.desk.reload(store.of_kind(DOC_KIND))
         log.info("cut off: dropped %d events of other nodes (node type %s)", dropped, self.node_type.name)
         return False

@@ -25,8 +25,9 @@ from .log.export import event_schema, write_tables
 from .protocol import Connect, Disconnect, Event, Mesh, Notify, Send, Timing
 from .protocol.delivery import Delivery, DeliveryTiming
 from .protocol.events import LogAppended, stat_row
-from .protocol.picture import PictureTiming
+from .protocol.picture import Pictures, PictureTiming, Reports
 from .protocol.replication import MemoryStore, ReplicationTiming, Replicator, canonical_json
+from .protocol.stack import build_services
 from .simlog import Origin, RangeStore
 from .wire import Dack, Dmsg, Gsip, LogRecord, Message, Xmsg, decode, encode
 
@@ -44,8 +45,25 @@ class SimNode:
 
     @property
     def log(self) -> Replicator:
-        assert self.mesh.replication is not None, "node was added without log=True"
-        return self.mesh.replication
+        log = self.mesh.service(Replicator)
+        assert log is not None, "node was added without log=True"
+        return log
+
+    @property
+    def delivery(self) -> Delivery:
+        delivery = self.mesh.service(Delivery)
+        assert delivery is not None, "node was added without a delivery timing"
+        return delivery
+
+    @property
+    def reports(self) -> Reports:
+        reports = self.mesh.service(Reports)
+        assert reports is not None, "the mesh was built without its services"
+        return reports
+
+    @property
+    def pictures(self) -> Pictures:
+        return self.reports.pictures
 
 
 class SimNetwork:
@@ -110,17 +128,16 @@ class SimNetwork:
             endpoint = f"tcp://10.0.{k // 250}.{k % 250 + 1}:{self._next_port}"
             self._next_port += 1
         node_id = uuid or NodeId(self.rng.randbytes(16))
+        if log and store is None:
+            store = MemoryStore()
+        services = build_services(node_id, now=self.now + skew, store=store, log_timing=log_timing,
+                                  delivery=delivery, picture=picture)
         mesh = Mesh(
             node_id, name=name, group=group, endpoint=endpoint,
             incarnation=self.rng.randbytes(8).hex(), now=self.now + skew, timing=timing,
-            node_type=node_type, picture=picture, rate=rate,
+            node_type=node_type, rate=rate, services=services,
         )
-        node = SimNode(mesh=mesh, clock_skew=skew)
-        if log or store is not None:
-            node.store = store if store is not None else MemoryStore()
-            mesh.replication = Replicator(node_id, node.store, now=self.now + skew, timing=log_timing)
-        if delivery is not None:
-            mesh.delivery = Delivery(node_id, timing=delivery)
+        node = SimNode(mesh=mesh, clock_skew=skew, store=store)
         self.nodes[endpoint] = node
         return node
 
@@ -136,9 +153,9 @@ class SimNetwork:
             node.mesh.name, node.mesh.group, endpoint=self.same_host(node),
             uuid=None if lose_data else node.mesh.uuid, timing=node.mesh.timing, skew=node.clock_skew,
             log=node.store is not None, store=store,
-            log_timing=None if node.mesh.replication is None else node.mesh.replication.timing,
-            delivery=None if node.mesh.delivery is None else node.mesh.delivery.timing,
-            node_type=node.mesh.node_type, picture=node.mesh.pictures.timing, rate=node.mesh.rate,
+            log_timing=None if node.store is None else node.log.timing,
+            delivery=None if (d := node.mesh.service(Delivery)) is None else d.timing,
+            node_type=node.mesh.node_type, picture=node.pictures.timing, rate=node.mesh.rate,
         )
         if rejoin is not None:
             fresh.mesh.discovered(rejoin.mesh.uuid, rejoin.mesh.endpoint, self.local(fresh))

@@ -23,14 +23,16 @@ Time is passed in; nothing here does I/O.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Final
 
 from ..errors import LocalProtocolError
 from ..ids import NodeId
-from ..wire import Dack, Dmsg
+from ..wire import Dack, Dmsg, Message
 from .events import BufferSpace, Counters, MessageReceived, Notify, Send
+from .service import DETACHED, MeshView, PeerFacts
 
 __all__ = ["BufferFull", "Delivery", "DeliveryTiming", "MessageTooLarge", "NotIncluded"]
 
@@ -118,10 +120,16 @@ class DeliveryStats(Counters):
 
 
 class Delivery:
+    """Addressed delivery as a peer service (protocol/service.py): DMSG and DACK.  A peer
+    whose buffer stays full for the mesh's ``exclude_slow_after`` is excluded until it restarts."""
+
+    handles: tuple[type[Message], ...] = (Dmsg, Dack)
+
     def __init__(self, uuid: NodeId, *, timing: DeliveryTiming | None = None) -> None:
         self.uuid: Final = uuid
         self.timing: Final = timing or DeliveryTiming()
         self.stats = DeliveryStats()
+        self._mesh: MeshView = DETACHED
         self._channels: dict[NodeId, _Channel] = {}
         self._actions: list[Send | Notify] = []
         # Channels that owe their peer a DACK: take_actions reads these, not every channel (it
@@ -185,9 +193,23 @@ class Delivery:
             ch.unacked.append(_Frame(ch.next_fseq, mseq, i, count, payload[i * mtu : (i + 1) * mtu]))
             ch.next_fseq += 1
 
-    def peer_up(self, peer: NodeId, conn: int, incarnation: str, now: float, rate: int = 0) -> None:
-        """``peer`` is admitted on ``conn``; ``rate`` is the most octets per
+    def attach(self, mesh: MeshView) -> None:
+        self._mesh = mesh
+
+    def receive(self, peer: NodeId, msg: Message, now: float) -> None:
+        if isinstance(msg, Dmsg):
+            self.on_dmsg(peer, msg, now)
+        else:
+            assert isinstance(msg, Dack)
+            self.on_dack(peer, msg, now)
+
+    def next_deadline(self, now: float) -> float:
+        return math.inf  # retransmissions run on the mesh's ticks
+
+    def peer_up(self, peer: NodeId, conn: int, now: float, facts: PeerFacts) -> None:
+        """``peer`` is admitted on ``conn``; ``facts.rate`` is the most octets per
         second it accepts (its node type's send rate; 0: no limit)."""
+        incarnation, rate = facts.incarnation, facts.rate
         ch = self._channels.get(peer)
         if ch is None:
             self._channels[peer] = _Channel(conn, incarnation, progress_at=now, rate=rate, tokens_at=now)
@@ -216,7 +238,7 @@ class Delivery:
             ch.buffered += len(payload)
         ch.expected, ch.early, ch.early_bytes, ch.parts, ch.ack_due = 1, {}, 0, [], False
 
-    def peer_down(self, peer: NodeId) -> None:
+    def peer_down(self, peer: NodeId, now: float) -> None:
         """The connection is gone; the channel stays for a return of the same incarnation."""
         ch = self._channels.get(peer)
         if ch is not None:
@@ -302,6 +324,10 @@ class Delivery:
                 ch.inflight = ch.inflight_bytes = 0
                 ch.progress_at = now
                 self._pump(ch, now)
+        after = self._mesh.exclude_slow_after
+        if after:
+            for peer in self.stuck(now, after):
+                self._mesh.end_incarnation(peer, f"its send buffer stayed full for {after:g} s", now)
 
     def take_actions(self) -> list[Send | Notify]:
         if self._acks_due:

@@ -5,6 +5,11 @@ time (``now``, the node's local clock in seconds), and collects the actions it
 returns (connect, send, disconnect, notify).  Nothing here touches a socket or
 reads a clock, so whole meshes run deterministically in one process.
 
+Membership is the mesh's own job (HELO, BOUT, GBYE, TIME, BEAT, CHAT, PEER, MEMB,
+BULK); everything else rides on its sessions as a peer service given at
+construction (protocol/service.py): the log, addressed delivery, the system
+picture's reports.  Each other message type goes to its service through a table.
+
 A session with a peer goes through these phases::
 
     CONNECTING --HELO--> HANDSHAKE --BOUT(same group)--> ALIVE <--> SUSPECT
@@ -21,9 +26,9 @@ import enum
 import logging
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeVar
 
 from ..errors import DecodeError, LocalProtocolError
 from ..ids import NodeId
@@ -34,8 +39,6 @@ from ..wire import (
     Beat,
     Bulk,
     Chat,
-    Dack,
-    Dmsg,
     Gbye,
     Group,
     Helo,
@@ -43,13 +46,9 @@ from ..wire import (
     Members,
     Message,
     Peer,
-    PeerStat,
-    Raws,
     Time,
-    Xmsg,
 )
 from ..wire import decode as _decode
-from .delivery import Delivery
 from .events import (
     Action,
     BulkReceived,
@@ -69,14 +68,17 @@ from .events import (
     PeerStateChanged,
     Send,
 )
-from .picture import Pictures, PictureTiming
-from .replication import Replicator
+from .service import PeerFacts, PeerSeen, PeerService
+
+S = TypeVar("S")
 
 __all__ = ["Mesh", "PeerInfo", "Phase", "Timing"]
 
 log = logging.getLogger("huddle.mesh")
 
 _SEED_BACKOFF_MAX: Final = 10.0
+# The messages the mesh handles itself (membership, time, chat, bulk): no service may claim them.
+_OWN_TYPES: Final = frozenset({Helo, Gbye, Group, Time, Beat, Chat, Peer, Members, Bulk})
 
 
 class Phase(enum.Enum):
@@ -184,9 +186,6 @@ class Stats(Counters):
     sent: int = 0
     chats_received: int = 0
     stale_time_replies: int = 0
-    reports_received: int = 0
-    reports_relayed: int = 0
-    reports_not_relayed: int = 0  # reports not passed on to a peer admitted less than a report interval ago
     helos_refused: int = 0  # HELOs dropped past max-sessions / max-handshaking and max-waiting-helos, or expired waiting
     helos_waited: int = 0  # HELOs held until a handshake slot freed
     introductions_waited: int = 0  # PEERs held until a handshake slot freed
@@ -230,9 +229,9 @@ class Mesh:
         excluded: dict[NodeId, str] | None = None,
         node_type: str = "standard",
         rate: int = 0,
-        picture: PictureTiming | None = None,
         limits: MeshLimits | None = None,
         guests: int = 0,
+        services: Iterable[PeerService] = (),
     ) -> None:
         self.timing: Final = timing or Timing()
         self.limits: Final = limits or MeshLimits()
@@ -265,13 +264,8 @@ class Mesh:
         self._next_conn = 1
         self._next_beat = now
         self._closed = False
-        self.replication: Replicator | None = None
-        self.delivery: Delivery | None = None
-        self.pictures = Pictures(uuid, picture or PictureTiming())
-        self.pictures.first_report(now)
         self._last_frame: dict[NodeId, float] = {}  # any message from a node, admitted or not
         self._counts: dict[NodeId, list[int]] = {}  # per node: messages and octets received
-        self.conn_counters: Callable[[int], tuple[int, int]] | None = None  # the driver's (messages, octets) sent on a conn
         self.cut_off = False  # had peers and lost the last one
         self._had_peers = False
         # Frames under a session's UUID from another address: counted per address (the
@@ -291,6 +285,21 @@ class Mesh:
         self._probes: dict[NodeId, tuple[int, str, float]] = {}
         self._aliases: dict[NodeId, str] = {}  # another endpoint a probe found the same incarnation at
         self.push_on_admit = True  # send a newly admitted peer our member list (tests turn it off)
+        # The peer services (protocol/service.py), in the order given: ticked, told of peers and
+        # asked for actions in that order; each received message goes to the one that handles its type.
+        self._services: Final[tuple[PeerService, ...]] = tuple(services)
+        self._dispatch: Final[dict[type[Message], Callable[[NodeId, Message, float], None]]] = {}
+        for service in self._services:
+            for kind in service.handles:
+                if kind in _OWN_TYPES:
+                    raise ValueError(f"{kind.__name__} is the mesh's own message: no service may handle it")
+                if kind in self._dispatch:
+                    raise ValueError(f"two services handle {kind.__name__}")
+                self._dispatch[kind] = service.receive
+        for service in self._services:
+            service.attach(self)
+        # Asked after every message the driver hands in: bound once, not looked up each time.
+        self._takers: Final = tuple(service.take_actions for service in self._services)
 
     # ------------------------------------------------------------------ queries
 
@@ -299,15 +308,40 @@ class Mesh:
 
     def take_actions(self) -> list[Action]:
         actions, self._actions = self._actions, []
-        if self.replication is not None:
-            more = self.replication.take_actions()
-            if more:
-                actions.extend(more)
-        if self.delivery is not None:
-            more = self.delivery.take_actions()
+        for take in self._takers:
+            more = take()
             if more:
                 actions.extend(more)
         return actions
+
+    def service(self, kind: type[S]) -> S | None:
+        """The service of class ``kind`` this mesh hosts (None: it hosts none)."""
+        for service in self._services:
+            if isinstance(service, kind):
+                return service
+        return None
+
+    @property
+    def exclude_slow_after(self) -> float:
+        return self.timing.exclude_slow_after
+
+    def seen(self, now: float, keep: float) -> list[PeerSeen]:
+        """Every node heard from within ``keep`` seconds or with a session, by UUID (the
+        excluded left out): what the system picture's reports say of them."""
+        for uuid in [u for u, t in self._last_frame.items() if now - t > keep and u not in self._sessions]:
+            del self._last_frame[uuid]
+            self._counts.pop(uuid, None)
+        rows = []
+        for uuid in sorted(set(self._last_frame) | set(self._sessions)):
+            if uuid in self.excluded:
+                continue
+            s = self._sessions.get(uuid)
+            msgs_in, bytes_in = self._counts.get(uuid, (0, 0))
+            rows.append(PeerSeen(
+                uuid, self._last_frame.get(uuid), s.rtt if s is not None and s.admitted else None,
+                s.phase.value if s is not None else "none", msgs_in, bytes_in, None if s is None else s.conn,
+            ))
+        return rows
 
     def peers(self, now: float) -> list[PeerInfo]:
         """Every admitted peer, then recently gone ones (state ``gone``)."""
@@ -417,7 +451,7 @@ class Mesh:
                 self._end(s, "connection failed", now)
             else:
                 self._actions.append(Disconnect(conn))
-                self._forget(s)
+                self._forget(s, now)
                 if s.opened_by.startswith("peer:"):
                     self._back_off(s.uuid, now)
         for seed in self._seeds.values():
@@ -553,6 +587,10 @@ class Mesh:
             return False
         was_suspect = s.phase is Phase.SUSPECT
         self._heard(s, now)
+        receive = self._dispatch.get(type(msg))
+        if receive is not None:
+            receive(s.uuid, msg, now)
+            return True
         if isinstance(msg, Beat):
             return True
         if isinstance(msg, Chat):
@@ -565,29 +603,12 @@ class Mesh:
         if isinstance(msg, Members):
             self._on_members(s, msg, now, live=not was_suspect)
             return True
-        if isinstance(msg, Raws):
-            self._on_raws(s, msg, now)
-            return True
         if isinstance(msg, Bulk):
             self._notify(BulkReceived(s.uuid, msg.head, msg.data))
             return True
-        if isinstance(msg, (Dmsg, Dack)):
-            if self.delivery is None:
-                self.stats.dropped_unintroduced += 1
-                return False
-            if isinstance(msg, Dmsg):
-                self.delivery.on_dmsg(s.uuid, msg, now)
-            else:
-                self.delivery.on_dack(s.uuid, msg, now)
-            return True
-        if self.replication is None:  # a node that keeps no log
-            self.stats.dropped_unintroduced += 1
-            return False
-        if isinstance(msg, Xmsg):
-            self.replication.on_xmsg(s.uuid, msg, now, self.mesh_time(now))
-            return True
-        self.replication.on_gsip(s.uuid, msg, now)
-        return True
+        # A type no service of this node handles (a node that keeps no log, say): dropped.
+        self.stats.dropped_unintroduced += 1
+        return False
 
     def _on_helo(self, m: Helo, now: float, source: str = "") -> bool:
         if m.sender == self.uuid:
@@ -669,7 +690,7 @@ class Mesh:
             reason = f"group mismatch: peer is in {_quote(m.group)}, this node is in {_quote(self.group)}"
             self._send(s.conn, Gbye(sender=self.uuid, reason=reason))
             self._actions.append(Disconnect(s.conn, flush=True))
-            self._forget(s)
+            self._forget(s, now)
             self._refused[s.uuid] = s.incarnation or ""
             self.stats.refused += 1
             if s.seed is not None and s.seed in self._seeds:
@@ -693,7 +714,7 @@ class Mesh:
             return True
         # A refusal during the handshake: remember it, do not retry in a loop.
         self._actions.append(Disconnect(s.conn))
-        self._forget(s)
+        self._forget(s, now)
         reason = m.reason or "peer said goodbye during the handshake"
         self._refused[s.uuid] = s.incarnation or ""
         if s.seed is not None and s.seed in self._seeds:
@@ -841,7 +862,7 @@ class Mesh:
                     self._probe(s, now)
             elif now - s.created >= t.handshake_timeout and silence >= t.handshake_timeout:
                 self._actions.append(Disconnect(s.conn))
-                self._forget(s)
+                self._forget(s, now)
                 if s.opened_by.startswith("peer:"):
                     self._back_off(s.uuid, now)
         for seed in self._seeds.values():
@@ -867,23 +888,15 @@ class Mesh:
         self._retry_seeds(now)
         if self._moving:
             self._tell_moved(now)
-        if now >= self.pictures.next_report:
-            self._publish_report(now)
-        if self.replication is not None:
-            self.replication.tick(now)
-        if self.delivery is not None:
-            self.delivery.tick(now)
-            if t.exclude_slow_after:
-                for peer in self.delivery.stuck(now, t.exclude_slow_after):
-                    stuck = self._sessions.get(peer)
-                    if stuck is not None:
-                        self._cut_incarnation(stuck, f"its send buffer stayed full for {t.exclude_slow_after:g} s", now)
-                    else:
-                        self.delivery.forget(peer)
+        for service in self._services:
+            service.tick(now)
 
     def next_deadline(self, now: float) -> float:
         """The latest time by which :meth:`tick` should be called again."""
-        return min(self._next_beat, self.pictures.next_report, now + 0.1)
+        deadline = min(self._next_beat, now + 0.1)
+        for service in self._services:
+            deadline = min(deadline, service.next_deadline(now))
+        return deadline
 
     # ---------------------------------------------------------------- internals
 
@@ -962,7 +975,6 @@ class Mesh:
                     seed.peer = s.uuid
                     s.seed = seed.endpoint
         self._notify(PeerJoined(s.uuid, s.name, s.endpoint, self.mesh_time(now)))
-        self._report_soon(now)
         self._had_peers = True
         if self.cut_off:
             self.cut_off = False
@@ -970,10 +982,10 @@ class Mesh:
         if s.uuid not in self._reported:
             self._reported.add(s.uuid)
             self._notify(PeerNew(s.uuid, s.name, self.mesh_time(now)))
-        if self.replication is not None:
-            self.replication.peer_up(s.uuid, s.conn, now)
-        if self.delivery is not None:
-            self.delivery.peer_up(s.uuid, s.conn, s.incarnation or "", now, s.rate)
+        if self._services:
+            facts = PeerFacts(s.incarnation or "", s.rate, s.name, s.node_type)
+            for service in self._services:
+                service.peer_up(s.uuid, s.conn, now, facts)
         # Our member list to the newcomer, if it may know fewer members than we do (it dials
         # the ones it lacks): one message per admission, where a PEER to every other member
         # made a join into N cost about N² messages (protocol.md 4.8).
@@ -992,25 +1004,22 @@ class Mesh:
 
     def _end(self, s: _Session, reason: str, now: float) -> None:
         self._actions.append(Disconnect(s.conn))
-        self._forget(s)
+        self._forget(s, now)
         if s.admitted:
             info = self._info(s, now)
             gone = dataclasses.replace(info, state="gone")
             self._gone[s.uuid] = _Gone(gone, now + self.timing.gone_retention)
             self._notify(PeerLeft(s.uuid, s.name, reason, self.mesh_time(now)))
-            self._report_soon(now)
             if not self._closed and not self.cut_off and not any(x.admitted for x in self._sessions.values()):
                 self.cut_off = True
                 self._notify(CutOff(True, self.mesh_time(now)))
 
-    def _forget(self, s: _Session) -> None:
+    def _forget(self, s: _Session, now: float) -> None:
         if self._sessions.get(s.uuid) is s:
             del self._sessions[s.uuid]
             self._aliases.pop(s.uuid, None)
-            if self.replication is not None:
-                self.replication.peer_down(s.uuid)
-            if self.delivery is not None:
-                self.delivery.peer_down(s.uuid)
+            for service in self._services:
+                service.peer_down(s.uuid, now)
         if s.seed is not None:
             seed = self._seeds.get(s.seed)
             if seed is not None and seed.peer == s.uuid:
@@ -1041,8 +1050,8 @@ class Mesh:
         self._send(s.conn, Gbye(sender=self.uuid, reason=f"excluded: {reason}"))
         self._end(s, f"excluded: {reason}", now)
         self._refused[s.uuid] = s.incarnation or ""
-        if self.delivery is not None:
-            self.delivery.forget(s.uuid)
+        for service in self._services:
+            service.forget(s.uuid)
         self._notify(PeerRefused(s.uuid, s.endpoint, f"excluded until it restarts: {reason}", True,
                                  self.mesh_time(now)))
 
@@ -1058,85 +1067,22 @@ class Mesh:
         if s is not None:
             self._send(s.conn, Gbye(sender=self.uuid, reason=f"excluded: {reason}"))
             self._end(s, f"excluded: {reason}", now)
-        if self.delivery is not None:
-            self.delivery.forget(uuid)
-        self.pictures.forget(uuid)
+        for service in self._services:
+            service.forget(uuid)
         self._last_frame.pop(uuid, None)
         self._notify(PeerExcluded(uuid, name, reason, self.mesh_time(now)))
         return True
 
-    # system picture ----------------------------------------------------------
-
-    def _on_raws(self, s: _Session, m: Raws, now: float) -> None:
-        self.stats.reports_received += 1
-        if m.origin == self.uuid or m.origin in self.excluded:
-            return
-        if self.pictures.accept(m, now):
-            # Pass it on only to peers that the report says its origin has no
-            # session with: in a full mesh nobody relays; across a link open
-            # one way, or a partial partition, the report still arrives.  Not to
-            # a peer admitted less than an interval ago: the report most likely
-            # predates it, and its origin meets it and reports within the soon
-            # window; relayed by every member, a crowd joining cost N^3 rows.
-            direct = {p.peer for p in m.peers if p.state in ("alive", "suspect")}
-            settled = now - self.pictures.timing.interval
-            relayed: Raws | None = None
-            for x in self._sessions.values():
-                if x.admitted and x is not s and x.uuid != m.origin and x.uuid not in direct:
-                    if x.joined > settled:
-                        self.stats.reports_not_relayed += 1
-                        continue
-                    relayed = relayed or dataclasses.replace(m, sender=self.uuid)
-                    self.stats.reports_relayed += 1
-                    self._send(x.conn, relayed)
-
-    def report(self, now: float) -> Raws:
-        """This node's raw statistics now, as a RAWS report."""
-        window = self.pictures.timing.hear_window
-        for uuid in [u for u, t in self._last_frame.items() if now - t > 2 * window and u not in self._sessions]:
-            del self._last_frame[uuid]
-            self._counts.pop(uuid, None)
-        rows = []
-        for uuid in sorted(set(self._last_frame) | set(self._sessions)):
-            if uuid in self.excluded:
-                continue
-            s = self._sessions.get(uuid)
-            last = self._last_frame.get(uuid)
-            msgs_in, bytes_in = self._counts.get(uuid, (0, 0))
-            msgs_out = bytes_out = 0
-            if s is not None and self.conn_counters is not None:
-                msgs_out, bytes_out = self.conn_counters(s.conn)
-            sent, resent, queued = self.delivery.counters(uuid) if self.delivery is not None else (0, 0, 0)
-            rows.append(PeerStat(
-                uuid,
-                heard=None if last is None else round(max(0.0, now - last), 3),
-                rtt=s.rtt if s is not None and s.admitted else None,
-                state=s.phase.value if s is not None else "none",
-                msgs_in=msgs_in, msgs_out=msgs_out, bytes_in=bytes_in, bytes_out=bytes_out,
-                sent=sent, retrans=resent, queued=queued,
-            ))
-        seq = max(self.pictures.next_seq, int(now * 1000))  # ms of the local clock: still rising after a restart
-        self.pictures.next_seq = seq + 1
-        return Raws(
-            sender=self.uuid, origin=self.uuid, seq=seq, name=self.name, node_type=self.node_type,
-            beat=float(self.beat), lost=self.lost, cut_off=self.cut_off, peers=tuple(rows),
-        )
-
-    def _report_soon(self, now: float) -> None:
-        """Our sessions changed: say so soon rather than at the next interval, so
-        that no node keeps computing the picture from a report that no longer
-        holds; a burst of changes makes one report (``Pictures.sessions_changed``)."""
-        self.pictures.sessions_changed(now)
-
-    def _publish_report(self, now: float) -> None:
-        pictures = self.pictures
-        pictures.published(now)
-        pictures.expire(now)
-        report = self.report(now)
-        pictures.accept(report, now)
-        for s in self._sessions.values():
-            if s.admitted:
-                self._send(s.conn, report)
+    def end_incarnation(self, peer: NodeId, reason: str, now: float) -> bool:
+        """A service's automatic exclusion of ``peer`` (:meth:`_cut_incarnation`); False,
+        and the services told to forget it, if there is no session with it."""
+        s = self._sessions.get(peer)
+        if s is None:
+            for service in self._services:
+                service.forget(peer)
+            return False
+        self._cut_incarnation(s, reason, now)
+        return True
 
     def _endpoint_known(self, endpoint: str) -> bool:
         return any(s.endpoint == endpoint for s in self._sessions.values())

@@ -14,6 +14,10 @@ seconds, so the picture keeps only discrete facts (who is a member, each
 node's health, each link's state); numbers such as round trips and rates
 are given beside it and left out of the digest.
 
+:class:`Reports` is the peer service (protocol/service.py) that makes this
+node's reports from what the mesh measured, publishes them, and keeps and
+relays the others'.
+
 Pure: time is passed in, nothing here does I/O.
 """
 
@@ -23,14 +27,16 @@ import hashlib
 import json
 import math
 import statistics
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from ..ids import NodeId
-from ..wire import Raws
+from ..wire import Message, PeerStat, Raws
+from .events import Counters, Send
+from .service import DETACHED, MeshView, PeerFacts
 
-__all__ = ["REPORT_QUIET", "Picture", "PictureTiming", "Pictures", "compute"]
+__all__ = ["REPORT_QUIET", "Picture", "PictureTiming", "Pictures", "ReportStats", "Reports", "compute"]
 
 ADMITTED: Final = frozenset({"alive", "suspect"})
 REPORT_QUIET: Final = 0.2  # seconds without a change of our sessions before a report says so
@@ -275,3 +281,138 @@ def _totals(peers: Iterable[Any]) -> dict[str, int]:
         t["bytes_in"] += p.bytes_in
         t["bytes_out"] += p.bytes_out
     return t
+
+
+@dataclass(slots=True)
+class ReportStats(Counters):
+    reports_sent: int = 0  # our own reports, one per admitted peer (the mesh's `sent` counts only its own messages)
+    reports_received: int = 0
+    reports_relayed: int = 0
+    reports_not_relayed: int = 0  # reports not passed on to a peer admitted less than a report interval ago
+
+
+def _no_conn_counters(conn: int) -> tuple[int, int]:
+    return 0, 0
+
+
+def _no_delivery_counters(peer: NodeId) -> tuple[int, int, int]:
+    return 0, 0, 0
+
+
+class Reports:
+    """The system picture's peer service: RAWS out every interval (sooner when our
+    sessions change), RAWS in kept (:class:`Pictures`) and relayed where needed.
+
+    ``conn_counters`` is the driver's (messages, octets) sent on a connection, and
+    ``delivery_counters`` the addressed-delivery service's (frames sent, sent again,
+    octets queued) for a peer: what the report says beside what the mesh measured."""
+
+    handles: tuple[type[Message], ...] = (Raws,)
+
+    def __init__(
+        self,
+        uuid: NodeId,
+        *,
+        now: float,
+        timing: PictureTiming | None = None,
+        conn_counters: Callable[[int], tuple[int, int]] | None = None,
+        delivery_counters: Callable[[NodeId], tuple[int, int, int]] | None = None,
+    ) -> None:
+        self.uuid: Final = uuid
+        self.pictures: Final = Pictures(uuid, timing or PictureTiming())
+        self.pictures.first_report(now)
+        self.stats = ReportStats()
+        self._conn_counters: Final = conn_counters or _no_conn_counters
+        self._delivery_counters: Final = delivery_counters or _no_delivery_counters
+        self._mesh: MeshView = DETACHED
+        self._links: dict[NodeId, tuple[int, float]] = {}  # admitted peer -> (conn, when admitted)
+        self._actions: list[Send] = []
+
+    @property
+    def timing(self) -> PictureTiming:
+        return self.pictures.timing
+
+    # ------------------------------------------------------------ the service
+
+    def attach(self, mesh: MeshView) -> None:
+        self._mesh = mesh
+
+    def peer_up(self, peer: NodeId, conn: int, now: float, facts: PeerFacts) -> None:
+        self._links[peer] = (conn, now)
+        self.pictures.sessions_changed(now)
+
+    def peer_down(self, peer: NodeId, now: float) -> None:
+        if self._links.pop(peer, None) is not None:
+            self.pictures.sessions_changed(now)
+
+    def forget(self, peer: NodeId) -> None:
+        self.pictures.forget(peer)
+
+    def receive(self, peer: NodeId, msg: Message, now: float) -> None:
+        assert isinstance(msg, Raws)
+        self.stats.reports_received += 1
+        mesh = self._mesh
+        if msg.origin == self.uuid or msg.origin in mesh.excluded:
+            return
+        if self.pictures.accept(msg, now):
+            # Pass it on only to peers that the report says its origin has no
+            # session with: in a full mesh nobody relays; across a link open
+            # one way, or a partial partition, the report still arrives.  Not to
+            # a peer admitted less than an interval ago: the report most likely
+            # predates it, and its origin meets it and reports within the soon
+            # window; relayed by every member, a crowd joining cost N^3 rows.
+            direct = {p.peer for p in msg.peers if p.state in ADMITTED}
+            settled = now - self.pictures.timing.interval
+            relayed: Raws | None = None
+            for uuid, (conn, joined) in self._links.items():
+                if uuid not in (peer, msg.origin) and uuid not in direct:
+                    if joined > settled:
+                        self.stats.reports_not_relayed += 1
+                        continue
+                    relayed = relayed or replace(msg, sender=self.uuid)
+                    self.stats.reports_relayed += 1
+                    self._actions.append(Send(conn, relayed))
+
+    def tick(self, now: float) -> None:
+        pictures = self.pictures
+        if now < pictures.next_report:
+            return
+        pictures.published(now)
+        pictures.expire(now)
+        report = self.report(now)
+        pictures.accept(report, now)
+        for conn, _ in self._links.values():
+            self._actions.append(Send(conn, report))
+        self.stats.reports_sent += len(self._links)
+
+    def next_deadline(self, now: float) -> float:
+        return self.pictures.next_report
+
+    def take_actions(self) -> Sequence[Send]:
+        if not self._actions:
+            return ()  # asked after every message the node handles: nothing allocated when idle
+        actions, self._actions = self._actions, []
+        return actions
+
+    # ------------------------------------------------------------ the report
+
+    def report(self, now: float) -> Raws:
+        """This node's raw statistics now, as a RAWS report."""
+        mesh = self._mesh
+        rows = []
+        for p in mesh.seen(now, 2 * self.pictures.timing.hear_window):
+            msgs_out, bytes_out = (0, 0) if p.conn is None else self._conn_counters(p.conn)
+            sent, resent, queued = self._delivery_counters(p.uuid)
+            rows.append(PeerStat(
+                p.uuid,
+                heard=None if p.heard is None else round(max(0.0, now - p.heard), 3),
+                rtt=p.rtt, state=p.state,
+                msgs_in=p.msgs_in, msgs_out=msgs_out, bytes_in=p.bytes_in, bytes_out=bytes_out,
+                sent=sent, retrans=resent, queued=queued,
+            ))
+        seq = max(self.pictures.next_seq, int(now * 1000))  # ms of the local clock: still rising after a restart
+        self.pictures.next_seq = seq + 1
+        return Raws(
+            sender=self.uuid, origin=self.uuid, seq=seq, name=mesh.name, node_type=mesh.node_type,
+            beat=float(mesh.beat), lost=mesh.lost, cut_off=mesh.cut_off, peers=tuple(rows),
+        )

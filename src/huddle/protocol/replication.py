@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Protocol, overload
@@ -50,9 +51,10 @@ from ..ids import NodeId
 from ..limits import LogLimits
 from ..log.model import SourceState
 from ..ratelog import RateLog
-from ..wire import MAX_BODY, Gsip, LogRecord, Xmsg
+from ..wire import MAX_BODY, Gsip, LogRecord, Message, Xmsg
 from ..wire.messages import MAX_SEQ, check_record
 from .events import Counters, LogAppended, Notify, Send
+from .service import DETACHED, MeshView, PeerFacts
 
 __all__ = [
     "EventStore", "MemoryStore", "RecordRun", "ReplicationTiming", "Replicator", "SourceState", "canonical_json",
@@ -279,6 +281,10 @@ class ReplicationStats(Counters):
 
 
 class Replicator:
+    """The replicated log as a peer service (protocol/service.py): XMSG and GSIP."""
+
+    handles: tuple[type[Message], ...] = (Xmsg, Gsip)
+
     def __init__(
         self,
         uuid: NodeId,
@@ -292,10 +298,19 @@ class Replicator:
         self.store: Final = store
         self.timing: Final = timing or ReplicationTiming()
         self.limits: Final = limits or LogLimits()
-        self.sources: dict[NodeId, SourceState] = store.load()
-        self.sources.setdefault(uuid, SourceState())
         self.stats = ReplicationStats()
+        self._mesh: MeshView = DETACHED
         self._peers: dict[NodeId, _Peer] = {}
+        self._log_next: dict[str, int] = {}  # counter name -> the value at which it is logged next
+        self.reload(now)
+
+    def reload(self, now: float) -> None:
+        """Read what the store holds afresh (the node dropped records from it: an
+        ``empty`` node type cut off), forgetting what was known of peers' logs.  The
+        counters go on; peers still up stay, as if just admitted."""
+        self.sources: dict[NodeId, SourceState] = self.store.load()
+        self.sources.setdefault(self.uuid, SourceState())
+        self._peers = {peer: _Peer(conn=p.conn) for peer, p in self._peers.items()}
         self._asks: dict[NodeId, _Ask] = {}  # source -> whom we asked for its missing records
         self._best: dict[NodeId, int] = {}  # source -> the most any peer is known to hold
         self._lacking: set[NodeId] = {s for s, st in self.sources.items() if st.ahead}
@@ -418,13 +433,31 @@ class Replicator:
         self.stats.originated += len(run)
         self._dirty = self._vv_changed = True
 
-    def peer_up(self, peer: NodeId, conn: int, now: float) -> None:
+    # ---------------------------------------------------- the peer service
+
+    def attach(self, mesh: MeshView) -> None:
+        self._mesh = mesh
+
+    def receive(self, peer: NodeId, msg: Message, now: float) -> None:
+        if isinstance(msg, Xmsg):
+            self.on_xmsg(peer, msg, now, self._mesh.mesh_time(now))
+        else:
+            assert isinstance(msg, Gsip)
+            self.on_gsip(peer, msg, now)
+
+    def forget(self, peer: NodeId) -> None:
+        """Excluded: nothing more than its session's end (:meth:`peer_down`) to drop."""
+
+    def next_deadline(self, now: float) -> float:
+        return math.inf  # gossip runs on the mesh's ticks
+
+    def peer_up(self, peer: NodeId, conn: int, now: float, facts: PeerFacts | None = None) -> None:
         """A peer was admitted: tell it at once what we hold (it may be a late joiner)."""
         self._now = now
         self._peers[peer] = _Peer(conn=conn)
         self._send_gsip(peer, now)
 
-    def peer_down(self, peer: NodeId) -> None:
+    def peer_down(self, peer: NodeId, now: float = 0.0) -> None:
         if self._peers.pop(peer, None) is not None:
             self._best = {}
             for p in self._peers.values():

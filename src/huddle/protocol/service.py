@@ -1,0 +1,118 @@
+"""How a peer service rides on the mesh: the one way to add one.
+
+A *peer service* is a sans-I/O state machine that speaks to admitted peers over
+the mesh's connections (replication, addressed delivery, the system picture's
+reports).  :class:`~huddle.protocol.mesh.Mesh` takes its services at
+construction, builds a table *message type -> service* from their ``handles``
+(two services claiming one type is a ``ValueError``) and then, for each one:
+
+* ``attach(view)`` once, at construction: the narrow :class:`MeshView` it may
+  read (mesh time, its own node's facts, what the mesh measured of each peer)
+  and the one thing it may ask of the mesh (end a peer's incarnation);
+* ``peer_up(peer, conn, now, facts)`` when a peer is admitted on ``conn``, and
+  ``peer_down(peer, now)`` when its session ends (the service may keep state for
+  a return); ``forget(peer)`` when the peer is excluded: drop everything of it;
+* ``receive(peer, msg, now)`` for every message of a type it handles from an
+  admitted peer (membership, HELO/BOUT/GBYE/TIME/BEAT/CHAT/PEER/MEMB/BULK, stays
+  the mesh's own);
+* ``tick(now)`` on every mesh tick, ``next_deadline(now)`` for the driver's timer;
+* ``take_actions()``: what it wants sent or announced, collected with the mesh's.
+
+Pure: nothing here does I/O.  docs/architecture.md, "where do I add X".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final, NamedTuple, Protocol, cast
+
+from ..errors import LocalProtocolError
+from ..ids import NodeId
+from ..wire import Message
+from .events import Action
+
+__all__ = ["DETACHED", "MeshView", "PeerFacts", "PeerSeen", "PeerService"]
+
+
+@dataclass(frozen=True, slots=True)
+class PeerFacts:
+    """What a peer's HELO said of it, given to services when it is admitted."""
+
+    incarnation: str = ""
+    rate: int = 0  # octets per second it accepts of addressed messages (0: no limit)
+    name: str = ""
+    node_type: str = ""
+
+
+class PeerSeen(NamedTuple):
+    """What the mesh measured of one node it heard from (a session or not), for reports."""
+
+    uuid: NodeId
+    heard: float | None  # local clock of its last message (None: never)
+    rtt: float | None  # the round trip, when it is admitted
+    state: str  # its session's phase, or "none"
+    msgs_in: int
+    bytes_in: int
+    conn: int | None  # its session's connection (None: no session)
+
+
+class MeshView(Protocol):
+    """The part of a mesh a service may see (the mesh itself implements it)."""
+
+    @property
+    def uuid(self) -> NodeId: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def node_type(self) -> str: ...
+    @property
+    def beat(self) -> float: ...
+    @property
+    def lost(self) -> int: ...
+    @property
+    def cut_off(self) -> bool: ...
+    @property
+    def excluded(self) -> Mapping[NodeId, str]: ...
+    @property
+    def exclude_slow_after(self) -> float: ...
+
+    def mesh_time(self, now: float) -> float: ...
+
+    def seen(self, now: float, keep: float) -> list[PeerSeen]:
+        """Every node heard from within ``keep`` seconds or with a session, by UUID,
+        the excluded left out."""
+        ...
+
+    def end_incarnation(self, peer: NodeId, reason: str, now: float) -> bool:
+        """End ``peer``'s session and refuse its incarnation until it restarts (an
+        automatic exclusion).  False if there is no session with it."""
+        ...
+
+
+class PeerService(Protocol):
+    """A service the mesh hosts (module docstring)."""
+
+    @property
+    def handles(self) -> tuple[type[Message], ...]: ...
+
+    def attach(self, mesh: MeshView) -> None: ...
+    def peer_up(self, peer: NodeId, conn: int, now: float, facts: PeerFacts) -> None: ...
+    def peer_down(self, peer: NodeId, now: float) -> None: ...
+    def forget(self, peer: NodeId) -> None: ...
+    def receive(self, peer: NodeId, msg: Message, now: float) -> None: ...
+    def tick(self, now: float) -> None: ...
+    def next_deadline(self, now: float) -> float: ...
+    def take_actions(self) -> Sequence[Action]: ...
+
+
+class _Detached:
+    """The view of a service not (yet) hosted by a mesh: any use is a local error."""
+
+    def __getattr__(self, name: str) -> object:
+        raise LocalProtocolError(f"a peer service used the mesh ({name}) before a Mesh took it")
+
+
+# What a service holds until Mesh.attach gives it its view (a service driven by hand in a
+# test, as the replicator's are, never reads it).
+DETACHED: Final = cast("MeshView", _Detached())
