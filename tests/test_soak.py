@@ -63,3 +63,28 @@ def test_a_short_soak_with_chaos_ends_with_every_event_everywhere(tmp_path: Path
     names = [c[0] for c in report.checks]
     assert len(names) == 8, names  # serving, addresses, mesh, events, reuse, same events, documents, footprint
     assert report.ok, f"seed {SEED}: " + "; ".join(report.failures())
+
+
+def test_the_growth_check_allows_the_document_and_catches_the_soaks_growth(tmp_path: Path) -> None:
+    """RSS may grow 16 MiB plus 8 KiB per document operation acknowledged since the first
+    sample; the 30-minute run's nodes (61 -> 132 MiB over 431 s, about 1 300 document
+    operations) fail it, a node growing with its document (2 KiB each) passes."""
+
+    def verdict(rss_from: float, rss_to: float, doc_ops: int, fds_to: int = 42) -> bool:
+        said: list[str] = []
+        s = soak.Soak(SEED, 1, tmp_path, say=said.append)
+        node = soak.SoakNode(0, s.net, tmp_path, 5670)  # never started: the final sampling skips it
+        node.life, node.started_at = 1, s.t0
+        s.nodes, s.samples = [node], {node.name: [soak.Sample(11.0, 1, rss_from, 42, True),
+                                                  soak.Sample(442.0, 1, rss_to, fds_to, True)]}
+        s.doc_acked_at = [11.0 + 431.0 * (i + 1) / doc_ops for i in range(doc_ops)] + [5.0, 500.0]
+        s.check_footprints()
+        (_, _, ok), = s.report.checks
+        assert f"{doc_ops} document operations" in said[0], said
+        return ok
+
+    assert not verdict(61, 132, 1300), "the soak's growth"
+    assert verdict(61, 61 + 1300 * 2 / 1024 + 3, 1300), "the document's own growth, and some noise"
+    assert verdict(61, 76, 0) and not verdict(61, 78, 0), "16 MiB without document operations"
+    assert verdict(61, 61 + 16 + 5000 * 8 / 1024 - 1, 5000) and not verdict(61, 61 + 16 + 5000 * 8 / 1024 + 1, 5000)
+    assert not verdict(61, 61, 10, fds_to=49), "descriptors: at most 6 more"

@@ -57,7 +57,8 @@ class DocumentDesk:
         engine = DocEngine()
         for batch in batches:
             engine.load(batch)
-        self.engine = engine
+        old, self.engine = self.engine, engine
+        old.discard()
 
     def take(self, records: Iterable[LogRecord]) -> None:
         """Records new in the log: the ``doc`` ones change the document."""
@@ -77,18 +78,21 @@ class DocumentDesk:
         rec = self.recording
         rec.writable()
         scratch = self.engine.document.clone()
-        stamp = rec.stamp()
-        author, next_seq = rec.origin()
-        made: list[list[str]] = []
-        for i, op in enumerate(ops):
-            try:
-                scratch.check(op)
-            except OperationError as exc:
-                raise OperationError(f"operation {i + 1}: {exc}" if len(ops) > 1 else str(exc)) from None
-            key: Key = (stamp, author, next_seq + i)
-            scratch.made = []
-            scratch.apply(op, key)
-            made.append([e.eid for e in scratch.made])
+        try:
+            stamp = rec.stamp()
+            author, next_seq = rec.origin()
+            made: list[list[str]] = []
+            for i, op in enumerate(ops):
+                try:
+                    scratch.check(op)
+                except OperationError as exc:
+                    raise OperationError(f"operation {i + 1}: {exc}" if len(ops) > 1 else str(exc)) from None
+                key: Key = (stamp, author, next_seq + i)
+                scratch.made = []
+                scratch.apply(op, key)
+                made.append([e.eid for e in scratch.made])
+        finally:
+            scratch.discard()  # a copy of the whole document per write: freed now, not by a full collection
         records = rec.record([(DOC_KIND, op) for op in ops])
         return [{"source": str(r.source), "seq": r.seq, "timestamp": r.timestamp, "eids": eids}
                 for r, eids in zip(records, made, strict=True)]

@@ -92,6 +92,29 @@ class BoutDocument:
                      for p in out._periods.values() for j in p.children if j.tag == "jam"}
         return out
 
+    def discard(self) -> None:
+        """Let this document's memory go as soon as the last reference to it does.
+
+        Elements point up (``parent``) and sideways (a history names parents and
+        added children; ``before`` names a removed element), so a document is a
+        web of reference cycles that only a full collection of the garbage
+        collector frees.  A node replacing its document many times a minute (a
+        rebuild, a scratch copy per write) made garbage faster than those ran:
+        a node's memory grew by hundreds of MiB (bench/README.md, the soak).
+        Here those links are cut, on every element ever in the document: what
+        is left points down only (the tree still reads, as XML or JSON), and
+        reference counting frees it.  The history and removes are gone: the
+        document must not be changed or asked for a history afterwards."""
+        stack = [self.root, *self._removed.values()]
+        while stack:
+            e = stack.pop()
+            if e.before is not None:
+                stack.append(e.before)
+            stack.extend(e.children)
+            e.parent = e.changes = e.before = None
+        self._removed = {}
+        self.made = []
+
     def history_of(self, eid: str) -> list[dict[str, Any]] | None:
         """The element's changes in application order (None: no element ever had this eid).
 
@@ -476,6 +499,11 @@ class DocEngine:
     def __len__(self) -> int:
         return len(self._seen)
 
+    def discard(self) -> None:
+        """The engine is no longer used: its document's memory goes with the last
+        reference to it (:meth:`BoutDocument.discard`)."""
+        self._doc.discard()
+
     def add(self, record: LogRecord) -> bool:
         """Take a log record (others than kind ``doc`` are ignored); True if new."""
         return self._take((record,)) == 1
@@ -524,7 +552,8 @@ class DocEngine:
             with paused_collections(collect=False):  # it makes a million objects that live on
                 for _, key, body in events:
                     apply(body, key, fast=fast)
-            self._doc, self._stale, self._last = doc, False, events[-1][1]
+            old, self._doc, self._stale, self._last = self._doc, doc, False, events[-1][1]
+            old.discard()  # freed now, not at the next full collection (see BoutDocument.discard)
             self.rebuilds += 1
         return self._doc
 
