@@ -41,6 +41,7 @@ LAYER_OF: dict[str, str] = {
     "huddle.log": "log",
     "huddle.doc": "doc",
     "huddle.protocol": "protocol",
+    "huddle.protocol.stack": "stack",  # builds the peer services, posts' among them
     "huddle.posts": "posts",
     "huddle.guests": "guests",
     "huddle.transport": "transport",
@@ -79,14 +80,16 @@ ALLOWED: dict[str, set[str]] = {
     "doc": {"base", "wire"},
     "protocol": {"base", "wire", "log", "security"},
     "guests": {"base", "security"},
-    "posts": {"base", "protocol", "security"},
+    "posts": {"base", "wire", "protocol", "security"},  # wire: BULK, the message its peer service claims
+    # The peer services a mesh hosts, built in one place: the protocol's and posts'.
+    "stack": {"base", "wire", "log", "protocol", "posts", "security"},
     "transport": {"base", "wire", "security"},
     "discovery": {"base", "wire", "security"},
     "config": {"base", "wire", "protocol", "posts", "discovery", "security"},
-    "sim": {"base", "wire", "log", "doc", "protocol", "security"},
+    "sim": {"base", "wire", "log", "doc", "protocol", "stack", "security"},
     "api": {"base", "wire", "log", "doc", "protocol", "posts", "guests", "config", "security"},
-    "node": {"base", "wire", "log", "doc", "protocol", "posts", "guests", "transport", "discovery", "config", "api",
-             "security"},
+    "node": {"base", "wire", "log", "doc", "protocol", "stack", "posts", "guests", "transport", "discovery", "config",
+             "api", "security"},
     "facade": {"base", "wire", "protocol", "config", "node"},
     "clients": {"base", "guests", "facade"},
     "pipeline": {"base", "wire", "doc"},  # reads exported logs; never the runtime

@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 from huddle import NodeId
 from huddle.errors import LocalProtocolError
 from huddle.protocol import (
-    BulkReceived,
     ChatReceived,
     ClockSynced,
     Connect,
@@ -26,7 +25,7 @@ from huddle.protocol import (
     Timing,
 )
 from huddle.sim import SimNetwork, SimNode
-from huddle.wire import Beat, Bulk, Chat, Gbye, Group, Helo, Members, Peer, encode
+from huddle.wire import Beat, Chat, Gbye, Group, Helo, Members, Peer, encode
 
 
 def alive(node: SimNode, net: SimNetwork) -> set[str]:
@@ -397,20 +396,3 @@ def test_handshake_does_not_last_forever_on_beats() -> None:
     assert mesh.stats.dropped_unintroduced == 7
     assert not any(isinstance(a, Notify) and isinstance(a.event, PeerJoined) for a in mesh.take_actions())
 
-
-def test_bulk_goes_to_admitted_peers_only() -> None:
-    net = SimNetwork()
-    alice, bob = pair(net)
-    assert alice.mesh.send_bulk(bob.mesh.uuid, b"head", b"data" * 1000)
-    assert not alice.mesh.send_bulk(NodeId(b"\x09" * 16), b"head", b"x")  # no such peer: nothing sent
-    net.run(0.1)
-    assert events_of(bob, BulkReceived) == [BulkReceived(alice.mesh.uuid, b"head", b"data" * 1000)]
-    # From a node that never said HELO: dropped and counted, never handed on.
-    stranger = NodeId(b"\x07" * 16)
-    dropped = bob.mesh.stats.dropped_unintroduced
-    net.deliver_raw(bob.mesh.endpoint, encode(Bulk(stranger, b"head", b"evil")))
-    net.deliver_raw(bob.mesh.endpoint, [bytes(alice.mesh.uuid), b"BULK", b"", b"no head"])
-    net.run(0.1)
-    assert bob.mesh.stats.dropped_unintroduced == dropped + 1
-    assert bob.mesh.stats.decode_errors == 1
-    assert len(events_of(bob, BulkReceived)) == 1

@@ -21,6 +21,7 @@ from huddle.errors import ConfigError, CutOffReadOnly
 from huddle.ids import NodeId
 from huddle.log.datadir import DataDir
 from huddle.node import Node
+from huddle.posts.peer import HydraBulk, HydraPayload, PostsPeerDown, PostsPeerUp
 from huddle.posts.store import PostStore
 from huddle.protocol.events import BufferSpace, ChatReceived, Event, MessageReceived, PeerExcluded
 from huddle.wire import LogRecord
@@ -120,11 +121,10 @@ def test_the_document_row_is_due_when_the_document_changed_and_not_more_often() 
 
 class _Posts:
     def __init__(self) -> None:
-        self.seen: list[Event] = []
+        self.seen: list[object] = []
 
-    def handle(self, event: Event) -> bool:
+    def handle(self, event: object) -> None:
         self.seen.append(event)
-        return isinstance(event, MessageReceived)  # as Hydra's messages are the post service's
 
 
 class _Mesh:
@@ -144,14 +144,16 @@ def _wired(tmp_path: Path) -> tuple[Node, _Posts, list[Event]]:
     return node, posts, heard
 
 
-def test_the_post_service_hears_first_and_consumes_its_messages(tmp_path: Path) -> None:
+def test_the_post_service_alone_hears_the_posts_peer_services_events(tmp_path: Path) -> None:
     node, posts, heard = _wired(tmp_path)
-    mine = MessageReceived(PEER, 1, b"HYDRA...")
+    mine = [HydraPayload(PEER, b"\xaa\xa0\x01"), HydraBulk(PEER, b"\xaa\xa0\x10", b"x"), PostsPeerUp(PEER),
+            PostsPeerDown(PEER)]
     chat = ChatReceived(PEER, "bob", "hi", 1.0)
-    node._publish(mine)
-    node._publish(chat)
-    assert posts.seen == [mine, chat]
-    assert heard == [chat]  # the consumed one never reached the listeners
+    message = MessageReceived(PEER, 1, b"plain")
+    for event in [*mine, chat, message]:
+        node._publish(event)
+    assert posts.seen == mine  # the application's events are not the post service's
+    assert heard == [chat, message]  # and its events never reach the listeners
 
 
 def test_the_node_acts_on_its_events_before_the_listeners_hear_them(tmp_path: Path) -> None:

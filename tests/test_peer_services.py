@@ -10,15 +10,17 @@ import math
 import pytest
 
 from huddle import NodeId
+from huddle.posts.codec import SIGNATURE
+from huddle.posts.peer import HydraBulk, HydraPayload, PostsPeer, PostsPeerDown, PostsPeerUp
 from huddle.protocol import Mesh, Send
-from huddle.protocol.delivery import Delivery
-from huddle.protocol.events import Action
+from huddle.protocol.delivery import Delivery, DeliveryTiming
+from huddle.protocol.events import Action, MessageReceived
 from huddle.protocol.picture import Reports
 from huddle.protocol.replication import MemoryStore, Replicator
 from huddle.protocol.service import MeshView, PeerFacts
 from huddle.protocol.stack import build_services
-from huddle.sim import SimNetwork
-from huddle.wire import Beat, Chat, Dack, Dmsg, Gbye, Helo, LogRecord, Message, Xmsg, encode
+from huddle.sim import SimNetwork, SimNode
+from huddle.wire import Beat, Bulk, Chat, Dack, Dmsg, Gbye, Helo, LogRecord, Message, Xmsg, encode
 from huddle.wire import Group as BoutMsg
 
 ME = NodeId(b"\x01" * 16)
@@ -129,8 +131,8 @@ def test_two_services_claiming_one_type_or_one_claiming_the_meshs_own_are_refuse
 
 def test_the_node_and_the_simulator_build_the_same_services() -> None:
     services = build_services(ME, now=0.0, store=MemoryStore(), delivery=Delivery(ME).timing)
-    assert [type(s) for s in services] == [Replicator, Delivery, Reports]
-    assert [type(s) for s in build_services(ME, now=0.0)] == [Reports]  # no log, no delivery
+    assert [type(s) for s in services] == [Replicator, Delivery, Reports, PostsPeer]
+    assert [type(s) for s in build_services(ME, now=0.0)] == [Reports]  # no log, no delivery (so no posts)
     net = SimNetwork()
     node = net.add("a", "g", log=True)
     assert node.mesh.service(Replicator) is node.log and node.mesh.service(Delivery) is None
@@ -167,3 +169,87 @@ def test_reports_are_the_picture_services_and_counted_there() -> None:
     b.mesh.discovered(a.mesh.uuid, a.mesh.endpoint, net.local(b))
     assert net.settle(10.0, lambda: set(a.pictures.reports()) == set(b.pictures.reports()) == {a.mesh.uuid, b.mesh.uuid})
     assert a.reports.stats.reports_sent > 0 and b.reports.stats.reports_received > 0
+
+
+# --------------------------------------------------------------------------- posts
+
+
+def posts_pair(net: SimNetwork) -> tuple[SimNode, SimNode, PostsPeer]:
+    a = net.add("a", "g", delivery=DeliveryTiming())
+    b = net.add("b", "g", delivery=DeliveryTiming())
+    b.mesh.discovered(a.mesh.uuid, a.mesh.endpoint, net.local(b))
+    assert net.settle(5.0, lambda: a.mesh.alive_peers() == [b.mesh.uuid] and b.mesh.alive_peers() == [a.mesh.uuid])
+    posts = a.mesh.service(PostsPeer)
+    assert posts is not None
+    return a, b, posts
+
+
+def test_hydra_payloads_go_to_the_posts_service_and_plain_ones_to_the_applications() -> None:
+    """Delivery hands a payload that starts with the Hydra signature to the posts peer
+    service (registered as its taker at construction), which hands it to its driver; a
+    plain addressed message is announced as before, and never reaches posts."""
+    net = SimNetwork()
+    a, b, _ = posts_pair(net)
+    assert b.handed == [PostsPeerUp(a.mesh.uuid)] and a.handed == [PostsPeerUp(b.mesh.uuid)]
+    hydra = SIGNATURE + b"\x01" + b"x" * 100_000  # cut into two frames: joined before the demux
+    a.delivery.send(b.mesh.uuid, hydra, net.local(a))
+    a.delivery.send(b.mesh.uuid, b"plain", net.local(a))
+    assert net.settle(5.0, lambda: any(isinstance(e, MessageReceived) for e in b.events))
+    assert b.handed[1:] == [HydraPayload(a.mesh.uuid, hydra)]
+    assert [e.payload for e in b.events if isinstance(e, MessageReceived)] == [b"plain"]
+    assert b.delivery.stats.messages_received == 2
+
+
+def test_bulk_is_the_posts_services_and_goes_to_admitted_peers_only() -> None:
+    net = SimNetwork()
+    a, b, posts = posts_pair(net)
+    assert posts.send_bulk(b.mesh.uuid, b"head", b"data" * 1000)
+    assert not posts.send_bulk(NodeId(b"\x09" * 16), b"head", b"x")  # no such peer: nothing sent
+    assert net.settle(1.0, lambda: len(b.handed) > 1)
+    assert b.handed[1:] == [HydraBulk(a.mesh.uuid, b"head", b"data" * 1000)]
+    # From a node that never said HELO: dropped and counted, never handed on.
+    stranger = NodeId(b"\x07" * 16)
+    dropped = b.mesh.stats.dropped_unintroduced
+    net.deliver_raw(b.mesh.endpoint, encode(Bulk(stranger, b"head", b"evil")))
+    net.deliver_raw(b.mesh.endpoint, [bytes(a.mesh.uuid), b"BULK", b"", b"no head"])
+    net.run(0.1)
+    assert b.mesh.stats.dropped_unintroduced == dropped + 1
+    assert b.mesh.stats.decode_errors == 1
+    assert len(b.handed) == 2
+    # A node that hosts no posts (no delivery) drops a BULK as a type nobody handles.
+    lone = net.add("c", "g")
+    lone.mesh.discovered(a.mesh.uuid, a.mesh.endpoint, net.local(lone))
+    assert net.settle(5.0, lambda: lone.mesh.uuid in a.mesh.alive_peers() and a.mesh.uuid in lone.mesh.alive_peers())
+    dropped = lone.mesh.stats.dropped_unintroduced
+    assert posts.send_bulk(lone.mesh.uuid, b"head", b"x")
+    net.run(0.1)
+    assert lone.mesh.stats.dropped_unintroduced == dropped + 1 and lone.handed == []
+
+
+def test_the_posts_service_hears_its_peers_go_once() -> None:
+    net = SimNetwork()
+    a, b, posts = posts_pair(net)
+    net.partition(a, b)
+    assert net.settle(10.0, lambda: PostsPeerDown(b.mesh.uuid) in a.handed)
+    assert not posts.send_bulk(b.mesh.uuid, b"head", b"x")  # gone: nothing sent
+    net.heal()
+    b.mesh.discovered(a.mesh.uuid, a.mesh.endpoint, net.local(b))
+    assert net.settle(10.0, lambda: a.handed.count(PostsPeerUp(b.mesh.uuid)) == 2)
+    assert a.mesh.exclude(b.mesh.uuid, "test", net.local(a))  # ended, then forgotten: told once
+    net.run(0.1)
+    assert a.handed == [PostsPeerUp(b.mesh.uuid), PostsPeerDown(b.mesh.uuid)] * 2
+
+
+def test_payload_takers_with_overlapping_prefixes_are_refused() -> None:
+    class Taker:
+        def __init__(self, prefix: bytes) -> None:
+            self.prefix = prefix
+
+        def take_payload(self, peer: NodeId, seq: int, payload: bytes) -> None:
+            pass
+
+    Delivery(ME, takers=[Taker(b"\xaa\xa0"), Taker(b"\xaa\xa1")])  # distinct: fine
+    with pytest.raises(ValueError, match="overlap"):
+        Delivery(ME, takers=[Taker(b"\xaa\xa0"), Taker(b"\xaa")])
+    with pytest.raises(ValueError, match="needs a prefix"):
+        Delivery(ME, takers=[Taker(b"")])

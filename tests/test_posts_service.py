@@ -28,10 +28,10 @@ from huddle.posts.codec import (
     encode,
 )
 from huddle.posts.model import HEAD, Post
+from huddle.posts.peer import HydraBulk, HydraPayload
 from huddle.posts.service import MAX_HELD, MAX_OUT, MAX_QUEUED_CONTENT, PostService, PostSettings
 from huddle.posts.store import PostStore
 from huddle.protocol.delivery import BufferFull
-from huddle.protocol.events import BulkReceived, MessageReceived
 
 
 @pytest.mark.parametrize(("changes", "message"), [
@@ -98,7 +98,7 @@ def test_first_serve_hashes_in_a_thread_and_keeps_the_order(tmp_path: Path) -> N
         service = PostService(node, PostStore(tmp_path), PostSettings(), lambda e: None)  # type: ignore[arg-type]
 
         def ask(msg: codec.HydraMessage) -> None:
-            assert service.handle(MessageReceived(peer, 1, encode(msg)))
+            service.handle(HydraPayload(peer, encode(msg)))
 
         for msg in (Hello("c", "n"), NextOlder(HEAD), Meta(), Fetch(5, 0, 10)):
             ask(msg)
@@ -110,8 +110,8 @@ def test_first_serve_hashes_in_a_thread_and_keeps_the_order(tmp_path: Path) -> N
         ask(Fetch(6, 10, 2**20))  # checked now: answered at once, a whole MiB
         assert node.bulks[1] == Content(6, 10, content[10:10 + 2**20]) and service.stats.checks == 1
         # A BULK from a peer we are not fetching from, and one that is not a CONTENT.
-        assert service.handle(BulkReceived(peer, *codec.encode_bulk(Content(1, 0, b"x"))))
-        assert service.handle(BulkReceived(peer, b"\xaa\xa0\x0a", b"x"))
+        service.handle(HydraBulk(peer, *codec.encode_bulk(Content(1, 0, b"x"))))
+        service.handle(HydraBulk(peer, b"\xaa\xa0\x0a", b"x"))
         assert service.stats.bulk_refused == 1 and service.stats.decode_errors == 1
         service.close()
 
@@ -128,7 +128,7 @@ def test_a_corrupt_post_found_on_first_serve_is_refused(tmp_path: Path) -> None:
         node = FakeNode()
         service = PostService(node, PostStore(tmp_path), PostSettings(), lambda e: None)  # type: ignore[arg-type]
         for msg in (Hello("c", "n"), NextOlder(HEAD), Meta(), Fetch(1, 0, 10)):
-            service.handle(MessageReceived(peer, 1, encode(msg)))
+            service.handle(HydraPayload(peer, encode(msg)))
         await until(lambda: len(node.sent) == 4, "the answers to META and FETCH")
         assert isinstance(node.sent[2], MetaOk)
         assert isinstance(node.sent[3], Error) and node.sent[3].status == 500 and not node.bulks
@@ -150,17 +150,17 @@ def test_a_peer_that_asks_for_content_and_does_not_read_it_is_refused_with_503(t
         store = PostStore(tmp_path)
         service = PostService(node, store, PostSettings(), lambda e: None)  # type: ignore[arg-type]
         for msg in (Hello("c", "n"), NextOlder(HEAD), Meta()):
-            service.handle(MessageReceived(peer, 1, encode(msg)))
+            service.handle(HydraPayload(peer, encode(msg)))
         await until(lambda: len(node.sent) == 3, "META-OK after the first check")
         node.queued = MAX_QUEUED_CONTENT
         for token in range(100):
-            service.handle(MessageReceived(peer, 1, encode(Fetch(token, 0, 2**20))))
+            service.handle(HydraPayload(peer, encode(Fetch(token, 0, 2**20))))
         refusals = node.sent[3:]
         assert len(refusals) == 100 and not node.bulks
         assert all(isinstance(r, Error) and r.status == 503 and "not read yet" in r.reason for r in refusals)
         assert service.stats.fetch_refused_busy == 100 and service.server.stats.chunks_served == 0
         node.queued = 0
-        service.handle(MessageReceived(peer, 1, encode(Fetch(7, 0, 2**20))))
+        service.handle(HydraPayload(peer, encode(Fetch(7, 0, 2**20))))
         assert node.bulks == [Content(7, 0, content[:2**20])]
         service.close()
 
@@ -185,7 +185,7 @@ def test_answers_waiting_for_a_stuck_channel_are_bounded(tmp_path: Path) -> None
         node = StuckNode()
         service = PostService(node, PostStore(tmp_path), PostSettings(), lambda e: None)  # type: ignore[arg-type]
         for _ in range(MAX_OUT + 500):  # a client that floods requests and takes no answer
-            service.handle(MessageReceived(peer, 1, encode(Hello("c", "n"))))
+            service.handle(HydraPayload(peer, encode(Hello("c", "n"))))
         assert len(service._out[peer]) == MAX_OUT and service.stats.out_dropped == 500
         service.close()
 
@@ -203,9 +203,9 @@ def test_requests_held_for_a_digest_check_are_bounded(tmp_path: Path) -> None:
         node = FakeNode()
         service = PostService(node, PostStore(tmp_path), PostSettings(), lambda e: None)  # type: ignore[arg-type]
         for msg in (Hello("c", "n"), NextOlder(HEAD), Meta()):
-            service.handle(MessageReceived(peer, 1, encode(msg)))
+            service.handle(HydraPayload(peer, encode(msg)))
         for token in range(MAX_HELD + 100):
-            service.handle(MessageReceived(peer, 1, encode(Fetch(token, 0, 10))))
+            service.handle(HydraPayload(peer, encode(Fetch(token, 0, 10))))
         assert peer in service._held and len(service._held[peer]) == MAX_HELD  # the check has not run yet
         refused = [m for m in node.sent if isinstance(m, Error)]
         assert len(refused) == 101 and all(m.status == 503 for m in refused)  # META and 63 FETCHes kept

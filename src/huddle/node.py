@@ -39,11 +39,12 @@ from .log.datadir import DataDir
 from .log.integrity import LogGuard
 from .log.stats import STATS_INTERVAL, StatRows
 from .posts.model import Policy
+from .posts.peer import POSTS_INPUTS, PostsPeer
 from .posts.service import PostService, PostSettings
 from .posts.store import PostStore
 from .protocol import Connect, Disconnect, Event, Mesh, Notify, PeerInfo, Send
 from .protocol.delivery import BufferFull, Delivery
-from .protocol.events import BufferSpace, CutOff, LogAppended, PeerExcluded, stat_row
+from .protocol.events import BufferSpace, CutOff, LogAppended, PeerExcluded, ServiceEvent, stat_row
 from .protocol.picture import Reports
 from .protocol.replication import Replicator, canonical_json
 from .protocol.stack import build_services
@@ -70,7 +71,7 @@ INTERFACE_POLL = 1.0
 
 Listener = Callable[[Event], None]
 # An event subscriber: True when it consumed the event (the subscribers after it do not see it).
-Subscriber = Callable[[Any], bool]
+Subscriber = Callable[[Any], bool | None]
 EVENT_TYPES: tuple[type, ...] = typing.get_args(Event)
 
 
@@ -295,7 +296,9 @@ class Node:
         """Send a BULK (``head``, then ``data`` as a frame of its own) to an admitted peer on
         its connection now, outside the addressed-message channel: not acknowledged, not
         re-sent.  False if the peer is not admitted (nothing sent)."""
-        ok = self.mesh.send_bulk(peer, head, data)
+        posts = self.mesh.service(PostsPeer)
+        assert posts is not None  # a node's mesh hosts posts (build_services)
+        ok = posts.send_bulk(peer, head, data)
         self._execute()
         return ok
 
@@ -692,12 +695,12 @@ class Node:
 
     def _wire_events(self) -> None:
         """Who hears the protocol's events, in this order.  A subscriber that returns
-        True consumed the event: the ones after it do not see it.  Only the post
-        service consumes (Hydra's addressed messages and BULKs are its own, not the
-        event stream's); the others observe, and the API's listeners come last."""
+        True consumed the event: the ones after it do not see it.  The posts peer
+        service's events (Hydra's messages, BULKs, its peers) go to the post service
+        alone, never to the event stream; the API's listeners come last."""
         every = EVENT_TYPES
         routes: list[tuple[tuple[type, ...], Subscriber]] = [
-            (every, self.posts.handle),
+            (POSTS_INPUTS, self.posts.handle),
             ((PeerExcluded,), self._save_excluded),
             ((BufferSpace,), self._wake_sender),
         ]
@@ -708,9 +711,9 @@ class Node:
             (every, self._stat_row),
             (every, self._to_listeners),
         ]
-        self._routes = {kind: [fn for kinds, fn in routes if kind in kinds] for kind in every}
+        self._routes = {kind: [fn for kinds, fn in routes if kind in kinds] for kind in (*every, *POSTS_INPUTS)}
 
-    def _publish(self, event: Event) -> None:
+    def _publish(self, event: Event | ServiceEvent) -> None:
         for subscriber in self._routes.get(type(event), ()):
             if subscriber(event):
                 return

@@ -24,7 +24,7 @@ from .ids import NodeId
 from .log.export import event_schema, write_tables
 from .protocol import Connect, Disconnect, Event, Mesh, Notify, Send, Timing
 from .protocol.delivery import Delivery, DeliveryTiming
-from .protocol.events import LogAppended, stat_row
+from .protocol.events import LogAppended, ServiceEvent, stat_row
 from .protocol.picture import Pictures, PictureTiming, Reports
 from .protocol.replication import MemoryStore, ReplicationTiming, Replicator, canonical_json
 from .protocol.stack import build_services
@@ -38,6 +38,7 @@ __all__ = ["SimNetwork", "SimNode"]
 class SimNode:
     mesh: Mesh
     events: list[Event] = field(default_factory=list)
+    handed: list[ServiceEvent] = field(default_factory=list)  # what services handed their drivers (posts)
     conns: dict[int, str] = field(default_factory=dict)
     up: bool = True
     clock_skew: float = 0.0
@@ -231,8 +232,12 @@ class SimNetwork:
                         self.deliver_raw(target, payload, delay + self.rng.random() * max(self.jitter, self.latency),
                                          host)
                 self.deliver_raw(target, payload, delay, host)
-            elif isinstance(action, Notify) and (self.log_events or not isinstance(action.event, LogAppended)):
-                node.events.append(action.event)
+            elif isinstance(action, Notify):
+                event = action.event
+                if isinstance(event, ServiceEvent):
+                    node.handed.append(event)
+                elif self.log_events or not isinstance(event, LogAppended):
+                    node.events.append(event)
 
     def run(self, seconds: float, step: float | None = None) -> None:
         """Advance the clock by ``seconds``, delivering messages and ticking nodes

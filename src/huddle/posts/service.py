@@ -17,7 +17,10 @@ post is served for the first time since it changed (after a restart: every
 post), its digest is checked in a thread while that peer's requests wait.
 
 The service sees its node only as a :class:`~huddle.posts.ports.PostsHost`
-(its id, its live peers, three ways to send, the bulk octets queued).
+(its id, its live peers, three ways to send, the bulk octets queued).  What
+comes from the mesh reaches it only as the events of the posts peer service
+(posts/peer.py: Hydra messages, BULKs, peers up and down), given to
+:meth:`PostService.handle`.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from ..errors import DecodeError, HuddleError
 from ..ids import NodeId
 from ..limits import PostLimits
 from ..protocol.delivery import BufferFull
-from ..protocol.events import BulkReceived, Counters, Event, MessageReceived, PeerJoined, PeerLeft, PostAdded
+from ..protocol.events import Counters, Event, PostAdded
 from ..ratelog import RateLog
 from .codec import (
     CLIENT_COMMANDS,
@@ -53,9 +56,9 @@ from .codec import (
     decode_bulk,
     encode,
     encode_bulk,
-    is_hydra,
 )
 from .model import Policy, Post
+from .peer import HydraBulk, HydraPayload, PostsInput, PostsPeerDown, PostsPeerUp
 from .ports import PostsHost
 from .store import PostStore, digest_file
 from .sync import (
@@ -158,26 +161,24 @@ class PostService:
 
     # ------------------------------------------------------------- events
 
-    def handle(self, event: Event) -> bool:
-        """Called with every node event; True when it was a Hydra message (consumed)."""
-        if isinstance(event, MessageReceived) and is_hydra(event.payload):
+    def handle(self, event: PostsInput) -> None:
+        """What the posts peer service (posts/peer.py) got from the mesh."""
+        if isinstance(event, HydraPayload):
             self._on_message(event.peer, event.payload)
-            return True
-        if isinstance(event, BulkReceived):  # only Hydra sends BULKs
+        elif isinstance(event, HydraBulk):
             self._on_bulk(event.peer, event.head, event.data)
-            return True
-        if isinstance(event, PeerJoined):
+        elif isinstance(event, PostsPeerUp):
             if len(self.store):  # meet: tell it we have posts
                 self._send(event.peer, encode(News()))
-        elif isinstance(event, PeerLeft):
+        else:
+            assert isinstance(event, PostsPeerDown)
             self.server.forget(str(event.peer))
             self._held.pop(event.peer, None)  # its requests waiting for a digest check: no one to answer
             client = self.clients.get(event.peer)
             if client is not None:
-                self._carry(event.peer, client.abort(f"peer left: {event.reason}"))
+                self._carry(event.peer, client.abort("peer left"))
             self._wanted.pop(event.peer, None)
             self._again.discard(event.peer)
-        return False
 
     def _on_message(self, peer: NodeId, payload: bytes) -> None:
         try:

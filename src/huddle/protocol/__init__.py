@@ -2,7 +2,6 @@
 
 from .events import (
     Action,
-    BulkReceived,
     ChatReceived,
     ClockSynced,
     Connect,
@@ -19,7 +18,6 @@ from .mesh import Mesh, PeerInfo, Phase, Timing
 
 __all__ = [
     "Action",
-    "BulkReceived",
     "ChatReceived",
     "ClockSynced",
     "Connect",

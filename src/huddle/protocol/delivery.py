@@ -18,6 +18,11 @@ incarnation, and what we were receiving from the old one is discarded.
 Each peer's channel has a bounded buffer (``buffer_bytes``): queued and
 unacknowledged octets.  :meth:`Delivery.send` refuses a message that does not
 fit (:class:`BufferFull`); the driver can wait for :class:`BufferSpace`.
+
+A delivered message is announced (MessageReceived) unless its payload starts
+with the prefix of a :class:`~huddle.protocol.service.PayloadTaker` given at
+construction (the posts service's Hydra signature): then it is handed to that
+service, and delivery knows nothing more of it.
 Time is passed in; nothing here does I/O.
 """
 
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -32,7 +38,7 @@ from ..errors import LocalProtocolError
 from ..ids import NodeId
 from ..wire import Dack, Dmsg, Message
 from .events import BufferSpace, Counters, MessageReceived, Notify, Send
-from .service import DETACHED, MeshView, PeerFacts
+from .service import DETACHED, MeshView, PayloadTaker, PeerFacts
 
 __all__ = ["BufferFull", "Delivery", "DeliveryTiming", "MessageTooLarge", "NotIncluded"]
 
@@ -121,13 +127,24 @@ class DeliveryStats(Counters):
 
 class Delivery:
     """Addressed delivery as a peer service (protocol/service.py): DMSG and DACK.  A peer
-    whose buffer stays full for the mesh's ``exclude_slow_after`` is excluded until it restarts."""
+    whose buffer stays full for the mesh's ``exclude_slow_after`` is excluded until it restarts.
+    ``takers`` get the payloads that start with their prefix (module docstring); two whose
+    prefixes overlap (one starts the other) are a ``ValueError``."""
 
     handles: tuple[type[Message], ...] = (Dmsg, Dack)
 
-    def __init__(self, uuid: NodeId, *, timing: DeliveryTiming | None = None) -> None:
+    def __init__(self, uuid: NodeId, *, timing: DeliveryTiming | None = None,
+                 takers: Iterable[PayloadTaker] = ()) -> None:
         self.uuid: Final = uuid
         self.timing: Final = timing or DeliveryTiming()
+        self._takers: Final[tuple[tuple[bytes, Callable[[NodeId, int, bytes], None]], ...]] = tuple(
+            (t.prefix, t.take_payload) for t in takers)
+        for i, (a, _) in enumerate(self._takers):
+            if not a:
+                raise ValueError("a payload taker needs a prefix")
+            for b, _ in self._takers[i + 1:]:
+                if a.startswith(b) or b.startswith(a):
+                    raise ValueError(f"two payload takers' prefixes overlap: {a.hex()} and {b.hex()}")
         self.stats = DeliveryStats()
         self._mesh: MeshView = DETACHED
         self._channels: dict[NodeId, _Channel] = {}
@@ -286,6 +303,10 @@ class Delivery:
             payload = ch.parts[0] if len(ch.parts) == 1 else b"".join(ch.parts)
             ch.parts = []
             self.stats.messages_received += 1
+            for prefix, take in self._takers:
+                if payload.startswith(prefix):
+                    take(peer, msg.mseq, payload)
+                    return
             self._actions.append(Notify(MessageReceived(peer, msg.mseq, payload)))
 
     def on_dack(self, peer: NodeId, msg: Dack, now: float) -> None:

@@ -16,7 +16,6 @@ from ..wire import LogRecord, Message
 __all__ = [
     "Action",
     "BufferSpace",
-    "BulkReceived",
     "ChatReceived",
     "ClockSynced",
     "Connect",
@@ -34,6 +33,7 @@ __all__ = [
     "PeerStateChanged",
     "PostAdded",
     "Send",
+    "ServiceEvent",
 ]
 
 
@@ -64,11 +64,20 @@ class Disconnect:
     flush: bool = False
 
 
+class ServiceEvent:
+    """The base of what a peer service hands to its own driver outside the mesh (the posts
+    service's Hydra messages, BULKs and peers, posts/peer.py): carried by :class:`Notify`
+    like an event, but the node routes it to that driver alone; it is not an event of
+    the applications' stream and never a statistics row."""
+
+    __slots__ = ()
+
+
 @dataclass(frozen=True, slots=True)
 class Notify:
-    """Hand ``event`` to the applications."""
+    """Hand ``event`` to the applications (a :class:`ServiceEvent`: to its service's driver)."""
 
-    event: Event
+    event: Event | ServiceEvent
 
 
 Action = Connect | Send | Disconnect | Notify
@@ -232,19 +241,6 @@ class MessageReceived:
 
 
 @dataclass(frozen=True, slots=True)
-class BulkReceived:
-    """A BULK from an admitted peer: not ordered with its addressed messages, and
-    not acknowledged; for the application that asked for it (posts)."""
-
-    peer: NodeId
-    head: bytes
-    data: bytes | memoryview
-
-    def to_json(self) -> dict[str, Any]:
-        return {"type": "bulk", "peer": str(self.peer), "head": self.head.hex(), "size": len(self.data)}
-
-
-@dataclass(frozen=True, slots=True)
 class BufferSpace:
     """A peer's send buffer has room again after a refused send."""
 
@@ -259,7 +255,7 @@ def stat_row(event: Event) -> tuple[float, str, NodeId | None, str] | None:
     """A membership or clock event as a statistics row ``(time, type, peer,
     detail JSON)``, as the node stores it and ``huddle export`` writes it;
     ``None`` for the log's and chat's events, which are not statistics."""
-    if isinstance(event, (LogAppended, ChatReceived, MessageReceived, BufferSpace, BulkReceived)):
+    if isinstance(event, (LogAppended, ChatReceived, MessageReceived, BufferSpace)):
         return None
     detail = event.to_json()
     peer = getattr(event, "peer", None)
@@ -295,4 +291,4 @@ class PostAdded:
 
 
 Event = (PeerJoined | PeerLeft | PeerStateChanged | PeerRefused | ChatReceived | ClockSynced | LogAppended
-         | MessageReceived | BulkReceived | BufferSpace | PeerNew | PeerExcluded | CutOff | PostAdded)
+         | MessageReceived | BufferSpace | PeerNew | PeerExcluded | CutOff | PostAdded)

@@ -5,10 +5,10 @@ time (``now``, the node's local clock in seconds), and collects the actions it
 returns (connect, send, disconnect, notify).  Nothing here touches a socket or
 reads a clock, so whole meshes run deterministically in one process.
 
-Membership is the mesh's own job (HELO, BOUT, GBYE, TIME, BEAT, CHAT, PEER, MEMB,
-BULK); everything else rides on its sessions as a peer service given at
-construction (protocol/service.py): the log, addressed delivery, the system
-picture's reports.  Each other message type goes to its service through a table.
+Membership is the mesh's own job (HELO, BOUT, GBYE, TIME, BEAT, CHAT, PEER, MEMB);
+everything else rides on its sessions as a peer service given at construction
+(protocol/service.py): the log, addressed delivery, the system picture's
+reports, posts (BULK).  Each other message type goes to its service through a table.
 
 A session with a peer goes through these phases::
 
@@ -37,7 +37,6 @@ from ..wire import (
     MAX_BODY,
     PROTOCOL_VERSION,
     Beat,
-    Bulk,
     Chat,
     Gbye,
     Group,
@@ -51,7 +50,6 @@ from ..wire import (
 from ..wire import decode as _decode
 from .events import (
     Action,
-    BulkReceived,
     ChatReceived,
     ClockSynced,
     Connect,
@@ -77,8 +75,8 @@ __all__ = ["Mesh", "PeerInfo", "Phase", "Timing"]
 log = logging.getLogger("huddle.mesh")
 
 _SEED_BACKOFF_MAX: Final = 10.0
-# The messages the mesh handles itself (membership, time, chat, bulk): no service may claim them.
-_OWN_TYPES: Final = frozenset({Helo, Gbye, Group, Time, Beat, Chat, Peer, Members, Bulk})
+# The messages the mesh handles itself (membership, time, chat): no service may claim them.
+_OWN_TYPES: Final = frozenset({Helo, Gbye, Group, Time, Beat, Chat, Peer, Members})
 
 
 class Phase(enum.Enum):
@@ -484,15 +482,6 @@ class Mesh:
                 n += 1
         return n
 
-    def send_bulk(self, to: NodeId, head: bytes, data: bytes | memoryview) -> bool:
-        """Send a BULK to an admitted peer now (no channel: not acknowledged, not
-        re-sent).  False, and nothing sent, if ``to`` is not admitted."""
-        s = self._sessions.get(to)
-        if s is None or not s.admitted or self._closed:
-            return False
-        self._send(s.conn, Bulk(sender=self.uuid, head=head, data=data))
-        return True
-
     def leave(self, now: float) -> None:
         """Say GBYE to everyone and close every connection."""
         self._closed = True
@@ -602,9 +591,6 @@ class Mesh:
             return True
         if isinstance(msg, Members):
             self._on_members(s, msg, now, live=not was_suspect)
-            return True
-        if isinstance(msg, Bulk):
-            self._notify(BulkReceived(s.uuid, msg.head, msg.data))
             return True
         # A type no service of this node handles (a node that keeps no log, say): dropped.
         self.stats.dropped_unintroduced += 1

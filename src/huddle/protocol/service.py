@@ -13,10 +13,15 @@ construction, builds a table *message type -> service* from their ``handles``
   ``peer_down(peer, now)`` when its session ends (the service may keep state for
   a return); ``forget(peer)`` when the peer is excluded: drop everything of it;
 * ``receive(peer, msg, now)`` for every message of a type it handles from an
-  admitted peer (membership, HELO/BOUT/GBYE/TIME/BEAT/CHAT/PEER/MEMB/BULK, stays
+  admitted peer (membership, HELO/BOUT/GBYE/TIME/BEAT/CHAT/PEER/MEMB, stays
   the mesh's own);
 * ``tick(now)`` on every mesh tick, ``next_deadline(now)`` for the driver's timer;
 * ``take_actions()``: what it wants sent or announced, collected with the mesh's.
+
+A service that rides on addressed messages rather than on a message type of its
+own (posts: Hydra's payloads start ``AA A0``) is also a :class:`PayloadTaker`:
+addressed delivery, given it at construction, hands it every delivered payload
+that starts with its ``prefix`` instead of announcing it to the applications.
 
 Pure: nothing here does I/O.  docs/architecture.md, "where do I add X".
 """
@@ -32,7 +37,7 @@ from ..ids import NodeId
 from ..wire import Message
 from .events import Action
 
-__all__ = ["DETACHED", "MeshView", "PeerFacts", "PeerSeen", "PeerService"]
+__all__ = ["DETACHED", "MeshView", "PayloadTaker", "PeerFacts", "PeerSeen", "PeerService"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +109,18 @@ class PeerService(Protocol):
     def tick(self, now: float) -> None: ...
     def next_deadline(self, now: float) -> float: ...
     def take_actions(self) -> Sequence[Action]: ...
+
+
+class PayloadTaker(Protocol):
+    """A service that takes the addressed messages whose payload starts with ``prefix``
+    (module docstring): given to :class:`~huddle.protocol.delivery.Delivery` at construction."""
+
+    @property
+    def prefix(self) -> bytes: ...
+
+    def take_payload(self, peer: NodeId, seq: int, payload: bytes) -> None:
+        """A whole addressed message from ``peer``, in its order, once (as MessageReceived would say)."""
+        ...
 
 
 class _Detached:

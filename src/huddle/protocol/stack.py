@@ -3,6 +3,9 @@
 The node and the simulator both call :func:`build_services` and hand the list to
 :class:`~huddle.protocol.mesh.Mesh`; a new peer service (protocol/service.py) is
 one module and one line here.
+
+It is the one module under protocol/ that knows a service outside it (posts:
+tests/test_layers.py gives it a layer of its own, "stack").
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from collections.abc import Callable
 
 from ..ids import NodeId
 from ..limits import LogLimits
+from ..posts.peer import PostsPeer
 from .delivery import Delivery, DeliveryTiming
 from .picture import PictureTiming, Reports
 from .replication import EventStore, ReplicationTiming, Replicator
@@ -30,15 +34,19 @@ def build_services(
     picture: PictureTiming | None = None,
     conn_counters: Callable[[int], tuple[int, int]] | None = None,
 ) -> list[PeerService]:
-    """The replicated log (when there is a ``store``), addressed delivery (when it has a
-    timing) and the system picture's reports, in the order the mesh runs them.
-    ``conn_counters`` is the driver's (messages, octets) sent on a connection."""
+    """The replicated log (when there is a ``store``), addressed delivery and posts (when
+    delivery has a timing: posts ride on it) and the system picture's reports, in the order
+    the mesh runs them.  ``conn_counters`` is the driver's (messages, octets) sent on a connection."""
     services: list[PeerService] = []
     if store is not None:
         services.append(Replicator(uuid, store, now=now, timing=log_timing, limits=log_limits))
-    addressed = None if delivery is None else Delivery(uuid, timing=delivery)
-    if addressed is not None:
+    posts = addressed = None
+    if delivery is not None:
+        posts = PostsPeer(uuid)
+        addressed = Delivery(uuid, timing=delivery, takers=[posts])  # Hydra's payloads go to posts
         services.append(addressed)
     services.append(Reports(uuid, now=now, timing=picture, conn_counters=conn_counters,
                             delivery_counters=None if addressed is None else addressed.counters))
+    if posts is not None:
+        services.append(posts)
     return services
