@@ -46,6 +46,7 @@ from .protocol.events import BufferSpace, CutOff, LogAppended, PeerExcluded, sta
 from .protocol.picture import Reports
 from .protocol.replication import Replicator, canonical_json
 from .protocol.stack import build_services
+from .ratelog import RateLog
 from .security import NOT_WIRED, OPEN_GROUP, NodeIdentity, load_or_create_identity
 from .transport.naming import NamingClient
 from .transport.stats import DriverStats, TrafficStats
@@ -64,6 +65,8 @@ log = logging.getLogger("huddle.node")
 BACKPRESSURE = 20_000
 # After a turn of the timer loop failed, the next comes this much later (no busy loop).
 TICK_RETRY = 0.05
+# The driver logs a failure it survived at most this often, per kind (the rest are counted).
+FAILURE_LOG_EVERY = 60.0
 
 Listener = Callable[[Event], None]
 # An event subscriber: True when it consumed the event (the subscribers after it do not see it).
@@ -103,6 +106,7 @@ class Node:
         self._base = time.time() - time.monotonic()
         self.started_at = 0.0
         self.driver_stats = DriverStats()
+        self._failures = RateLog(log, period=FAILURE_LOG_EVERY)  # per DriverStats counter
         self.traffic = TrafficStats()
 
     # ----------------------------------------------------------------- clock
@@ -559,12 +563,14 @@ class Node:
             self._rows.document(self.mesh_time(), self.desk.row(now, final=final))
 
     def _survived(self, counter: str, what: str, exc: Exception) -> None:
-        """Count a failure the driver survived; log it when its count passes 1, 10, 100, ..."""
+        """Count a failure the driver survived; log it at most once a minute per counter
+        (ratelog.py), the first one with its traceback."""
         n = getattr(self.driver_stats, counter) + 1
         setattr(self.driver_stats, counter, n)
-        if n & (n - 1) == 0:  # 1, 2, 4, 8, ...: rarer and rarer
-            log.error("survived a failure of %s (%d so far): %r", what, n, exc,
-                      exc_info=exc if n == 1 else None)
+        left_out = self._failures.due(counter, self.local_now())
+        if left_out is not None:
+            log.error("survived a failure of %s (%d so far, %d not logged since the last line): %r", what, n,
+                      left_out, exc, exc_info=exc if n == 1 else None)
 
     # ---------------------------------------------------------------- wiring
 
