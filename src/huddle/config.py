@@ -22,7 +22,7 @@ from .wire.messages import MAX_GROUP, MAX_NAME
 
 __all__ = [
     "BUILTIN_TYPES", "CUT_OFF_MODES", "NodeConfig", "NodeType",
-    "load_config", "normalise_mdns_type", "parse_hostport", "parse_naming_endpoint",
+    "load_config", "normalise_mdns_type", "parse_hostport", "parse_naming_endpoint", "resolve_seed",
 ]
 
 DEFAULT_API = "127.0.0.1:8090"  # 8089 is the Noam guests' WebSocket port
@@ -243,6 +243,19 @@ def parse_hostport(text: str, what: str) -> tuple[str, int]:
     if not 0 <= port <= 65535:
         raise ConfigError(f"{what} port must be 0..65535, got {port}")
     return host.strip("[]"), port
+
+
+def resolve_seed(seed: str) -> str:
+    """``--seed HOST:PORT`` -> ``tcp://IP:PORT`` (peers are kept by IP octets)."""
+    host, port = parse_hostport(seed, "seed")
+    if port == 0:
+        raise ConfigError(f"seed {seed!r} needs a port")
+    try:
+        infos = socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise ConfigError(f"cannot resolve seed host {host!r}: {exc.strerror}") from None
+    ip = str(infos[0][4][0])
+    return f"tcp://{ip}:{port}"
 
 
 _FIELDS = {f.name: f for f in fields(NodeConfig)}

@@ -1,4 +1,5 @@
-"""Process-wide malloc settings for a node process (glibc only).
+"""Process-wide settings for a node process: malloc (glibc only), and the
+limit on open descriptors (:func:`raise_descriptor_limit`).
 
 A node moving a large post allocates and frees buffers of 1 MiB many times a
 second: the content read for each CONTENT on the serving side, ZeroMQ's
@@ -20,11 +21,13 @@ is any other C library.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import platform
+import resource
 
-__all__ = ["MMAP_THRESHOLD", "TRIM_THRESHOLD", "tune_malloc"]
+__all__ = ["MMAP_THRESHOLD", "TRIM_THRESHOLD", "raise_descriptor_limit", "tune_malloc"]
 
 # glibc's mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD = -1
@@ -50,3 +53,18 @@ def tune_malloc() -> bool:
     # Both, or the dynamic threshold (which a fixed trim threshold turns off) would stay at
     # 128 KiB and every 1 MiB block would be mapped and unmapped: slower than the defaults.
     return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+
+
+def raise_descriptor_limit(want: int = 65536) -> int:
+    """Raise this process's soft limit on open descriptors towards its hard limit
+    (at most ``want``); returns the soft limit now in force.  Every peer, guest and
+    API client connected to a node costs a descriptor, and desktop systems start
+    processes with a soft limit of 1024: a crowd, or a flood, must meet the node's
+    own caps (docs/limits.md) long before the kernel's."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = want if hard == resource.RLIM_INFINITY else min(hard, want)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+    return soft

@@ -17,18 +17,16 @@ import asyncio
 import contextlib
 import logging
 import os
-import resource
 import signal
-import socket
 import time
 import typing
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from .config import NodeConfig, parse_hostport
-from .discovery import BeaconService, Interface, InterfaceAbsent, resolve_interface
-from .discovery.interfaces import LOOPBACK, ipv4_interfaces
-from .discovery.watch import Back, InterfaceWatch, Lost, Moved, WatchDecision
+from .config import NodeConfig, resolve_seed
+from .discovery import BeaconService, Interface
+from .discovery.follow import Followers, NetworkFollower, wait_interface
+from .discovery.interfaces import LOOPBACK
 from .doc import DOC_KIND, DocEngine
 from .doc.desk import DocumentDesk, Recording
 from .errors import ConfigError, CutOffReadOnly, LocalProtocolError
@@ -38,6 +36,7 @@ from .log import SqliteStore
 from .log.datadir import DataDir
 from .log.integrity import LogGuard
 from .log.stats import STATS_INTERVAL, StatRows
+from .memtune import raise_descriptor_limit
 from .posts.model import Policy
 from .posts.peer import POSTS_INPUTS, PostsPeer
 from .posts.service import PostService, PostSettings
@@ -48,6 +47,7 @@ from .protocol.events import BufferSpace, CutOff, LogAppended, PeerExcluded, Ser
 from .protocol.picture import Reports
 from .protocol.replication import Replicator, canonical_json
 from .protocol.stack import build_services
+from .ratelog import RateLog
 from .security import NOT_WIRED, OPEN_GROUP, NodeIdentity, load_or_create_identity
 from .transport.naming import NamingClient
 from .transport.stats import DriverStats, TrafficStats
@@ -66,8 +66,8 @@ log = logging.getLogger("huddle.node")
 BACKPRESSURE = 20_000
 # After a turn of the timer loop failed, the next comes this much later (no busy loop).
 TICK_RETRY = 0.05
-# How often the node looks at its interface's addresses (ifaddr), and at an --interface not there yet.
-INTERFACE_POLL = 1.0
+# The driver logs a failure it survived at most this often, per kind (the rest are counted).
+FAILURE_LOG_EVERY = 60.0
 
 Listener = Callable[[Event], None]
 # An event subscriber: True when it consumed the event (the subscribers after it do not see it).
@@ -94,9 +94,7 @@ class Node:
         self._naming: NamingClient | None = None
         self._bridge: GuestBridge | None = None  # with --guests
         self._posts: PostService | None = None
-        self.interface: Interface | None = None
-        self._port = 0  # the ROUTER's port
-        self._announce_due = False  # re-announcing after a network change failed: try again
+        self._follower: NetworkFollower | None = None  # follows the interface's address
         self._left = False  # the mesh said GBYE
         self.api_url: str | None = None
         self._listeners: list[Listener] = []
@@ -109,6 +107,7 @@ class Node:
         self._base = time.time() - time.monotonic()
         self.started_at = 0.0
         self.driver_stats = DriverStats()
+        self._failures = RateLog(log, period=FAILURE_LOG_EVERY)  # per DriverStats counter
         self.traffic = TrafficStats()
 
     # ----------------------------------------------------------------- clock
@@ -368,7 +367,7 @@ class Node:
             stack.callback(self.data_dir.unlock)
             self.uuid = self.data_dir.node_id()
             self.identity = load_or_create_identity(self.data_dir.path)
-            iface = await self._wait_interface(self.config.interface)
+            iface = await wait_interface(self.config.interface, self._stop)
             if iface is None:
                 return  # stopped while waiting
             await self._start(stack, iface)
@@ -381,8 +380,8 @@ class Node:
                     tasks.append(tg.create_task(self._beacon.run()))
                 if self._posts is not None:
                     tasks.append(tg.create_task(self._posts.run()))
-                if iface != LOOPBACK:
-                    tasks.append(tg.create_task(self._watch_interface(self.config.interface or iface.name, iface)))
+                if self._follower is not None:
+                    tasks.append(tg.create_task(self._follower.run()))
                 await self._stop.wait()
                 for task in tasks:
                     task.cancel()
@@ -391,7 +390,6 @@ class Node:
     async def _start(self, stack: contextlib.AsyncExitStack, iface: Interface) -> None:
         cfg, uuid = self.config, self.uuid
         assert uuid is not None  # run() read it
-        self.interface = iface
         if cfg.guests:
             self._bridge = GuestBridge()
         links = None if self._bridge is None else self._bridge.links
@@ -405,7 +403,6 @@ class Node:
         except Exception as exc:  # zmq.ZMQError: address in use, no free port
             raise ConfigError(f"cannot bind the ROUTER on {iface.ip}:{cfg.port or cfg.port_range}: {exc}") from None
         endpoint = f"tcp://{iface.ip}:{port}"
-        self._port = port
         self.started_at = time.time()
         guard = LogGuard(self.data_dir.path, cfg.group, uuid)
         store = self._store = guard.open()  # refuses a damaged log (LogDamaged names `huddle repair`)
@@ -434,7 +431,7 @@ class Node:
         self._wire_events()
         transport.start(asyncio.get_running_loop())
         for seed in cfg.seeds:
-            mesh.add_seed(_resolve_seed(seed), self.local_now())
+            mesh.add_seed(resolve_seed(seed), self.local_now())
         await self._start_discovery(stack, iface, port, endpoint)
         if self._bridge is not None:
             stack.push_async_callback(self._bridge.close)
@@ -448,6 +445,9 @@ class Node:
         api_runner, self.api_url = await start_api(self, cfg.api, cfg.limits.api, token_dir=self.data_dir.path,
                                                    require_token=cfg.api_require_token)
         stack.push_async_callback(api_runner.cleanup)
+        if iface != LOOPBACK:  # loopback never changes
+            self._follower = NetworkFollower(cfg.interface or iface.name, iface, port, self._followers(transport),
+                                             counts=self.driver_stats, failed=self._network_failed)
         stack.callback(self._leave)  # stopping starts with GBYE, while everything still runs
         self._execute()
         log.info("node %s (%s) in group %r at %s, api %s", uuid.short, cfg.name, cfg.group, endpoint, self.api_url)
@@ -487,6 +487,35 @@ class Node:
             self._naming = naming
             stack.push_async_callback(naming.close)
 
+    def _followers(self, transport: ZmqTransport) -> Followers:
+        """Who follows an address change, in order: the ROUTER, the mesh (HELO to the
+        peers), the naming client; then the announcements (beacon, mDNS, guest servers)."""
+        follow = Followers(transport, self.config.port_range, endpoint=[self._set_endpoint])
+        if self._naming is not None:
+            follow.endpoint.append(self._naming.set_endpoint)
+        if self._beacon is not None:
+            follow.announce.append(self._beacon.move)
+        if self._mdns is not None:
+            follow.announce.append(self._mdns.move)
+        if self._bridge is not None:
+            follow.announce.append(self._move_guests)
+        return follow
+
+    def _set_endpoint(self, endpoint: str) -> None:
+        self.mesh.set_endpoint(endpoint, self.local_now())
+        self._execute()
+
+    async def _move_guests(self, iface: Interface, port: int) -> None:
+        """The guest servers listen on the interface's address (docs/guests.md, "Address changes")."""
+        guests = self.guests
+        if guests is not None and guests.host != iface.ip:
+            await guests.move(iface.ip)
+            log.warning("the guest servers moved to %s: TCP %d, WebSocket %d", iface.ip, guests.tcp_port,
+                        guests.ws_port)
+
+    def _network_failed(self, exc: Exception) -> None:
+        self._survived("network_failures", "following the network interface", exc)
+
     def _leave(self) -> None:
         """Say GBYE to every peer and close the connections (once)."""
         if self._mesh is not None and not self._left:
@@ -497,87 +526,6 @@ class Node:
     def _close_store(self, store: SqliteStore, guard: LogGuard) -> None:
         guard.note(store)  # the own-sequence mark follows what is durable
         store.close()
-
-    # ---------------------------------------------------------------- the network
-
-    async def _wait_interface(self, spec: str | None) -> Interface | None:
-        """The interface to use; ``--interface NAME`` with no IPv4 address yet is waited
-        for (no time limit: a node started before the Wi-Fi joins comes up when it does),
-        with one log line.  None if the node is stopped while it waits."""
-        try:
-            return resolve_interface(spec)
-        except InterfaceAbsent as exc:
-            log.warning("%s: waiting for it (the node starts when it has an address)", exc)
-        while not self._stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), INTERFACE_POLL)
-            try:
-                iface = resolve_interface(spec)
-            except InterfaceAbsent:
-                continue
-            log.warning("interface %s is here, with %s: starting", iface.name, iface.ip)
-            return iface
-        return None
-
-    async def _watch_interface(self, spec: str, iface: Interface) -> None:
-        """Look at the interface's addresses every INTERFACE_POLL seconds and follow them."""
-        watch = InterfaceWatch(spec, iface)
-        while True:
-            await asyncio.sleep(INTERFACE_POLL)
-            try:
-                change = watch.observe(ipv4_interfaces())
-                if change is not None:
-                    await self._network_changed(change)
-                elif self._announce_due and not watch.lost:
-                    await self._announce(watch.current)
-            except Exception as exc:  # a socket that cannot be opened now: the next look tries again
-                self._survived("network_failures", "following the network interface", exc)
-
-    async def _network_changed(self, change: WatchDecision) -> None:
-        stats = self.driver_stats
-        if isinstance(change, Lost):
-            stats.interface_lost += 1
-            log.warning("interface %s has no IPv4 address now: waiting for it (peers will find this node "
-                        "silent and take it back when it returns)", change.name)
-            return
-        if isinstance(change, Back):
-            stats.interface_back += 1
-            log.warning("interface %s has its address %s again", change.interface.name, change.interface.ip)
-            await self._announce(change.interface)
-            return
-        assert isinstance(change, Moved)
-        transport, old, new = self._transport, change.old, change.new
-        assert transport is not None
-        try:
-            port = transport.bind(new.ip, self._port, self.config.port_range)
-        except Exception:  # the port is taken on the new address: another one
-            port = transport.bind(new.ip, 0, self.config.port_range)
-        transport.unbind(old.ip, self._port)  # also closes peers' stale connections to the old address
-        self._port, self.interface = port, new
-        endpoint = f"tcp://{new.ip}:{port}"
-        stats.address_changes += 1
-        log.warning("interface %s moved from %s to %s: now at %s; telling the peers", new.name, old.ip, new.ip,
-                    endpoint)
-        self.mesh.set_endpoint(endpoint, self.local_now())
-        self._execute()
-        if self._naming is not None:
-            self._naming.set_endpoint(endpoint)
-        await self._announce(new)
-
-    async def _announce(self, iface: Interface) -> None:
-        """Beacon and mDNS from ``iface`` afresh, with the ROUTER's port; the guest servers
-        listen on its address (docs/guests.md, "Address changes")."""
-        self._announce_due = True
-        if self._beacon is not None:
-            await self._beacon.move(iface, self._port)
-        if self._mdns is not None:
-            await self._mdns.move(iface, self._port)
-        guests = self.guests
-        if guests is not None and guests.host != iface.ip:
-            await guests.move(iface.ip)
-            log.warning("the guest servers moved to %s: TCP %d, WebSocket %d", iface.ip, guests.tcp_port,
-                        guests.ws_port)
-        self._announce_due = False
 
     # ---------------------------------------------------------------- the timer loop
 
@@ -618,12 +566,14 @@ class Node:
             self._rows.document(self.mesh_time(), self.desk.row(now, final=final))
 
     def _survived(self, counter: str, what: str, exc: Exception) -> None:
-        """Count a failure the driver survived; log it when its count passes 1, 10, 100, ..."""
+        """Count a failure the driver survived; log it at most once a minute per counter
+        (ratelog.py), the first one with its traceback."""
         n = getattr(self.driver_stats, counter) + 1
         setattr(self.driver_stats, counter, n)
-        if n & (n - 1) == 0:  # 1, 2, 4, 8, ...: rarer and rarer
-            log.error("survived a failure of %s (%d so far): %r", what, n, exc,
-                      exc_info=exc if n == 1 else None)
+        left_out = self._failures.due(counter, self.local_now())
+        if left_out is not None:
+            log.error("survived a failure of %s (%d so far, %d not logged since the last line): %r", what, n,
+                      left_out, exc, exc_info=exc if n == 1 else None)
 
     # ---------------------------------------------------------------- wiring
 
@@ -776,34 +726,6 @@ async def _close_quietly(close: Callable[[], Awaitable[None]]) -> None:
     """Leaving: a failing goodbye (mDNS) must not hide the real exit, nor hold it past 3 s."""
     with contextlib.suppress(Exception):
         await asyncio.wait_for(close(), 3.0)
-
-
-def _resolve_seed(seed: str) -> str:
-    """``HOST:PORT`` -> ``tcp://IP:PORT`` (peers are kept by IP octets)."""
-    host, port = parse_hostport(seed, "seed")
-    if port == 0:
-        raise ConfigError(f"seed {seed!r} needs a port")
-    try:
-        infos = socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)
-    except socket.gaierror as exc:
-        raise ConfigError(f"cannot resolve seed host {host!r}: {exc.strerror}") from None
-    ip = str(infos[0][4][0])
-    return f"tcp://{ip}:{port}"
-
-
-def raise_descriptor_limit(want: int = 65536) -> int:
-    """Raise this process's soft limit on open descriptors towards its hard limit
-    (at most ``want``); returns the soft limit now in force.  Every peer, guest and
-    API client connected to a node costs a descriptor, and desktop systems start
-    processes with a soft limit of 1024: a crowd, or a flood, must meet the node's
-    own caps (docs/limits.md) long before the kernel's."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = want if hard == resource.RLIM_INFINITY else min(hard, want)
-    if soft != resource.RLIM_INFINITY and soft < target:
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-            soft = target
-    return soft
 
 
 def run_node(config: NodeConfig, on_ready: Callable[[Node], None] | None = None) -> None:

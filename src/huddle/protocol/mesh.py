@@ -33,6 +33,7 @@ from typing import Final, TypeVar
 from ..errors import DecodeError, LocalProtocolError
 from ..ids import NodeId
 from ..limits import MeshLimits
+from ..ratelog import RateLog
 from ..wire import (
     MAX_BODY,
     PROTOCOL_VERSION,
@@ -75,6 +76,9 @@ __all__ = ["Mesh", "PeerInfo", "Phase", "Timing"]
 log = logging.getLogger("huddle.mesh")
 
 _SEED_BACKOFF_MAX: Final = 10.0
+# What a flood of bad input makes the mesh log: per kind, one line a minute, saying how
+# many were left out (ratelog.py); every one of them is counted in Stats.
+_LOG_EVERY: Final = 60.0
 # The messages the mesh handles itself (membership, time, chat): no service may claim them.
 _OWN_TYPES: Final = frozenset({Helo, Gbye, Group, Time, Beat, Chat, Peer, Members})
 
@@ -269,6 +273,7 @@ class Mesh:
         # Frames under a session's UUID from another address: counted per address (the
         # oldest address forgotten past max-blamed-addresses), never against the session.
         self.blamed: dict[str, int] = {}
+        self._lines = RateLog(log, period=_LOG_EVERY)  # per kind: decode, foreign, helo, intro
         self._intro_backoff: dict[NodeId, float] = {}  # introduced nodes whose handshake failed -> until
         # HELOs that came while no handshake slot was free: answered, oldest first, when one frees
         # (an honest crowd joining at once, many nodes behind one address), dropped after handshake_timeout.
@@ -395,7 +400,7 @@ class Mesh:
         if self._endpoint_known(endpoint):
             return
         if not self._room(""):
-            self._refused_intro("a discovered node")
+            self._refused_intro("a discovered node", now)
             return
         self._open(uuid, endpoint, now, introducer=None)
 
@@ -534,19 +539,19 @@ class Mesh:
             limit = self.timing.exclude_after_errors
             s = self._sessions.get(frames[0]) if frames and isinstance(frames[0], bytes) else None  # type: ignore[call-overload]
             if s is not None and source and s.source and s.source != source:
-                self._blame(source)  # not the session's connection: never towards its exclusion
+                self._blame(source, now)  # not the session's connection: never towards its exclusion
             elif s is not None and s.admitted and limit:
                 s.errors += 1
                 if s.errors >= limit:
                     self._cut_incarnation(s, f"{s.errors} undecodable messages", now)
-            if self.stats.decode_errors <= 10 or self.stats.decode_errors % 10000 == 0:
-                log.warning("dropped undecodable message (%d so far): %s", self.stats.decode_errors, exc)
+            self._lines.warning("decode", now, "dropped undecodable message (%d so far): %s",
+                                self.stats.decode_errors, exc)
             return False
         if source:
             s = self._sessions.get(msg.sender)
             if (s is not None and s.source and s.source != source
                     and not (isinstance(msg, Helo) and s.phase is Phase.SUSPECT)):
-                self._blame(source)
+                self._blame(source, now)
                 return False
         if msg.sender in self._counts:
             self._counts[msg.sender][1] += len(frames[2]) if len(frames) == 3 else len(frames[2]) + len(frames[3])
@@ -722,7 +727,7 @@ class Mesh:
         key = f"peer:{s.uuid}"
         until = self._intro_backoff.get(m.peer)
         if not live or (until is not None and until > now):
-            self._refused_intro(f"a PEER from {s.uuid.short}")
+            self._refused_intro(f"a PEER from {s.uuid.short}", now)
             return
         if not self._room(key):
             self._wait(m, str(s.uuid), now)  # an honest crowd joining at once: its turn comes
@@ -794,7 +799,7 @@ class Mesh:
             self._actions.append(Disconnect(probe[0]))
             del self._probes[uuid]
         if len(self._probes) >= self.limits.max_handshaking:
-            self._refused_intro(f"a new endpoint of {uuid.short}")
+            self._refused_intro(f"a new endpoint of {uuid.short}", now)
             return
         self.stats.members_probed += 1
         conn = self._connect(endpoint)
@@ -1100,14 +1105,14 @@ class Mesh:
         # a flood from one place must not push out an honest crowd's turn.
         if sum(1 for x, v, _ in waiting.values() if v == via and type(x) is type(m)) >= max(
                 self.limits.max_handshaking_per_introducer, limit // 4):
-            self._given_up(m)
+            self._given_up(m, now)
             return
         if len(waiting) >= limit:  # full (or no waiting at all): the oldest, or this one, is not answered
             if waiting:
                 oldest = next(iter(waiting))
-                self._given_up(waiting.pop(oldest)[0])
+                self._given_up(waiting.pop(oldest)[0], now)
             else:
-                self._given_up(m)
+                self._given_up(m, now)
         if limit:
             waiting[uuid] = (m, via, now)
             if isinstance(m, Helo):
@@ -1115,15 +1120,13 @@ class Mesh:
             else:
                 self.stats.introductions_waited += 1
 
-    def _given_up(self, m: Helo | Peer) -> None:
+    def _given_up(self, m: Helo | Peer, now: float) -> None:
         if isinstance(m, Peer):
-            self._refused_intro(f"a PEER from {m.sender.short}")
+            self._refused_intro(f"a PEER from {m.sender.short}", now)
             return
         self.stats.helos_refused += 1
-        n = self.stats.helos_refused
-        if n == 1 or n % 1000 == 0:
-            log.warning("HELO from %s not answered: too many sessions and HELOs waiting (%d so far)",
-                        m.sender.short, n)
+        self._lines.warning("helo", now, "HELO from %s not answered: too many sessions and HELOs waiting "
+                            "(%d so far)", m.sender.short, self.stats.helos_refused)
 
     def _answer_waiting(self, now: float) -> None:
         """Answer the held HELOs and PEERs that freed handshake slots let in, oldest first."""
@@ -1134,7 +1137,7 @@ class Mesh:
         for uuid, (m, via, at) in list(waiting.items()):
             if at <= expired:  # its sender gave up on this session by now
                 del waiting[uuid]
-                self._given_up(m)
+                self._given_up(m, now)
                 continue
             if uuid in self._sessions:
                 del waiting[uuid]
@@ -1154,12 +1157,10 @@ class Mesh:
             if introducer is not None and introducer.phase is Phase.ALIVE:
                 self._on_peer(introducer, m, now, live=True)
 
-    def _refused_intro(self, what: str) -> None:
+    def _refused_intro(self, what: str, now: float) -> None:
         self.stats.introductions_refused += 1
-        n = self.stats.introductions_refused
-        if n == 1 or n % 1000 == 0:
-            log.warning("not dialling %s: introducer not alive, node backed off, or too many sessions"
-                        " (%d so far)", what, n)
+        self._lines.warning("intro", now, "not dialling %s: introducer not alive, node backed off, or too many "
+                            "sessions (%d so far)", what, self.stats.introductions_refused)
 
     def _back_off(self, uuid: NodeId, now: float) -> None:
         """An introduced node failed its handshake: PEERs naming it are ignored for a while."""
@@ -1169,7 +1170,7 @@ class Mesh:
             del table[next(iter(table))]  # the oldest entry
         table[uuid] = now + self.limits.introduction_backoff
 
-    def _blame(self, source: str) -> None:
+    def _blame(self, source: str, now: float) -> None:
         """A message under a session's UUID came from another address than the session's."""
         self.stats.foreign_frames += 1
         blamed = self.blamed
@@ -1179,9 +1180,8 @@ class Mesh:
                 del blamed[next(iter(blamed))]
         if self.limits.max_blamed_addresses:
             blamed[source] = n
-        total = self.stats.foreign_frames
-        if total == 1 or total % 10_000 == 0:
-            log.warning("dropped a message from %s under another connection's UUID (%d so far)", source, total)
+        self._lines.warning("foreign", now, "dropped a message from %s under another connection's UUID (%d so far)",
+                            source, self.stats.foreign_frames)
 
     # seeds -------------------------------------------------------------------
 
