@@ -34,6 +34,7 @@ LAYER_OF: dict[str, str] = {
     "huddle.limits": "base",
     "huddle.counters": "base",
     "huddle.ratelog": "base",
+    "huddle.mdnstype": "base",
     "huddle.gcutil": "base",
     "huddle.security": "security",
     "huddle.memtune": "base",

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from .discovery.service_type import normalise_mdns_type
 from .errors import ConfigError
 from .limits import LimitError, Limits, parse_assignment
+from .mdnstype import normalise_mdns_type
 from .posts.codec import MAX_FETCH
 from .posts.model import Policy
 from .protocol import Timing

@@ -27,8 +27,8 @@ from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZerocon
 from ..counters import Counters
 from ..errors import ConfigError
 from ..ids import NodeId
+from ..mdnstype import normalise_mdns_type as normalise_type
 from .interfaces import Interface
-from .service_type import normalise_mdns_type as normalise_type
 
 __all__ = ["MdnsCounters", "MdnsService"]
 

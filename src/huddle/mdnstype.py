@@ -1,16 +1,16 @@
 """The mDNS service type huddle announces and browses, checked and written in full.
 
 Both the configuration (which refuses a bad ``--mdns-type`` at start) and
-:mod:`huddle.discovery.mdns` use it; it lives here, below both, so that
-discovery does not import the configuration and the configuration does not
-import zeroconf.
+:mod:`huddle.discovery.mdns` use it; it lives here, below both and outside the discovery package, so that
+discovery does not import the configuration and the configuration (which
+Spark's workers import) pulls in neither zeroconf nor ifaddr.
 """
 
 from __future__ import annotations
 
 import re
 
-from ..errors import ConfigError
+from .errors import ConfigError
 
 __all__ = ["normalise_mdns_type"]
 
