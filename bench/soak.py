@@ -89,7 +89,7 @@ def missing_tools() -> str | None:
         return "the soak needs root (network namespaces)"
     for tool in ("ip", "nft"):
         if shutil.which(tool) is None:
-            return f"{tool} is not installed (.ci/run installs iproute2 and nftables with apt-get)"
+            return f"{tool} is not installed (make test installs iproute2 and nftables as root: scripts/system-deps)"
     return None
 
 

@@ -221,7 +221,7 @@ def test_two_hosts_cut_from_each_other_still_get_each_others_events_through_the_
     """One pair cut (nft, TESTING.md): h1 and h3 cannot reach each other but both reach h2,
     which holds and forwards both sides' events; when the cut is mended the mesh is whole again."""
     if shutil.which("nft") is None:
-        pytest.skip("nft is not installed (.ci/run installs nftables with apt-get)")
+        pytest.skip("nft is not installed (make test installs it as root: scripts/system-deps)")
     nodes = [NsNode(netns, i, tmp_path, 5671) for i in (1, 2, 3)]
     try:
         wait_for(lambda: all(len(n.alive()) == 2 for n in nodes), 30, "the three hosts to mesh", interval=0.2)
@@ -284,7 +284,7 @@ def test_addressed_messages_survive_ten_percent_random_loss(netns: Namespaces, t
     """100 000 addressed messages from h1 to h2 while the bridge drops 10 % of all frames at random:
     every one arrives, once, in order."""
     if shutil.which("nft") is None:
-        pytest.skip("nft is not installed (.ci/run installs nftables with apt-get)")
+        pytest.skip("nft is not installed (make test installs it as root: scripts/system-deps)")
     h1, h2 = NsNode(netns, 1, tmp_path, 5672), NsNode(netns, 2, tmp_path, 5672)
     tail = None
     try:
@@ -323,7 +323,7 @@ def test_a_link_open_one_way_is_reported_as_one_way_by_every_node(netns: Namespa
     works), h2 never hears h1.  All three nodes compute the same picture, naming the link one-way
     from h2 to h1, and equal digests; when the rule goes the link is two-way again."""
     if shutil.which("nft") is None:
-        pytest.skip("nft is not installed (.ci/run installs nftables with apt-get)")
+        pytest.skip("nft is not installed (make test installs it as root: scripts/system-deps)")
     nodes = [NsNode(netns, i, tmp_path, 5673) for i in (1, 2, 3)]
     try:
         wait_for(lambda: all(len(n.alive()) == 2 for n in nodes), 30, "the three hosts to mesh", interval=0.2)
@@ -367,7 +367,7 @@ def test_addressed_messages_survive_connections_reset_mid_stream(netns: Namespac
     TCP resets three times (each for half a second): the connection is killed mid-stream, ZeroMQ
     reconnects, and every message still arrives once, in order; unacknowledged frames were sent again."""
     if shutil.which("nft") is None:
-        pytest.skip("nft is not installed (.ci/run installs nftables with apt-get)")
+        pytest.skip("nft is not installed (make test installs it as root: scripts/system-deps)")
     h1, h2 = NsNode(netns, 1, tmp_path, 5674), NsNode(netns, 2, tmp_path, 5674)
     tail = None
     try:
