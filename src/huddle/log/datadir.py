@@ -68,8 +68,9 @@ class DataDir:
         tmp.write_text(json.dumps({str(k): v for k, v in sorted(excluded.items())}, indent=1) + "\n")
         os.replace(tmp, path)
 
-    def node_id(self) -> NodeId:
-        """The UUID kept in ``node-id``; created on first use."""
+    def node_id(self, new: NodeId | None = None) -> NodeId:
+        """The UUID kept in ``node-id``; created on first use, as ``new`` when given (a
+        node passes the id its key gives, so its id is bound to its key), else random."""
         path = self.path / "node-id"
         if path.exists():
             text = path.read_text().strip()
@@ -77,7 +78,7 @@ class DataDir:
                 return NodeId.from_hex(text)
             except ValueError:
                 raise ConfigError(f"{path} is corrupt ({text[:40]!r}); remove it to take a new UUID") from None
-        node_id = NodeId.random()
+        node_id = NodeId.random() if new is None else new
         tmp = path.with_suffix(".tmp")
         tmp.write_text(f"{node_id}\n")
         os.replace(tmp, path)
