@@ -15,8 +15,19 @@ and the driver hands over batches of at most ``receive_batch_bytes`` octets
 (and RECV_BATCH messages) before it lets the event loop run again.  Each
 message is handed over with the address it came from (``Peer-Address``), so
 that the mesh can tie a session to its connection.  The ROUTER does not hand
-an identity over to a second connection (the first keeps it); ZeroMQ
-heartbeats free the identity of a connection that went dead within seconds.
+an identity over to a second connection (the first keeps it); TCP keep-alive
+frees the identity of a connection that went dead within seconds.
+
+No ZeroMQ heartbeats (ZMTP PING/PONG) on the ROUTER: with them, libzmq 4.3.5
+aborts the whole process (``Assertion failed: !_io_error
+(src/stream_engine_base.cpp:310)``).  A connection whose input ZeroMQ stopped at
+the receive high-water mark and whose peer then resets it (a peer that closed
+or died, answering a PING with an RST) is marked failed while it waits for the
+node to read on; the heartbeat timer, re-armed unconditionally, then writes a
+PING on it and trips the assert (zeromq/libzmq #4364, #3937, #4841).  Without
+heartbeats nothing writes on an incoming connection (a node never sends on its
+ROUTER), so our own peers cannot reach that assert.  bench/zmq_abort.py
+reproduces it; docs/protocol.md 2.1 says what replaces the heartbeats.
 
 Opening a connection can fail (out of descriptors: EMFILE); that is logged
 (rate-limited), counted and reported through ``on_connect_failed``, never
@@ -54,9 +65,11 @@ _MORE_NB = int(zmq.SNDMORE | zmq.NOBLOCK)
 _RCVMORE = int(zmq.RCVMORE)
 ZERO_COPY_AFTER = 3  # frames of a message received as bytes; later ones as memoryviews, not copied
 ZERO_COPY_SEND = 256 * 1024  # a message's last frame this large is sent without a copy (a BULK's data)
-HEARTBEAT_IVL_MS = 1000  # the ROUTER pings each incoming connection this often (ZMTP 3.1 PING) ...
 HANDSHAKE_IVL_MS = 5000  # a connection must finish ZeroMQ's greeting within this long
-HEARTBEAT_TIMEOUT_MS = 3000  # ... and drops one that sent nothing for this long after a PING
+# TCP keep-alive on the ROUTER's connections, in place of ZMTP heartbeats (see above):
+KEEPALIVE_IDLE_S = 1  # the kernel probes an incoming connection silent this long ...
+KEEPALIVE_INTVL_S = 1  # ... then this often ...
+KEEPALIVE_CNT = 3  # ... and resets it after this many unanswered probes: ~4 s of silence
 MAX_PARTS = 4  # frames of the longest message (a BULK: sender, type, head, data); more are not kept
 LOG_EVERY = 10.0  # seconds between two warnings of one kind of failure
 
@@ -147,10 +160,14 @@ class ZmqTransport:
         self.router.setsockopt(zmq.MAXMSGSIZE, 2 * MAX_BODY)
         # No ROUTER_HANDOVER: a second connection claiming a connected identity
         # (anyone can, UUIDs are public) must not take it over.  A dead connection
-        # gives its identity up when ZeroMQ's heartbeat times it out.
+        # gives its identity up when TCP keep-alive resets it: its peer's kernel did not
+        # answer KEEPALIVE_CNT probes (a frozen peer's kernel does: its connection stays).
         self.router.setsockopt(zmq.ROUTER_HANDOVER, 0)
-        self.router.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
-        self.router.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
+        # No HEARTBEAT_IVL (ZMTP heartbeats abort libzmq 4.3.5 under back-pressure: above).
+        self.router.setsockopt(zmq.TCP_KEEPALIVE, 1)
+        self.router.setsockopt(zmq.TCP_KEEPALIVE_IDLE, KEEPALIVE_IDLE_S)
+        self.router.setsockopt(zmq.TCP_KEEPALIVE_INTVL, KEEPALIVE_INTVL_S)
+        self.router.setsockopt(zmq.TCP_KEEPALIVE_CNT, KEEPALIVE_CNT)
         # A connection that has not finished ZeroMQ's greeting after this long is closed
         # (libzmq's default is 30 s): opening TCP connections and saying nothing pins
         # the node's descriptors for seconds, not half a minute.
