@@ -76,6 +76,8 @@ import aiohttp
 import benchlib
 from benchlib import NodeProc
 
+from huddle.procs import exit_description
+
 HEARTBEAT = ("BEAT", "TIME")
 MEMBERSHIP = ("HELO", "PEER", "MEMB", "BOUT", "GBYE", "RAWS")
 REPLICATION = ("XMSG", "GSIP")
@@ -266,7 +268,8 @@ class Harness:
                 slow = [w.proc.name for w in self.nodes if not w.proc.api]
                 raise TimeoutError(f"no api line within {timeout:.0f} s from: {', '.join(slow)}") from None
             if not w.proc.api:
-                raise RuntimeError(f"node {w.proc.name} exited ({w.proc.proc.wait()}): {w.proc.log_tail()}")
+                w.proc.proc.wait()
+                raise RuntimeError(death_note(w.proc) + f"\n{w.proc.log_tail()}")
             self.last_api_wall = time.time()
             self.tasks.append(asyncio.create_task(self._follow(w)))
             await w.subscribed.wait()
@@ -469,6 +472,7 @@ class Harness:
     def finish(self) -> None:
         r = self.result
         r.died = [w.proc.name for w in self.nodes if w.proc.proc.poll() is not None]
+        r.notes += [death_note(w.proc) for w in self.nodes if w.proc.name in r.died]
         for w in self.nodes:
             r.refused += w.refused
             r.suspicions += [(t, w.proc.name, peer, what) for t, peer, what in w.suspicions]
@@ -514,7 +518,16 @@ async def run_size(n: int, *, mode: str = "seeds", hold: float = 180.0, rate: fl
             for w in h.nodes:
                 if w.proc.proc.returncode not in (None, -signal.SIGKILL) and w.proc.name not in h.result.died:
                     h.result.died.append(w.proc.name)
+                    h.result.notes.append(death_note(w.proc))
         return h.result
+
+
+def death_note(proc: NodeProc) -> str:
+    """How a node died, with the line of its log that says why (the logs go with the
+    run's temporary directory): ``n7: aborted (SIGABRT) -- see its log; Assertion ...``."""
+    lines = [ln.strip() for ln in proc.log_tail(4000).splitlines() if ln.strip()]
+    why = next((ln for ln in reversed(lines) if "Assertion failed" in ln), lines[-1] if lines else "(empty log)")
+    return f"{proc.name}: {exit_description(proc.proc.returncode or 0)}; its log ends: {why}"
 
 
 # ------------------------------------------------------------------ reporting

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from huddle.procs import NodeProcess
+from huddle.procs import NodeProcess, exit_description
 
 
 def free_port(kind: int = socket.SOCK_STREAM) -> int:
@@ -85,11 +85,14 @@ class Cluster:
         return all(alive_names(n.api) == names - {n.name} for n in nodes)
 
     def close(self) -> None:
+        aborted = [n for n in self.nodes if n.proc.poll() == -signal.SIGABRT]  # before our SIGKILLs
         for n in self.nodes:
             n.signal(signal.SIGKILL)
         for n in self.nodes:
             with contextlib.suppress(Exception):
                 n.wait(10)
+        assert not aborted, "; ".join(f"node {n.name} {exit_description(-signal.SIGABRT)}: {n.log_path}"
+                                      for n in aborted)
 
 
 @pytest.fixture

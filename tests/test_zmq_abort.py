@@ -22,6 +22,7 @@ from conftest import Cluster, get, wait_for
 
 from huddle.ids import NodeId
 from huddle.limits import MeshLimits
+from huddle.procs import exit_description
 from huddle.transport.zmq_transport import ZmqTransport
 
 pytestmark = pytest.mark.processes
@@ -160,3 +161,12 @@ def test_a_frozen_peer_is_suspected_then_gone_in_the_documented_time_and_comes_b
     assert 0.4 < suspected < 1.5, suspected
     assert 1.1 < gone < 2.5, gone
     wait_for(lambda: cluster.mesh_complete([a, b]), 20, "b to be a member again after SIGCONT")
+
+
+def test_a_process_that_aborts_is_said_to_have_aborted() -> None:
+    """Whoever started a node (tests' cluster, the demo, bench/scale.py) says "aborted
+    (SIGABRT) -- see its log" for a native abort, not a bare exit status."""
+    out = subprocess.run([sys.executable, "-c", "import os; os.abort()"], check=False, capture_output=True)
+    assert exit_description(out.returncode) == "aborted (SIGABRT) -- see its log"
+    assert exit_description(-signal.SIGKILL) == "killed by SIGKILL"
+    assert exit_description(2) == "exited with status 2"

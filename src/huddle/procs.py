@@ -8,12 +8,27 @@ lo``), exactly as a user would: the node's first line on standard output is
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-__all__ = ["NodeProcess"]
+__all__ = ["NodeProcess", "exit_description"]
+
+
+def exit_description(returncode: int) -> str:
+    """How a child process ended, said plainly.  A native abort (SIGABRT: a failed
+    assertion inside libzmq, say) cannot be caught in Python and leaves nothing but
+    the message the library printed on standard error, which is in the node's log."""
+    if returncode == -signal.SIGABRT:
+        return "aborted (SIGABRT) -- see its log"
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exited with status {returncode}"
 
 
 class NodeProcess:
@@ -49,7 +64,7 @@ class NodeProcess:
                         return self.api
                     buf = b""
             elif self.proc.poll() is not None:
-                raise RuntimeError(f"node {self.name} exited with {self.proc.returncode}; see {self.log_path}")
+                raise RuntimeError(f"node {self.name} {exit_description(self.proc.returncode)}: {self.log_path}")
             else:
                 time.sleep(0.02)
         raise TimeoutError(f"node {self.name} did not print its API address within {timeout} s")
