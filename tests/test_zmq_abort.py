@@ -57,6 +57,16 @@ def test_huddles_router_survives_the_same_scenario_and_loses_nothing_it_queued()
     assert outcome.read == SENDERS * MESSAGES, outcome.line()
 
 
+@pytest.mark.xfail(strict=True, reason="open: libzmq 4.3.5 answers a PING decoded after a reset through the "
+                   "asserting out_event; no socket option avoids it (bench/README.md, zmq_abort.py)")
+def test_an_outsiders_ping_after_a_reset_does_not_abort_a_busy_router() -> None:
+    """A raw ZMTP client, one write of 2000 messages with a PING among them, then an RST,
+    while the transport is not read (a busy node, default mark 1000).  Known to abort:
+    strict, so that a libzmq that no longer does turns this red and the note is updated."""
+    outcome = _bench().run_round("huddle", 1, 2000, hwm=1000, stall=0.5, scenario="hostile-ping")
+    assert outcome.returncode == 0, outcome.line()
+
+
 def test_the_router_sets_tcp_keepalive_and_no_zmtp_heartbeats() -> None:
     """Pinned on purpose: ZMTP heartbeats (HEARTBEAT_IVL > 0) reach libzmq 4.3.5's
     ``!_io_error`` abort under back-pressure (the tests above); TCP keep-alive -- probed
