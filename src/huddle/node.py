@@ -424,8 +424,8 @@ class Node:
         self._replicator = mesh.service(Replicator)
         self.desk.reload(store.of_kind(DOC_KIND))
         settings = PostSettings(policy=Policy.parse(cfg.posts_policy), chunk_size=cfg.posts_chunk,
-                                interval=cfg.posts_interval)
-        self._posts = PostService(self, PostStore(self.data_dir.path), settings, self._publish,
+                                interval=cfg.posts_interval, require_seal=cfg.group_secret is not None)
+        self._posts = PostService(self, PostStore(self.data_dir.path, self.identity), settings, self._publish,
                                   limits=cfg.limits.posts)
         stack.callback(self._posts.close)
         self._wire_events()
