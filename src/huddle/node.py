@@ -48,7 +48,7 @@ from .protocol.picture import Reports
 from .protocol.replication import Replicator, canonical_json
 from .protocol.stack import build_services
 from .ratelog import RateLog
-from .security import NOT_WIRED, OPEN_GROUP, NodeIdentity, load_or_create_identity, node_id_for
+from .security import OPEN_GROUP, NodeIdentity, load_or_create_identity, node_id_for
 from .transport.naming import NamingClient
 from .transport.stats import DriverStats, TrafficStats
 from .transport.zmq_transport import ZmqTransport
@@ -361,8 +361,6 @@ class Node:
         """Start everything, serve until :meth:`stop`, then stop everything.  Each part
         started is pushed on one exit stack; leaving it stops them in reverse order."""
         async with contextlib.AsyncExitStack() as stack:
-            if self.config.group_secret is not None:
-                raise ConfigError(NOT_WIRED)
             self.data_dir.lock()
             stack.callback(self.data_dir.unlock)
             self.identity = load_or_create_identity(self.data_dir.path)
@@ -481,7 +479,7 @@ class Node:
             naming = NamingClient(
                 uuid=uuid, name=cfg.name, group=cfg.group, endpoint=endpoint, brokers=cfg.naming,
                 interval=cfg.naming_interval, timeout=cfg.naming_timeout, on_peer=self._discovered,
-                limits=cfg.limits.naming,
+                limits=cfg.limits.naming, key=None if cfg.group_secret is None else cfg.group_secret.naming_key(),
             )
             await naming.start()  # closes itself if no broker answers
             self._naming = naming
