@@ -30,7 +30,7 @@ from .discovery.interfaces import LOOPBACK
 from .doc import DOC_KIND, DocEngine
 from .doc.desk import DocumentDesk, Recording
 from .errors import ConfigError, CutOffReadOnly, LocalProtocolError
-from .guests.bridge import BridgeSettings, GuestBridge
+from .guests.bridge import BridgeSettings, GuestBridge, room_key_of
 from .ids import NodeId
 from .log import SqliteStore
 from .log.datadir import DataDir
@@ -436,7 +436,7 @@ class Node:
             await self._bridge.start(
                 BridgeSettings(group=cfg.group, me=uuid, marco_port=cfg.guest_marco_port, tcp_port=cfg.guest_port,
                                ws_port=cfg.guest_ws_port, max_frame=cfg.guest_max_message,
-                               limits=cfg.limits.guests),
+                               limits=cfg.limits.guests, room_key=room_key_of(cfg.group_secret)),
                 iface.ip, mesh, emit=self.emit, clock=self.local_now)
         from .api.http import start_api  # noqa: PLC0415 - aiohttp: imported when a node runs, not with huddle.node
 
