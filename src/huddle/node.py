@@ -48,7 +48,7 @@ from .protocol.picture import Reports
 from .protocol.replication import Replicator, canonical_json
 from .protocol.stack import build_services
 from .ratelog import RateLog
-from .security import OPEN_GROUP, NodeIdentity, load_or_create_identity, node_id_for
+from .security import OPEN_GROUP, GroupSecret, NodeIdentity, load_or_create_identity, node_id_for
 from .transport.naming import NamingClient
 from .transport.stats import DriverStats, TrafficStats
 from .transport.zmq_transport import ZmqTransport
@@ -347,6 +347,10 @@ class Node:
     @property
     def guests(self) -> GuestServer | None:
         return None if self._bridge is None else self._bridge.server
+
+    @property
+    def group_secret(self) -> GroupSecret | None:
+        return self.config.group_secret
 
     def stop(self) -> None:
         """Ask the node to leave the mesh gracefully (GBYE) and stop."""
