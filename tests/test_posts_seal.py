@@ -19,11 +19,13 @@ from huddle.posts.codec import HelloOk, MetaOk, NextOk, decode, encode
 from huddle.posts.model import Post, PostError
 from huddle.posts.store import PostStore
 from huddle.posts.sync import Client, ClientAction, Discard, Finished, SendMsg, meta_ok, post_of
-from huddle.security import NodeIdentity
+from huddle.procs import NodeProcess
+from huddle.security import GroupSecret, NodeIdentity
 
 CONTENT = b"the bout's score sheet"
 ALICE = NodeIdentity.generate()
 MALLORY = NodeIdentity.generate()
+SECRET = GroupSecret.new("derby")
 
 
 def plain(content: bytes = CONTENT, subject: str = "sheet") -> Post:
@@ -167,12 +169,14 @@ def test_content_that_does_not_match_the_sealed_sha256_is_not_kept(tmp_path: Pat
 
 # Loaded by the hostile peer's interpreter (its PYTHONPATH starts with this directory): it
 # serves the posts whose subject starts with "altered" with one octet more claimed than their
-# author sealed, and those starting with "stolen" under a key of its own (the author's id kept).
+# author sealed, those starting with "stolen" under a key of its own (the author's id kept), and
+# those starting with "legacy" without their seal (as a huddle before issue 22 would).
 HOSTILE = '''
 import dataclasses
 
 from huddle.posts import store as _store
-from huddle.security import NodeIdentity
+from huddle.procs import NodeProcess
+from huddle.security import GroupSecret, NodeIdentity
 
 _meta = _store.PostStore.meta
 _key = NodeIdentity.generate().public_key
@@ -184,6 +188,8 @@ def meta(self, pid):
         return dataclasses.replace(post, size=post.size + 1)
     if post.subject.startswith("stolen"):
         return dataclasses.replace(post, public_key=_key)
+    if post.subject.startswith("legacy"):
+        return dataclasses.replace(post, sha256="", author="", public_key=b"", signature=b"")
     return post
 
 
@@ -191,16 +197,24 @@ _store.PostStore.meta = meta
 '''
 
 
-@pytest.mark.processes
-def test_a_peer_serving_altered_posts_gets_them_refused_and_counted(
-        cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def start_hostile(cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *extra: str,
+                  group: str = "test") -> NodeProcess:
+    """A node that loads the patch above (the nodes started after it do not)."""
     patch = tmp_path / "hostile"
     patch.mkdir()
     (patch / "sitecustomize.py").write_text(HOSTILE)
     old = os.environ.get("PYTHONPATH", "")
     monkeypatch.setenv("PYTHONPATH", f"{patch}{os.pathsep}{old}" if old else str(patch))
-    hostile = cluster.start("hostile")
-    monkeypatch.setenv("PYTHONPATH", old)  # the honest node loads no patch
+    try:
+        return cluster.start("hostile", *extra, group=group)
+    finally:
+        monkeypatch.setenv("PYTHONPATH", old)
+
+
+@pytest.mark.processes
+def test_a_peer_serving_altered_posts_gets_them_refused_and_counted(
+        cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    hostile = start_hostile(cluster, tmp_path, monkeypatch)
     altered = add_post(hostile.api, b"score 3-1", "altered: claims one octet more")
     stolen = add_post(hostile.api, b"score 2-2", "stolen: under another key")
     honest = add_post(hostile.api, b"score 1-0", "honest")
@@ -215,3 +229,23 @@ def test_a_peer_serving_altered_posts_gets_them_refused_and_counted(
     stats = post_stats(a.api)
     assert stats["forged"] == 2 and stats["octets_fetched"] == len(b"score 1-0"), stats
     assert not list((tmp_path / "a" / "posts").glob("*.part"))
+    # A legacy post (no seal) is taken in an open group, as before.
+    legacy = add_post(hostile.api, b"score 0-0", "legacy: no seal")
+    wait_for(lambda: legacy["id"] in ids(a.api), 20, "a to fetch the legacy post")
+    assert not get(a.api, f"/api/v1/posts/{legacy['id']}")["sealed"] and post_stats(a.api)["unsealed"] == 0
+
+
+@pytest.mark.processes
+def test_a_secured_group_refuses_legacy_posts(cluster: Cluster, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    join = ("--join", SECRET.code)
+    hostile = start_hostile(cluster, tmp_path, monkeypatch, *join, group="derby")
+    legacy = add_post(hostile.api, b"score 0-0", "legacy: no seal")
+    sealed_one = add_post(hostile.api, b"score 1-0", "sealed")
+    a = cluster.start("a", *join, group="derby")
+    wait_for(lambda: cluster.mesh_complete([hostile, a]), 20, "a and the hostile peer to mesh")
+    wait_for(lambda: sealed_one["id"] in ids(a.api) and post_stats(a.api)["unsealed"] >= 1, 20,
+             "a to fetch the sealed post and refuse the legacy one")
+    assert ids(a.api) == {sealed_one["id"]} and legacy["id"] not in ids(a.api)
+    stats = post_stats(a.api)
+    assert stats["unsealed"] == 1 and stats["forged"] == 0, stats
