@@ -106,3 +106,29 @@ def test_group_show_prints_the_room_key(tmp_path: Path) -> None:
     shown = subprocess.run([sys.executable, "-m", "huddle", "group", "show", str(tmp_path / "derby.key")],
                            capture_output=True, text=True, timeout=60, check=True).stdout
     assert f"room key (guests give it in register's options: docs/guests.md): {KEY}" in shown
+
+
+@pytest.mark.processes
+def test_a_browser_guest_joins_a_keyed_room_with_its_key_only(cluster: Cluster, browser: Any) -> None:
+    node = cluster.start("a", "--join", SECRET.code, "--guests", "--guest-port", "0", "--guest-ws-port", "0",
+                         "--guest-marco-port", str(free_port(socket.SOCK_DGRAM)), group=GROUP, beacon=False)
+    ws = f"ws://127.0.0.1:{get(node.api, '/api/v1/node')['guests']['ws_port']}/"
+    page = browser.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(node.api + "/")
+    page.add_script_tag(url=node.api + "/guest.js")
+    page.evaluate("""([url, key]) => {
+        window.stranger = new HuddleGuest({url, name: "stranger", speaks: ["score"], retry: 600});
+        window.member = new HuddleGuest({url, name: "member", speaks: ["score"], roomKey: key});
+        member.speak("score", {"from": "chromium"});
+    }""", [ws, KEY])
+    page.wait_for_function("window.stranger.errors.length > 0", timeout=10_000)
+    assert "room key" in page.evaluate("window.stranger.errors[0]")
+    wait_for(lambda: [g["name"] for g in get(node.api, "/api/v1/guests")["guests"]] == ["member"], 10,
+             "the member (only) registered")
+    wait_for(lambda: any(e["kind"] == "score" for e in get(node.api, "/api/v1/log?limit=1000")["events"]), 10,
+             "the member's event recorded")
+    assert get(node.api, "/api/v1/guests")["stats"]["room_key_refused"] >= 1
+    page.evaluate("stranger.close(); member.close()")
+    assert not errors, errors
