@@ -15,9 +15,9 @@ post is fetched again.  The node runs that check in a thread (:meth:`unchecked`,
 :func:`digest_file`, :meth:`checked`) so that a large post does not hold its
 event loop; :meth:`read` does it in line when nobody did.  Content is read
 with ``pread`` on a descriptor kept open while the post is being served.
-Fetched chunks are written (``pwrite``) by a writer thread and hashed by a
-hashing thread, each in the order they come, so that the node's event loop
-goes on receiving meanwhile and the two run side by side (both release the
+Fetched chunks are written (``pwrite``) by a writer thread and hashed by two
+hashing threads (SHA1, SHA-256), each in the order they come, so that the node's event loop
+goes on receiving meanwhile and the three run side by side (all release the
 GIL); at most ``MAX_QUEUED`` chunks wait for them.
 """
 
@@ -175,7 +175,8 @@ class PostStore:
         self._verified: dict[str, tuple[int, int]] = {}  # id -> (size, mtime_ns) whose digest matched
         self._readers: dict[str, tuple[int, int]] = {}  # id -> (descriptor, inode) of content being served
         self._writer: ThreadPoolExecutor | None = None  # started with the first fetched chunk
-        self._hasher: ThreadPoolExecutor | None = None  # likewise
+        self._hasher: ThreadPoolExecutor | None = None  # likewise (SHA1)
+        self._hasher256: ThreadPoolExecutor | None = None  # likewise (SHA-256, beside SHA1: not after it)
         self._queued: dict[str, deque[Future[None]]] = {}  # id -> its chunks' writes and hashes, oldest first
         for f in self.posts.glob("upload-*.tmp"):
             f.unlink(missing_ok=True)
@@ -208,7 +209,7 @@ class PostStore:
         for pid in list(self._queued):
             with contextlib.suppress(OSError):
                 self._drain(pid)
-        for pool in (self._writer, self._hasher):
+        for pool in (self._writer, self._hasher, self._hasher256):
             if pool is not None:
                 pool.shutdown()
         for part in self._parts.values():
@@ -423,7 +424,7 @@ class PostStore:
             part = self._parts[pid] = _Part(os.open(self.posts / f"{pid}.part", os.O_RDWR | os.O_CREAT, 0o644))
         fd = part.fd
         queued = self._queued.setdefault(pid, deque())
-        while queued and (queued[0].done() or len(queued) >= 2 * MAX_QUEUED):
+        while queued and (queued[0].done() or len(queued) >= 3 * MAX_QUEUED):  # 3 futures a chunk
             queued.popleft().result()  # waits for the oldest when the queue is full
         if offset == 0:
             self._drain(pid)
@@ -444,13 +445,15 @@ class PostStore:
         in_order = done == offset  # chunks come in order: the digest grows as the file does
         if in_order:
             self._hashes[pid] = (h, done + len(data))
-        if self._writer is None or self._hasher is None:
+        if self._writer is None or self._hasher is None or self._hasher256 is None:
             self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="huddle-posts-writer")
             self._hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="huddle-posts-hasher")
+            self._hasher256 = ThreadPoolExecutor(max_workers=1, thread_name_prefix="huddle-posts-hasher256")
         queued = self._queued.setdefault(pid, deque())
         queued.append(self._writer.submit(_write, part, offset, data))
         if in_order:  # else complete() hashes the file
-            queued.append(self._hasher.submit(h.update, data))
+            queued.append(self._hasher.submit(h.sha1.update, data))
+            queued.append(self._hasher256.submit(h.sha256.update, data))
 
     def _drain(self, pid: str) -> None:
         """Wait until every chunk of ``pid`` given to the writer is written; OSError if one was not."""
