@@ -18,7 +18,7 @@ from posts_kit import FakeLocal
 from huddle.posts.codec import HelloOk, MetaOk, NextOk, decode, encode
 from huddle.posts.model import Post, PostError
 from huddle.posts.store import PostStore
-from huddle.posts.sync import Client, ClientAction, Discard, Finished, SendMsg, meta_ok, post_of
+from huddle.posts.sync import Client, ClientAction, Finished, Release, SendMsg, meta_ok, post_of
 from huddle.procs import NodeProcess
 from huddle.security import GroupSecret, NodeIdentity
 
@@ -118,7 +118,7 @@ def test_the_client_refuses_an_altered_post_before_fetching_anything(change: dic
     altered = dataclasses.replace(sealed(), **change)  # type: ignore[arg-type]
     client, actions = offer(meta_ok(altered))
     assert not fetched(actions)
-    assert Discard(altered.id) in actions and client.stats.forged == 1
+    assert Release(altered.id) in actions and client.stats.forged == 1
     assert not any(isinstance(a, Finished) for a in actions)  # the session goes on with the next post
 
 
@@ -126,7 +126,7 @@ def test_a_legacy_post_is_fetched_in_an_open_group_and_refused_in_a_secured_one(
     client, actions = offer(meta_ok(plain()))
     assert fetched(actions) and client.stats.unsealed == 0
     client, actions = offer(meta_ok(plain()), require_seal=True)
-    assert not fetched(actions) and Discard(plain().id) in actions and client.stats.unsealed == 1
+    assert not fetched(actions) and Release(plain().id) in actions and client.stats.unsealed == 1
 
 
 def test_an_upload_is_sealed_by_the_stores_identity(tmp_path: Path) -> None:

@@ -476,13 +476,14 @@ class Client:
             raise RemoteProtocolError(f"META-OK of {pid} has metadata whose id is {post.id}")
         refused = not post.seal_ok() if post.sealed else self.require_seal
         if refused:
-            # Refused for good from this server, nothing written (a partial file of it is removed):
-            # an altered or forged seal, or a legacy post where seals are required.
+            # Refused for good from this server (the range covers it), nothing written: an altered or
+            # forged seal, or a legacy post where seals are required.  A partial file of the post
+            # (from an honest server) stays: this one's offer says nothing about it.
             if post.sealed:
                 self.stats.forged += 1
             else:
                 self.stats.unsealed += 1
-            self._actions.append(Discard(pid))
+            self._actions.append(Release(pid))
             self._passed(pid)
             return
         if post.size > self.limits.max_size:
