@@ -195,9 +195,13 @@ def decode(frames: Sequence[bytes], topic: bytes) -> NamingMessage:
         raise DecodeError(f"naming announcement's ts {_shown(ts)} is not milliseconds since the epoch")
     if mac is not None and (not isinstance(mac, str) or len(mac) != 64 or not _HEX.match(mac)):
         raise DecodeError(f"naming announcement's mac {_shown(mac)} is not 64 hex digits")
+    try:
+        signed = b"" if mac is None else _canonical(msg)
+    except (ValueError, RecursionError):  # members nested too deep to write out again
+        raise DecodeError("naming announcement cannot be written out again to check its mac") from None
     return Announcement(NodeId(bytes.fromhex(uuid)), _text(msg, "group", MAX_NAME),
                         _text(msg, "name", MAX_NAME, default=""), endpoint, ts,
-                        b"" if mac is None else bytes.fromhex(mac), b"" if mac is None else _canonical(msg))
+                        b"" if mac is None else bytes.fromhex(mac), signed)
 
 
 # --------------------------------------------------------------------------- state (sans-I/O)
