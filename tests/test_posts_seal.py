@@ -218,7 +218,7 @@ def test_a_peer_serving_altered_posts_gets_them_refused_and_counted(
     altered = add_post(hostile.api, b"score 3-1", "altered: claims one octet more")
     stolen = add_post(hostile.api, b"score 2-2", "stolen: under another key")
     honest = add_post(hostile.api, b"score 1-0", "honest")
-    assert altered["sealed"] and honest["author"] == get(hostile.api, "/api/v1/posts")[0]["author"]
+    assert altered["sealed"] and honest["author_key"] == get(hostile.api, "/api/v1/node")["key"]
     a = cluster.start("a")
     wait_for(lambda: cluster.mesh_complete([hostile, a]), 20, "a and the hostile peer to mesh")
     wait_for(lambda: honest["id"] in ids(a.api) and post_stats(a.api)["forged"] >= 2, 20,

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..errors import HuddleError
-from ..security import NodeIdentity, node_id_for, verify
+from ..security import NodeIdentity, fingerprint, node_id_for, verify
 
 __all__ = [
     "HEAD", "TAIL", "CorruptContent", "Policy", "Post", "PostError", "Range", "UnknownPost",
@@ -149,7 +149,8 @@ class Post:
                 "parent_id": self.parent_id or None, "mime_type": self.mime_type,
                 "digest": self.digest, "size": self.size, "sealed": self.sealed,
                 "sha256": self.sha256 or None, "author": self.author or None,
-                "public_key": self.public_key.hex() or None, "signature": self.signature.hex() or None}
+                "public_key": self.public_key.hex() or None, "signature": self.signature.hex() or None,
+                "author_key": fingerprint(self.public_key) if self.sealed else None}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Post:
