@@ -115,6 +115,16 @@ class ApiClient:
         result: dict[str, Any] = await self._request("GET", "/api/v1/guests")
         return result
 
+    async def join(self) -> dict[str, Any] | None:
+        """A secured group's join panel (``GET /api/v1/join``: join code, room key); None in an open group."""
+        try:
+            result: dict[str, Any] = await self._request("GET", "/api/v1/join")
+        except ApiError as exc:
+            if str(exc).startswith("404 "):
+                return None
+            raise
+        return result
+
     async def guest_action(self, name: str, action: str) -> dict[str, Any]:
         result: dict[str, Any] = await self._request("POST", f"/api/v1/guests/{quote(name, safe='')}/{action}", {})
         return result

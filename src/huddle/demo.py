@@ -173,11 +173,13 @@ async def _demo_guests(nodes: list[NodeProcess]) -> None:
     for n in (first, last):
         async with ApiClient(n.api) as api:
             ports.append((await api.guests())["tcp_port"])
+            join = await api.join()  # a secured group's room is keyed (docs/guests.md, "The room key")
+    room_key = "" if join is None else str(join["room_key"])
     print(f"== guests (the Noam protocol): a scoreboard on {last.name} hears what a scorekeeper on {first.name} says")
     async with Guest("scoreboard", room="demo", hears=["score"], host=("127.0.0.1", ports[1]),
-                     listen="127.0.0.1") as board, \
+                     listen="127.0.0.1", room_key=room_key) as board, \
             Guest("scorekeeper", room="demo", speaks=["score"], host=("127.0.0.1", ports[0]),
-                  listen="127.0.0.1") as keeper:
+                  listen="127.0.0.1", room_key=room_key) as keeper:
         started = time.monotonic()
         await keeper.speak("score", {"team": "home", "points": 4})
         event = await board.next_event(timeout=10)

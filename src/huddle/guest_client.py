@@ -50,6 +50,7 @@ from .guests.codec import (
     encode,
     encode_datagram,
 )
+from .guests.room import ROOM_KEY_OPTION
 
 __all__ = ["Guest", "GuestError"]
 
@@ -90,11 +91,15 @@ class Guest:
         reconnect: bool = True,
         dialect: str = "python",
         version: str = __version__,
+        room_key: str = "",
     ) -> None:
         """``host`` (IP, TCP port) skips discovery; otherwise marcos go to
         ``marco_address``:``marco_port`` every ``marco_interval`` seconds.
         ``listen`` is where the guest's own TCP server listens (port chosen
-        by the system); use "127.0.0.1" when the host is on this machine."""
+        by the system); use "127.0.0.1" when the host is on this machine.
+        ``room_key``: a keyed room's key (a secured group's: ``huddle group show``,
+        the status page), sent in register's options; a keyed room refuses a guest
+        without it (its ``error`` lands in :attr:`errors`)."""
         self.name = name
         self.room = room
         self.hears = tuple(hears)
@@ -109,6 +114,7 @@ class Guest:
         self.reconnect = reconnect
         self.dialect = dialect
         self.version = version
+        self.room_key = room_key
         self.host: tuple[str, int] | None = None  # the host we are registered with
         self.port = 0  # our own TCP port
         self.acks = 0  # heartbeat_acks received
@@ -123,6 +129,7 @@ class Guest:
         self._last_sent = 0.0
         self._closed = False
         self._lost = asyncio.Event()
+        self._refused = asyncio.Event()  # the host sent an error on the connection we opened
         self._tasks: set[asyncio.Task[Any]] = set()
 
     # ------------------------------------------------------------------ public
@@ -140,15 +147,19 @@ class Guest:
         except TimeoutError:
             await self.close()
             raise GuestError(f"no host of room {self.room!r} answered within {timeout} s") from None
-        try:
-            await asyncio.wait_for(self.connected_back.wait(), max(0.0, deadline - time.monotonic()))
-        except TimeoutError:
+        back = asyncio.ensure_future(self.connected_back.wait())
+        refused = asyncio.ensure_future(self._refused.wait())  # an error on our connection: it is closed
+        _, pending = await asyncio.wait((back, refused), timeout=max(0.0, deadline - time.monotonic()),
+                                        return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        if not self.connected_back.is_set():
             await self.close()
             if self.errors:  # e.g. our name is a guest's still connected there
-                raise GuestError(f"the host {self.host} refused us: {self.errors[-1]}") from None
+                raise GuestError(f"the host {self.host} refused us: {self.errors[-1]}")
             raise GuestError(f"the host {self.host} took our registration but did not connect back to our port "
                              f"{self.listen}:{self.port} within {timeout} s (a firewall? pass listen= an "
-                             "address the host can reach)") from None
+                             "address the host can reach)")
 
     async def speak(self, topic: str, value: Any) -> None:
         """Say an event on ``topic`` (any JSON value)."""
@@ -203,8 +214,10 @@ class Guest:
                 continue
             self._writer, self.host = writer, host
             self._lost.clear()
+            options = {ROOM_KEY_OPTION: self.room_key} if self.room_key else {}
             self._write(encode(Register(self.name, self.port, self.hears, self.speaks, self.dialect, self.version,
-                                        heartbeat=self.heartbeat, heartbeat_ack=self.heartbeat_ack)))
+                                        heartbeat=self.heartbeat, heartbeat_ack=self.heartbeat_ack,
+                                        options=options)))
             self.registrations += 1
             self.registered.set()
             beats = asyncio.create_task(self._beat())
@@ -281,6 +294,8 @@ class Guest:
                     elif isinstance(m, Error):
                         self.errors.append(m.reason)
                         log.warning("the host says: %s", m.reason)
+                        if own:
+                            self._refused.set()
         except (FrameError, ConnectionError, OSError) as exc:
             log.info("lost the host: %s", exc)
         if own:

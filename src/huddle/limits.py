@@ -175,6 +175,8 @@ class NamingLimits:
                                     default=200)
     max_brokers: int = _doc("broker endpoints welcomes may make the node's naming PUB socket connect to",
                             default=8)
+    max_age: float = _doc("seconds a secured group's announcement may be stamped before (or after) the "
+                          "receiver's clock", default=60.0)
 
 
 # ------------------------------------------------------------------------- all

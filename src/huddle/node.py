@@ -30,7 +30,7 @@ from .discovery.interfaces import LOOPBACK
 from .doc import DOC_KIND, DocEngine
 from .doc.desk import DocumentDesk, Recording
 from .errors import ConfigError, CutOffReadOnly, LocalProtocolError
-from .guests.bridge import BridgeSettings, GuestBridge
+from .guests.bridge import BridgeSettings, GuestBridge, room_key_of
 from .ids import NodeId
 from .log import SqliteStore
 from .log.datadir import DataDir
@@ -48,7 +48,7 @@ from .protocol.picture import Reports
 from .protocol.replication import Replicator, canonical_json
 from .protocol.stack import build_services
 from .ratelog import RateLog
-from .security import NOT_WIRED, OPEN_GROUP, NodeIdentity, load_or_create_identity, node_id_for
+from .security import OPEN_GROUP, GroupSecret, NodeIdentity, load_or_create_identity, node_id_for
 from .transport.naming import NamingClient
 from .transport.stats import DriverStats, TrafficStats
 from .transport.zmq_transport import ZmqTransport
@@ -348,6 +348,10 @@ class Node:
     def guests(self) -> GuestServer | None:
         return None if self._bridge is None else self._bridge.server
 
+    @property
+    def group_secret(self) -> GroupSecret | None:
+        return self.config.group_secret
+
     def stop(self) -> None:
         """Ask the node to leave the mesh gracefully (GBYE) and stop."""
         self._stop.set()
@@ -361,8 +365,6 @@ class Node:
         """Start everything, serve until :meth:`stop`, then stop everything.  Each part
         started is pushed on one exit stack; leaving it stops them in reverse order."""
         async with contextlib.AsyncExitStack() as stack:
-            if self.config.group_secret is not None:
-                raise ConfigError(NOT_WIRED)
             self.data_dir.lock()
             stack.callback(self.data_dir.unlock)
             self.identity = load_or_create_identity(self.data_dir.path)
@@ -424,8 +426,8 @@ class Node:
         self._replicator = mesh.service(Replicator)
         self.desk.reload(store.of_kind(DOC_KIND))
         settings = PostSettings(policy=Policy.parse(cfg.posts_policy), chunk_size=cfg.posts_chunk,
-                                interval=cfg.posts_interval)
-        self._posts = PostService(self, PostStore(self.data_dir.path), settings, self._publish,
+                                interval=cfg.posts_interval, require_seal=cfg.group_secret is not None)
+        self._posts = PostService(self, PostStore(self.data_dir.path, self.identity), settings, self._publish,
                                   limits=cfg.limits.posts)
         stack.callback(self._posts.close)
         self._wire_events()
@@ -438,7 +440,7 @@ class Node:
             await self._bridge.start(
                 BridgeSettings(group=cfg.group, me=uuid, marco_port=cfg.guest_marco_port, tcp_port=cfg.guest_port,
                                ws_port=cfg.guest_ws_port, max_frame=cfg.guest_max_message,
-                               limits=cfg.limits.guests),
+                               limits=cfg.limits.guests, room_key=room_key_of(cfg.group_secret)),
                 iface.ip, mesh, emit=self.emit, clock=self.local_now)
         from .api.http import start_api  # noqa: PLC0415 - aiohttp: imported when a node runs, not with huddle.node
 
@@ -481,7 +483,7 @@ class Node:
             naming = NamingClient(
                 uuid=uuid, name=cfg.name, group=cfg.group, endpoint=endpoint, brokers=cfg.naming,
                 interval=cfg.naming_interval, timeout=cfg.naming_timeout, on_peer=self._discovered,
-                limits=cfg.limits.naming,
+                limits=cfg.limits.naming, key=None if cfg.group_secret is None else cfg.group_secret.naming_key(),
             )
             await naming.start()  # closes itself if no broker answers
             self._naming = naming

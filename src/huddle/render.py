@@ -177,4 +177,5 @@ def size_text(n: int) -> str:
 
 def posts_text(posts: list[dict[str, Any]]) -> str:
     return "\n".join(f"{p['id'][:12]}  {p['timestamp']}  {size_text(p['size']):>10}  {p['mime_type']:<24} {p['subject']}"
-                     + (f"  (re {p['parent_id'][:12]})" if p.get("parent_id") else "") for p in posts) or "no posts"
+                     + (f"  (re {p['parent_id'][:12]})" if p.get("parent_id") else "")
+                     + (f"  by {p['author_key']}" if p.get("author_key") else "") for p in posts) or "no posts"

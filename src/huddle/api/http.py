@@ -47,6 +47,7 @@ from .guard import (
     safe_next,
     token_required,
 )
+from .join import add_join_routes
 from .ports import ApiNode
 from .posts_http import add_post_routes
 
@@ -764,6 +765,7 @@ def make_app(node: ApiNode, limits: ApiLimits | None = None) -> web.Application:
     app.router.add_get("/api/v1/guests", _get_guests)
     app.router.add_post("/api/v1/guests/{name}/{action:grab|fire}", _post_guest_action)
     add_post_routes(app)
+    add_join_routes(app)
     return app
 
 

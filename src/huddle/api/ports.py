@@ -17,6 +17,7 @@ from ..ids import NodeId
 from ..log import SqliteStore
 from ..posts.service import PostService
 from ..protocol import Event, PeerInfo
+from ..security import GroupSecret
 from ..wire import LogRecord
 
 __all__ = ["ApiMesh", "ApiNode"]
@@ -60,6 +61,10 @@ class ApiNode(Protocol):
 
     @property
     def posts(self) -> PostService: ...
+
+    @property
+    def group_secret(self) -> GroupSecret | None:
+        """The group's secret (None: an open group); the join panel shows its code."""
 
     def local_now(self) -> float: ...
 

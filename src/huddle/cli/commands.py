@@ -233,6 +233,7 @@ def _group(args: argparse.Namespace) -> int:
         return 0
     secret = load_group_file(args.file)
     print(f"group: {secret.group}\nkey id: {secret.key_id}\njoin code: {secret.code}")
+    print(f"room key (guests give it in register's options: docs/guests.md): {secret.room_key_text()}")
     return 0
 
 

@@ -22,15 +22,21 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..errors import ConfigError
 from ..ids import NodeId
 from ..limits import GuestLimits
+from ..security import GroupSecret
 from .choice import HostLinks
-from .room import Room
+from .room import Room, room_key_for
 
 if TYPE_CHECKING:
     from .server import GuestServer
 
-__all__ = ["GUEST_KEY", "BridgeSettings", "GuestBridge", "GuestHosts", "Spoken"]
+__all__ = ["GUEST_KEY", "BridgeSettings", "GuestBridge", "GuestHosts", "Spoken", "room_key_of"]
 
 GUEST_KEY = "noam_guest"  # a guest's event in the log: {"noam_guest": name, "value": value}
+
+
+def room_key_of(group: GroupSecret | None) -> str:
+    """The room key of a node's group: a secured group's (room.room_key_for); "" for an open group."""
+    return "" if group is None else room_key_for(group)
 
 
 class GuestHosts(Protocol):
@@ -63,6 +69,7 @@ class BridgeSettings:
     ws_port: int
     max_frame: int
     limits: GuestLimits
+    room_key: str = ""  # a secured group's room key (room.room_key_for): guests must give it
 
 
 class GuestBridge:
@@ -87,7 +94,7 @@ class GuestBridge:
 
         s = settings
         server = GuestServer(
-            Room(s.group, me=s.me, limits=s.limits),
+            Room(s.group, me=s.me, limits=s.limits, room_key=s.room_key),
             GuestSettings(host=host, marco_port=s.marco_port, tcp_port=s.tcp_port, ws_port=s.ws_port,
                           max_frame=s.max_frame),
             on_event=said, clock=clock, hosts=hosts, links=links,

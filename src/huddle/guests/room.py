@@ -43,6 +43,11 @@ Rules (the Noam document, and what it leaves open):
   old address, which the host no longer has.  Each is closed (counted in
   ``closed_address_changed``) and its guest leaves; the guest finds the host
   again by marco, at its new address.
+- A keyed room (``room_key``: a secured group's, issue 22) takes a
+  ``register`` only when its options carry the room's key (``"room_key"``,
+  compared in constant time, case, spaces and dashes aside); otherwise the
+  guest gets an ``error``, its connection is closed, nothing of it is
+  recorded (counted in ``room_key_refused``).
 - Bad input (not a Noam message, a message before ``register``, a
   guest_name that is not the registered one) gets an ``error`` message and
   the connection is closed; other guests are not affected.
@@ -50,12 +55,14 @@ Rules (the Noam document, and what it leaves open):
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..counters import Counters
 from ..limits import GuestLimits
+from ..security import GroupSecret
 from .choice import chosen_host
 from .codec import Error, Event, Heartbeat, HeartbeatAck, Marco, Message, Polo, Register
 
@@ -140,6 +147,23 @@ class Spotted:
                 "address": self.address, "seen_ago": round(now - self.last_seen, 3)}
 
 
+ROOM_KEY_OPTION = "room_key"  # the member of register's options that carries the room key
+
+
+def room_key_for(group: GroupSecret) -> str:
+    """A secured group's room key as people type it (``GroupSecret.room_key_text``)."""
+    return group.room_key_text()
+
+
+def room_key_matches(given: object, expected: str) -> bool:
+    """Is ``given`` (what a guest sent) the room key ``expected``?  Case, spaces and dashes do
+    not matter; compared in constant time in the key's content."""
+    if not isinstance(given, str):
+        return False
+    typed = "".join(given.split()).replace("-", "").upper()
+    return hmac.compare_digest(typed.encode("utf-8", "replace"), expected.replace("-", "").encode("ascii"))
+
+
 @dataclass(slots=True)
 class RoomCounters(Counters):
     """What the room refused or forgot (served in ``GET /api/v1/guests`` -> ``stats``)."""
@@ -153,6 +177,7 @@ class RoomCounters(Counters):
     spotted_forgotten: int = 0  # names dropped from the free / other lists past max_spotted
     marcos_left_to_others: int = 0  # marcos for this room not answered: another host of the group is chosen
     closed_address_changed: int = 0  # connections closed because the host's address changed (moved)
+    room_key_refused: int = 0  # registrations refused: a keyed room, and not its key in register's options
 
 
 @dataclass(slots=True)
@@ -171,6 +196,7 @@ class Room:
     tcp_port: int = 0  # what polo tells guests to connect to
     me: bytes = b""  # this node's UUID: its rendezvous weight decides which guests it answers
     spotted_for: float = 60.0  # a free or other guest unheard this long is dropped from the lists
+    room_key: str = ""  # a keyed room's key (room_key_for): register must carry it ("": any guest is taken)
     guests: dict[str, GuestInfo] = field(default_factory=dict)
     free: dict[str, Spotted] = field(default_factory=dict)
     others: dict[str, Spotted] = field(default_factory=dict)
@@ -358,6 +384,10 @@ class Room:
         known = self._conns.get(conn)
         if known is not None and known != m.guest:
             return self.bad(conn, f"this connection is guest {known!r}; register {m.guest!r} on its own connection")
+        if self.room_key and not room_key_matches(m.options.get(ROOM_KEY_OPTION), self.room_key):
+            self.counters.room_key_refused += 1
+            return self._refuse(conn, "this room is keyed: give its room key in register's options as "
+                                      f"{ROOM_KEY_OPTION!r} (the group's organiser has it); nothing was recorded")
         old = self.guests.get(m.guest)
         if old is not None and old.conn != conn:
             self.counters.names_taken += 1

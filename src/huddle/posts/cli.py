@@ -77,13 +77,17 @@ async def run(api: ApiClient, args: argparse.Namespace) -> tuple[Any, str]:
     out: Path = args.out
     tmp = out.with_name(out.name + ".part")
     h = hashlib.sha1(usedforsecurity=False)
+    h256 = hashlib.sha256()  # a sealed post's (docs/protocol.md 15.7)
     try:
         with tmp.open("wb") as w:
             async for block in api.post_content(args.id):
                 h.update(block)
+                h256.update(block)
                 w.write(block)
         if h.hexdigest() != meta["digest"]:
             raise HuddleError(f"the content received does not match the post's digest {meta['digest']}")
+        if meta.get("sha256") and h256.hexdigest() != meta["sha256"]:
+            raise HuddleError(f"the content received does not match the post's sealed SHA-256 {meta['sha256']}")
         tmp.replace(out)
     except OSError as exc:
         raise HuddleError(f"cannot write {out}: {exc.strerror}") from None

@@ -31,6 +31,7 @@ SIGNATURE = b"\xaa\xa0"
 MAX_CHUNK = 4 * 1024 * 1024  # the largest chunk a server sends in a CHUNK-OK, whatever a client asks
 MAX_FETCH = 1024 * 1024  # the largest CONTENT (a BULK's data frame, wire.MAX_BULK)
 _CONTENT_HEAD = struct.Struct(">2sBQQ")  # signature, command, token, offset
+SEAL_OCTETS = (32, 16, 32, 64)  # a META-OK's seal: sha256, author, public key, signature
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +85,12 @@ class MetaOk:
     digest: str
     mime_type: str
     content_size: int
+    # huddle's seal (issue 22; all or none, after content-size): the content's SHA-256, the
+    # author's node id, its Ed25519 public key and signature.  A META-OK without it is a legacy post's.
+    sha256: bytes = b""
+    author: bytes = b""
+    public_key: bytes = b""
+    signature: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,8 +183,12 @@ def encode(msg: HydraMessage) -> bytes:
         case NextOlder() | NextNewer() | NextOk():
             return head + _string(msg.ident)
         case MetaOk():
+            seal = (msg.sha256, msg.author, msg.public_key, msg.signature)
+            if any(seal) and tuple(len(f) for f in seal) != SEAL_OCTETS:
+                raise ValueError(f"a META-OK's seal is {SEAL_OCTETS} octets, not {tuple(len(f) for f in seal)}")
             return (head + _string(msg.subject, long=True) + _string(msg.timestamp) + _string(msg.parent_id)
-                    + _string(msg.digest) + _string(msg.mime_type) + struct.pack(">Q", msg.content_size))
+                    + _string(msg.digest) + _string(msg.mime_type) + struct.pack(">Q", msg.content_size)
+                    + b"".join(seal))
         case Chunk():
             return head + struct.pack(">QI", msg.offset, msg.octets)
         case Fetch():
@@ -237,6 +248,10 @@ def decode(payload: bytes) -> HydraMessage:
     elif cmd == MetaOk.ID:
         msg = MetaOk(r.string("subject", long=True), r.string("timestamp"), r.string("parent_id"),
                      r.string("digest"), r.string("mime_type"), r.number(8, "content_size"))
+        if r.pos < len(payload):  # huddle's seal: all of it (a legacy META-OK ends here)
+            sha256, author, public_key, signature = (r.take(n, "seal") for n in SEAL_OCTETS)
+            msg = MetaOk(msg.subject, msg.timestamp, msg.parent_id, msg.digest, msg.mime_type, msg.content_size,
+                         sha256, author, public_key, signature)
     elif cmd == Chunk.ID:
         msg = Chunk(r.number(8, "offset"), r.number(4, "octets"))
     elif cmd == ChunkOk.ID:

@@ -4,10 +4,19 @@
 in hex, where ``digest`` is the SHA1 of the content in hex and ``parent_id``
 is the empty string for a post without a parent.  The same post has the same
 id on every node.
+
+huddle's addition (issue 22): a post is **sealed** by its author.  The author signs
+(Ed25519, its node key) the metadata together with a SHA-256 of the content (the SHA1
+digest alone is collision-weak; it stays, as the Hydra id needs it) and its own id, and
+the post carries the author's public key and that signature (:meth:`Post.seal_ok`).  The
+author id is the one the key gives (``security.node_id_for``), so nobody can seal a post in
+another node's name.  A post without a seal is a *legacy* post (an earlier huddle's, or one
+of the Hydra sync's without the extension): accepted in open mode only.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from dataclasses import dataclass
@@ -15,6 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..errors import HuddleError
+from ..security import NodeIdentity, fingerprint, node_id_for, verify
 
 __all__ = [
     "HEAD", "TAIL", "CorruptContent", "Policy", "Post", "PostError", "Range", "UnknownPost",
@@ -23,6 +33,9 @@ __all__ = [
 
 _TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z\Z")
 _HEX40 = re.compile(r"[0-9a-f]{40}\Z")
+_HEX64 = re.compile(r"[0-9a-f]{64}\Z")
+_HEX32 = re.compile(r"[0-9a-f]{32}\Z")
+_SEAL_CONTEXT = b"huddle post seal v1\x00"  # what a seal's signature is of: never anything else's
 MAX_SUBJECT = 64 * 1024
 MAX_MIME = 255
 
@@ -76,6 +89,12 @@ class Post:
     mime_type: str
     digest: str
     size: int
+    # The seal (all four, or none: a legacy post): SHA-256 of the content (hex), the author's
+    # node id (32 hex digits, the one its key gives), its Ed25519 public key and signature.
+    sha256: str = ""
+    author: str = ""
+    public_key: bytes = b""
+    signature: bytes = b""
 
     def __post_init__(self) -> None:
         if len(self.subject.encode("utf-8", "surrogatepass")) > MAX_SUBJECT:
@@ -91,6 +110,35 @@ class Post:
             raise PostError(f"digest {self.digest!r} is not a SHA1 in hex")
         if not 0 <= self.size < 2**63:
             raise PostError(f"size {self.size} out of range")
+        any_seal = self.sealed or self.sha256 or self.author or self.public_key
+        if any_seal and not (_HEX64.match(self.sha256) and _HEX32.match(self.author)
+                             and len(self.public_key) == 32 and len(self.signature) == 64):
+            raise PostError("a post's seal needs a SHA-256 (64 hex digits), an author id (32 hex digits), "
+                            "a public key (32 octets) and a signature (64 octets)")
+
+    @property
+    def sealed(self) -> bool:
+        """Does the post carry a seal (whether or not it is good)?"""
+        return bool(self.signature)
+
+    def sealed_part(self) -> bytes:
+        """The octets the author signs: every field of the metadata but the seal's signature,
+        each with its length (so no two posts sign the same octets)."""
+        fields = (self.subject, self.timestamp, self.parent_id, self.mime_type, self.digest, str(self.size),
+                  self.sha256, self.author)
+        raw = [f.encode("utf-8", "surrogatepass") for f in fields] + [self.public_key]
+        return _SEAL_CONTEXT + b"".join(len(f).to_bytes(4, "big") + f for f in raw)
+
+    def seal_ok(self) -> bool:
+        """A sealed post whose author id is the one its key gives and whose signature is good."""
+        return (self.sealed and str(node_id_for(self.public_key)) == self.author
+                and verify(self.public_key, self.sealed_part(), self.signature))
+
+    def seal(self, identity: NodeIdentity, sha256: str) -> Post:
+        """This post sealed by ``identity`` (its author), with the content's SHA-256 (hex)."""
+        unsigned = dataclasses.replace(self, sha256=sha256, author=str(identity.node_id),
+                                       public_key=identity.public_key, signature=b"\0" * 64)
+        return dataclasses.replace(unsigned, signature=identity.sign(unsigned.sealed_part()))
 
     @property
     def id(self) -> str:
@@ -99,14 +147,20 @@ class Post:
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "subject": self.subject, "timestamp": self.timestamp,
                 "parent_id": self.parent_id or None, "mime_type": self.mime_type,
-                "digest": self.digest, "size": self.size}
+                "digest": self.digest, "size": self.size, "sealed": self.sealed,
+                "sha256": self.sha256 or None, "author": self.author or None,
+                "public_key": self.public_key.hex() or None, "signature": self.signature.hex() or None,
+                "author_key": fingerprint(self.public_key) if self.sealed else None}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Post:
         try:
             post = cls(subject=str(data["subject"]), timestamp=str(data["timestamp"]),
                        parent_id=str(data.get("parent_id") or ""), mime_type=str(data["mime_type"]),
-                       digest=str(data["digest"]), size=int(data["size"]))
+                       digest=str(data["digest"]), size=int(data["size"]), sha256=str(data.get("sha256") or ""),
+                       author=str(data.get("author") or ""),
+                       public_key=bytes.fromhex(str(data.get("public_key") or "")),
+                       signature=bytes.fromhex(str(data.get("signature") or "")))
         except (KeyError, TypeError, ValueError) as exc:
             raise PostError(f"bad post metadata: {exc}") from None
         if "id" in data and data["id"] != post.id:

@@ -119,6 +119,8 @@ class PostRefusals(Counters):
     malformed: int = 0  # sync answers out of the protocol or with metadata out of range (session ended)
     uploads_refused: int = 0  # uploads over posts.max-size: 413, nothing kept
     store_full: int = 0  # fetching sessions stopped: the store holds posts.max-posts posts
+    forged: int = 0  # offered posts whose seal does not verify (altered metadata, another's key): nothing kept
+    unsealed: int = 0  # offered legacy posts (no seal) refused because the group is secured: nothing kept
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +131,7 @@ class PostSettings:
     interval: float = 2.0
     timeout: float = 30.0
     retry_after: float = 5.0
+    require_seal: bool = False  # a secured group: posts without their author's seal are refused
 
 
 class PostService:
@@ -140,7 +143,7 @@ class PostService:
         self.limits = limits or PostLimits()
         self.refused = PostRefusals()
         self._warnings = RateLog(log, period=LOG_EVERY)  # per what is warned about
-        self._counted: dict[NodeId, tuple[int, int, int, int]] = {}  # a session's refusals counted so far
+        self._counted: dict[NodeId, tuple[int, ...]] = {}  # a session's refusals counted so far
         self._publish = publish
         uuid = node.uuid
         assert uuid is not None
@@ -296,7 +299,8 @@ class PostService:
         s = self.settings
         client = Client(self.store, str(uuid), self.node.config.name, range=self.store.load_range(str(peer)),
                         policy=s.policy, chunk_size=s.chunk_size, window=s.window, timeout=s.timeout,
-                        retry_after=s.retry_after, tokens=self._tokens, limits=self.limits)
+                        retry_after=s.retry_after, tokens=self._tokens, limits=self.limits,
+                        require_seal=s.require_seal)
         self.clients[peer] = client
         self._counted.pop(peer, None)
         self.stats.sessions += 1
@@ -309,9 +313,17 @@ class PostService:
     def _carry_counted(self, peer: NodeId, client: Client, actions: list[ClientAction]) -> None:
         """:meth:`_carry`, counting (and warning about) what the client refused since last counted."""
         s, r = client.stats, self.refused
-        too_large, no_space, malformed, full = self._counted.get(peer, (0, 0, 0, 0))
-        self._counted[peer] = (s.too_large, s.no_space, s.malformed, s.store_full)
+        too_large, no_space, malformed, full, forged, unsealed = self._counted.get(peer, (0, 0, 0, 0, 0, 0))
+        self._counted[peer] = (s.too_large, s.no_space, s.malformed, s.store_full, s.forged, s.unsealed)
         self._carry(peer, actions)
+        r.forged += s.forged - forged
+        if s.forged > forged:
+            self.warn("forged", "refusing posts from %s whose author's seal does not verify (altered or forged); "
+                      "%d refused so far", peer.short, r.forged)
+        r.unsealed += s.unsealed - unsealed
+        if s.unsealed > unsealed:
+            self.warn("unsealed", "refusing posts from %s without their author's seal (legacy posts are accepted "
+                      "in open groups only); %d refused so far", peer.short, r.unsealed)
         r.too_large += s.too_large - too_large
         r.store_full += s.store_full - full
         if s.store_full > full:
@@ -378,6 +390,8 @@ class PostService:
             self._news(but=peer)
         elif not self.store.holds(post.id):
             self.stats.bad_content += 1
+            self.warn("bad_content", "refusing content from %s that does not match its post's digests; "
+                      "%d refused so far", peer.short, self.stats.bad_content)
 
     # ------------------------------------------------------------- sending
 

@@ -7,16 +7,17 @@
     peers/UUID.json     per peer: the range of its posts we have been through
 
 Content goes to and from disk in chunks and is never held whole in memory.
-Its SHA1 is checked on arrival (before a post is kept) and before it is served
+Its SHA1 is checked on arrival (before a post is kept; a sealed post's SHA-256 too,
+model.py) and before it is served
 (again whenever the file's size or modification time changed); a file that
 does not match is dropped, and the peers' ranges are forgotten so that the
 post is fetched again.  The node runs that check in a thread (:meth:`unchecked`,
 :func:`digest_file`, :meth:`checked`) so that a large post does not hold its
 event loop; :meth:`read` does it in line when nobody did.  Content is read
 with ``pread`` on a descriptor kept open while the post is being served.
-Fetched chunks are written (``pwrite``) by a writer thread and hashed by a
-hashing thread, each in the order they come, so that the node's event loop
-goes on receiving meanwhile and the two run side by side (both release the
+Fetched chunks are written (``pwrite``) by a writer thread and hashed by two
+hashing threads (SHA1, SHA-256), each in the order they come, so that the node's event loop
+goes on receiving meanwhile and the three run side by side (all release the
 GIL); at most ``MAX_QUEUED`` chunks wait for them.
 """
 
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..errors import ConfigError, DataDirLocked
+from ..security import NodeIdentity
 from .model import HEAD, TAIL, CorruptContent, Post, PostError, Range, UnknownPost, is_post_id
 
 __all__ = ["PostStore", "Upload", "digest_file"]
@@ -75,6 +77,31 @@ def _write(part: _Part, offset: int, data: bytes | memoryview) -> None:
         raise
 
 
+class _Digests:
+    """The content's SHA1 (Hydra's digest) and SHA-256 (a sealed post's), fed together."""
+
+    __slots__ = ("sha1", "sha256")
+
+    def __init__(self) -> None:
+        self.sha1 = hashlib.sha1(usedforsecurity=False)
+        self.sha256 = hashlib.sha256()
+
+    def update(self, data: bytes | memoryview) -> None:
+        self.sha1.update(data)
+        self.sha256.update(data)
+
+
+def hash_file(path: Path) -> tuple[_Digests, int]:
+    """Both digests and the size of a file, read in blocks (blocking)."""
+    h = _Digests()
+    size = 0
+    with path.open("rb") as f:
+        while block := f.read(READ_BLOCK):
+            h.update(block)
+            size += len(block)
+    return h, size
+
+
 def digest_file(path: Path) -> tuple[str, int]:
     """SHA1 (hex) and size of a file, read in blocks (blocking: may run in a thread)."""
     h = hashlib.sha1(usedforsecurity=False)
@@ -93,7 +120,7 @@ class Upload:
         self._store = store
         self.path = store.posts / f"upload-{os.getpid()}-{id(self):x}.tmp"
         self._file: IO[bytes] = self.path.open("wb")
-        self._hash = hashlib.sha1(usedforsecurity=False)
+        self._hash = _Digests()
         self.size = 0
 
     def write(self, data: bytes) -> None:
@@ -102,10 +129,13 @@ class Upload:
         self.size += len(data)
 
     def finish(self, subject: str, timestamp: str, parent_id: str, mime_type: str) -> tuple[Post, bool]:
-        """Keep the post; (post, False) if the store already held it."""
+        """Keep the post, sealed by the store's identity if it has one; (post, False) if the
+        store already held it."""
         self._file.close()
         try:
-            post = Post(subject, timestamp, parent_id, mime_type, self._hash.hexdigest(), self.size)
+            post = Post(subject, timestamp, parent_id, mime_type, self._hash.sha1.hexdigest(), self.size)
+            if self._store.identity is not None:
+                post = post.seal(self._store.identity, self._hash.sha256.hexdigest())
             if parent_id and not self._store.holds(parent_id):
                 raise PostError(f"parent post {parent_id} is not in this node's store")
         except PostError:
@@ -120,7 +150,8 @@ class Upload:
 
 
 class PostStore:
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, identity: NodeIdentity | None = None) -> None:
+        self.identity = identity  # seals the posts added here (uploads); None: they go out unsealed
         self.posts = data_dir / "posts"
         self.peers = data_dir / "peers"
         try:
@@ -140,11 +171,12 @@ class PostStore:
         self._used = 0
         self._claimed: set[str] = set()
         self._parts: dict[str, _Part] = {}  # id -> the .part being written
-        self._hashes: dict[str, tuple[Any, int]] = {}  # id -> (SHA1 so far, octets hashed) of a .part
+        self._hashes: dict[str, tuple[_Digests, int]] = {}  # id -> (digests so far, octets hashed) of a .part
         self._verified: dict[str, tuple[int, int]] = {}  # id -> (size, mtime_ns) whose digest matched
         self._readers: dict[str, tuple[int, int]] = {}  # id -> (descriptor, inode) of content being served
         self._writer: ThreadPoolExecutor | None = None  # started with the first fetched chunk
-        self._hasher: ThreadPoolExecutor | None = None  # likewise
+        self._hasher: ThreadPoolExecutor | None = None  # likewise (SHA1)
+        self._hasher256: ThreadPoolExecutor | None = None  # likewise (SHA-256, beside SHA1: not after it)
         self._queued: dict[str, deque[Future[None]]] = {}  # id -> its chunks' writes and hashes, oldest first
         for f in self.posts.glob("upload-*.tmp"):
             f.unlink(missing_ok=True)
@@ -177,7 +209,7 @@ class PostStore:
         for pid in list(self._queued):
             with contextlib.suppress(OSError):
                 self._drain(pid)
-        for pool in (self._writer, self._hasher):
+        for pool in (self._writer, self._hasher, self._hasher256):
             if pool is not None:
                 pool.shutdown()
         for part in self._parts.values():
@@ -392,7 +424,7 @@ class PostStore:
             part = self._parts[pid] = _Part(os.open(self.posts / f"{pid}.part", os.O_RDWR | os.O_CREAT, 0o644))
         fd = part.fd
         queued = self._queued.setdefault(pid, deque())
-        while queued and (queued[0].done() or len(queued) >= 2 * MAX_QUEUED):
+        while queued and (queued[0].done() or len(queued) >= 3 * MAX_QUEUED):  # 3 futures a chunk
             queued.popleft().result()  # waits for the oldest when the queue is full
         if offset == 0:
             self._drain(pid)
@@ -400,10 +432,10 @@ class PostStore:
                 # Only when there is something to cut: on ext4, truncating a file to 0 (even an
                 # empty one) makes its close write the whole content out (auto_da_alloc).
                 os.ftruncate(fd, 0)
-            self._hashes[pid] = (hashlib.sha1(usedforsecurity=False), 0)
+            self._hashes[pid] = (_Digests(), 0)
         elif pid not in self._hashes:  # resuming: hash what is already there, once
             self._drain(pid)
-            h = hashlib.sha1(usedforsecurity=False)
+            h = _Digests()
             done = 0
             while done < offset and (block := os.pread(fd, min(READ_BLOCK, offset - done), done)):
                 h.update(block)
@@ -413,13 +445,15 @@ class PostStore:
         in_order = done == offset  # chunks come in order: the digest grows as the file does
         if in_order:
             self._hashes[pid] = (h, done + len(data))
-        if self._writer is None or self._hasher is None:
+        if self._writer is None or self._hasher is None or self._hasher256 is None:
             self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="huddle-posts-writer")
             self._hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="huddle-posts-hasher")
+            self._hasher256 = ThreadPoolExecutor(max_workers=1, thread_name_prefix="huddle-posts-hasher256")
         queued = self._queued.setdefault(pid, deque())
         queued.append(self._writer.submit(_write, part, offset, data))
         if in_order:  # else complete() hashes the file
-            queued.append(self._hasher.submit(h.update, data))
+            queued.append(self._hasher.submit(h.sha1.update, data))
+            queued.append(self._hasher256.submit(h.sha256.update, data))
 
     def _drain(self, pid: str) -> None:
         """Wait until every chunk of ``pid`` given to the writer is written; OSError if one was not."""
@@ -446,11 +480,12 @@ class PostStore:
             part.touch()
         running = self._hashes.pop(pid, None)
         if running is not None and running[1] == post.size == part.stat().st_size:
-            digest, size = running[0].hexdigest(), post.size  # hashed as it was written
+            digests, size = running[0], post.size  # hashed as it was written
         else:
-            digest, size = digest_file(part)
-        if digest != post.digest or size != post.size:
-            log.warning("fetched content of %s does not match its digest (%s, %d octets): dropped", pid, digest, size)
+            digests, size = hash_file(part)
+        digest = digests.sha1.hexdigest()
+        if digest != post.digest or size != post.size or (post.sealed and digests.sha256.hexdigest() != post.sha256):
+            log.debug("fetched content of %s does not match its digests (%s, %d octets): dropped", pid, digest, size)
             part.unlink(missing_ok=True)
             return False
         return self.keep(post, part)

@@ -58,7 +58,7 @@ from .model import HEAD, TAIL, CorruptContent, Policy, Post, PostError, Range, U
 
 __all__ = [
     "Client", "ClientAction", "Complete", "Discard", "Finished", "Local", "Release", "SendMsg", "Server", "Source",
-    "WriteChunk",
+    "WriteChunk", "meta_ok", "post_of",
 ]
 
 class Source(Protocol):
@@ -76,6 +76,20 @@ class Source(Protocol):
     def read(self, pid: str, offset: int, size: int) -> bytes | memoryview:
         """Up to ``size`` octets of content from ``offset`` (its digest checked first:
         CorruptContent when it does not match); UnknownPost; OSError when the disk fails."""
+
+
+def meta_ok(post: Post) -> MetaOk:
+    """The META-OK of ``post``, with its seal if it has one."""
+    if not post.sealed:
+        return MetaOk(post.subject, post.timestamp, post.parent_id, post.digest, post.mime_type, post.size)
+    return MetaOk(post.subject, post.timestamp, post.parent_id, post.digest, post.mime_type, post.size,
+                  bytes.fromhex(post.sha256), bytes.fromhex(post.author), post.public_key, post.signature)
+
+
+def post_of(msg: MetaOk) -> Post:
+    """The post a META-OK describes (PostError if its metadata is out of range)."""
+    return Post(msg.subject, msg.timestamp, msg.parent_id, msg.mime_type, msg.digest, msg.content_size,
+                msg.sha256.hex(), msg.author.hex(), msg.public_key, msg.signature)
 
 
 # ---------------------------------------------------------------------------- server
@@ -151,8 +165,7 @@ class Server:
                 post = self.source.meta(session.current)
                 if isinstance(msg, Meta):
                     self.stats.posts_served += 1
-                    return MetaOk(post.subject, post.timestamp, post.parent_id, post.digest, post.mime_type,
-                                  post.size)
+                    return meta_ok(post)
                 if msg.octets == 0:
                     return Error(400, f"{type(msg).__name__.upper()} of 0 octets")
                 if msg.offset > post.size:
@@ -270,6 +283,8 @@ class ClientStats(Counters):
     no_space: int = 0  # posts passed over for now: the disk has less free than they need and limits.min_free
     malformed: int = 0  # answers out of the protocol or with metadata out of range (the session ended)
     store_full: int = 0  # sessions stopped: the store holds limits.max_posts posts
+    forged: int = 0  # posts refused: a seal that does not verify (altered metadata, or another's key)
+    unsealed: int = 0  # posts refused: no seal, and this node requires one (a secured group)
 
 
 @dataclass(slots=True)
@@ -287,6 +302,7 @@ class Client:
     retry_after: float = 5.0  # no content for this long: ask again from where the file stops
     tokens: Iterator[int] = field(default_factory=lambda: itertools.count(1))  # FETCH tokens, unique per node
     limits: PostLimits = field(default_factory=PostLimits)
+    require_seal: bool = False  # a secured group: legacy (unsealed) posts are refused
     state: _State = _State.IDLE
     stats: ClientStats = field(default_factory=ClientStats)
     _cursor: str = HEAD
@@ -454,10 +470,22 @@ class Client:
     def _on_meta(self, msg: MetaOk) -> None:
         pid = self._current
         assert pid is not None
-        post = Post(msg.subject, msg.timestamp, msg.parent_id, msg.mime_type, msg.digest, msg.content_size)
+        post = post_of(msg)
         if post.id != pid:
             self._actions.append(Release(pid))
             raise RemoteProtocolError(f"META-OK of {pid} has metadata whose id is {post.id}")
+        refused = not post.seal_ok() if post.sealed else self.require_seal
+        if refused:
+            # Refused for good from this server (the range covers it), nothing written: an altered or
+            # forged seal, or a legacy post where seals are required.  A partial file of the post
+            # (from an honest server) stays: this one's offer says nothing about it.
+            if post.sealed:
+                self.stats.forged += 1
+            else:
+                self.stats.unsealed += 1
+            self._actions.append(Release(pid))
+            self._passed(pid)
+            return
         if post.size > self.limits.max_size:
             # Refused before anything is written, for good (the range covers it); a partial
             # file of it (from before the limit was lowered) is removed.

@@ -14,6 +14,7 @@ derived from that secret for the mechanisms of issue 22's next step.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import tomllib
@@ -112,6 +113,12 @@ class GroupSecret:
     def room_key(self) -> bytes:
         """The guests' room key."""
         return self.derive("room")
+
+    def room_key_text(self) -> str:
+        """The guests' room key as people type it (a guest's register gives it): 120 bits of
+        :meth:`room_key` in base32 (RFC 4648), six groups of four, ``XXXX-XXXX-XXXX-XXXX-XXXX-XXXX``."""
+        text = base64.b32encode(self.room_key()[:15]).decode("ascii")
+        return "-".join(text[i:i + 4] for i in range(0, len(text), 4))
 
     def file_text(self) -> str:
         name = json.dumps(self.group, ensure_ascii=False).replace("\x7f", "\\u007f")  # a TOML basic string

@@ -16,7 +16,10 @@ checked whole by :func:`decode` (which returns a message or raises
 time passed in) decides what a message may make the node do, within
 :class:`~huddle.limits.NamingLimits`: how many messages it handles per
 second, how many peers it remembers, how many broker endpoints its PUB
-connects to.  :class:`NamingClient` only moves bytes; an exception in
+connects to.  In a secured group (issue 22) a node's announcements carry a
+timestamp and a MAC (HMAC-SHA256 with the group's naming key, which the
+broker does not hold), and an announcement without a valid MAC, or older
+than ``naming.max-age``, is ignored and counted.  :class:`NamingClient` only moves bytes; an exception in
 handling one message is counted and logged (rate-limited), and its receive
 loop goes on.
 """
@@ -26,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import hmac
 import json
 import logging
 import re
@@ -46,7 +50,7 @@ from ..ratelog import RateLog
 
 __all__ = [
     "AnnounceNow", "Announcement", "ConnectPub", "Heard", "NamingClient", "NamingState", "NamingStats",
-    "PeerFound", "Welcome", "announcement_topic", "decode", "run_broker",
+    "PeerFound", "Welcome", "announcement_body", "announcement_topic", "decode", "run_broker",
 ]
 
 log = logging.getLogger("huddle.naming")
@@ -64,6 +68,7 @@ LOG_EVERY: Final = 60.0  # seconds between two warnings about refused naming mes
 _HOST = re.compile(r"(\[[0-9A-Fa-f:.]{2,45}\]|[A-Za-z0-9*][A-Za-z0-9.-]{0,252})\Z")
 _PORT = re.compile(r"[0-9]{1,5}\Z")
 _UUID = re.compile(r"[0-9A-Fa-f]{32}\Z")
+_HEX = re.compile(r"[0-9a-f]*\Z")
 _WILDCARD = ("*", "0.0.0.0")
 
 
@@ -97,6 +102,29 @@ class Announcement:
     group: str
     name: str
     endpoint: str
+    ts: int | None = None  # milliseconds since the epoch, when it was made (a secured group's)
+    mac: bytes = b""  # HMAC-SHA256 of ``signed`` with the naming key (empty: none)
+    signed: bytes = b""  # the canonical form of the body without its "mac": what the MAC is of
+
+
+def _canonical(fields: dict[str, Any]) -> bytes:
+    """The octets an announcement's MAC is of: its fields (all but "mac") as compact JSON, keys sorted."""
+    return json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+def _mac(key: bytes, signed: bytes) -> bytes:
+    return hmac.new(key, signed, hashlib.sha256).digest()
+
+
+def announcement_body(uuid: NodeId, group: str, name: str, endpoint: str, *, key: bytes | None = None,
+                      wall: float = 0.0) -> bytes:
+    """A node's announcement; with the group's naming ``key``, stamped (``wall``: seconds since
+    the epoch) and MAC'd."""
+    fields: dict[str, Any] = {"v": 1, "uuid": uuid.hex(), "group": group, "name": name, "endpoint": endpoint}
+    if key is None:
+        return json.dumps(fields).encode()
+    fields["ts"] = int(wall * 1000)
+    return json.dumps(fields | {"mac": _mac(key, _canonical(fields)).hex()}).encode()
 
 
 NamingMessage = Welcome | Announcement
@@ -162,8 +190,18 @@ def decode(frames: Sequence[bytes], topic: bytes) -> NamingMessage:
     endpoint = msg.get("endpoint")
     _endpoint(endpoint, "announcement's endpoint", wildcard=False)
     assert isinstance(endpoint, str)
+    ts, mac = msg.get("ts"), msg.pop("mac", None)
+    if ts is not None and (not isinstance(ts, int) or isinstance(ts, bool) or not 0 <= ts < 2**53):
+        raise DecodeError(f"naming announcement's ts {_shown(ts)} is not milliseconds since the epoch")
+    if mac is not None and (not isinstance(mac, str) or len(mac) != 64 or not _HEX.match(mac)):
+        raise DecodeError(f"naming announcement's mac {_shown(mac)} is not 64 hex digits")
+    try:
+        signed = b"" if mac is None else _canonical(msg)
+    except (ValueError, RecursionError):  # members nested too deep to write out again
+        raise DecodeError("naming announcement cannot be written out again to check its mac") from None
     return Announcement(NodeId(bytes.fromhex(uuid)), _text(msg, "group", MAX_NAME),
-                        _text(msg, "name", MAX_NAME, default=""), endpoint)
+                        _text(msg, "name", MAX_NAME, default=""), endpoint, ts,
+                        b"" if mac is None else bytes.fromhex(mac), signed)
 
 
 # --------------------------------------------------------------------------- state (sans-I/O)
@@ -207,6 +245,8 @@ class NamingStats(Counters):
     peers_refused: int = 0  # a new peer while naming.max-peers are remembered
     welcomes_refused: int = 0  # a new broker endpoint while naming.max-brokers are connected
     errors: int = 0  # an unexpected exception handling one message (counted; the loop goes on)
+    unauthenticated: int = 0  # a secured group's: announcements without a valid MAC (ignored)
+    stale: int = 0  # a secured group's: announcements stamped more than naming.max-age from now (ignored)
 
 
 class NamingState:
@@ -218,14 +258,19 @@ class NamingState:
     - a welcome connects the naming PUB to its endpoint, at most ``max_brokers`` distinct ones
       (``welcomes_refused``), and prompts an announcement;
     - our own announcement is proof a broker forwards us (``heard``);
+    - with the group's naming ``key`` (a secured group), an announcement without a valid MAC
+      is ignored (``unauthenticated``), as is one stamped more than ``max_age`` seconds
+      before or after the wall clock (``stale``), ours included;
     - another group's is counted (``other_group``);
     - another node's is a peer found (fed to the mesh); a node not remembered yet prompts an
       announcement (late joiners), unless ``max_peers`` are remembered (``peers_refused``); a
       peer is forgotten ``peer_expiry`` seconds after its last announcement.
     """
 
-    def __init__(self, uuid: NodeId, group: str, brokers: tuple[str, ...], limits: NamingLimits) -> None:
+    def __init__(self, uuid: NodeId, group: str, brokers: tuple[str, ...], limits: NamingLimits,
+                 key: bytes | None = None) -> None:
         self.uuid, self.group, self.brokers, self.limits = uuid, group, brokers, limits
+        self.key = key  # the group's naming key: announcements must carry its MAC (None: open group)
         self.topic = announcement_topic(group)
         self.stats = NamingStats()
         self.pub_endpoints: set[str] = set()
@@ -237,9 +282,10 @@ class NamingState:
     def peers(self) -> int:
         return len(self._peers)
 
-    def receive(self, frames: Sequence[bytes], now: float) -> list[NamingAction]:
+    def receive(self, frames: Sequence[bytes], now: float, wall: float = 0.0) -> list[NamingAction]:
         """One received message (its first two frames, or all if fewer; more make it malformed:
-        give ``frames`` a third element then) -> actions."""
+        give ``frames`` a third element then) -> actions.  ``now`` is monotonic; ``wall`` the
+        seconds since the epoch (a secured group's announcements are stamped with it)."""
         if not self._admit(now):
             self.stats.rate_limited += 1
             return []
@@ -250,6 +296,13 @@ class NamingState:
             return []
         if isinstance(msg, Welcome):
             return self._welcome(msg)
+        if self.key is not None:
+            if not msg.mac or not hmac.compare_digest(_mac(self.key, msg.signed), msg.mac):
+                self.stats.unauthenticated += 1
+                return []
+            if msg.ts is None or abs(wall * 1000 - msg.ts) > self.limits.max_age * 1000:
+                self.stats.stale += 1
+                return []
         return self._announcement(msg, now)
 
     def _admit(self, now: float) -> bool:
@@ -320,12 +373,14 @@ class NamingClient:
         timeout: float,
         on_peer: Callable[[NodeId, str], None],
         limits: NamingLimits | None = None,
+        key: bytes | None = None,
     ) -> None:
         self.uuid, self.name, self.group, self.endpoint = uuid, name, group, endpoint
         self.brokers = brokers
         self.interval, self.timeout = interval, timeout
         self.on_peer = on_peer
-        self.state = NamingState(uuid, group, brokers, limits or NamingLimits())
+        self.state = NamingState(uuid, group, brokers, limits or NamingLimits(), key)
+        self.key = key  # the group's naming key: announcements are stamped and MAC'd (None: open group)
         self.topic = self.state.topic
         self._ctx = zmq.asyncio.Context()
         self._sub = self._ctx.socket(zmq.SUB)
@@ -338,16 +393,12 @@ class NamingClient:
         self._heard = asyncio.Event()
         self._announce_now = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        self._body = json.dumps({"v": 1, "uuid": uuid.hex(), "group": group, "name": name,
-                                 "endpoint": endpoint}).encode()
         self._warnings = RateLog(log, period=LOG_EVERY)  # per what is warned about
         self._refusals = 0  # refused messages when last warned about
 
     def set_endpoint(self, endpoint: str) -> None:
         """This node's endpoint changed (its address moved): announce the new one now."""
         self.endpoint = endpoint
-        self._body = json.dumps({"v": 1, "uuid": self.uuid.hex(), "group": self.group, "name": self.name,
-                                 "endpoint": endpoint}).encode()
         self._announce_now.set()
 
     @property
@@ -397,19 +448,21 @@ class NamingClient:
                 await asyncio.sleep(0.1)
                 continue
             try:
-                for action in self.state.receive(frames, time.monotonic()):
+                for action in self.state.receive(frames, time.monotonic(), time.time()):
                     self._do(action)
             except Exception as exc:  # one message must never end the loop
                 self.stats.errors += 1
                 self._warn("error", "naming: error handling a message on %r (counted in 'errors'): %r",
                            frames[0][:40], exc)
             s = self.stats
-            refused = s.malformed + s.rate_limited + s.peers_refused + s.welcomes_refused
+            refused = (s.malformed + s.rate_limited + s.peers_refused + s.welcomes_refused + s.unauthenticated
+                       + s.stale)
             if refused != self._refusals:
                 self._refusals = refused
                 self._warn("refused", "naming: refusing messages through the brokers (malformed %d, "
-                           "rate-limited %d, peers refused %d, welcomes refused %d so far)",
-                           s.malformed, s.rate_limited, s.peers_refused, s.welcomes_refused)
+                           "rate-limited %d, peers refused %d, welcomes refused %d, unauthenticated %d, "
+                           "stale %d so far)", s.malformed, s.rate_limited, s.peers_refused, s.welcomes_refused,
+                           s.unauthenticated, s.stale)
 
     def _do(self, action: NamingAction) -> None:
         if isinstance(action, ConnectPub):
@@ -426,7 +479,9 @@ class NamingClient:
         while True:
             if self.state.pub_endpoints:
                 try:
-                    await self._pub.send_multipart([self.topic, self._body])
+                    body = announcement_body(self.uuid, self.group, self.name, self.endpoint, key=self.key,
+                                             wall=time.time())
+                    await self._pub.send_multipart([self.topic, body])
                     self.stats.announced += 1
                 except zmq.ZMQError as exc:
                     self.stats.errors += 1

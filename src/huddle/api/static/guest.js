@@ -15,13 +15,15 @@
 // heartbeat period P the guest sends a heartbeat P seconds after its last
 // message; a host that hears nothing for 2 P fires it.  When the connection
 // closes the guest connects and registers again after `retry` seconds.
+// A secured group's room is keyed: pass its room key as `roomKey` (docs/guests.md,
+// "The room key"); a host that refuses the guest sends an error, kept in `errors`.
 "use strict";
 
 class HuddleGuest {
   constructor({ url, name, hears = [], speaks = [], heartbeat = 2, heartbeatAck = false,
-                dialect = "javascript", version = "1", retry = 1 }) {
+                dialect = "javascript", version = "1", retry = 1, roomKey = "" }) {
     if (!url || !name) throw new Error("HuddleGuest needs a url (ws://HOST:PORT/) and a name");
-    Object.assign(this, { url, name, hears, speaks, heartbeat, heartbeatAck, dialect, version, retry });
+    Object.assign(this, { url, name, hears, speaks, heartbeat, heartbeatAck, dialect, version, retry, roomKey });
     this.handlers = {};
     this.anyHandlers = [];
     this.queue = [];
@@ -72,6 +74,7 @@ class HuddleGuest {
     this.ws = ws;
     ws.onopen = () => {
       const options = this.heartbeat ? { heartbeat: String(this.heartbeat), heartbeat_ack: String(this.heartbeatAck) } : {};
+      if (this.roomKey) options.room_key = this.roomKey;
       this._send(HuddleGuest.encode(["register", this.name, 0, this.hears, this.speaks, this.dialect, this.version, options]));
       this._status("registered");
       for (const msg of this.queue.splice(0)) this._send(msg);
