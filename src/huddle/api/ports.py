@@ -17,9 +17,10 @@ from ..ids import NodeId
 from ..log import SqliteStore
 from ..posts.service import PostService
 from ..protocol import Event, PeerInfo
+from ..security.trust import TrustedKey
 from ..wire import LogRecord
 
-__all__ = ["ApiMesh", "ApiNode"]
+__all__ = ["ApiMesh", "ApiNode", "TrustPort"]
 
 
 class ApiMesh(Protocol):
@@ -32,6 +33,16 @@ class ApiMesh(Protocol):
     def excluded(self) -> dict[NodeId, str]: ...
 
     def alive_peers(self) -> list[NodeId]: ...
+
+
+class TrustPort(Protocol):
+    """Allow-list mode's keys, as the API changes them (transport/zap.py AllowList)."""
+
+    def listed(self) -> list[dict[str, str]]: ...
+
+    def add(self, text: str, name: str = "") -> TrustedKey: ...
+
+    def remove(self, text: str) -> TrustedKey | None: ...
 
 
 class ApiNode(Protocol):
@@ -60,6 +71,9 @@ class ApiNode(Protocol):
 
     @property
     def posts(self) -> PostService: ...
+
+    @property
+    def allow_list(self) -> TrustPort | None: ...
 
     def local_now(self) -> float: ...
 
