@@ -5,6 +5,9 @@ nothing; in allow-list mode a removed key is cut off within one heartbeat interv
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -15,7 +18,7 @@ from conftest import Cluster, get, http, wait_for
 
 from huddle.procs import NodeProcess
 from huddle.protocol.mesh import Timing
-from huddle.security import GroupSecret
+from huddle.security import GroupSecret, NodeIdentity
 
 pytestmark = pytest.mark.processes
 
@@ -185,3 +188,29 @@ def test_a_node_with_group_flags_starts_and_allow_list_needs_a_secret(tmp_path: 
         node.signal(9)
         node.wait(10)
     assert "allow-list mode needs a group secret" in node.log_path.read_text()
+
+
+def _huddle(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "huddle", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_huddle_trust_changes_a_running_node_and_its_file(cluster: Cluster, tmp_path: Path) -> None:
+    key = _group_file(tmp_path)
+    strict = cluster.start("strict", "--group-key", str(key), "--allow-list", beacon=False)
+    plain = cluster.start("plain", "--group-key", str(key), beacon=False)
+    member = NodeIdentity.generate()
+    added = _huddle("trust", "add", member.public_key.hex(), "--name", "judges", "--api", strict.api)
+    assert added.returncode == 0 and f"trusted {member.fingerprint} judges" in added.stdout, added.stderr
+    listed = json.loads(_huddle("trust", "list", "--api", strict.api, "--json").stdout)
+    assert listed == {"keys": [{"public_key": member.public_key.hex(), "fingerprint": member.fingerprint,
+                                "name": "judges"}]}
+    assert member.public_key.hex() in (strict.data_dir / "trusted-keys").read_text()
+    bad = _huddle("trust", "add", member.fingerprint, "--api", strict.api)
+    assert bad.returncode == 1 and "fingerprint names a listed key only" in bad.stderr
+    removed = _huddle("trust", "remove", member.fingerprint.lower(), "--api", strict.api)
+    assert removed.returncode == 0 and "cut off now" in removed.stdout, removed.stderr
+    assert json.loads(_huddle("trust", "list", "--api", strict.api, "--json").stdout) == {"keys": []}
+    again = _huddle("trust", "remove", member.fingerprint, "--api", strict.api)
+    assert again.returncode == 1 and "no trusted key is named so" in again.stderr
+    refused = _huddle("trust", "list", "--api", plain.api)
+    assert refused.returncode == 1 and "not in allow-list mode" in refused.stderr
