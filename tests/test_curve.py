@@ -106,11 +106,13 @@ def test_a_raw_dealer_without_curve_or_with_a_wrong_key_gets_nothing_through(clu
                 sock.send_multipart([me, *hello])
         wait_for(lambda: {"no-curve", "wrong-server-key"} <= set(_security(a.api)["stats"]["by_reason"]), 10,
                  "both refusals counted")
-        assert plain.poll(int(2 * HEARTBEAT * 1000)) == 0 and wrong.poll(0) == 0  # no reply, ever
+        assert plain.poll(int(2 * HEARTBEAT * 1000)) == 0, "a reply to a client without CURVE"
+        assert wrong.poll(0) == 0, "a reply to a client with a wrong server key"
         info = get(a.api, "/api/v1/node")
-        assert info["stats"]["traffic"]["received"]["HELO"] == 0  # nothing reached the codec
+        assert info["stats"]["traffic"]["received"]["HELO"] == 0, info["stats"]  # nothing reached the codec
+        assert info["stats"]["foreign_by_address"] == {}, info["stats"]
         assert get(a.api, "/api/v1/peers") == []
-        assert _sources(a.api) <= {info["uuid"]}
+        assert _sources(a.api) <= {info["uuid"]}, _sources(a.api)
     finally:
         ctx.destroy(linger=0)
 

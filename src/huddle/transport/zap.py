@@ -135,7 +135,15 @@ class CurveGuard:
                 loop.add_reader(cast(int, sock.getsockopt(zmq.FD)), read)
                 loop.call_soon(read)  # edge-triggered: what came before add_reader
 
+    def poll(self) -> None:
+        """Safety net against a missed edge (a ZAP request unanswered holds a handshake)."""
+        self._zap_readable()
+        self._monitor_readable()
+
     def close(self) -> None:
+        if self._router is not None:
+            with contextlib.suppress(zmq.ZMQError):
+                self._router.disable_monitor()
         for sock in (self._zap, self._monitor):
             if sock is None:
                 continue
@@ -143,9 +151,6 @@ class CurveGuard:
                 with contextlib.suppress(zmq.ZMQError, ValueError, RuntimeError):
                     self._loop.remove_reader(cast(int, sock.getsockopt(zmq.FD)))
             sock.close(linger=0)
-        if self._router is not None:
-            with contextlib.suppress(zmq.ZMQError):
-                self._router.disable_monitor()
 
     # ------------------------------------------------------------------ judging
 

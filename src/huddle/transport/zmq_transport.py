@@ -290,6 +290,8 @@ class ZmqTransport:
         """Safety net against a missed edge; called from the node's timer."""
         if _events(self.router) & zmq.POLLIN:
             self._readable()
+        if self.guard is not None:
+            self.guard.poll()
         self._flush()
 
     # ---------------------------------------------------------------- outbox
