@@ -18,7 +18,9 @@ per :data:`LOG_EVERY` seconds and reason:
 - ``wrong-server-key``: the client's handshake does not decrypt (it does not know the
   group's server key: an outsider, or a member of another secret);
 - ``no-curve``: the client speaks ZeroMQ without CURVE (an open-mode node, a raw socket);
-- ``handshake``: any other handshake failure the ROUTER's monitor reports.
+- ``handshake``: any other handshake failure the ROUTER's monitor reports (among them a
+  client without CURVE that hung up on seeing the server's greeting before the server
+  read its own).
 
 A key removed from the allow-list is refused at its next handshake, and the messages of
 connections it already has are dropped (``dropped_messages``): :meth:`CurveGuard.revoke`.
