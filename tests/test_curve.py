@@ -71,6 +71,7 @@ def test_members_form_a_secured_mesh_and_an_outsider_with_another_secret_is_refu
             assert "outsider" not in {p["name"] for p in get(member.api, "/api/v1/peers")}
             assert out_uuid not in _sources(member.api)
         assert {p["name"] for p in get(outsider.api, "/api/v1/peers") if p["state"] == "alive"} == set()
+        assert _sources(outsider.api) <= {out_uuid}  # it reads nothing: not even a's event
         time.sleep(0.2)
     assert _security(a.api)["stats"]["by_reason"].get("wrong-server-key", 0) >= 1
     assert cluster.mesh_complete([a, b])  # the members are unaffected

@@ -229,8 +229,8 @@ def _group(args: argparse.Namespace) -> int:
         print(f"join code (give it to members only; with the group's name it gives the secret):\n  {secret.code}")
         print(f"members join with: huddle node --group-key {out}   or   huddle node --group {secret.group} "
               f"--join {secret.code}")
-        print("note: nodes do not use group secrets on the mesh yet (issue 22 step 2); "
-              "a node given one refuses to start")
+        print("nodes given it encrypt and authenticate every mesh connection (CurveZMQ); add --allow-list to "
+              "admit only the node keys each trusts (huddle trust add)")
         return 0
     secret = load_group_file(args.file)
     print(f"group: {secret.group}\nkey id: {secret.key_id}\njoin code: {secret.code}")
