@@ -149,6 +149,7 @@ def test_the_demo_without_java_says_how_to_get_it_and_still_succeeds(tmp_path: P
                          capture_output=True, text=True, timeout=280, check=False, env=env)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "all stopped, exit codes [0, 0]" in out.stdout
+    assert re.search(r"mesh security: group mode, group key [0-9a-f]{8}, \d+ connections refused", out.stdout)
     audit = out.stdout.split("== the audit")[1]
     assert "skipped: the pipeline runs on Apache Spark, which needs Java 17 or newer" in audit
     assert "apt-get install openjdk-17-jre-headless" in audit and "scripts/system-deps" in audit

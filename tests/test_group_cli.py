@@ -1,12 +1,14 @@
 """`huddle group new|show`, and a node given a group secret (--group-key, --join, TOML
-group-key): parsed and checked, and -- until the mesh uses it (issue 22 step 2) -- refused
-at start rather than run open while its user believes it secured."""
+group-key): parsed and checked, and the node then runs secured (CurveZMQ: tests/test_curve.py)."""
 
 from __future__ import annotations
 
+import json
+import signal
 import stat
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ import pytest
 from huddle.cli import main
 from huddle.config import NodeConfig, load_config
 from huddle.errors import ConfigError
+from huddle.procs import NodeProcess
 from huddle.security import GroupSecret, load_group_file
 
 
@@ -54,14 +57,32 @@ def _node(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=60)
 
 
-def test_a_node_given_a_group_secret_refuses_to_start(tmp_path: Path) -> None:
+@pytest.mark.processes
+def test_a_node_given_a_group_secret_runs_secured(tmp_path: Path) -> None:
     secret = GroupSecret.new("derby")
     secret.save(tmp_path / "derby.key")
-    for flags in (("--group-key", str(tmp_path / "derby.key")), ("--group", "derby", "--join", secret.code.lower())):
-        done = _node(tmp_path, *flags)
-        assert done.returncode == 2, done.stderr
-        assert "group secrets are not wired into the mesh yet (issue 22 step 2)" in done.stderr
-        assert "api " not in done.stdout
+    for n, flags in enumerate((("--group-key", str(tmp_path / "derby.key")),
+                               ("--group", "derby", "--join", secret.code.lower()))):
+        node = NodeProcess(f"n{n}", tmp_path / f"n{n}", "--no-beacon", *flags, group="derby")
+        try:
+            node.wait_api()
+            with urllib.request.urlopen(node.api + "/api/v1/node", timeout=10) as resp:
+                info = json.loads(resp.read())
+            assert info["group"] == "derby"
+            assert info["security"] == {"mode": "group", "key_id": secret.key_id, "refused_handshakes": 0}
+        finally:
+            node.signal(signal.SIGTERM)
+            node.wait(20)
+        assert "mesh secured (CurveZMQ): group mode, group key " + secret.key_id in node.log_path.read_text()
+
+
+def test_toml_allow_list_needs_a_secret(tmp_path: Path) -> None:
+    GroupSecret.new("derby").save(tmp_path / "derby.key")
+    (tmp_path / "strict.toml").write_text('group-key = "derby.key"\nallow-list = true\n')
+    assert load_config(tmp_path / "strict.toml").allow_list
+    (tmp_path / "bare.toml").write_text('group = "derby"\nallow-list = true\n')
+    with pytest.raises(ConfigError, match="allow-list mode needs a group secret"):
+        load_config(tmp_path / "bare.toml")
 
 
 def test_join_flags_are_checked(tmp_path: Path) -> None:

@@ -153,6 +153,18 @@ class ApiClient:
         result: dict[str, Any] = await self._request("POST", f"/api/v1/peers/{uuid}/exclude", {"reason": reason})
         return result
 
+    async def trusted(self) -> dict[str, Any]:
+        result: dict[str, Any] = await self._request("GET", "/api/v1/trust")
+        return result
+
+    async def trust(self, key: str, name: str = "") -> dict[str, Any]:
+        result: dict[str, Any] = await self._request("POST", "/api/v1/trust", {"key": key, "name": name})
+        return result
+
+    async def distrust(self, key: str) -> dict[str, Any]:
+        result: dict[str, Any] = await self._request("DELETE", f"/api/v1/trust/{quote(key, safe='')}")
+        return result
+
     async def emit(self, kind: str, body: Any) -> dict[str, Any]:
         result: dict[str, Any] = await self._request("POST", "/api/v1/events", {"kind": kind, "body": body})
         return result

@@ -127,8 +127,11 @@ class NodeConfig:
     posts_interval: float = 2.0  # seconds before a failed or incomplete sync session is tried again
     log_level: str = "info"
     # The group secret (issue 22): from --group-key FILE, --join CODE or TOML group-key = "FILE".
-    # Not wired into the mesh yet: a node given one refuses to start (node.py says so).
+    # With one, the mesh speaks CurveZMQ and admits only holders of the secret (docs/security.md).
     group_secret: GroupSecret | None = None
+    # Allow-list mode (--allow-list, TOML allow-list = true): only the node keys in
+    # DATA_DIR/trusted-keys are admitted (huddle trust add|remove); needs a group secret.
+    allow_list: bool = False
     api_require_token: bool = False  # require the API token on loopback too (a shared machine)
     limits: Limits = field(default_factory=Limits)  # [limits.AREA] tables, --limit AREA.KEY=VALUE (docs/limits.md)
 
@@ -140,6 +143,9 @@ class NodeConfig:
         if self.group_secret is not None and self.group_secret.group != self.group:
             raise ConfigError(f"the group secret is for group {self.group_secret.group!r}, not {self.group!r}: "
                               "a join code or group file gives the secret of one group only")
+        if self.allow_list and self.group_secret is None:
+            raise ConfigError("allow-list mode needs a group secret (--group-key FILE or --join CODE): the mesh's "
+                              "CurveZMQ keys come from it")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port must be 0..65535, got {self.port}")
         lo, hi = self.port_range

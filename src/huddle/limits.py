@@ -75,7 +75,8 @@ class MeshLimits:
         "seconds of silence a peer's announced beat x (lost + 1) may buy it before it counts as gone",
         default=60.0)
     max_blamed_addresses: int = _doc(
-        "source addresses whose frames under another connection's UUID are counted one by one",
+        "source addresses whose frames under another connection's UUID (and, in secure mode, whose refused "
+        "handshakes) are counted one by one",
         default=256)
     max_waiting_helos: int = _doc(
         "HELOs past max-handshaking (or the per-address cap) held until a handshake slot frees, oldest first",

@@ -48,9 +48,10 @@ from .protocol.picture import Reports
 from .protocol.replication import Replicator, canonical_json
 from .protocol.stack import build_services
 from .ratelog import RateLog
-from .security import OPEN_GROUP, GroupSecret, NodeIdentity, load_or_create_identity, node_id_for
+from .security import GroupSecret, NodeIdentity, TrustList, load_or_create_identity, node_id_for
 from .transport.naming import NamingClient
 from .transport.stats import DriverStats, TrafficStats
+from .transport.zap import AllowList, MeshSecurity
 from .transport.zmq_transport import ZmqTransport
 from .wire import LogRecord, encode_parts
 
@@ -84,6 +85,7 @@ class Node:
         self.data_dir = DataDir(config.data_dir)
         self.uuid: NodeId | None = None
         self.identity: NodeIdentity | None = None  # the node's keypair (DATA_DIR/node.key)
+        self.security: MeshSecurity | None = None  # open, group or allow-list mode (transport/zap.py)
         self._mesh: Mesh | None = None
         self._store: SqliteStore | None = None
         self._rows: StatRows | None = None  # the statistics rows, in the store
@@ -154,6 +156,7 @@ class Node:
             stats["delivery"] = delivery.stats.as_dict()
         stats["driver"] = self.driver_stats.as_dict()
         stats["traffic"] = self.traffic.as_dict()
+        stats["security"] = None if self.security is None else self.security.stats()
         guests = self.guests
         return {
             "uuid": str(mesh.uuid),
@@ -161,7 +164,7 @@ class Node:
             "group": mesh.group,
             "key": None if self.identity is None else self.identity.fingerprint,
             "public_key": None if self.identity is None else self.identity.public_key.hex(),
-            "security": {"mode": "open", "warning": OPEN_GROUP},  # the only mode until issue 22 step 2
+            "security": None if self.security is None else self.security.describe(),
             "endpoint": mesh.endpoint,
             "time": self.mesh_time(),
             "clock_offset": mesh.offset,
@@ -345,6 +348,11 @@ class Node:
         return self._posts
 
     @property
+    def allow_list(self) -> AllowList | None:
+        """Allow-list mode's trusted keys (None in the other modes)."""
+        return None if self.security is None else self.security.allow
+
+    @property
     def guests(self) -> GuestServer | None:
         return None if self._bridge is None else self._bridge.server
 
@@ -369,6 +377,8 @@ class Node:
             stack.callback(self.data_dir.unlock)
             self.identity = load_or_create_identity(self.data_dir.path)
             self.uuid = self.data_dir.node_id(new=node_id_for(self.identity.public_key))
+            self.security = MeshSecurity(self.config.group_secret, self.identity, allow_list=TrustList.load(
+                self.data_dir.path) if self.config.allow_list else None)
             iface = await wait_interface(self.config.interface, self._stop)
             if iface is None:
                 return  # stopped while waiting
@@ -397,8 +407,11 @@ class Node:
         links = None if self._bridge is None else self._bridge.links
         transport = ZmqTransport(uuid, on_frames=self._on_frames, on_stalled=self._on_stalled,
                                  on_connect_failed=self._on_connect_failed, limits=cfg.limits.mesh,
-                                 on_link=None if links is None else links.changed)
+                                 on_link=None if links is None else links.changed,
+                                 curve=None if self.security is None else self.security.setup)
         self._transport = transport
+        if self.security is not None:
+            self.security.attach(transport.guard, self._cut_key)
         stack.callback(transport.close)
         try:
             port = transport.bind(iface.ip, cfg.port, cfg.port_range)
@@ -453,8 +466,13 @@ class Node:
         stack.callback(self._leave)  # stopping starts with GBYE, while everything still runs
         self._execute()
         log.info("node %s (%s) in group %r at %s, api %s", uuid.short, cfg.name, cfg.group, endpoint, self.api_url)
-        assert self.identity is not None  # loaded before anything starts
-        log.warning("%s; this node's key: %s", OPEN_GROUP, self.identity.fingerprint)
+        assert self.identity is not None and self.security is not None  # loaded before anything starts
+        said = self.security.describe()
+        if "warning" in said:
+            log.warning("%s; this node's key: %s", said["warning"], self.identity.fingerprint)
+        else:
+            log.info("mesh secured (CurveZMQ): %s mode, group key %s; this node's key: %s", said["mode"],
+                     said["key_id"], self.identity.fingerprint)
 
     async def _start_discovery(self, stack: contextlib.AsyncExitStack, iface: Interface, port: int,
                                endpoint: str) -> None:
@@ -592,6 +610,13 @@ class Node:
             except Exception as exc:  # one message must not cost the others of the batch
                 self._survived("receive_failures", "handling a received message", exc)
         self._execute()
+
+    def _cut_key(self, public_key: bytes) -> None:
+        """A key left the allow-list: end that node's session now (its messages are dropped already)."""
+        if self._mesh is not None:
+            self._mesh.end_incarnation(node_id_for(public_key), "its key was removed from the allow-list",
+                                       self.local_now())
+            self._execute()
 
     def _on_connect_failed(self, conn: int) -> None:
         if self._mesh is not None:

@@ -50,6 +50,7 @@ from .guard import (
 from .join import add_join_routes
 from .ports import ApiNode
 from .posts_http import add_post_routes
+from .trust_http import add_trust_routes
 
 __all__ = ["make_app", "start_api"]
 
@@ -766,6 +767,7 @@ def make_app(node: ApiNode, limits: ApiLimits | None = None) -> web.Application:
     app.router.add_post("/api/v1/guests/{name}/{action:grab|fire}", _post_guest_action)
     add_post_routes(app)
     add_join_routes(app)
+    add_trust_routes(app, _read_json)
     return app
 
 

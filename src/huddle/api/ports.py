@@ -18,9 +18,10 @@ from ..log import SqliteStore
 from ..posts.service import PostService
 from ..protocol import Event, PeerInfo
 from ..security import GroupSecret
+from ..security.trust import TrustedKey
 from ..wire import LogRecord
 
-__all__ = ["ApiMesh", "ApiNode"]
+__all__ = ["ApiMesh", "ApiNode", "TrustPort"]
 
 
 class ApiMesh(Protocol):
@@ -33,6 +34,16 @@ class ApiMesh(Protocol):
     def excluded(self) -> dict[NodeId, str]: ...
 
     def alive_peers(self) -> list[NodeId]: ...
+
+
+class TrustPort(Protocol):
+    """Allow-list mode's keys, as the API changes them (transport/zap.py AllowList)."""
+
+    def listed(self) -> list[dict[str, str]]: ...
+
+    def add(self, text: str, name: str = "") -> TrustedKey: ...
+
+    def remove(self, text: str) -> TrustedKey | None: ...
 
 
 class ApiNode(Protocol):
@@ -65,6 +76,9 @@ class ApiNode(Protocol):
     @property
     def group_secret(self) -> GroupSecret | None:
         """The group's secret (None: an open group); the join panel shows its code."""
+
+    @property
+    def allow_list(self) -> TrustPort | None: ...
 
     def local_now(self) -> float: ...
 

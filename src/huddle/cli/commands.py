@@ -67,6 +67,7 @@ def _node_config(args: argparse.Namespace) -> NodeConfig:
     group, secret = _group_secret(args, base)
     return base.with_overrides(
         name=args.name, group=group, group_secret=secret, api_require_token=args.api_require_token,
+        allow_list=args.allow_list,
         data_dir=args.data_dir, port=args.port,
         port_range=args.port_range, api=args.api,
         seeds=tuple(args.seeds) if args.seeds else None, beacon=args.beacon,
@@ -228,8 +229,8 @@ def _group(args: argparse.Namespace) -> int:
         print(f"join code (give it to members only; with the group's name it gives the secret):\n  {secret.code}")
         print(f"members join with: huddle node --group-key {out}   or   huddle node --group {secret.group} "
               f"--join {secret.code}")
-        print("note: nodes do not use group secrets on the mesh yet (issue 22 step 2); "
-              "a node given one refuses to start")
+        print("nodes given it encrypt and authenticate every mesh connection (CurveZMQ); add --allow-list to "
+              "admit only the node keys each trusts (huddle trust add)")
         return 0
     secret = load_group_file(args.file)
     print(f"group: {secret.group}\nkey id: {secret.key_id}\njoin code: {secret.code}")
@@ -375,6 +376,18 @@ async def _doc_jams(api: ApiClient, args: argparse.Namespace) -> Shown:
     return j, render.jams_text(j)
 
 
+async def _trust(api: ApiClient, args: argparse.Namespace) -> Shown:
+    if args.trust_command == "add":
+        added = await api.trust(args.key, args.name or "")
+        return added, f"trusted {added['fingerprint']} {added['name']}".rstrip() + " (admitted at its next handshake)"
+    if args.trust_command == "remove":
+        removed = await api.distrust(args.key)
+        return removed, f"removed {removed['fingerprint']} {removed['name']}".rstrip() + ": cut off now"
+    listed = await api.trusted()
+    lines = [f"{k['fingerprint']}  {k['public_key']}  {k['name']}".rstrip() for k in listed["keys"]]
+    return listed, "\n".join([f"{len(lines)} trusted keys (and this node's own):", *lines])
+
+
 DOC_ACTIONS: Mapping[str, Handler] = {
     "show": _on_api(_doc_show), "apply": _on_api(_doc_apply), "export": _on_api(_doc_export),
     "history": _on_api(_doc_history), "jams": _on_api(_doc_jams),
@@ -399,6 +412,6 @@ COMMANDS: Mapping[str, Handler] = {
     # through a node's API
     "peers": _on_api(_peers), "guests": _on_api(_guests), "system": _on_api(_system), "info": _on_api(_info),
     "chat": _on_api(_chat), "emit": _on_api(_emit), "log": _on_api(_log), "exclude": _on_api(_exclude),
-    "send": _on_api(_send), "tail": _on_api(_tail), "doc": _doc,
+    "send": _on_api(_send), "tail": _on_api(_tail), "doc": _doc, "trust": _on_api(_trust),
     "post": _on_api(posts_cli.run), "posts": _on_api(posts_cli.run),
 }

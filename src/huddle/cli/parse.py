@@ -102,6 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     secret.add_argument("--group-key", type=Path, metavar="FILE",
                         help="the group's secret, from 'huddle group new' (sets --group to the file's group)")
     secret.add_argument("--join", metavar="CODE", help="the group's join code, read aloud or copied; needs --group")
+    node.add_argument("--allow-list", action="store_true", default=None,
+                      help="admit only the node keys of DATA_DIR/trusted-keys (huddle trust add|remove); needs "
+                      "--group-key or --join, and every member of the group runs with it (TOML: allow-list = true)")
     node.add_argument("--data-dir", type=Path, metavar="DIR", help="keeps this node's UUID; one node per directory")
     node.add_argument("--port", type=int, help="ROUTER port; 0 picks a free one in --port-range (default: 0)")
     node.add_argument("--port-range", type=_port_range, metavar="LOW-HIGH", help="default: 49152-65535")
@@ -406,8 +409,8 @@ def build_parser() -> argparse.ArgumentParser:
     group = sub.add_parser(
         "group", help="create or show a group secret and its join code",
         description="A group secret keeps strangers out of a group: 'huddle group new NAME' writes it to a file "
-        "(mode 0600) and prints a join code short enough to read aloud. NOTE: nodes do not use it on the mesh "
-        "yet (issue 22 step 2); a node given one refuses to start rather than pretend to be secured.",
+        "(mode 0600) and prints a join code short enough to read aloud. A node given it (--group-key FILE, or "
+        "--group NAME --join CODE) encrypts and authenticates every mesh connection (CurveZMQ).",
         epilog=GROUP_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     group_sub = group.add_subparsers(dest="group_command", metavar="ACTION", required=True)
@@ -417,6 +420,25 @@ def build_parser() -> argparse.ArgumentParser:
                        "never overwritten")
     g_show = group_sub.add_parser("show", help="print a group file's name, key id and join code")
     g_show.add_argument("file", type=Path, metavar="FILE", help="a group file")
+
+    trust = sub.add_parser(
+        "trust", help="allow-list mode: list, add or remove the node keys a node admits",
+        description="A node started with --allow-list admits to its mesh only the node keys it trusts (kept in "
+        "its data directory, trusted-keys) and its own. A change takes effect at once on the running node: a "
+        "removed key's connections are cut off and its next handshake refused.",
+        epilog=CLIENT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    trust_sub = trust.add_subparsers(dest="trust_command", metavar="ACTION", required=True)
+    t_list = trust_sub.add_parser("list", help="the trusted keys")
+    _add_client_options(t_list)
+    t_add = trust_sub.add_parser("add", help="trust a node key")
+    t_add.add_argument("key", metavar="KEY", help="the node's public key, 64 hex digits ('public_key' of its "
+                       "'huddle info --json')")
+    t_add.add_argument("--name", help="a name for people, kept beside the key")
+    _add_client_options(t_add)
+    t_remove = trust_sub.add_parser("remove", help="stop trusting a node key: it is cut off at once")
+    t_remove.add_argument("key", metavar="KEY", help="the key in hex, or its fingerprint XXXX-XXXX-XXXX-XXXX")
+    _add_client_options(t_remove)
 
     info = sub.add_parser("info", help="show the node's identity, clock and counters", epilog=CLIENT_EPILOG)
     _add_client_options(info)

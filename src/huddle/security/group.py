@@ -28,7 +28,7 @@ from .codes import BadCode, new_join_code, parse_join_code
 from .files import read_private, write_private
 from .identity import CurveKeypair
 
-__all__ = ["GROUP_FILE", "NOT_WIRED", "OPEN_GROUP", "GroupSecret", "load_group_file"]
+__all__ = ["GROUP_FILE", "OPEN_GROUP", "GroupSecret", "load_group_file"]
 
 GROUP_FILE = "group.key"  # the default name `huddle group new` writes
 MAX_GROUP_OCTETS = 255  # the wire's cap on a group name (wire/messages.py MAX_GROUP)
@@ -155,6 +155,3 @@ def load_group_file(path: Path) -> GroupSecret:
 # What a node says about its group's protection (start-up log, status page, GET /api/v1/node).
 OPEN_GROUP = ("open group: anyone on this network can join and read (no group secret: events, messages and posts "
               "travel in clear and anyone who knows the group's name is admitted; see docs/security.md)")
-NOT_WIRED = ("group secrets are not wired into the mesh yet (issue 22 step 2): this node would run open while "
-             "you believe it secured, so it does not start; run it without --group-key / --join / group-key "
-             "for an open group")

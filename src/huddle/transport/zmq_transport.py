@@ -29,6 +29,11 @@ heartbeats nothing writes on an incoming connection (a node never sends on its
 ROUTER), so our own peers cannot reach that assert.  bench/zmq_abort.py
 reproduces it; docs/protocol.md 2.1 says what replaces the heartbeats.
 
+In a group with a secret, both ends speak CurveZMQ and a ZAP handler judges each
+incoming connection before its first message (transport/zap.py: ``curve``); messages
+of a key removed from the allow-list are dropped as they are read.  Open mode (no
+``curve``): the wire is as it always was.
+
 Opening a connection can fail (out of descriptors: EMFILE); that is logged
 (rate-limited), counted and reported through ``on_connect_failed``, never
 raised into the event loop.
@@ -53,11 +58,13 @@ from ..limits import MeshLimits
 from ..ratelog import RateLog
 from ..wire import MAX_BODY
 from .links import LinkMonitor
+from .zap import CurveGuard, CurveSetup
 
 __all__ = ["Conn", "ZmqTransport"]
 
 log = logging.getLogger("huddle.transport")
 
+_NOBODY: frozenset[str] = frozenset()  # no revoked key: the receive loop reads no User-Id
 RECV_BATCH = 4096
 # Plain ints: pyzmq's send_multipart / recv_multipart cost ~2 us more per message.
 _NB = int(zmq.NOBLOCK)
@@ -140,9 +147,11 @@ class ZmqTransport:
         on_connect_failed: Callable[[int], None] = lambda conn: None,
         limits: MeshLimits | None = None,
         on_link: Callable[[int, bool], None] | None = None,
+        curve: CurveSetup | None = None,
     ) -> None:
         """``on_link(conn, up)``: told when a connection drops and when it is back
-        (ZeroMQ socket monitors, transport/links.py); None: not watched."""
+        (ZeroMQ socket monitors, transport/links.py); None: not watched.
+        ``curve``: the mesh's CurveZMQ keys (a group with a secret); None: open mode."""
         self.identity = identity
         self.sndhwm = sndhwm
         self.overflow_limit = overflow_limit
@@ -151,7 +160,12 @@ class ZmqTransport:
         self._on_connect_failed = on_connect_failed
         self.limits = limits = limits or MeshLimits()
         self.ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        # The ZAP handler is bound before the ROUTER exists, so no handshake goes unjudged.
+        self.guard = None if curve is None else CurveGuard(self.ctx, curve,
+                                                             max_addresses=limits.max_blamed_addresses)
         self.router: zmq.Socket[bytes] = self.ctx.socket(zmq.ROUTER)
+        if self.guard is not None:
+            self.guard.secure_router(self.router)
         self.router.setsockopt(zmq.LINGER, 0)
         self.router.setsockopt(zmq.RCVHWM, limits.receive_hwm)
         # A peer sending a frame far beyond the codec's limit is disconnected by
@@ -211,6 +225,8 @@ class ZmqTransport:
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
+        if self.guard is not None:
+            self.guard.start(loop)
         loop.add_reader(self._fd, self._readable)
         loop.call_soon(self._readable)
 
@@ -222,6 +238,8 @@ class ZmqTransport:
         drain; whatever else is queued is then read and handed over in batches."""
         router = self.router
         recv, get = router.recv, router.getsockopt
+        guard = self.guard
+        revoked = _NOBODY if guard is None else guard.revoked
         max_octets = max(1, self.limits.receive_batch_bytes)
         first = True
         total = 0
@@ -237,6 +255,11 @@ class ZmqTransport:
                         head = recv(_NB, copy=False)
                     except zmq.Again:
                         break
+                    if revoked and head.get("User-Id") in revoked:
+                        self._drop_rest(head.more)  # a key removed from the allow-list: nothing it sends counts
+                        assert guard is not None
+                        guard.stats.dropped_messages += 1
+                        continue
                     # The address the message came from (~0.5 us a message, the head's own
                     # "more" flag saving the getsockopt it would otherwise take).
                     sources.append(cast(str, head.get("Peer-Address")))
@@ -275,10 +298,17 @@ class ZmqTransport:
             assert self._loop is not None
             self._loop.call_soon(self._readable)
 
+    def _drop_rest(self, more: object) -> None:
+        while more:
+            self.router.recv(_NB, copy=False)
+            more = self.router.getsockopt(_RCVMORE)
+
     def poll(self) -> None:
         """Safety net against a missed edge; called from the node's timer."""
         if _events(self.router) & zmq.POLLIN:
             self._readable()
+        if self.guard is not None:
+            self.guard.poll()
         self._flush()
 
     # ---------------------------------------------------------------- outbox
@@ -297,6 +327,8 @@ class ZmqTransport:
             sock.setsockopt(zmq.RECONNECT_IVL, 100)
             sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
             sock.setsockopt(zmq.TCP_KEEPALIVE, 1)
+            if self.guard is not None:
+                self.guard.secure_dealer(sock)
             if self.links is not None and self._loop is not None:
                 self.links.watch(conn, sock, self._loop)
             sock.connect(endpoint)
@@ -438,5 +470,7 @@ class ZmqTransport:
             self.disconnect(conn)
         if self.links is not None:
             self.links.close()
+        if self.guard is not None:
+            self.guard.close()
         self.router.close(linger=0)
         self.ctx.term()

@@ -1,0 +1,307 @@
+"""CurveZMQ on the mesh's sockets, and who is let in (ZAP, ZeroMQ's authentication protocol).
+
+In a group with a secret (docs/security.md), the ROUTER is a CURVE server whose keypair is
+derived from the group secret, and every DEALER a CURVE client that knows the server's
+public key.  The server's key never travels: a client without the secret cannot even start
+a handshake the server will finish.  A client that does is then judged here, by the ZAP
+handler this module binds on ``inproc://zeromq.zap.01`` in the transport's context, before
+the connection carries a single message: its CURVE public key must be one of ``admitted``
+(the group's client key, or in allow-list mode the trusted nodes' keys).  ZeroMQ stamps each
+message of an admitted connection with the ``User-Id`` the handler gave it.
+
+Every refusal is counted by reason (and, for ZAP's, by source address: ZAP sees the
+client's IP; the socket monitor sees only the listening endpoint) and logged at most once
+per :data:`LOG_EVERY` seconds and reason:
+
+- ``key-not-admitted``: the client proved the group's server key but its own key is not
+  admitted (ZAP said 400);
+- ``wrong-server-key``: the client's handshake does not decrypt (it does not know the
+  group's server key: an outsider, or a member of another secret);
+- ``no-curve``: the client speaks ZeroMQ without CURVE (an open-mode node, a raw socket);
+- ``handshake``: any other handshake failure the ROUTER's monitor reports (among them a
+  client without CURVE that hung up on seeing the server's greeting before the server
+  read its own).
+
+A key removed from the allow-list is refused at its next handshake, and the messages of
+connections it already has are dropped (``dropped_messages``): :meth:`CurveGuard.revoke`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import struct
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import cast
+
+import zmq
+
+from ..ratelog import RateLog
+from ..security import OPEN_GROUP, CurveKeypair, GroupSecret, Keyring, NodeIdentity, SecurityMode, TrustList
+from ..security.trust import TrustedKey, curve_public, parse_public_key
+
+__all__ = ["ZAP_ENDPOINT", "AllowList", "CurveGuard", "CurveSetup", "MeshSecurity", "RefusalStats"]
+
+log = logging.getLogger("huddle.transport")
+
+ZAP_ENDPOINT = "inproc://zeromq.zap.01"  # fixed by ZeroMQ (RFC 27)
+ZAP_DOMAIN = b"huddle"
+LOG_EVERY = 10.0  # seconds between two warnings of one reason
+_FAILED = int(zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+_REASONS = {
+    int(zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC): "wrong-server-key",
+    int(zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH): "no-curve",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class CurveSetup:
+    """The keys of a secured mesh: the ROUTER's keypair, the keypair DEALERs dial with,
+    and the client keys admitted (CURVE public key -> the ``User-Id`` its messages carry)."""
+
+    server: CurveKeypair
+    client: CurveKeypair
+    admitted: dict[bytes, str]
+
+
+@dataclass(slots=True)
+class RefusalStats:
+    """Connections refused before their first message, and messages of revoked keys dropped
+    (``stats.security`` of ``GET /api/v1/node``)."""
+
+    refused_handshakes: int = 0
+    by_reason: dict[str, int] = field(default_factory=dict)
+    by_address: dict[str, int] = field(default_factory=dict)  # ZAP refusals; the newest addresses kept
+    admitted_handshakes: int = 0
+    dropped_messages: int = 0  # received on a connection whose key was removed from the allow-list
+
+    def as_dict(self) -> dict[str, object]:
+        return {"refused_handshakes": self.refused_handshakes, "by_reason": dict(self.by_reason),
+                "by_address": dict(self.by_address), "admitted_handshakes": self.admitted_handshakes,
+                "dropped_messages": self.dropped_messages}
+
+
+class CurveGuard:
+    """The ZAP handler and the handshake watch of one transport.  Made before the ROUTER
+    binds (ZeroMQ asks the handler at each handshake; with ``ZAP_ENFORCE_DOMAIN`` a missing
+    handler refuses everyone rather than admitting everyone).  Call from the asyncio thread."""
+
+    def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]], setup: CurveSetup, *, max_addresses: int) -> None:
+        self.setup = setup
+        self.admitted = dict(setup.admitted)
+        self.revoked: set[str] = set()  # User-Ids whose messages are dropped
+        self.stats = RefusalStats()
+        self.max_addresses = max(1, max_addresses)
+        self._warnings = RateLog(log, period=LOG_EVERY)
+        self._zap: zmq.Socket[bytes] = ctx.socket(zmq.REP)
+        self._zap.setsockopt(zmq.LINGER, 0)
+        self._zap.bind(ZAP_ENDPOINT)
+        self._monitor: zmq.Socket[bytes] | None = None
+        self._router: zmq.Socket[bytes] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def secure_router(self, sock: zmq.Socket[bytes]) -> None:
+        """Make ``sock`` (before it binds) a CURVE server judged by this guard, and watch its handshakes."""
+        sock.setsockopt(zmq.CURVE_SERVER, 1)
+        sock.setsockopt(zmq.CURVE_SECRETKEY, self.setup.server.secret)
+        sock.setsockopt(zmq.ZAP_DOMAIN, ZAP_DOMAIN)
+        sock.setsockopt(zmq.ZAP_ENFORCE_DOMAIN, 1)
+        self._router = sock
+        self._monitor = sock.get_monitor_socket(_FAILED)
+        self._monitor.setsockopt(zmq.LINGER, 0)
+
+    def secure_dealer(self, sock: zmq.Socket[bytes]) -> None:
+        """Make ``sock`` (before it connects) a CURVE client of the group's server key."""
+        sock.setsockopt(zmq.CURVE_SERVERKEY, self.setup.server.public)
+        sock.setsockopt(zmq.CURVE_PUBLICKEY, self.setup.client.public)
+        sock.setsockopt(zmq.CURVE_SECRETKEY, self.setup.client.secret)
+
+    def admit(self, curve_key: bytes, user_id: str) -> None:
+        self.admitted[curve_key] = user_id
+        self.revoked.discard(user_id)
+
+    def revoke(self, curve_key: bytes) -> None:
+        """Refuse ``curve_key`` from now on: at its next handshake, and every message of its
+        connections already open."""
+        user_id = self.admitted.pop(curve_key, None)
+        if user_id is not None:
+            self.revoked.add(user_id)
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        for sock, read in ((self._zap, self._zap_readable), (self._monitor, self._monitor_readable)):
+            if sock is not None:
+                loop.add_reader(cast(int, sock.getsockopt(zmq.FD)), read)
+                loop.call_soon(read)  # edge-triggered: what came before add_reader
+
+    def poll(self) -> None:
+        """Safety net against a missed edge (a ZAP request unanswered holds a handshake)."""
+        self._zap_readable()
+        self._monitor_readable()
+
+    def close(self) -> None:
+        if self._router is not None:
+            with contextlib.suppress(zmq.ZMQError):
+                self._router.disable_monitor()
+        for sock in (self._zap, self._monitor):
+            if sock is None:
+                continue
+            if self._loop is not None:
+                with contextlib.suppress(zmq.ZMQError, ValueError, RuntimeError):
+                    self._loop.remove_reader(cast(int, sock.getsockopt(zmq.FD)))
+            sock.close(linger=0)
+
+    # ------------------------------------------------------------------ judging
+
+    def _zap_readable(self) -> None:
+        zap = self._zap
+        while True:
+            try:
+                request = zap.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            except zmq.ZMQError as exc:  # closed under us
+                log.debug("ZAP handler: %s", exc)
+                return
+            zap.send_multipart(self._judge(request))
+
+    def _judge(self, request: list[bytes]) -> list[bytes]:
+        """A ZAP reply (RFC 27): version, request id, status, text, user id, metadata."""
+        if len(request) < 6 or request[0] != b"1.0":
+            return [b"1.0", request[1] if len(request) > 1 else b"", b"500", b"bad ZAP request", b"", b""]
+        request_id, address, mechanism = request[1], request[3].decode("utf-8", "replace"), request[5]
+        key = request[6] if mechanism == b"CURVE" and len(request) == 7 else b""
+        user_id = self.admitted.get(key) if len(key) == 32 else None
+        if user_id is None:
+            self._refused("key-not-admitted", address)
+            return [b"1.0", request_id, b"400", b"key not admitted", b"", b""]
+        self.stats.admitted_handshakes += 1
+        return [b"1.0", request_id, b"200", b"OK", user_id.encode(), b""]
+
+    def _monitor_readable(self) -> None:
+        monitor = self._monitor
+        if monitor is None:
+            return
+        while True:
+            try:
+                frames = monitor.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            except zmq.ZMQError as exc:
+                log.debug("handshake monitor: %s", exc)
+                return
+            if len(frames) != 2 or len(frames[0]) != 6:
+                continue  # not a monitor event (16-bit event, 32-bit value; the endpoint)
+            event, value = struct.unpack("=HI", frames[0])
+            if event & _FAILED:
+                self._refused(_REASONS.get(value, "handshake"), "")
+
+    def _refused(self, reason: str, address: str) -> None:
+        stats = self.stats
+        stats.refused_handshakes += 1
+        stats.by_reason[reason] = stats.by_reason.get(reason, 0) + 1
+        if address:
+            by_address = stats.by_address
+            n = by_address.pop(address, 0) + 1  # re-inserted last: the most recent address
+            while by_address and len(by_address) >= self.max_addresses:
+                del by_address[next(iter(by_address))]
+            by_address[address] = n
+        self._warnings.warning(reason, time.monotonic(), "refused a mesh connection%s: %s (%d refused so far)",
+                               f" from {address}" if address else "", reason, stats.refused_handshakes)
+
+
+def _user_id(public_key: bytes) -> str:
+    return public_key.hex()
+
+
+class AllowList:
+    """Allow-list mode: the trusted keys (``DATA_DIR/trusted-keys`` and this node's own) are
+    the only client keys admitted.  A change takes effect at once and is written to the file;
+    a removed key is revoked (:meth:`CurveGuard.revoke`) and ``cut(public_key)`` is told, so
+    that the mesh ends that node's session."""
+
+    def __init__(self, trust: TrustList, identity: NodeIdentity) -> None:
+        self.trust = trust
+        self.own = identity.public_key
+        self.guard: CurveGuard | None = None
+        self.cut: Callable[[bytes], None] = lambda public_key: None
+
+    def admitted(self) -> dict[bytes, str]:
+        """CURVE public key -> User-Id (the Ed25519 key in hex) for every trusted key."""
+        keys = [self.own, *(k.public_key for k in self.trust.entries())]
+        return {curve_public(k): _user_id(k) for k in keys}
+
+    def attach(self, guard: CurveGuard, cut: Callable[[bytes], None]) -> None:
+        self.guard, self.cut = guard, cut
+
+    def listed(self) -> list[dict[str, str]]:
+        return [k.as_dict() for k in self.trust.entries()]
+
+    def add(self, text: str, name: str = "") -> TrustedKey:
+        """Trust the key ``text`` (64 hex digits); ConfigError if it is not a key."""
+        key = parse_public_key(text)
+        trusted = self.trust.add(key, name)
+        if self.guard is not None:
+            self.guard.admit(curve_public(key), _user_id(key))
+        return trusted
+
+    def remove(self, text: str) -> TrustedKey | None:
+        """Stop trusting the listed key ``text`` (hex or fingerprint); None if none is listed so.
+        This node's own key is always trusted (it is not in the file)."""
+        found = self.trust.find(text)
+        if found is None:
+            return None
+        self.trust.remove(found.public_key)
+        if found.public_key != self.own:
+            if self.guard is not None:
+                self.guard.revoke(curve_public(found.public_key))
+            self.cut(found.public_key)
+        return found
+
+
+class MeshSecurity:
+    """How a node's mesh is secured: its mode, the keyring, the allow-list (allow-list mode),
+    the keys its transport uses (``setup``, None in open mode) and, once the transport is made,
+    its guard.  What ``GET /api/v1/node`` shows under ``security``."""
+
+    def __init__(self, secret: GroupSecret | None, identity: NodeIdentity, *, allow_list: TrustList | None) -> None:
+        self.keyring = None if secret is None else Keyring(secret)
+        self.allow = None if allow_list is None else AllowList(allow_list, identity)
+        self.guard: CurveGuard | None = None
+        if self.keyring is None:
+            self.mode, self.setup = SecurityMode.OPEN, None
+            return
+        group = self.keyring.current
+        if self.allow is None:
+            self.mode = SecurityMode.GROUP
+            client = group.curve_client()
+            admitted = {client.public: f"group:{self.keyring.key_id}"}
+        else:
+            self.mode = SecurityMode.ALLOW_LIST
+            client = identity.curve()
+            admitted = self.allow.admitted()
+        self.setup = CurveSetup(server=group.curve_server(), client=client, admitted=admitted)
+
+    def attach(self, guard: CurveGuard | None, cut: Callable[[bytes], None]) -> None:
+        """The transport's guard; ``cut(public_key)`` ends the session of a node whose key was removed."""
+        self.guard = guard
+        if self.allow is not None and guard is not None:
+            self.allow.attach(guard, cut)
+
+    def describe(self) -> dict[str, object]:
+        out: dict[str, object] = {"mode": self.mode.value}
+        if self.keyring is None:
+            out["warning"] = OPEN_GROUP
+        else:
+            out["key_id"] = self.keyring.key_id
+        if self.allow is not None:
+            out["trusted_keys"] = len(self.allow.trust.entries())
+        if self.guard is not None:
+            out["refused_handshakes"] = self.guard.stats.refused_handshakes
+        return out
+
+    def stats(self) -> dict[str, object] | None:
+        return None if self.guard is None else self.guard.stats.as_dict()
