@@ -419,6 +419,7 @@ class Node:
             incarnation=os.urandom(8).hex(), now=self.local_now(), timing=cfg.timing(),
             excluded=self.data_dir.excluded(), node_type=self.node_type.name, rate=self.node_type.send_rate,
             limits=cfg.limits.mesh, guests=cfg.guest_marco_port if cfg.guests else 0, services=services,
+            identity=self.identity, secure=cfg.group_secret is not None,
         )
         stack.callback(self._leave)  # a start that fails half-way still says GBYE to the peers it met
         self._replicator = mesh.service(Replicator)

@@ -59,6 +59,11 @@ class NodeIdentity:
     def generate(cls) -> NodeIdentity:
         return cls(SigningKey.generate())
 
+    @classmethod
+    def from_seed(cls, seed: bytes) -> NodeIdentity:
+        """The key a 32-octet seed gives (the simulator's nodes: keys as reproducible data)."""
+        return cls(SigningKey(seed))
+
     @property
     def public_key(self) -> bytes:
         """The Ed25519 public key, 32 octets."""
