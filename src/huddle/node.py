@@ -48,7 +48,7 @@ from .protocol.picture import Reports
 from .protocol.replication import Replicator, canonical_json
 from .protocol.stack import build_services
 from .ratelog import RateLog
-from .security import NOT_WIRED, OPEN_GROUP, NodeIdentity, load_or_create_identity, node_id_for
+from .security import NOT_WIRED, OPEN_GROUP, NodeIdentity, load_or_create_identity, node_id_for, own_id_refusal
 from .transport.naming import NamingClient
 from .transport.stats import DriverStats, TrafficStats
 from .transport.zmq_transport import ZmqTransport
@@ -367,6 +367,9 @@ class Node:
             stack.callback(self.data_dir.unlock)
             self.identity = load_or_create_identity(self.data_dir.path)
             self.uuid = self.data_dir.node_id(new=node_id_for(self.identity.public_key))
+            if self.config.group_secret is not None and (why := own_id_refusal(self.uuid, self.identity,
+                                                                               self.data_dir.path)):
+                raise ConfigError(why)  # a legacy id: not admitted in a group with a secret
             iface = await wait_interface(self.config.interface, self._stop)
             if iface is None:
                 return  # stopped while waiting

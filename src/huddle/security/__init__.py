@@ -10,12 +10,21 @@ from __future__ import annotations
 
 from .codes import BadCode, fingerprint, new_join_code, parse_join_code
 from .group import GROUP_FILE, NOT_WIRED, OPEN_GROUP, GroupSecret, load_group_file
-from .identity import KEY_FILE, CurveKeypair, NodeIdentity, load_or_create_identity, node_id_for, verify
+from .identity import (
+    KEY_FILE,
+    CurveKeypair,
+    NodeIdentity,
+    load_or_create_identity,
+    node_id_for,
+    own_id_refusal,
+    renew_identity,
+    verify,
+)
 from .token import TOKEN_FILE, ApiToken, load_or_create_token, token_matches
 
 __all__ = [
     "GROUP_FILE", "KEY_FILE", "NOT_WIRED", "OPEN_GROUP", "TOKEN_FILE",
     "ApiToken", "BadCode", "CurveKeypair", "GroupSecret", "NodeIdentity",
     "fingerprint", "load_group_file", "load_or_create_identity", "load_or_create_token", "new_join_code",
-    "node_id_for", "parse_join_code", "token_matches", "verify",
+    "node_id_for", "own_id_refusal", "parse_join_code", "renew_identity", "token_matches", "verify",
 ]
