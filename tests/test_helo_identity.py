@@ -198,3 +198,11 @@ def test_simulated_nodes_have_keys_and_verify_each_other() -> None:
         assert n.mesh.uuid == n.mesh.identity.node_id
         assert all(p.verified and p.key for p in n.mesh.peers(net.local(n)))
         assert n.mesh.stats.refused_identity == 0 and n.mesh.stats.helos_misaddressed == 0
+
+
+def test_helos_that_cross_on_two_connections_from_the_sessions_address_are_both_taken() -> None:
+    mesh, bob = node(), NodeIdentity.generate()
+    newer, older = signed(bob, at=NOW + 0.5), signed(bob, at=NOW + 0.2, reply=True)  # sent on a probe's connection
+    assert say(mesh, newer)
+    assert mesh.receive(encode(older), NOW + 0.6, HOME)
+    assert mesh.stats.refused_identity == 0

@@ -655,9 +655,11 @@ class Mesh:
             return f"another key ({fingerprint(m.key)}) than its session's ({fingerprint(s.key)})"
         if node_id_for(m.key) != m.sender and (derived or self.secure):
             return f"the key {fingerprint(m.key)} does not give this id"
-        if (s is not None and s.incarnation == m.incarnation and s.helo_at
-                and (m.at < s.helo_at or (m.at == s.helo_at and source != s.source))):
-            return "an old HELO of its session again"
+        if (s is not None and s.incarnation == m.incarnation and s.helo_at and source and s.source
+                and source != s.source and m.at <= s.helo_at):
+            # Only where it would move the session: from its own address HELOs may cross on two
+            # connections (a probe's, the session's) and arrive out of order, harmlessly.
+            return "a HELO of its session no newer than the last, from another address"
         if not verify(m.key, helo_signed(m), m.sig):
             return "bad signature"
         return None
@@ -723,7 +725,7 @@ class Mesh:
         if m.key:
             s.key = m.key
             s.verified = node_id_for(m.key) == m.sender
-            s.helo_at = m.at
+            s.helo_at = max(s.helo_at, m.at)  # HELOs may cross on two connections: keep the newest
         s.name = m.name
         s.helo_peers = m.peers
         s.node_type = m.node_type
