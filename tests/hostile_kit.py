@@ -10,7 +10,9 @@ count and in time by the tests that use them.
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +20,12 @@ import zmq
 from conftest import Cluster, get, http, wait_for
 
 from huddle.procs import NodeProcess
+from huddle.security import NodeIdentity
+from huddle.wire import Helo
+from huddle.wire.messages import helo_signed
 
 __all__ = [
-    "Footprint", "footprint", "node_stats", "raw_dealer", "still_serving",
+    "Footprint", "footprint", "node_stats", "raw_dealer", "signed_helo", "still_serving",
 ]
 
 
@@ -80,3 +85,12 @@ def still_serving(cluster: Cluster, nodes: list[NodeProcess], timeout: float = 2
     assert (status, body) == (202, {"sent_to": len(nodes) - 1}), (status, body)
     for n, b in zip(nodes[1:], before, strict=True):
         wait_for(lambda n=n, b=b: node_stats(n.api)["chats_received"] > b, timeout, f"the chat to reach {n.name}")
+
+
+def signed_helo(who: NodeIdentity, endpoint: str, name: str, incarnation: str, **members: Any) -> Helo:
+    """A HELO as a node of this version sends it: under the id ``who``'s key gives (unless
+    ``sender`` is given), signed by that key, stamped with this machine's clock."""
+    members.setdefault("sender", who.node_id)
+    helo = Helo(endpoint=endpoint, name=name, incarnation=incarnation, key=who.public_key, sig=bytes(64),
+                at=round(time.time() * 1000), **members)
+    return dataclasses.replace(helo, sig=who.sign(helo_signed(helo)))

@@ -139,7 +139,7 @@ def guest_node(net: SimNetwork, name: str, *, guests: int) -> SimNode:
     node = net.add(name, "derby")
     m = node.mesh
     node.mesh = Mesh(m.uuid, name=name, group="derby", endpoint=m.endpoint, incarnation=m.incarnation,
-                     now=net.now, guests=guests)
+                     now=net.now, guests=guests, identity=m.identity)
     return node
 
 

@@ -20,9 +20,10 @@ from pathlib import Path
 import pytest
 import zmq
 from conftest import Cluster, alive_names, free_port, get, http, wait_for
-from hostile_kit import footprint, node_stats, raw_dealer, still_serving
+from hostile_kit import footprint, node_stats, raw_dealer, signed_helo, still_serving
 
 from huddle import NodeId
+from huddle.security import NodeIdentity
 from huddle.wire import Beat, Chat, Group, Helo, Peer, encode
 
 pytestmark = pytest.mark.processes
@@ -53,9 +54,10 @@ def test_a_flood_of_introductions_stays_bounded_and_a_third_node_still_joins(clu
     before = footprint(alice)
     ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     try:
-        me = NodeId(os.urandom(16))
+        key = NodeIdentity.generate()
+        me = key.node_id
         mallory = raw_dealer(ctx, endpoint_of(alice.api), bytes(me), source="127.0.0.3")
-        send(mallory, Helo(me, endpoint=dead_endpoint(), name="mallory", incarnation="66" * 8))
+        send(mallory, signed_helo(key, dead_endpoint(), "mallory", "66" * 8))
         send(mallory, Group(me, group=GROUP))
         wait_for(lambda: "mallory" in alive_names(alice.api), 10, "mallory to be admitted")
         for _ in range(1100):
@@ -86,10 +88,10 @@ def test_a_helo_flood_from_fresh_identities_is_capped_and_its_ghosts_go(cluster:
         for _ in range(11):  # 1 100 identities, 100 connections at a time
             socks = []
             for _ in range(100):
-                ghost = NodeId(os.urandom(16))
+                key = NodeIdentity.generate()
+                ghost = key.node_id
                 sock = raw_dealer(ctx, endpoint, bytes(ghost), source="127.0.0.4")
-                send(sock, Helo(ghost, endpoint=dead_endpoint(), name="ghost", incarnation="77" * 8,
-                                beat=60.0, lost=100))
+                send(sock, signed_helo(key, dead_endpoint(), "ghost", "77" * 8, beat=60.0, lost=100))
                 send(sock, Group(ghost, group=GROUP))
                 socks.append(sock)
             received += 200

@@ -10,7 +10,9 @@ import pytest
 from huddle.cli import main
 from huddle.ids import NodeId
 from huddle.log import SqliteStore
+from huddle.log.datadir import DataDir
 from huddle.log.integrity import MARK_FILE, PREVIOUS_FILE, LogDamaged, LogGuard, read_mark, repair
+from huddle.security import KEY_FILE, load_or_create_identity, node_id_for, own_id_refusal
 from huddle.wire import LogRecord
 
 GROUP = "g"
@@ -126,6 +128,7 @@ def test_repair_keeps_what_verifies_and_takes_a_new_identity(tmp_path: Path, cap
     assert "kept 49 records that verify; 1 did not verify" in out
     new = NodeId.from_hex((data / "node-id").read_text())
     assert new != me
+    assert new == load_or_create_identity(data).node_id  # the new identity is the one a new key gives
     assert (data / PREVIOUS_FILE).read_text().split()[0] == str(me)
     assert list(data.glob("log.sqlite.damaged-*")), "the damaged file is kept aside"
     store = start_check(data, new)  # the repaired log opens under the new identity
@@ -182,3 +185,34 @@ def test_a_schema_1_log_is_migrated_and_then_checked(tmp_path: Path) -> None:
     flip(data / "log.sqlite", b'"old"')
     with pytest.raises(LogDamaged, match="digest"):
         start_check(data, me)
+
+
+def test_a_legacy_id_is_refused_for_a_group_with_a_secret_and_repair_new_identity_fixes_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data, me = make_dir(tmp_path)  # a data dir from before ids came from keys: a random (version-4) id
+    old_key = load_or_create_identity(data)  # the key such a node made at its first start since
+    why = own_id_refusal(me, old_key, data)
+    assert why is not None and f"huddle repair --new-identity --data-dir {data}" in why and "--data-dir" in why
+    assert main(["repair", "--data-dir", str(data)]) == 0  # the log is whole: without the flag, nothing changes
+    assert "nothing to repair" in capsys.readouterr().out and NodeId.from_hex((data / "node-id").read_text()) == me
+
+    assert main(["repair", "--new-identity", "--data-dir", str(data)]) == 0
+    assert "new identity" in capsys.readouterr().out
+    new_key = load_or_create_identity(data)
+    new = DataDir(data).node_id()
+    assert new == node_id_for(new_key.public_key) != me and new_key.public_key != old_key.public_key
+    assert own_id_refusal(new, new_key, data) is None
+    assert (data / PREVIOUS_FILE).read_text().split()[0] == str(me)
+    [aside] = data.glob(f"{KEY_FILE}.previous-*")  # the old key is kept, private
+    assert aside.read_text() == old_key.file_text() and aside.stat().st_mode & 0o077 == 0
+    store = start_check(data, new)  # the log opens under the new identity, the old one's records kept
+    assert store.load()[me].contig == 30
+    store.close()
+
+
+def test_a_new_data_dir_takes_the_id_its_key_gives(tmp_path: Path) -> None:
+    data = tmp_path / "fresh"
+    data.mkdir()
+    key = load_or_create_identity(data)
+    node = DataDir(data).node_id(new=node_id_for(key.public_key))
+    assert own_id_refusal(node, key, data) is None

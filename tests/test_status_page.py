@@ -10,7 +10,7 @@ import zlib
 from typing import Any
 
 import pytest
-from conftest import Cluster, http, wait_for
+from conftest import Cluster, get, http, wait_for
 
 pytestmark = pytest.mark.processes
 
@@ -98,6 +98,9 @@ def test_the_status_page_draws_the_mesh_and_shows_events_live(cluster: Cluster, 
     expect(page.locator("#nodes tr .badge")).to_have_text(["ok"] * 4, timeout=20_000)
     expect(page.locator("#links tr td:nth-child(2)")).to_have_text(["two-way"] * 6)
     assert blobs(page.locator("#graph").screenshot(), OK_GREEN) == 4
+    # Every node's key fingerprint, its own and its peers' (all verified: new data directories).
+    keys = sorted(get(n.api, "/api/v1/node")["key"] for n in nodes)
+    wait_for(lambda: sorted(page.locator("#nodes tr td:nth-child(10)").all_inner_texts()) == keys, 20, "the keys")
 
     # An event recorded on another node appears in the live stream.
     assert http(nodes[2].api, "/api/v1/events", {"kind": "penalty", "body": {"skater": 12}})[0] == 201

@@ -84,6 +84,8 @@ class MeshLimits:
     max_members_listed: int = _doc(
         "members (uuid, endpoint, incarnation) one MEMB list carries; past it a node sends a random part of what "
         "it knows and reads the first this many of a list it receives", default=256)
+    helo_clock_window: float = _doc(
+        "seconds a signed HELO's time (its sender's clock) may differ from ours, either way", default=300.0)
 
 
 # ------------------------------------------------------------------ the audit log

@@ -48,7 +48,7 @@ from .protocol.picture import Reports
 from .protocol.replication import Replicator, canonical_json
 from .protocol.stack import build_services
 from .ratelog import RateLog
-from .security import GroupSecret, NodeIdentity, TrustList, load_or_create_identity, node_id_for
+from .security import GroupSecret, NodeIdentity, TrustList, load_or_create_identity, node_id_for, own_id_refusal
 from .transport.naming import NamingClient
 from .transport.stats import DriverStats, TrafficStats
 from .transport.zap import AllowList, MeshSecurity
@@ -377,6 +377,9 @@ class Node:
             stack.callback(self.data_dir.unlock)
             self.identity = load_or_create_identity(self.data_dir.path)
             self.uuid = self.data_dir.node_id(new=node_id_for(self.identity.public_key))
+            if self.config.group_secret is not None and (why := own_id_refusal(self.uuid, self.identity,
+                                                                               self.data_dir.path)):
+                raise ConfigError(why)  # a legacy id: not admitted in a group with a secret
             self.security = MeshSecurity(self.config.group_secret, self.identity, allow_list=TrustList.load(
                 self.data_dir.path) if self.config.allow_list else None)
             iface = await wait_interface(self.config.interface, self._stop)
@@ -434,6 +437,7 @@ class Node:
             incarnation=os.urandom(8).hex(), now=self.local_now(), timing=cfg.timing(),
             excluded=self.data_dir.excluded(), node_type=self.node_type.name, rate=self.node_type.send_rate,
             limits=cfg.limits.mesh, guests=cfg.guest_marco_port if cfg.guests else 0, services=services,
+            identity=self.identity, secure=cfg.group_secret is not None,
         )
         stack.callback(self._leave)  # a start that fails half-way still says GBYE to the peers it met
         self._replicator = mesh.service(Replicator)

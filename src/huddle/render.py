@@ -27,10 +27,12 @@ def peers_text(peers: list[dict[str, Any]], me: dict[str, Any] | None = None) ->
     head = "" if me is None else f"this node: {me['name']} {me['uuid'][:8]} key {me.get('key', '-')}\n"
     if not peers:
         return head + "no peers"
-    rows = [("NAME", "UUID", "STATE", "ENDPOINT", "RTT ms")]
+    rows = [("NAME", "UUID", "STATE", "ENDPOINT", "RTT ms", "KEY")]
     for p in peers:
         rtt = "-" if p.get("rtt_ms") is None else f"{p['rtt_ms']:.2f}"
-        rows.append((p["name"], p["uuid"][:8], p["state"], p["endpoint"], rtt))
+        # "unverified": a legacy uuid, not the one its key gives (open mode only; docs/security.md)
+        key = (p.get("key") or "-") + ("" if p.get("verified") else " unverified")
+        rows.append((p["name"], p["uuid"][:8], p["state"], p["endpoint"], rtt, key))
     return head + table(rows)
 
 

@@ -10,6 +10,7 @@ Used by the tests; no sockets, no sleeping.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import heapq
 import random
 from collections.abc import Callable, Iterator
@@ -28,6 +29,7 @@ from .protocol.events import LogAppended, ServiceEvent, stat_row
 from .protocol.picture import Pictures, PictureTiming, Reports
 from .protocol.replication import MemoryStore, ReplicationTiming, Replicator, canonical_json
 from .protocol.stack import build_services
+from .security import NodeIdentity
 from .simlog import Origin, RangeStore
 from .wire import Dack, Dmsg, Gsip, LogRecord, Message, Xmsg, decode, encode
 
@@ -102,6 +104,7 @@ class SimNetwork:
         self._next_port = 50000
         self._next_tick = self.now
         self.tick = 0.05  # how often every node's timers run, in simulated seconds
+        self._keys: dict[NodeId, NodeIdentity] = {}  # each node's key, kept across its restarts
 
     # ------------------------------------------------------------------ nodes
 
@@ -128,7 +131,15 @@ class SimNetwork:
             k = self._next_port - 50000
             endpoint = f"tcp://10.0.{k // 250}.{k % 250 + 1}:{self._next_port}"
             self._next_port += 1
-        node_id = uuid or NodeId(self.rng.randbytes(16))
+        # Every node has a key (data: drawn from the run's seed).  A new node takes the id its key
+        # gives; a node added under a given UUID (a restart, a test's fixed id) keeps the key it had.
+        if uuid is None:
+            identity = NodeIdentity.from_seed(hashlib.blake2b(self.rng.randbytes(16), digest_size=32).digest())
+            node_id = identity.node_id
+        else:
+            node_id = uuid
+            identity = self._keys.get(uuid) or NodeIdentity.from_seed(hashlib.blake2b(uuid, digest_size=32).digest())
+        self._keys[node_id] = identity
         if log and store is None:
             store = MemoryStore()
         services = build_services(node_id, now=self.now + skew, store=store, log_timing=log_timing,
@@ -136,7 +147,7 @@ class SimNetwork:
         mesh = Mesh(
             node_id, name=name, group=group, endpoint=endpoint,
             incarnation=self.rng.randbytes(8).hex(), now=self.now + skew, timing=timing,
-            node_type=node_type, rate=rate, services=services,
+            node_type=node_type, rate=rate, services=services, identity=identity,
         )
         node = SimNode(mesh=mesh, clock_skew=skew, store=store)
         self.nodes[endpoint] = node

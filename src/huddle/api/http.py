@@ -150,6 +150,8 @@ def _peer_json(p: PeerInfo) -> dict[str, Any]:
         "last_seen": p.last_seen,
         "rtt_ms": None if p.rtt is None else round(p.rtt * 1000.0, 3),
         "joined_local": p.joined,
+        "key": p.key or None,  # the fingerprint of the key its HELO carried (null: it sent none)
+        "verified": p.verified,  # its uuid is the one that key gives (docs/protocol.md 4.1, "Identity")
     }
 
 

@@ -29,7 +29,7 @@ from ..log.export import export
 from ..log.integrity import repair
 from ..memtune import tune_malloc
 from ..posts import cli as posts_cli
-from ..security import GroupSecret, load_group_file
+from ..security import GroupSecret, load_group_file, renew_identity
 from ..sim import run_scenario
 from ..simhostile import run_hostile_scenario
 
@@ -206,17 +206,21 @@ def _repair(args: argparse.Namespace) -> int:
     data_dir = DataDir(args.data_dir)
     data_dir.lock()
     try:
-        done = repair(args.data_dir)
+        done = repair(args.data_dir, new_id=lambda: renew_identity(args.data_dir).node_id, always=args.new_identity)
     finally:
         data_dir.unlock()
-    if not done.problems:
+    if done.new_id is None:
         print(f"the log in {args.data_dir} verifies: nothing to repair")
         return 0
+    if not done.problems:
+        print(f"the log in {args.data_dir} verifies")
     for problem in done.problems:
         print(f"damaged: {problem}")
-    print(f"kept {done.kept} records that verify; {done.dropped} did not verify and {done.unreadable} stretches "
-          f"could not be read (they stay in {done.aside or 'nothing: there was no file'})")
-    print(f"new identity {done.new_id} (previous {done.old_id or 'none'}, listed in previous-ids)")
+    if done.problems:
+        print(f"kept {done.kept} records that verify; {done.dropped} did not verify and {done.unreadable} stretches "
+              f"could not be read (they stay in {done.aside or 'nothing: there was no file'})")
+    print(f"new identity {done.new_id} (previous {done.old_id or 'none'}, listed in previous-ids), "
+          "with a new key (the old one kept as node.key.previous-*)")
     return 0
 
 

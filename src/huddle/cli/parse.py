@@ -233,10 +233,14 @@ def build_parser() -> argparse.ArgumentParser:
         "repair", help="check a stopped node's log; if damaged, keep what verifies and take a new identity",
         description="Run the start-up check of the log in a data directory (the node must be stopped). If the log "
         "is damaged, copy every record that reads and verifies to a new log.sqlite, move the damaged file aside "
-        "(log.sqlite.damaged-*) and give the node a new UUID (the old one is kept in previous-ids; the group "
+        "(log.sqlite.damaged-*) and give the node a new key and the UUID it gives (the old UUID is kept in "
+        "previous-ids, the old key as node.key.previous-*; the group "
         "replays its records). See docs/protocol.md section 12.",
     )
     repair.add_argument("--data-dir", type=Path, required=True, metavar="DIR", help="the node's data directory")
+    repair.add_argument("--new-identity", action="store_true",
+                        help="take a new identity even if the log verifies: a new node key and the id it gives (a "
+                        "data directory made before ids came from keys needs it to join a group with a secret)")
 
     sim = sub.add_parser(
         "simulate", help="run the deterministic simulator and check that every node converges",

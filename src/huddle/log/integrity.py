@@ -32,7 +32,7 @@ import os
 import sqlite3
 import struct
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -277,13 +277,18 @@ def _verified(row: tuple[object, ...], has_digest: bool) -> _Row | None:
     return (grp.decode(), source, seq, ts, text_kind, text_body, hops, received_at, frm, ours)
 
 
-def repair(data_dir: Path) -> Repaired:
+def repair(data_dir: Path, *, new_id: Callable[[], NodeId] = NodeId.random, always: bool = False) -> Repaired:
     """Check the log as a node would; if it fails, keep the records that
     verify in a new ``log.sqlite``, move the damaged file aside, and give the
-    node a new identity.  The caller holds the data dir's lock."""
+    node a new identity: ``new_id()`` (the CLI's makes a new key and returns the
+    id it gives).  ``always``: a new identity even for a whole log.  The caller
+    holds the data dir's lock."""
     node = _node_id(data_dir)
     problems = _problems(data_dir, node)
     if not problems:
+        if always:
+            old_id, taken = take_new_identity(data_dir, new_id())
+            return Repaired((), old_id=old_id, new_id=taken)
         return Repaired(())
     path = data_dir / LOG_FILE
     aside: Path | None = None
@@ -311,14 +316,13 @@ def repair(data_dir: Path) -> Repaired:
                 old.close()
         finally:
             fresh.close()
-    old_id, new_id = take_new_identity(data_dir)
-    return Repaired(tuple(problems), counts["kept"], counts["dropped"], counts["unreadable"], aside, old_id, new_id)
+    old_id, taken = take_new_identity(data_dir, new_id())
+    return Repaired(tuple(problems), counts["kept"], counts["dropped"], counts["unreadable"], aside, old_id, taken)
 
 
-def take_new_identity(data_dir: Path) -> tuple[NodeId | None, NodeId]:
-    """A new ``node-id``; the old one is appended to ``previous-ids`` and its mark dropped."""
+def take_new_identity(data_dir: Path, new: NodeId) -> tuple[NodeId | None, NodeId]:
+    """``new`` as the ``node-id``; the old one is appended to ``previous-ids`` and its mark dropped."""
     old = _node_id(data_dir)
-    new = NodeId.random()
     if old is not None:
         with (data_dir / PREVIOUS_FILE).open("a") as f:
             f.write(f"{old} {time.strftime('%Y-%m-%dT%H:%M:%S')} repair\n")

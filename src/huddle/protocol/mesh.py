@@ -34,6 +34,7 @@ from ..errors import DecodeError, LocalProtocolError
 from ..ids import NodeId
 from ..limits import MeshLimits
 from ..ratelog import RateLog
+from ..security import NodeIdentity, fingerprint, node_id_for, verify
 from ..wire import (
     MAX_BODY,
     PROTOCOL_VERSION,
@@ -49,6 +50,7 @@ from ..wire import (
     Time,
 )
 from ..wire import decode as _decode
+from ..wire.messages import helo_signed
 from .events import (
     Action,
     ChatReceived,
@@ -147,6 +149,9 @@ class _Session:
     joined: float = 0.0  # local clock when it was admitted (kept while it is SUSPECT)
     listed: frozenset[NodeId] = frozenset()  # the members named in the last list we sent it
     listed_at: float = -math.inf  # when we sent it
+    key: bytes = b""  # the Ed25519 key its HELOs carry (b"": unsigned HELOs, a legacy id in open mode)
+    verified: bool = False  # its id is the one its key gives (node_id_for)
+    helo_at: int = 0  # the signed time of its last HELO we accepted (this incarnation)
 
     @property
     def admitted(self) -> bool:
@@ -177,6 +182,8 @@ class PeerInfo:
     last_seen: float
     rtt: float | None
     joined: float = 0.0  # the node's local clock (not mesh time) when the session was admitted
+    key: str = ""  # the fingerprint of the peer's key ("": it said none)
+    verified: bool = False  # its node id is the one its key gives: no other key can claim it
 
 
 @dataclass(slots=True)
@@ -202,6 +209,8 @@ class Stats(Counters):
     lists_not_repeated: int = 0  # replies not sent: our last list to that peer named every member its list lacked
     members_probed: int = 0  # known members dialled at a new endpoint or incarnation that a list, PEER or discovery named
     restarts_followed: int = 0  # sessions replaced at once by a newer incarnation's HELO
+    refused_identity: int = 0  # HELOs refused before any session state: key, id, signature or time do not hold
+    helos_misaddressed: int = 0  # signed HELOs meant for another node (a stale endpoint, or a copy sent on)
 
 
 @dataclass(slots=True)
@@ -234,6 +243,8 @@ class Mesh:
         limits: MeshLimits | None = None,
         guests: int = 0,
         services: Iterable[PeerService] = (),
+        identity: NodeIdentity | None = None,
+        secure: bool = False,
     ) -> None:
         self.timing: Final = timing or Timing()
         self.limits: Final = limits or MeshLimits()
@@ -246,6 +257,10 @@ class Mesh:
              beat=float(self.beat), lost=self.lost, rate=rate)
         Group(sender=uuid, group=group)
         self.uuid: Final = uuid
+        # This node's key: it signs our HELOs (a test or tool that gives none gets a fresh one).
+        # ``secure`` (a group secret): only ids a key gives are admitted (protocol.md 4.1).
+        self.identity: Final = identity or NodeIdentity.generate()
+        self.secure: Final = secure
         self.name: Final = name
         self.group: Final = group
         self.endpoint = endpoint  # changes only through set_endpoint (this node's address changed)
@@ -377,6 +392,8 @@ class Mesh:
             last_seen=self.mesh_time(s.last_heard),
             rtt=s.rtt,
             joined=s.joined,
+            key=fingerprint(s.key) if s.key else "",
+            verified=s.verified,
         )
 
     # ------------------------------------------------------------- discovery
@@ -434,7 +451,7 @@ class Mesh:
             elif due <= now:
                 self._actions.append(Disconnect(s.conn))
                 self._actions.append(Connect(s.conn, s.endpoint))  # same conn: replication and delivery keep it
-                self._send_hello(s.conn, reply=False)
+                self._send_hello(s.conn, reply=False, to=uuid, now=now)
                 self._moving[uuid] = now + self.beat
 
     def _follow_moved(self, s: _Session, endpoint: str) -> None:
@@ -602,6 +619,52 @@ class Mesh:
         return False
 
     def _on_helo(self, m: Helo, now: float, source: str = "") -> bool:
+        if m.sender != self.uuid and m.version == PROTOCOL_VERSION:
+            why = self._identity_refusal(m, now, source)
+            if why is not None:
+                if why.startswith("meant for"):
+                    self.stats.helos_misaddressed += 1
+                else:
+                    self.stats.refused_identity += 1
+                self._lines.warning("identity", now, "refused a HELO claiming %s (%s) from %s: %s "
+                                    "(%d refused, %d misaddressed so far)", m.sender.short, _quote(m.name),
+                                    source or "?", why, self.stats.refused_identity, self.stats.helos_misaddressed)
+                return False
+        return self._on_checked_helo(m, now, source)
+
+    def _identity_refusal(self, m: Helo, now: float, source: str) -> str | None:
+        """Why this HELO's identity does not hold (None: it does), before any state is
+        touched (protocol.md 4.1): an id a key gives (RFC 9562 version 8) comes with that
+        key and its signature; in secure mode every id does; a session keeps its key."""
+        s = self._sessions.get(m.sender)
+        derived = (m.sender[6] >> 4) == 8
+        if not m.key:
+            if derived:
+                return "a key-derived id without its key"
+            if self.secure:
+                return "no key (a group with a secret admits key-derived ids only)"
+            if s is not None and s.key:
+                return "no key, where its session has one"
+            return None  # a legacy id in open mode: admitted, unverified
+        if m.to is not None and m.to != self.uuid:
+            return f"meant for {m.to.short}"
+        skew = m.at / 1000.0 - now
+        if abs(skew) > self.limits.helo_clock_window:
+            return f"signed at a time {skew:+.0f} s from ours (window {self.limits.helo_clock_window:g} s)"
+        if s is not None and s.key and s.key != m.key:
+            return f"another key ({fingerprint(m.key)}) than its session's ({fingerprint(s.key)})"
+        if node_id_for(m.key) != m.sender and (derived or self.secure):
+            return f"the key {fingerprint(m.key)} does not give this id"
+        if (s is not None and s.incarnation == m.incarnation and s.helo_at and source and s.source
+                and source != s.source and m.at <= s.helo_at):
+            # Only where it would move the session: from its own address HELOs may cross on two
+            # connections (a probe's, the session's) and arrive out of order, harmlessly.
+            return "a HELO of its session no newer than the last, from another address"
+        if not verify(m.key, helo_signed(m), m.sig):
+            return "bad signature"
+        return None
+
+    def _on_checked_helo(self, m: Helo, now: float, source: str = "") -> bool:
         if m.sender == self.uuid:
             # We dialled ourselves (a seed that is another name for our own
             # endpoint).  Which seed cannot be told; it is retried with backoff.
@@ -646,7 +709,7 @@ class Mesh:
                 if seeded:
                     s.seed = m.endpoint
             if not m.reply or conn is None:
-                self._send_hello(s.conn, reply=m.reply is False)
+                self._send_hello(s.conn, reply=m.reply is False, to=m.sender, now=now)
         elif not m.reply:
             # The peer (re)opens a session with us: answer it.
             if s.endpoint != m.endpoint and not s.admitted:
@@ -655,10 +718,14 @@ class Mesh:
                 s.endpoint = m.endpoint
             elif s.endpoint != m.endpoint:
                 self._follow_moved(s, m.endpoint)
-            self._send_hello(s.conn, reply=True)
+            self._send_hello(s.conn, reply=True, to=m.sender, now=now)
         else:
             self._moving.pop(m.sender, None)  # it answered a HELO: it knows our endpoint
         s.incarnation = m.incarnation
+        if m.key:
+            s.key = m.key
+            s.verified = node_id_for(m.key) == m.sender
+            s.helo_at = max(s.helo_at, m.at)  # HELOs may cross on two connections: keep the newest
         s.name = m.name
         s.helo_peers = m.peers
         s.node_type = m.node_type
@@ -788,7 +855,7 @@ class Mesh:
                 self._actions.append(Disconnect(s.conn))
                 s.conn = self._connect(endpoint)
                 s.endpoint = endpoint
-                self._send_hello(s.conn, reply=False)
+                self._send_hello(s.conn, reply=False, to=uuid, now=now)
             return
         if incarnation is None and self._aliases.get(uuid) == endpoint:
             return
@@ -803,7 +870,7 @@ class Mesh:
             return
         self.stats.members_probed += 1
         conn = self._connect(endpoint)
-        self._send_hello(conn, reply=False)
+        self._send_hello(conn, reply=False, to=uuid, now=now)
         self._probes[uuid] = (conn, endpoint, now)
 
     def _adopt_probe(self, uuid: NodeId, endpoint: str) -> int | None:
@@ -904,24 +971,28 @@ class Mesh:
         self._actions.append(Connect(conn, endpoint))
         return conn
 
-    def _send_hello(self, conn: int, *, reply: bool) -> None:
+    def _send_hello(self, conn: int, *, reply: bool, to: NodeId | None, now: float) -> None:
+        """Our HELO (signed: protocol.md 4.1) and BOUT on ``conn``, to ``to`` (None: a seed,
+        whose id we do not know)."""
         admitted = sum(1 for x in self._sessions.values() if x.admitted)
-        self._send(
-            conn,
-            Helo(
-                sender=self.uuid,
-                endpoint=self.endpoint,
-                name=self.name,
-                incarnation=self.incarnation,
-                reply=reply,
-                peers=admitted,
-                node_type=self.node_type,
-                beat=float(self.beat),
-                lost=self.lost,
-                rate=self.rate,
-                guests=self.guests,
-            ),
+        helo = Helo(
+            sender=self.uuid,
+            endpoint=self.endpoint,
+            name=self.name,
+            incarnation=self.incarnation,
+            reply=reply,
+            peers=admitted,
+            node_type=self.node_type,
+            beat=float(self.beat),
+            lost=self.lost,
+            rate=self.rate,
+            guests=self.guests,
+            key=self.identity.public_key,
+            sig=bytes(64),  # replaced by the signature of the rest below
+            at=max(0, round(now * 1000)),
+            to=to,
         )
+        self._send(conn, dataclasses.replace(helo, sig=self.identity.sign(helo_signed(helo))))
         self._send(conn, Group(sender=self.uuid, group=self.group))
 
     def _new_session(
@@ -941,7 +1012,7 @@ class Mesh:
     ) -> _Session:
         s = self._new_session(uuid, self._connect(endpoint), endpoint, now, introducer)
         if send_helo:
-            self._send_hello(s.conn, reply=False)
+            self._send_hello(s.conn, reply=False, to=uuid, now=now)
         return s
 
     def _heard(self, s: _Session, now: float) -> None:
@@ -1151,7 +1222,7 @@ class Mesh:
             if isinstance(m, Helo):
                 # Its BOUT came while it waited and was dropped: answer as if we opened the
                 # session (a HELO with reply false), so that it says HELO and BOUT again.
-                self._on_helo(dataclasses.replace(m, reply=True), now, via)
+                self._on_checked_helo(dataclasses.replace(m, reply=True), now, via)  # checked when it came
                 continue
             introducer = self._sessions.get(m.sender)
             if introducer is not None and introducer.phase is Phase.ALIVE:
@@ -1194,7 +1265,7 @@ class Mesh:
             if seed.conn is None:
                 seed.conn = self._connect(seed.endpoint)
                 seed.opened = now
-            self._send_hello(seed.conn, reply=False)
+            self._send_hello(seed.conn, reply=False, to=None, now=now)
             seed.backoff = min(_SEED_BACKOFF_MAX, max(self.timing.seed_retry, seed.backoff * 2))
             seed.next_try = now + seed.backoff
 

@@ -10,7 +10,16 @@ from __future__ import annotations
 
 from .codes import BadCode, fingerprint, new_join_code, parse_join_code
 from .group import GROUP_FILE, OPEN_GROUP, GroupSecret, load_group_file
-from .identity import KEY_FILE, CurveKeypair, NodeIdentity, load_or_create_identity, node_id_for, verify
+from .identity import (
+    KEY_FILE,
+    CurveKeypair,
+    NodeIdentity,
+    load_or_create_identity,
+    node_id_for,
+    own_id_refusal,
+    renew_identity,
+    verify,
+)
 from .keyring import Keyring, SecurityMode
 from .token import TOKEN_FILE, ApiToken, load_or_create_token, token_matches
 from .trust import TRUST_FILE, TrustList
@@ -19,5 +28,5 @@ __all__ = [
     "GROUP_FILE", "KEY_FILE", "OPEN_GROUP", "TOKEN_FILE", "TRUST_FILE",
     "ApiToken", "BadCode", "CurveKeypair", "GroupSecret", "Keyring", "NodeIdentity", "SecurityMode", "TrustList",
     "fingerprint", "load_group_file", "load_or_create_identity", "load_or_create_token", "new_join_code",
-    "node_id_for", "parse_join_code", "token_matches", "verify",
+    "node_id_for", "own_id_refusal", "parse_join_code", "renew_identity", "token_matches", "verify",
 ]

@@ -9,7 +9,9 @@ give).  Nodes do not take that id yet: ``node_id_for`` is here for the next step
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +23,8 @@ from ..ids import NodeId
 from .codes import fingerprint
 from .files import read_private, write_private
 
-__all__ = ["KEY_FILE", "CurveKeypair", "NodeIdentity", "load_or_create_identity", "node_id_for", "verify"]
+__all__ = ["KEY_FILE", "CurveKeypair", "NodeIdentity", "load_or_create_identity", "node_id_for", "own_id_refusal",
+           "renew_identity", "verify"]
 
 KEY_FILE = "node.key"
 _HEADER = "# huddle node key (Ed25519 seed, hex). Private: whoever holds it can speak as this node.\n"
@@ -58,6 +61,11 @@ class NodeIdentity:
     @classmethod
     def generate(cls) -> NodeIdentity:
         return cls(SigningKey.generate())
+
+    @classmethod
+    def from_seed(cls, seed: bytes) -> NodeIdentity:
+        """The key a 32-octet seed gives (the simulator's nodes: keys as reproducible data)."""
+        return cls(SigningKey(seed))
 
     @property
     def public_key(self) -> bytes:
@@ -112,3 +120,27 @@ def load_or_create_identity(data_dir: Path) -> NodeIdentity:
         raise ConfigError(f"the node key {path} is damaged; restore it from a backup, or remove it to give this "
                           "node a new key (its peers will see a new key for it)")
     return NodeIdentity(SigningKey(bytes.fromhex(match.group(1))))
+
+
+def renew_identity(data_dir: Path) -> NodeIdentity:
+    """A new key in ``DATA_DIR/node.key``; the old file, if any, is kept aside as
+    ``node.key.previous-<time>`` (still 0600), as ``huddle repair`` keeps old ids in
+    ``previous-ids``: what the old key signed can still be checked against it."""
+    path = data_dir / KEY_FILE
+    if path.exists():
+        os.replace(path, data_dir / f"{KEY_FILE}.previous-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
+    identity = NodeIdentity.generate()
+    write_private(path, identity.file_text())
+    return identity
+
+
+def own_id_refusal(node_id: NodeId, identity: NodeIdentity, data_dir: Path) -> str | None:
+    """Why a node with ``node_id`` and this key may not join a group with a secret (None:
+    it may): there, ids must be the ones their keys give (docs/protocol.md 4.1)."""
+    if node_id == identity.node_id:
+        return None
+    return (f"this node's id {node_id} is not the one its key gives (its data directory {data_dir} was made "
+            "before ids were derived from keys, or its node.key was replaced), and a group with a secret admits "
+            f"only ids their key gives. Run `huddle repair --new-identity --data-dir {data_dir}` (a new key and "
+            "the id it gives; the old id is kept in previous-ids, the old key beside node.key, and the group "
+            "keeps the old id's records), or start this node with a new --data-dir.")

@@ -62,12 +62,16 @@ __all__ = [
     "decode",
     "encode",
     "encode_parts",
+    "helo_signed",
     "record_size",
     "strict_json",
     "valid_endpoint",
 ]
 
 PROTOCOL_VERSION: Final = 1
+HELO_KEY: Final = 32  # octets of an Ed25519 public key
+HELO_SIG: Final = 64  # octets of an Ed25519 signature
+_HELO_DOMAIN: Final = b"huddle HELO 1\n"
 MAX_BODY: Final = 1024 * 1024
 MAX_NAME: Final = 255
 MAX_GROUP: Final = 255
@@ -92,6 +96,7 @@ _DECIMAL_RE: Final = re.compile(r"-?[0-9]{1,20}(\.[0-9]{1,20})?([eE][-+]?[0-9]{1
 _INCARNATION_RE: Final = re.compile(r"[0-9a-f]{16}")
 _TYPE_RE: Final = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 _HEX32_RE: Final = re.compile(r"[0-9a-f]{32}")
+_LOWER_HEX_RE: Final = re.compile(r"[0-9a-f]*")
 MAX_BEAT: Final = 60.0  # seconds: the longest heartbeat interval a node may announce
 MAX_LOST: Final = 100  # the most heartbeats a node may allow to be lost
 PEER_STATES: Final = ("connecting", "handshake", "alive", "suspect", "none")
@@ -156,9 +161,22 @@ class Helo:
     lost: int = 0  # heartbeats of the sender that may be lost before it counts as gone (0: not said)
     rate: int = 0  # octets per second the sender accepts of addressed messages (0: no limit)
     guests: int = 0  # the UDP port on which the sender answers Noam guests' marcos (0: it hosts none)
+    # Identity (issue 22): the sender's Ed25519 public key and its signature of helo_signed(self);
+    # ``at`` the sender's clock (milliseconds since the epoch) and ``to`` the node it means to meet
+    # (None: it does not know, a seed), both signed so that a copy is no use later or elsewhere.
+    key: bytes = b""  # 32 octets, or b"": not said (unsigned)
+    sig: bytes = b""  # 64 octets, given with the key
+    at: int = 0
+    to: NodeId | None = None
 
     def __post_init__(self) -> None:
         _check(isinstance(self.version, int) and 0 <= self.version < 2**31, "version must be a small integer")
+        _check(isinstance(self.key, bytes) and len(self.key) in (0, HELO_KEY), f"key must be {HELO_KEY} octets")
+        _check(isinstance(self.sig, bytes) and len(self.sig) == (HELO_SIG if self.key else 0),
+               f"sig must be {HELO_SIG} octets, given with the key and only with it")
+        _check(isinstance(self.at, int) and not isinstance(self.at, bool) and 0 <= self.at < 2**53,
+               "at must be a non-negative integer")
+        _check(self.to is None or isinstance(self.to, NodeId), "to must be a NodeId")
         _check(
             isinstance(self.node_type, str) and (self.node_type == "" or _TYPE_RE.fullmatch(self.node_type) is not None),
             "type must be 1..32 of a-z 0-9 _ - starting with a letter",
@@ -560,6 +578,12 @@ def _encode_body(msg: Message) -> tuple[bytes, bytes]:
             body["rate"] = msg.rate
         if msg.guests:
             body["guests"] = msg.guests
+        if msg.key:
+            body["key"] = msg.key.hex()
+            body["sig"] = msg.sig.hex()
+            body["at"] = msg.at
+            if msg.to is not None:
+                body["to"] = msg.to.hex()
         return b"HELO", _json(body)
     if isinstance(msg, Peer):
         return b"PEER", _json({"uuid": msg.peer.hex(), "endpoint": msg.endpoint})
@@ -674,7 +698,26 @@ def _d_helo(sender: NodeId, body: str) -> Message:
         lost=_field(obj, "lost", "HELO", int) if "lost" in obj else 0,
         rate=_field(obj, "rate", "HELO", int) if "rate" in obj else 0,
         guests=_field(obj, "guests", "HELO", int) if "guests" in obj else 0,
+        key=_hex_field(obj, "key", HELO_KEY) if "key" in obj else b"",
+        sig=_hex_field(obj, "sig", HELO_SIG) if "key" in obj else b"",
+        at=_field(obj, "at", "HELO", int) if "key" in obj else 0,
+        to=NodeId(_hex_field(obj, "to", 16)) if "key" in obj and "to" in obj else None,
     )
+
+
+def _hex_field(obj: dict[str, Any], key: str, size: int) -> bytes:
+    value = _field(obj, key, "HELO", str)
+    if len(value) != 2 * size or _LOWER_HEX_RE.fullmatch(value) is None:
+        raise DecodeError(f"HELO field {key!r} must be {2 * size} lowercase hex digits")
+    return bytes.fromhex(value)
+
+
+def helo_signed(m: Helo) -> bytes:
+    """The octets a HELO's ``sig`` signs: every member but ``sig`` itself, in a fixed
+    order (not the JSON text, which another encoder may write otherwise)."""
+    fields = [bytes(m.sender).hex(), "" if m.to is None else bytes(m.to).hex(), m.at, m.key.hex(), m.version,
+              m.endpoint, m.name, m.incarnation, m.reply, m.peers, m.node_type, m.beat, m.lost, m.rate, m.guests]
+    return _HELO_DOMAIN + json.dumps(fields, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 def _number(obj: dict[str, Any], key: str, kind: str) -> float:
