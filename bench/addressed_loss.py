@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Addressed messages through a lossy network, against raw pyzmq through the same network.
 
-Two hosts in network namespaces on a bridge (needs root and iproute2; nft for
+Two hosts in network namespaces on a bridge (bench/netns.py; needs root and iproute2; nft for
 the loss).  The bridge drops ``--loss`` % of all frames at random (nft numgen),
 both ways, TCP segments and acknowledgements alike.  Each run sends N
 100-octet messages from h1 to h2:
@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import random
 import subprocess
 import sys
 import tempfile
@@ -32,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import benchlib
+from netns import Namespaces
 
 PAYLOAD = b"x" * 100
 HERE = Path(__file__).resolve()
@@ -129,50 +128,10 @@ async def _role_huddle_send(endpoint: str, n: int, tmp: str) -> None:
 # ------------------------------------------------------------------ the network
 
 
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=20)
-
-
-class Net:
-    def __init__(self) -> None:
-        tag = f"hb{os.getpid() % 10000}"
-        self.bridge, self.hosts = f"{tag}br", [f"{tag}h1", f"{tag}h2"]
-        self.subnet = f"10.98.{random.randrange(1, 250)}"
-        self.ips = [f"{self.subnet}.1", f"{self.subnet}.2"]
-        self.made: list[str] = []
-
-    def up(self) -> None:
-        _ip("netns", "add", self.bridge)
-        self.made.append(self.bridge)
-        _ip("-n", self.bridge, "link", "add", "br0", "type", "bridge")
-        _ip("-n", self.bridge, "link", "set", "br0", "up")
-        for i, host in enumerate(self.hosts, 1):
-            _ip("netns", "add", host)
-            self.made.append(host)
-            _ip("-n", host, "link", "set", "lo", "up")
-            _ip("-n", host, "link", "add", "eth0", "type", "veth", "peer", "name", f"vb{i}", "netns", self.bridge)
-            _ip("-n", self.bridge, "link", "set", f"vb{i}", "master", "br0")
-            _ip("-n", self.bridge, "link", "set", f"vb{i}", "up")
-            _ip("-n", host, "addr", "add", f"{self.ips[i - 1]}/24", "dev", "eth0")
-            _ip("-n", host, "link", "set", "eth0", "up")
-
-    def loss(self, percent: int) -> None:
-        subprocess.run(["ip", "netns", "exec", self.bridge, "nft", "delete", "table", "bridge", "hb_loss"],
-                       check=False, capture_output=True, timeout=20)
-        if percent:
-            rules = ("add table bridge hb_loss\n"
-                     "add chain bridge hb_loss lossy { type filter hook forward priority 0; policy accept; }\n"
-                     f"add rule bridge hb_loss lossy numgen random mod 100 < {percent} drop\n")
-            subprocess.run(["ip", "netns", "exec", self.bridge, "nft", "-f", "-"], input=rules.encode(),
-                           check=True, capture_output=True, timeout=20)
-
-    def down(self) -> None:
-        for name in reversed(self.made):
-            subprocess.run(["ip", "netns", "del", name], check=False, capture_output=True, timeout=20)
-
-    def run(self, host: int, *args: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(["ip", "netns", "exec", self.hosts[host - 1], sys.executable, str(HERE), *args],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+def _run(net: Namespaces, host: int, *args: str) -> subprocess.Popen[str]:
+    """This script in one of its roles (``args``), inside host ``host``."""
+    return subprocess.Popen(net.python(host, str(HERE), *args), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
 
 
 def _line(proc: subprocess.Popen[str], word: str, timeout: float) -> list[str]:
@@ -205,11 +164,11 @@ def _finish(*procs: subprocess.Popen[str]) -> None:
             p.wait()
 
 
-def raw_rate(net: Net, n: int) -> float:
+def raw_rate(net: Namespaces, n: int) -> float:
     port = benchlib.free_port()
-    recv = net.run(2, "raw-recv", str(port), str(n))
+    recv = _run(net, 2, "raw-recv", str(port), str(n))
     _line(recv, "ready", 30)
-    send = net.run(1, "raw-send", f"tcp://{net.ips[1]}:{port}", str(n))
+    send = _run(net, 1, "raw-send", f"tcp://{net.ips[1]}:{port}", str(n))
     try:
         t0 = float(_line(send, "t0", 30)[0])
         _, t_last = _line(recv, "done", 900)
@@ -218,13 +177,13 @@ def raw_rate(net: Net, n: int) -> float:
         _finish(send, recv)
 
 
-def huddle_rate(net: Net, n: int) -> float:
+def huddle_rate(net: Namespaces, n: int) -> float:
     with tempfile.TemporaryDirectory(prefix="huddle-bench-") as tmp:
-        recv = net.run(2, "huddle-recv", str(n), tmp)
+        recv = _run(net, 2, "huddle-recv", str(n), tmp)
         send = None
         try:
             (endpoint,) = _line(recv, "endpoint", 60)
-            send = net.run(1, "huddle-send", endpoint, str(n), tmp)
+            send = _run(net, 1, "huddle-send", endpoint, str(n), tmp)
             t0 = float(_line(send, "t0", 60)[0])
             _, t_last = _line(recv, "done", 900)
             return n / (float(t_last) - t0)
@@ -255,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         args.reps, args.messages = 1, 5000
     benchlib.header("Addressed messages through a lossy bridge, against raw pyzmq through the same bridge",
                     messages=args.messages, loss=f"{args.loss} %", reps=args.reps)
-    net = Net()
+    net = Namespaces(2, prefix="hb", net=98)
     try:
         net.up()
     except (subprocess.CalledProcessError, FileNotFoundError, PermissionError) as exc:
@@ -266,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     medians: dict[int, float] = {}
     try:
         for loss in (0, args.loss):
-            net.loss(loss)
+            net.lose(loss)
             ratios = []
             for rep in range(args.reps):
                 raw = raw_rate(net, args.messages)

@@ -26,7 +26,7 @@ what the network does in between is not replayed).  Every chaos action is
 printed with its time since the start.
 
 Needs root, ``ip`` and ``nft``.  Nothing leaves the namespaces it creates
-(bridge ``<tag>br``, hosts ``<tag>n1..N``, addresses 10.97.X.0/24 inside them);
+(bench/netns.py: bridge ``<tag>br``, hosts ``<tag>h1..N``, addresses 10.97.X.0/24 inside them);
 the harness reaches each node's API (127.0.0.1 inside the node's namespace)
 from a thread that entered that namespace (setns).  tests/test_soak.py runs the
 same core for about 100 s.
@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import hashlib
 import json
 import math
@@ -62,8 +61,9 @@ from pathlib import Path
 from typing import Any
 
 import benchlib
+from netns import Namespaces, enter_netns, missing_tools
 
-__all__ = ["KINDS", "Action", "LogProblems", "Net", "Soak", "SoakNode", "log_problems", "make_plan", "run_soak"]
+__all__ = ["KINDS", "Action", "LogProblems", "Soak", "SoakNode", "log_problems", "make_plan", "run_soak"]
 
 KINDS = ("kill_one", "kill_all", "freeze", "partition", "link", "readdress")
 # Fast failure detection (as the namespace tests use): chaos shows within 1.5 s.
@@ -72,107 +72,10 @@ TIMING = ["--heartbeat-interval", "0.25", "--suspect-after", "0.75", "--gone-aft
 # (each node holds each in its document: measured 1.9-2.1 KiB, tests/test_doc_memory_processes.py);
 # plain events cost a node no memory (the log is on disk).
 RSS_SLACK_MIB, DOC_OP_KIB, FD_SLACK = 16.0, 8.0, 6
-CLONE_NEWNET = 0x40000000
 
 
 def say_now(line: str) -> None:
     print(line, flush=True)
-
-
-def ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=20)
-
-
-def missing_tools() -> str | None:
-    """Why the soak cannot run here, or None."""
-    if os.geteuid() != 0:
-        return "the soak needs root (network namespaces)"
-    for tool in ("ip", "nft"):
-        if shutil.which(tool) is None:
-            return f"{tool} is not installed (make test installs iproute2 and nftables as root: scripts/system-deps)"
-    return None
-
-
-# ------------------------------------------------------------------- network
-
-
-def _enter_netns(name: str) -> None:
-    """Move the calling thread (only it) into network namespace ``name``: the
-    sockets it opens from then on live there.  (Python 3.11 has no os.setns.)"""
-    libc = ctypes.CDLL(None, use_errno=True)
-    fd = os.open(f"/run/netns/{name}", os.O_RDONLY)
-    try:
-        if libc.setns(fd, CLONE_NEWNET) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"setns({name}): {os.strerror(err)}")
-    finally:
-        os.close(fd)
-
-
-class Net:
-    """A bridge in its own namespace and one namespace per node (TESTING.md)."""
-
-    def __init__(self, hosts: int) -> None:
-        tag = f"hs{os.getpid() % 10000}{random.randrange(100)}"
-        self.bridge = f"{tag}br"
-        self.hosts = [f"{tag}n{i}" for i in range(1, hosts + 1)]
-        self.subnet = f"10.97.{random.randrange(1, 250)}"
-        self.ips = [f"{self.subnet}.{i}" for i in range(1, hosts + 1)]
-        self.moves = [0] * hosts
-        self.created: list[str] = []
-        self.cut_now = False
-
-    def up(self) -> None:
-        ip("netns", "add", self.bridge)
-        self.created.append(self.bridge)
-        ip("-n", self.bridge, "link", "set", "lo", "up")
-        ip("-n", self.bridge, "link", "add", "br0", "type", "bridge")
-        ip("-n", self.bridge, "link", "set", "br0", "up")
-        for i, host in enumerate(self.hosts, 1):
-            ip("netns", "add", host)
-            self.created.append(host)
-            ip("-n", host, "link", "set", "lo", "up")
-            ip("-n", host, "link", "add", "eth0", "type", "veth", "peer", "name", f"vb{i}", "netns", self.bridge)
-            ip("-n", self.bridge, "link", "set", f"vb{i}", "master", "br0")
-            ip("-n", self.bridge, "link", "set", f"vb{i}", "up")
-            ip("-n", host, "addr", "add", f"{self.ips[i - 1]}/24", "brd", "+", "dev", "eth0")
-            ip("-n", host, "link", "set", "eth0", "up")
-
-    def link(self, i: int, up: bool) -> None:
-        """Node ``i`` (0-based) loses / gets back its network (its own eth0 stays up)."""
-        ip("-n", self.bridge, "link", "set", f"vb{i + 1}", "up" if up else "down")
-
-    def partition(self, side: list[int]) -> None:
-        """Cut the nodes in ``side`` (0-based) from the rest, broadcasts included."""
-        a = ", ".join(f'"vb{i + 1}"' for i in side)
-        b = ", ".join(f'"vb{i + 1}"' for i in range(len(self.hosts)) if i not in side)
-        rules = ("add table bridge soak_cut\n"
-                 "add chain bridge soak_cut cut { type filter hook forward priority 0; policy accept; }\n"
-                 f"add rule bridge soak_cut cut iifname {{ {a} }} oifname {{ {b} }} drop\n"
-                 f"add rule bridge soak_cut cut iifname {{ {b} }} oifname {{ {a} }} drop\n")
-        subprocess.run(["ip", "netns", "exec", self.bridge, "nft", "-f", "-"], input=rules.encode(),
-                       check=True, capture_output=True, timeout=20)
-        self.cut_now = True
-
-    def heal(self) -> None:
-        if self.cut_now:
-            ip("netns", "exec", self.bridge, "nft", "delete", "table", "bridge", "soak_cut")
-            self.cut_now = False
-
-    def readdress(self, i: int) -> tuple[str, str]:
-        """Give node ``i`` another address on the same /24 (a DHCP renewal)."""
-        old = self.ips[i]
-        self.moves[i] = (self.moves[i] + 1) % 20
-        new = f"{self.subnet}.{i + 1 + 10 * self.moves[i]}"
-        ip("-n", self.hosts[i], "addr", "del", f"{old}/24", "dev", "eth0")
-        ip("-n", self.hosts[i], "addr", "add", f"{new}/24", "brd", "+", "dev", "eth0")
-        self.ips[i] = new
-        return old, new
-
-    def down(self) -> None:
-        for name in reversed(self.created):
-            subprocess.run(["ip", "netns", "del", name], check=False, capture_output=True, timeout=20)
-        self.created.clear()
 
 
 # --------------------------------------------------------------------- nodes
@@ -191,7 +94,7 @@ class SoakNode:
     """One ``huddle node`` in its namespace; its API is called from threads
     inside that namespace."""
 
-    def __init__(self, index: int, net: Net, tmp: Path, beacon_port: int) -> None:
+    def __init__(self, index: int, net: Namespaces, tmp: Path, beacon_port: int) -> None:
         self.index = index
         self.name = f"n{index + 1}"
         self.host = net.hosts[index]
@@ -204,7 +107,7 @@ class SoakNode:
         self.life = 0  # how many times it was started
         self.started_at = math.nan
         self._buf = b""
-        self._pool = ThreadPoolExecutor(max_workers=2, initializer=_enter_netns, initargs=(self.host,),
+        self._pool = ThreadPoolExecutor(max_workers=2, initializer=enter_netns, initargs=(self.host,),
                                         thread_name_prefix=f"ns-{self.name}")
 
     # -- process
@@ -435,7 +338,7 @@ class Soak:
     def __init__(self, seed: int, nodes: int, tmp: Path, *, rate: float = 10.0, sample_every: float = 3.0,
                  warmup: float = 10.0, say: Callable[[str], None] = say_now) -> None:
         self.seed = seed
-        self.net = Net(nodes)
+        self.net = Namespaces(nodes, prefix="hs", net=97)
         self.tmp = tmp
         self.rate = rate
         self.sample_every = sample_every
@@ -627,19 +530,19 @@ class Soak:
                     victim.frozen = False
                 self.log(f"  {victim.name} thawed")
             elif a.kind == "partition":
-                self.net.partition(list(a.side))
+                self.net.partition([i + 1 for i in a.side])  # its hosts count from 1
                 self._sleep(a.hold)
                 self.log(f"  {self._seen(a.side[0], next(i for i in range(len(names)) if i not in a.side))}")
                 self.net.heal()
                 self.log("  partition healed")
             elif a.kind == "link":
-                self.net.link(a.victim, up=False)
+                self.net.link(a.victim + 1, up=False)
                 self._sleep(a.hold)
                 self.log(f"  {self._seen(a.victim + 1, a.victim)}")
-                self.net.link(a.victim, up=True)
+                self.net.link(a.victim + 1, up=True)
                 self.log(f"  link of {names[a.victim]} up")
             elif a.kind == "readdress":
-                old, new = self.net.readdress(a.victim)
+                old, new = self.net.readdress(a.victim + 1)
                 self.log(f"  {names[a.victim]}: {old} -> {new}")
         finally:
             self.heal_all()
@@ -669,7 +572,7 @@ class Soak:
             self.net.heal()
         for i, n in enumerate(self.nodes):
             with contextlib.suppress(subprocess.CalledProcessError):
-                self.net.link(i, up=True)
+                self.net.link(i + 1, up=True)
             if n.frozen:
                 n.signal(signal.SIGCONT)
                 n.frozen = False

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import queue
-import random
 import shutil
 import signal
 import subprocess
@@ -19,6 +17,9 @@ from pathlib import Path
 
 import pytest
 from conftest import Cluster, get, http, wait_for
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+from netns import Namespaces  # bench/ is not a package: its kit is imported by path
 
 pytestmark = pytest.mark.processes
 
@@ -64,80 +65,9 @@ def test_a_frozen_node_does_not_slow_the_others_and_catches_up(cluster: Cluster)
 # ----------------------------------------------------------------- namespaces
 
 
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=20)
-
-
-class Namespaces:
-    """A bridge in its own namespace and one namespace per host (TESTING.md)."""
-
-    def __init__(self, hosts: int) -> None:
-        tag = f"hd{os.getpid() % 10000}{random.randrange(100)}"
-        self.bridge = f"{tag}br"
-        self.hosts = [f"{tag}h{i}" for i in range(1, hosts + 1)]
-        self.subnet = f"10.99.{random.randrange(1, 250)}"
-        self.ips = [f"{self.subnet}.{i}" for i in range(1, hosts + 1)]
-        self.created: list[str] = []
-
-    def up(self) -> None:
-        _ip("netns", "add", self.bridge)
-        self.created.append(self.bridge)
-        _ip("-n", self.bridge, "link", "set", "lo", "up")
-        _ip("-n", self.bridge, "link", "add", "br0", "type", "bridge")
-        _ip("-n", self.bridge, "link", "set", "br0", "up")
-        for i, host in enumerate(self.hosts, 1):
-            _ip("netns", "add", host)
-            self.created.append(host)
-            _ip("-n", host, "link", "set", "lo", "up")
-            _ip("-n", host, "link", "add", "eth0", "type", "veth", "peer", "name", f"vb{i}", "netns", self.bridge)
-            _ip("-n", self.bridge, "link", "set", f"vb{i}", "master", "br0")
-            _ip("-n", self.bridge, "link", "set", f"vb{i}", "up")
-            _ip("-n", host, "addr", "add", f"{self.ips[i - 1]}/24", "brd", "+", "dev", "eth0")
-            _ip("-n", host, "link", "set", "eth0", "up")
-
-    def link(self, index: int, up: bool) -> None:
-        """Connect or cut host ``index`` (1-based) from the bridge."""
-        _ip("-n", self.bridge, "link", "set", f"vb{index}", "up" if up else "down")
-
-    def cut(self, a: int, b: int) -> None:
-        """Drop everything between hosts ``a`` and ``b`` (1-based), broadcasts
-        included, with an nft bridge table; both still reach the others."""
-        rules = (
-            "add table bridge huddle_cut\n"
-            "add chain bridge huddle_cut cut { type filter hook forward priority 0; policy accept; }\n"
-            f"add rule bridge huddle_cut cut iifname vb{a} oifname vb{b} drop\n"
-            f"add rule bridge huddle_cut cut iifname vb{b} oifname vb{a} drop\n"
-        )
-        subprocess.run(["ip", "netns", "exec", self.bridge, "nft", "-f", "-"], input=rules.encode(),
-                       check=True, capture_output=True, timeout=20)
-
-    def lose(self, percent: int) -> None:
-        """Drop ``percent`` % of all frames crossing the bridge, at random (nft numgen)."""
-        rules = (
-            "add table bridge huddle_loss\n"
-            "add chain bridge huddle_loss lossy { type filter hook forward priority 0; policy accept; }\n"
-            f"add rule bridge huddle_loss lossy numgen random mod 100 < {percent} drop\n"
-        )
-        subprocess.run(["ip", "netns", "exec", self.bridge, "nft", "-f", "-"], input=rules.encode(),
-                       check=True, capture_output=True, timeout=20)
-
-    def host_nft(self, index: int, rules: str) -> None:
-        """Load nft ``rules`` inside host ``index``'s own namespace."""
-        subprocess.run(["ip", "netns", "exec", self.hosts[index - 1], "nft", "-f", "-"], input=rules.encode(),
-                       check=True, capture_output=True, timeout=20)
-
-    def mend(self) -> None:
-        """Remove the cut."""
-        _ip("netns", "exec", self.bridge, "nft", "delete", "table", "bridge", "huddle_cut")
-
-    def down(self) -> None:
-        for name in reversed(self.created):
-            subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=20)
-
-
 @pytest.fixture
 def netns() -> Iterator[Namespaces]:
-    ns = Namespaces(3)
+    ns = Namespaces(3, prefix="hd", net=99)
     try:
         ns.up()
     except (subprocess.CalledProcessError, FileNotFoundError, PermissionError) as exc:
@@ -225,7 +155,7 @@ def test_two_hosts_cut_from_each_other_still_get_each_others_events_through_the_
     nodes = [NsNode(netns, i, tmp_path, 5671) for i in (1, 2, 3)]
     try:
         wait_for(lambda: all(len(n.alive()) == 2 for n in nodes), 30, "the three hosts to mesh", interval=0.2)
-        netns.cut(1, 3)
+        netns.partition([1], [3])
         wait_for(lambda: nodes[0].alive() == {"h2"} and nodes[2].alive() == {"h2"}, 15,
                  "h1 and h3 to lose each other", interval=0.2)
         assert nodes[1].alive() == {"h1", "h3"}
@@ -243,7 +173,7 @@ def test_two_hosts_cut_from_each_other_still_get_each_others_events_through_the_
         assert isinstance(log, list)
         from_h1 = [e for e in log if e["kind"] == "score"]
         assert len(from_h1) == 20 and all(e["hops"] == 2 for e in from_h1), from_h1[:2]
-        netns.mend()
+        netns.heal()
         wait_for(lambda: all(len(n.alive()) == 2 for n in nodes), 30, "the mesh to be whole again", interval=0.3)
     finally:
         for n in nodes:
@@ -348,8 +278,7 @@ def test_a_link_open_one_way_is_reported_as_one_way_by_every_node(netns: Namespa
         assert isinstance(pic, dict)
         health = {m["name"]: m["health"] for m in pic["members"]}
         assert health == {"h1": "degraded", "h2": "degraded", "h3": "ok"}
-        subprocess.run(["ip", "netns", "exec", netns.hosts[1], "nft", "delete", "table", "inet", "huddle_oneway"],
-                       check=True, capture_output=True, timeout=20)
+        netns.host_nft_delete(2, "inet", "huddle_oneway")
 
         def whole() -> bool:
             pics = [n.cli("system") for n in nodes]
@@ -393,8 +322,7 @@ def test_addressed_messages_survive_connections_reset_mid_stream(netns: Namespac
                     netns.host_nft(2, rule)
                     resets += 1
                     time.sleep(0.5)  # the reset lasts this long (not a wait for a condition)
-                    subprocess.run(["ip", "netns", "exec", h2.host, "nft", "delete", "table", "inet", "huddle_rst"],
-                                   check=True, capture_output=True, timeout=20)
+                    netns.host_nft_delete(2, "inet", "huddle_rst")
         assert sender.wait(120) == 0, sender.stderr.read() if sender.stderr else ""
         assert resets == 3
         assert got == [f"m{i}" for i in range(n)]

@@ -6,13 +6,12 @@ survived failures."""
 from __future__ import annotations
 
 import logging
-from pathlib import Path
+import time
 
 import pytest
 
 from huddle import NodeId
-from huddle.config import NodeConfig
-from huddle.node import Node
+from huddle.driver import MeshDriver
 from huddle.protocol import Mesh
 from huddle.wire import Chat, Group, Helo, encode
 
@@ -70,13 +69,13 @@ class _Raising:
 
 
 def test_the_driver_counts_every_failure_it_survives_and_logs_once_a_minute(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    node = Node(NodeConfig(data_dir=tmp_path))
-    node._mesh = _Raising()  # type: ignore[assignment]
+        caplog: pytest.LogCaptureFixture) -> None:
+    driver = MeshDriver(time.monotonic, lambda event: None)
+    driver.mesh = _Raising()  # type: ignore[assignment]
     batch = [[b"\x02" * 16, b"CHAT", b"hi"]] * 50
-    with caplog.at_level(logging.ERROR, logger="huddle.node"):
-        node._on_frames(batch, ["127.0.0.1"] * 50)
-    assert node.driver_stats.receive_failures == 50
-    said = lines(caplog, "huddle.node")
+    with caplog.at_level(logging.ERROR, logger="huddle.driver"):
+        driver.on_frames(batch, ["127.0.0.1"] * 50)
+    assert driver.stats.receive_failures == 50
+    said = lines(caplog, "huddle.driver")
     assert len(said) == 1 and "(1 so far" in said[0]
     assert caplog.records[0].exc_info is not None  # the first one with its traceback

@@ -48,6 +48,8 @@ LAYER_OF: dict[str, str] = {
     "huddle.transport": "transport",
     "huddle.discovery": "discovery",
     "huddle.config": "config",
+    "huddle.driver": "driver",
+    "huddle.finders": "finders",
     "huddle.sim": "sim",
     "huddle.simlog": "sim",
     "huddle.simhostile": "sim",
@@ -87,10 +89,14 @@ ALLOWED: dict[str, set[str]] = {
     "transport": {"base", "wire", "security"},
     "discovery": {"base", "wire", "security"},
     "config": {"base", "wire", "protocol", "posts", "discovery", "security"},
+    # The mesh's I/O side (actions onto the transport) and the finders' start: parts of the
+    # node that are not wiring, each below it.
+    "driver": {"base", "wire", "protocol", "transport"},
+    "finders": {"base", "config", "discovery", "transport"},
     "sim": {"base", "wire", "log", "doc", "protocol", "stack", "security"},
     "api": {"base", "wire", "log", "doc", "protocol", "posts", "guests", "config", "security"},
     "node": {"base", "wire", "log", "doc", "protocol", "stack", "posts", "guests", "transport", "discovery", "config",
-             "api", "security"},
+             "api", "security", "driver", "finders"},
     "facade": {"base", "wire", "protocol", "config", "node"},
     "clients": {"base", "guests", "facade"},
     "pipeline": {"base", "wire", "doc"},  # reads exported logs; never the runtime

@@ -158,7 +158,7 @@ def test_the_post_service_alone_hears_the_posts_peer_services_events(tmp_path: P
 
 def test_the_node_acts_on_its_events_before_the_listeners_hear_them(tmp_path: Path) -> None:
     node, _, heard = _wired(tmp_path)
-    waiting = node._space.setdefault(PEER, asyncio.Event())
+    waiting = node._driver._space.setdefault(PEER, asyncio.Event())  # a sender waiting for room
     order: list[str] = []
     node.add_listener(lambda e: order.append(f"listener saw space={waiting.is_set()}"))
     node._publish(BufferSpace(PEER, 1))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,12 +16,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from huddle import NodeId
-from huddle.config import NodeConfig
+from huddle.driver import MeshDriver
 from huddle.errors import DecodeError, LocalProtocolError
 from huddle.limits import LogLimits
 from huddle.log import SqliteStore
 from huddle.log.model import SourceState
-from huddle.node import Node
 from huddle.protocol.events import Send
 from huddle.protocol.replication import MemoryStore, Replicator, _coalesce
 from huddle.wire import MAX_BODY, Chat, Gsip, LogRecord, Xmsg, decode, encode, encode_parts
@@ -410,36 +410,36 @@ class _FakeTransport:
         pass
 
 
-def test_the_driver_survives_an_action_it_cannot_carry_out_and_counts_it(tmp_path: Path) -> None:
-    node = Node(NodeConfig(data_dir=tmp_path))
+def test_the_driver_survives_an_action_it_cannot_carry_out_and_counts_it() -> None:
+    driver = MeshDriver(time.monotonic, lambda event: None)
     bad = Xmsg(ME, (LogRecord(ME, 1, 1.0, "k\ud800", "1"),))  # made without the checks: cannot be encoded
     good = Chat(ME, "fine")
     transport = _FakeTransport()
     huge = Xmsg(ME, (LogRecord(ME, 1, 1.0, "k", "1" * MAX_BODY),))  # over the body cap
-    node._mesh = _FakeMesh([Send(1, bad), Send(3, bad), Send(2, good), Send(1, huge),
-                            Send(1, good), Send(3, good)])  # type: ignore[assignment]
-    node._transport = transport  # type: ignore[assignment]
-    node._execute()
+    driver.mesh = _FakeMesh([Send(1, bad), Send(3, bad), Send(2, good), Send(1, huge),
+                             Send(1, good), Send(3, good)])  # type: ignore[assignment]
+    driver.transport = transport  # type: ignore[assignment]
+    driver.execute()
     assert [conn for conn, _ in transport.sent] == [1, 3]
-    assert node.driver_stats.action_failures == 4
+    assert driver.stats.action_failures == 4
 
 
-def test_the_timer_loop_survives_a_turn_that_raises(tmp_path: Path) -> None:
-    node = Node(NodeConfig(data_dir=tmp_path))
+def test_the_timer_loop_survives_a_turn_that_raises() -> None:
+    driver = MeshDriver(time.monotonic, lambda event: None)
     mesh = _FakeMesh([], tick_fails=2)
-    node._mesh = mesh  # type: ignore[assignment]
-    node._transport = _FakeTransport()  # type: ignore[assignment]
+    driver.mesh = mesh  # type: ignore[assignment]
+    driver.transport = _FakeTransport()  # type: ignore[assignment]
 
     async def run() -> None:
         mesh.ticked = asyncio.Event()
-        task = asyncio.create_task(node._ticker())
+        task = asyncio.create_task(driver.run(60.0, lambda now: None))
         try:
             await asyncio.wait_for(mesh.ticked.wait(), 5.0)
         finally:
             task.cancel()
 
     asyncio.run(run())
-    assert mesh.ticks >= 3 and node.driver_stats.tick_failures == 2
+    assert mesh.ticks >= 3 and driver.stats.tick_failures == 2
 
 
 def test_one_gsip_asking_for_the_same_records_many_times_gets_them_once() -> None:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import time
 
-from huddle.config import NodeConfig
+from huddle.driver import MeshDriver
 from huddle.ids import NodeId
-from huddle.node import Node
 from huddle.protocol import Send
 from huddle.transport.stats import OTHER_TRAFFIC, TRAFFIC_TYPES, TrafficStats
 from huddle.wire import Beat, Bulk, Chat, LogRecord, Xmsg, decode, encode_parts
@@ -42,12 +41,12 @@ class _FakeTransport:
         return True
 
 
-def _node(tmp_path: Path, actions: list[object]) -> tuple[Node, _FakeMesh, _FakeTransport]:
-    node = Node(NodeConfig(data_dir=tmp_path))
+def _driver(actions: list[object]) -> tuple[MeshDriver, _FakeMesh, _FakeTransport]:
+    driver = MeshDriver(time.monotonic, lambda event: None)
     mesh, transport = _FakeMesh(actions), _FakeTransport()
-    node._mesh = mesh  # type: ignore[assignment]
-    node._transport = transport  # type: ignore[assignment]
-    return node, mesh, transport
+    driver.mesh = mesh  # type: ignore[assignment]
+    driver.transport = transport  # type: ignore[assignment]
+    return driver, mesh, transport
 
 
 def test_every_type_the_codec_speaks_has_its_own_counter() -> None:
@@ -55,14 +54,14 @@ def test_every_type_the_codec_speaks_has_its_own_counter() -> None:
     assert spoken == set(TRAFFIC_TYPES)
 
 
-def test_sent_octets_are_counted_by_type_per_accepted_message(tmp_path: Path) -> None:
+def test_sent_octets_are_counted_by_type_per_accepted_message() -> None:
     xmsg = Xmsg(ME, (LogRecord(ME, 1, 1.0, "k", '{"a": 1}'),))
     beat = Beat(ME)
     bulk = Bulk(ME, b"h", b"d" * 1000)
     # One XMSG to three peers (encoded once), one of which is full; a BEAT; a BULK.
-    node, _, transport = _node(tmp_path, [Send(1, xmsg), Send(2, xmsg), Send(9, xmsg), Send(1, beat),
+    node, _, transport = _driver([Send(1, xmsg), Send(2, xmsg), Send(9, xmsg), Send(1, beat),
                                           Send(2, bulk)])
-    node._execute()
+    node.execute()
     assert len(transport.sent) == 4
     size = {kind: sum(map(len, encode_parts(m))) for kind, m in ((b"XMSG", xmsg), (b"BEAT", beat), (b"BULK", bulk))}
     assert size[b"BULK"] == 4 + 1 + 1000
@@ -76,22 +75,22 @@ def test_sent_octets_are_counted_by_type_per_accepted_message(tmp_path: Path) ->
     assert set(shown["sent"]) == {k.decode() for k in (*TRAFFIC_TYPES, OTHER_TRAFFIC)}
 
 
-def test_received_octets_are_counted_by_type_and_unknown_types_as_other(tmp_path: Path) -> None:
-    node, mesh, _ = _node(tmp_path, [])
+def test_received_octets_are_counted_by_type_and_unknown_types_as_other() -> None:
+    node, mesh, _ = _driver([])
     chat = [bytes(ME), b"CHAT", b"hello"]
     bulk = [bytes(ME), b"BULK", b"h", memoryview(b"x" * 300)]  # a BULK's data arrives as a memoryview
     made_up = [[bytes(ME), f"Z{i:03d}".encode(), b"?" * 10] for i in range(500)]
     short = [b"only-a-sender"]
     assert isinstance(decode(chat), Chat)
     batch: list[list[bytes]] = [chat, bulk, *made_up, short]  # type: ignore[list-item]
-    node._on_frames(batch, ["127.0.0.1"] * len(batch))
+    node.on_frames(batch, ["127.0.0.1"] * len(batch))
     assert len(mesh.received) == len(batch)
     received = node.traffic.received
     assert received[b"CHAT"] == 4 + 5
     assert received[b"BULK"] == 4 + 1 + 300
     assert received[OTHER_TRAFFIC] == 500 * (4 + 10)  # the sender-only message carries no octets after it
     assert len(received) == len(TRAFFIC_TYPES) + 1  # made-up types did not grow the table
-    assert node.driver_stats.receive_failures == 0
+    assert node.stats.receive_failures == 0
 
 
 def test_a_fresh_table_counts_nothing() -> None:

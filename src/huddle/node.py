@@ -5,8 +5,10 @@ The driver is thin: it turns socket readiness and timers into calls on
 the node holds lives with its own package: the data directory
 (:mod:`huddle.log.datadir`), the bout document and its rules
 (:mod:`huddle.doc.desk`), the statistics rows (:mod:`huddle.log.stats`), the
-guests' side (:mod:`huddle.guests.bridge`), the driver's counters
-(:mod:`huddle.transport.stats`).  This module wires them, starts them in order
+guests' side (:mod:`huddle.guests.bridge`), the mesh's driver: its actions
+carried out, frames fed in, the timer loop (:mod:`huddle.driver`), the finders
+(:mod:`huddle.finders`), what the API shows (:mod:`huddle.api.info`).  This
+module wires them, starts them in order
 and stops them in reverse (one exit stack), and routes the protocol's events
 to an ordered list of subscribers (:meth:`Node._wire_events`).
 """
@@ -20,16 +22,19 @@ import os
 import signal
 import time
 import typing
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .api.info import log_summary, node_info, system_picture
 from .config import NodeConfig, resolve_seed
-from .discovery import BeaconService, Interface
+from .discovery import Interface
 from .discovery.follow import Followers, NetworkFollower, wait_interface
 from .discovery.interfaces import LOOPBACK
 from .doc import DOC_KIND, DocEngine
 from .doc.desk import DocumentDesk, Recording
+from .driver import MeshDriver
 from .errors import ConfigError, CutOffReadOnly, LocalProtocolError
+from .finders import Finders
 from .guests.bridge import BridgeSettings, GuestBridge, room_key_of
 from .ids import NodeId
 from .log import SqliteStore
@@ -41,34 +46,21 @@ from .posts.model import Policy
 from .posts.peer import POSTS_INPUTS, PostsPeer
 from .posts.service import PostService, PostSettings
 from .posts.store import PostStore
-from .protocol import Connect, Disconnect, Event, Mesh, Notify, PeerInfo, Send
-from .protocol.delivery import BufferFull, Delivery
+from .protocol import Event, Mesh, PeerInfo
 from .protocol.events import BufferSpace, CutOff, LogAppended, PeerExcluded, ServiceEvent, stat_row
-from .protocol.picture import Reports
 from .protocol.replication import Replicator, canonical_json
 from .protocol.stack import build_services
-from .ratelog import RateLog
 from .security import GroupSecret, NodeIdentity, TrustList, load_or_create_identity, node_id_for, own_id_refusal
-from .transport.naming import NamingClient
-from .transport.stats import DriverStats, TrafficStats
 from .transport.zap import AllowList, MeshSecurity
 from .transport.zmq_transport import ZmqTransport
-from .wire import LogRecord, encode_parts
+from .wire import LogRecord
 
 if TYPE_CHECKING:
-    from .discovery.mdns import MdnsService
     from .guests.server import GuestServer
 
 __all__ = ["Node", "run_node"]
 
 log = logging.getLogger("huddle.node")
-
-# A sender waits (async) while a peer's overflow queue is above this many messages.
-BACKPRESSURE = 20_000
-# After a turn of the timer loop failed, the next comes this much later (no busy loop).
-TICK_RETRY = 0.05
-# The driver logs a failure it survived at most this often, per kind (the rest are counted).
-FAILURE_LOG_EVERY = 60.0
 
 Listener = Callable[[Event], None]
 # An event subscriber: True when it consumed the event (the subscribers after it do not see it).
@@ -90,10 +82,8 @@ class Node:
         self._store: SqliteStore | None = None
         self._rows: StatRows | None = None  # the statistics rows, in the store
         self._replicator: Replicator | None = None
-        self._transport: ZmqTransport | None = None
-        self._beacon: BeaconService | None = None
-        self._mdns: MdnsService | None = None
-        self._naming: NamingClient | None = None
+        self._driver = MeshDriver(self.local_now, self._publish)  # attached to the mesh and transport by _start
+        self._finders = Finders(self._driver.discovered)
         self._bridge: GuestBridge | None = None  # with --guests
         self._posts: PostService | None = None
         self._follower: NetworkFollower | None = None  # follows the interface's address
@@ -103,14 +93,11 @@ class Node:
         self._routes: dict[type, list[Subscriber]] = {}  # event type -> its subscribers, in order
         self.desk = DocumentDesk(Recording(writable=self._check_writable, stamp=self.mesh_time,
                                            origin=self._origin, record=self.emit_many))
-        self._space: dict[NodeId, asyncio.Event] = {}  # set when a full send buffer has room again
         self._stop = asyncio.Event()
         self._ready = asyncio.Event()
         self._base = time.time() - time.monotonic()
         self.started_at = 0.0
-        self.driver_stats = DriverStats()
-        self._failures = RateLog(log, period=FAILURE_LOG_EVERY)  # per DriverStats counter
-        self.traffic = TrafficStats()
+        self.driver_stats, self.traffic = self._driver.stats, self._driver.traffic
 
     # ----------------------------------------------------------------- clock
 
@@ -138,54 +125,14 @@ class Node:
         return self.mesh.peers(self.local_now())
 
     def info(self) -> dict[str, Any]:
-        mesh = self.mesh
-        stats: dict[str, Any] = dict(mesh.stats.as_dict())
-        if self._transport is not None:
-            stats["send_dropped"] = self._transport.send_dropped
-        stats["foreign_by_address"] = dict(mesh.blamed)
-        if self._beacon is not None:
-            stats["beacons"] = dict(self._beacon.stats)
-        if self._mdns is not None:
-            stats["mdns"] = dict(self._mdns.stats)
-        if self._naming is not None:
-            stats["naming"] = self._naming.stats.as_dict()
-        reports, delivery = mesh.service(Reports), mesh.service(Delivery)
-        if reports is not None:
-            stats.update(reports.stats.as_dict())
-        if delivery is not None:
-            stats["delivery"] = delivery.stats.as_dict()
-        stats["driver"] = self.driver_stats.as_dict()
-        stats["traffic"] = self.traffic.as_dict()
+        stats = self._driver.counters(self._finders.stats())
         stats["security"] = None if self.security is None else self.security.stats()
-        guests = self.guests
-        return {
-            "uuid": str(mesh.uuid),
-            "name": mesh.name,
-            "group": mesh.group,
-            "key": None if self.identity is None else self.identity.fingerprint,
-            "public_key": None if self.identity is None else self.identity.public_key.hex(),
-            "security": None if self.security is None else self.security.describe(),
-            "endpoint": mesh.endpoint,
-            "time": self.mesh_time(),
-            "clock_offset": mesh.offset,
-            "clock_source": None if mesh.synced_with is None else str(mesh.synced_with),
-            "started_at": self.started_at,
-            "type": self.node_type.name,
-            "on_cut_off": self.node_type.on_cut_off,
-            "cut_off": mesh.cut_off,
-            "read_only": self.read_only,
-            "guests": None if guests is None else guests.ports(),
-            "stats": stats,
-        }
+        return node_info(self.mesh, identity=self.identity, node_type=self.node_type, mesh_time=self.mesh_time(),
+                         started_at=self.started_at, read_only=self.read_only, guests=self.guests,
+                         security=None if self.security is None else self.security.describe(), stats=stats)
 
     def system(self) -> dict[str, Any]:
-        """The system picture as this node computes it (same reports, same digest
-        on every node), with round trips and rates beside it."""
-        mesh = self.mesh
-        now = self.local_now()
-        reports = mesh.service(Reports)
-        assert reports is not None
-        return {"node": str(mesh.uuid), "time": self.mesh_time(), **reports.pictures.describe(now)}
+        return system_picture(self.mesh, self.local_now(), self.mesh_time())
 
     def chat(self, text: str, to: NodeId | None = None) -> int:
         """Send a chat line now; returns the number of peers it went to."""
@@ -197,13 +144,7 @@ class Node:
         """Like :meth:`chat`, but waits while a peer's send queue is long, so a
         fast sender loses nothing; a peer that stays full for ``timeout`` is skipped."""
         n = self.chat(text, to)
-        transport = self._transport
-        if transport is not None and transport.any_backlog():
-            targets = [to] if to is not None else self.mesh.alive_peers()
-            for peer in targets:
-                conn = self.mesh.conn_of(peer)
-                if conn is not None and transport.backlog(conn) >= BACKPRESSURE:
-                    await transport.wait_drained(conn, BACKPRESSURE // 2, timeout)
+        await self._driver.wait_drained(to, timeout)
         return n
 
     # ---------------------------------------------------------- the event log
@@ -286,13 +227,8 @@ class Node:
     # ---------------------------------------------------- addressed messages
 
     def send_to(self, peer: NodeId, payload: bytes) -> int:
-        """Queue an addressed message; returns its sequence.  Raises NotIncluded,
-        MessageTooLarge or BufferFull (nothing queued) at once."""
-        delivery = self.mesh.service(Delivery)
-        assert delivery is not None
-        seq = delivery.send(peer, payload, self.local_now())  # a peer that is away gets it when it returns
-        self._execute()
-        return seq
+        """Queue an addressed message (:meth:`MeshDriver.send_to`)."""
+        return self._driver.send_to(peer, payload)
 
     def send_bulk(self, peer: NodeId, head: bytes, data: bytes | memoryview) -> bool:
         """Send a BULK (``head``, then ``data`` as a frame of its own) to an admitted peer on
@@ -305,35 +241,14 @@ class Node:
         return ok
 
     def queued_bulk(self, peer: NodeId) -> int:
-        """Octets of BULK data sent to ``peer`` that are not yet on its connection (0 if
-        it is not admitted): a peer that asks for content and does not read it grows this."""
-        conn = self.mesh.conn_of(peer)
-        transport = self._transport
-        return 0 if conn is None or transport is None else transport.queued_large(conn)
+        return self._driver.queued_bulk(peer)
 
     async def send_to_wait(self, peer: NodeId, payload: bytes, timeout: float = 10.0) -> int:
-        """As :meth:`send_to`, but wait up to ``timeout`` seconds for room in a full buffer."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                return self.send_to(peer, payload)
-            except BufferFull:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise
-                event = self._space.setdefault(peer, asyncio.Event())
-                event.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(event.wait(), min(left, 0.5))
+        """Queue an addressed message, waiting for room (:meth:`MeshDriver.send_to_wait`)."""
+        return await self._driver.send_to_wait(peer, payload, timeout)
 
     def log_summary(self) -> dict[str, Any]:
-        replicator = self.replicator
-        return {
-            "version_vector": {str(s): q for s, q in replicator.version_vector().items()},
-            "events": replicator.held(),
-            "gaps": {str(s): [list(r) for r in ranges] for s, ranges in replicator.gaps().items()},
-            "stats": replicator.stats.as_dict(),
-        }
+        return log_summary(self.replicator)
 
     def exclude(self, peer: NodeId, reason: str) -> bool:
         """Exclude ``peer`` for good (persisted); False if it already was."""
@@ -390,9 +305,8 @@ class Node:
             if on_ready is not None:
                 on_ready(self)
             async with asyncio.TaskGroup() as tg:
-                tasks = [tg.create_task(self._ticker())]
-                if self._beacon is not None:
-                    tasks.append(tg.create_task(self._beacon.run()))
+                tasks = [tg.create_task(self._driver.run(STATS_INTERVAL, self._rows_due))]
+                tasks += [tg.create_task(finder) for finder in self._finders.tasks()]
                 if self._posts is not None:
                     tasks.append(tg.create_task(self._posts.run()))
                 if self._follower is not None:
@@ -408,11 +322,11 @@ class Node:
         if cfg.guests:
             self._bridge = GuestBridge()
         links = None if self._bridge is None else self._bridge.links
-        transport = ZmqTransport(uuid, on_frames=self._on_frames, on_stalled=self._on_stalled,
-                                 on_connect_failed=self._on_connect_failed, limits=cfg.limits.mesh,
+        driver = self._driver
+        transport = ZmqTransport(uuid, on_frames=driver.on_frames, on_stalled=driver.on_stalled,
+                                 on_connect_failed=driver.on_connect_failed, limits=cfg.limits.mesh,
                                  on_link=None if links is None else links.changed,
                                  curve=None if self.security is None else self.security.setup)
-        self._transport = transport
         if self.security is not None:
             self.security.attach(transport.guard, self._cut_key)
         stack.callback(transport.close)
@@ -439,6 +353,7 @@ class Node:
             limits=cfg.limits.mesh, guests=cfg.guest_marco_port if cfg.guests else 0, services=services,
             identity=self.identity, secure=cfg.group_secret is not None,
         )
+        driver.attach(mesh, transport)
         stack.callback(self._leave)  # a start that fails half-way still says GBYE to the peers it met
         self._replicator = mesh.service(Replicator)
         self.desk.reload(store.of_kind(DOC_KIND))
@@ -451,8 +366,9 @@ class Node:
         transport.start(asyncio.get_running_loop())
         for seed in cfg.seeds:
             mesh.add_seed(resolve_seed(seed), self.local_now())
-        await self._start_discovery(stack, iface, port, endpoint)
+        await self._finders.start(stack, cfg, uuid=uuid, iface=iface, port=port, endpoint=endpoint)
         if self._bridge is not None:
+            driver.on_disconnect.append(self._bridge.forget)
             stack.push_async_callback(self._bridge.close)
             await self._bridge.start(
                 BridgeSettings(group=cfg.group, me=uuid, marco_port=cfg.guest_marco_port, tcp_port=cfg.guest_port,
@@ -478,49 +394,11 @@ class Node:
             log.info("mesh secured (CurveZMQ): %s mode, group key %s; this node's key: %s", said["mode"],
                      said["key_id"], self.identity.fingerprint)
 
-    async def _start_discovery(self, stack: contextlib.AsyncExitStack, iface: Interface, port: int,
-                               endpoint: str) -> None:
-        cfg, uuid = self.config, self.mesh.uuid
-        if cfg.beacon:
-            self._beacon = BeaconService(
-                uuid=uuid, group=cfg.group, router_port=port, interface=iface,
-                address=cfg.beacon_address, port=cfg.beacon_port, interval=cfg.beacon_interval,
-                on_peer=self._discovered,
-            )
-            stack.callback(self._beacon.close)
-            try:
-                await self._beacon.start()
-            except OSError as exc:
-                raise ConfigError(f"cannot open the beacon socket on port {cfg.beacon_port}: {exc.strerror}") from None
-        if cfg.mdns:
-            from .discovery.mdns import MdnsService  # noqa: PLC0415 - zeroconf: only with --mdns
-
-            mdns = self._mdns = MdnsService(
-                uuid=uuid, name=cfg.name, group=cfg.group, router_port=port, interface=iface,
-                service_type=cfg.mdns_type, on_peer=self._discovered,
-            )
-            stack.push_async_callback(_close_quietly, mdns.close)
-            await mdns.start()
-        if cfg.naming:
-            naming = NamingClient(
-                uuid=uuid, name=cfg.name, group=cfg.group, endpoint=endpoint, brokers=cfg.naming,
-                interval=cfg.naming_interval, timeout=cfg.naming_timeout, on_peer=self._discovered,
-                limits=cfg.limits.naming, key=None if cfg.group_secret is None else cfg.group_secret.naming_key(),
-            )
-            await naming.start()  # closes itself if no broker answers
-            self._naming = naming
-            stack.push_async_callback(naming.close)
-
     def _followers(self, transport: ZmqTransport) -> Followers:
         """Who follows an address change, in order: the ROUTER, the mesh (HELO to the
         peers), the naming client; then the announcements (beacon, mDNS, guest servers)."""
         follow = Followers(transport, self.config.port_range, endpoint=[self._set_endpoint])
-        if self._naming is not None:
-            follow.endpoint.append(self._naming.set_endpoint)
-        if self._beacon is not None:
-            follow.announce.append(self._beacon.move)
-        if self._mdns is not None:
-            follow.announce.append(self._mdns.move)
+        self._finders.follow(follow)
         if self._bridge is not None:
             follow.announce.append(self._move_guests)
         return follow
@@ -538,7 +416,7 @@ class Node:
                         guests.ws_port)
 
     def _network_failed(self, exc: Exception) -> None:
-        self._survived("network_failures", "following the network interface", exc)
+        self._driver.survived("network_failures", "following the network interface", exc)
 
     def _leave(self) -> None:
         """Say GBYE to every peer and close the connections (once)."""
@@ -553,26 +431,10 @@ class Node:
 
     # ---------------------------------------------------------------- the timer loop
 
-    async def _ticker(self) -> None:
-        mesh = self.mesh
-        transport = self._transport
-        assert transport is not None
-        next_snapshot = self.local_now()
-        while True:
-            now = self.local_now()
-            try:
-                if now >= next_snapshot:
-                    next_snapshot = now + STATS_INTERVAL
-                    self._snapshot()
-                    self._document_row(now)
-                transport.poll()
-                mesh.tick(now)
-                self._execute()
-                delay = max(0.0, mesh.next_deadline(now) - self.local_now())
-            except Exception as exc:  # a bug or a bad input must not stop the node's clock
-                self._survived("tick_failures", "a turn of the timer loop", exc)
-                delay = TICK_RETRY
-            await asyncio.sleep(delay)
+    def _rows_due(self, now: float) -> None:
+        """Every STATS_INTERVAL, from the timer loop: the statistics rows."""
+        self._snapshot()
+        self._document_row(now)
 
     def _snapshot(self) -> None:
         """A statistics row with the node's counters and each peer's state and RTT."""
@@ -589,88 +451,17 @@ class Node:
         if self._rows is not None:
             self._rows.document(self.mesh_time(), self.desk.row(now, final=final))
 
-    def _survived(self, counter: str, what: str, exc: Exception) -> None:
-        """Count a failure the driver survived; log it at most once a minute per counter
-        (ratelog.py), the first one with its traceback."""
-        n = getattr(self.driver_stats, counter) + 1
-        setattr(self.driver_stats, counter, n)
-        left_out = self._failures.due(counter, self.local_now())
-        if left_out is not None:
-            log.error("survived a failure of %s (%d so far, %d not logged since the last line): %r", what, n,
-                      left_out, exc, exc_info=exc if n == 1 else None)
-
     # ---------------------------------------------------------------- wiring
-
-    def _on_frames(self, batch: list[list[bytes]], sources: list[str]) -> None:
-        mesh = self._mesh
-        if mesh is None:
-            return
-        now = self.local_now()
-        count = self.traffic.count_received
-        for frames, source in zip(batch, sources, strict=True):
-            try:
-                count(frames)
-                mesh.receive(frames, now, source)
-            except Exception as exc:  # one message must not cost the others of the batch
-                self._survived("receive_failures", "handling a received message", exc)
-        self._execute()
 
     def _cut_key(self, public_key: bytes) -> None:
         """A key left the allow-list: end that node's session now (its messages are dropped already)."""
         if self._mesh is not None:
             self._mesh.end_incarnation(node_id_for(public_key), "its key was removed from the allow-list",
                                        self.local_now())
-            self._execute()
-
-    def _on_connect_failed(self, conn: int) -> None:
-        if self._mesh is not None:
-            self._mesh.connect_failed(conn, self.local_now())
-            self._execute()
-
-    def _on_stalled(self, conn: int) -> None:
-        if self._mesh is not None:
-            self._mesh.not_responding(conn, self.local_now())
-            self._execute()
-
-    def _discovered(self, peer: NodeId, endpoint: str) -> None:
-        if self._mesh is not None:
-            self._mesh.discovered(peer, endpoint, self.local_now())
-            self._execute()
+            self._driver.execute()
 
     def _execute(self) -> None:
-        mesh = self._mesh
-        transport = self._transport
-        if mesh is None or transport is None:
-            return
-        last_msg: object = None
-        frames: list[bytes] = []
-        octets = 0
-        sent = self.traffic.sent
-        try:
-            actions = mesh.take_actions()
-        except Exception as exc:
-            self._survived("action_failures", "taking the protocol's actions", exc)
-            return
-        for action in actions:
-            try:
-                if isinstance(action, Send):
-                    if action.message is not last_msg:  # a live XMSG goes to every peer: encode it once
-                        frames = encode_parts(action.message)
-                        octets = sum(map(len, frames))
-                        last_msg = action.message
-                    if transport.send(action.conn, frames):
-                        kind = frames[0]  # one of TRAFFIC_TYPES (we encoded it), or a type added since
-                        sent[kind] = sent.get(kind, 0) + octets
-                elif isinstance(action, Notify):
-                    self._publish(action.event)
-                elif isinstance(action, Connect):
-                    transport.connect(action.conn, action.endpoint)
-                elif isinstance(action, Disconnect):
-                    transport.disconnect(action.conn, action.flush)
-                    if self._bridge is not None:
-                        self._bridge.forget(action.conn)
-            except Exception as exc:  # one action that cannot be carried out must not stop the others
-                self._survived("action_failures", f"an action ({type(action).__name__})", exc)
+        self._driver.execute()
 
     # ---------------------------------------------------------------- events
 
@@ -683,7 +474,7 @@ class Node:
         routes: list[tuple[tuple[type, ...], Subscriber]] = [
             (POSTS_INPUTS, self.posts.handle),
             ((PeerExcluded,), self._save_excluded),
-            ((BufferSpace,), self._wake_sender),
+            ((BufferSpace,), self._driver.wake_sender),
         ]
         if self.node_type.on_cut_off == "empty":
             routes.append(((CutOff,), self._empty))
@@ -701,12 +492,6 @@ class Node:
 
     def _save_excluded(self, event: PeerExcluded) -> bool:
         self.data_dir.save_excluded(self.mesh.excluded)
-        return False
-
-    def _wake_sender(self, event: BufferSpace) -> bool:
-        space = self._space.get(event.peer)
-        if space is not None:
-            space.set()
         return False
 
     def _empty(self, event: CutOff) -> bool:
@@ -751,12 +536,6 @@ class Node:
             except Exception:  # a listener's bug must not stop the node
                 log.exception("event listener failed")
         return False
-
-
-async def _close_quietly(close: Callable[[], Awaitable[None]]) -> None:
-    """Leaving: a failing goodbye (mDNS) must not hide the real exit, nor hold it past 3 s."""
-    with contextlib.suppress(Exception):
-        await asyncio.wait_for(close(), 3.0)
 
 
 def run_node(config: NodeConfig, on_ready: Callable[[Node], None] | None = None) -> None:

@@ -1,0 +1,62 @@
+"""What ``GET /api/v1/node``, ``/api/v1/system`` and ``/api/v1/log/summary`` show.
+
+Pure builders: each takes the parts it reads (the mesh, the replicator, the
+node's own figures) and returns a JSON-ready dict; the node (node.py) calls
+them with its parts, and :class:`~huddle.api.ports.ApiNode` serves the results.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..config import NodeType
+from ..guests.server import GuestServer
+from ..protocol import Mesh
+from ..protocol.picture import Reports
+from ..protocol.replication import Replicator
+from ..security import NodeIdentity
+
+__all__ = ["log_summary", "node_info", "system_picture"]
+
+
+def node_info(mesh: Mesh, *, identity: NodeIdentity | None, node_type: NodeType, mesh_time: float,
+              started_at: float, read_only: bool, guests: GuestServer | None, security: dict[str, Any] | None,
+              stats: dict[str, Any]) -> dict[str, Any]:
+    """The node: who it is, its endpoint and clock, its type and state, its counters (``stats``)."""
+    return {
+        "uuid": str(mesh.uuid),
+        "name": mesh.name,
+        "group": mesh.group,
+        "key": None if identity is None else identity.fingerprint,
+        "public_key": None if identity is None else identity.public_key.hex(),
+        "security": security,  # mode, key id, refusals (transport/zap.py MeshSecurity.describe)
+        "endpoint": mesh.endpoint,
+        "time": mesh_time,
+        "clock_offset": mesh.offset,
+        "clock_source": None if mesh.synced_with is None else str(mesh.synced_with),
+        "started_at": started_at,
+        "type": node_type.name,
+        "on_cut_off": node_type.on_cut_off,
+        "cut_off": mesh.cut_off,
+        "read_only": read_only,
+        "guests": None if guests is None else guests.ports(),
+        "stats": stats,
+    }
+
+
+def system_picture(mesh: Mesh, now: float, mesh_time: float) -> dict[str, Any]:
+    """The system picture as this node computes it (same reports, same digest on
+    every node), with round trips and rates beside it."""
+    reports = mesh.service(Reports)
+    assert reports is not None
+    return {"node": str(mesh.uuid), "time": mesh_time, **reports.pictures.describe(now)}
+
+
+def log_summary(replicator: Replicator) -> dict[str, Any]:
+    """The event log as this node holds it: version vector, events held, gaps, counters."""
+    return {
+        "version_vector": {str(s): q for s, q in replicator.version_vector().items()},
+        "events": replicator.held(),
+        "gaps": {str(s): [list(r) for r in ranges] for s, ranges in replicator.gaps().items()},
+        "stats": replicator.stats.as_dict(),
+    }

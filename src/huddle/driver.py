@@ -1,0 +1,243 @@
+"""The mesh's driver: the thin I/O side of :class:`~huddle.protocol.Mesh`.
+
+It turns what happens outside the state machine into calls on it: frames the
+transport received, a connection that failed or stalled, a peer that discovery
+saw, the clock (:meth:`MeshDriver.run`, the timer loop).  After each call it
+carries out the actions the mesh returns (:meth:`MeshDriver.execute`): send on
+the transport (a live XMSG to every peer encoded once; the octets sent counted
+by type), publish an event, connect, disconnect.  A failure it survives (an
+action that cannot be carried out, a message whose handling raised, a turn of
+the timer loop that raised) is counted in :class:`~huddle.transport.stats.DriverStats`
+and logged at most once a minute per kind; the node goes on.
+
+It also holds the senders' side of back-pressure: an addressed message waits
+for room in a full buffer (:meth:`MeshDriver.send_to_wait`), a chat line for a
+peer's long send queue to drain.
+
+The node (node.py) makes one driver, gives it the mesh and the transport once
+they exist (:meth:`MeshDriver.attach`), and routes the events it publishes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .errors import LocalProtocolError
+from .ids import NodeId
+from .protocol import Connect, Disconnect, Event, Mesh, Notify, Send
+from .protocol.delivery import BufferFull, Delivery
+from .protocol.events import BufferSpace, ServiceEvent
+from .protocol.picture import Reports
+from .ratelog import RateLog
+from .transport.stats import DriverStats, TrafficStats
+from .transport.zmq_transport import ZmqTransport
+from .wire import encode_parts
+
+__all__ = ["BACKPRESSURE", "FAILURE_LOG_EVERY", "TICK_RETRY", "MeshDriver"]
+
+log = logging.getLogger("huddle.driver")
+
+# A sender waits (async) while a peer's overflow queue is above this many messages.
+BACKPRESSURE = 20_000
+# After a turn of the timer loop failed, the next comes this much later (no busy loop).
+TICK_RETRY = 0.05
+# The driver logs a failure it survived at most this often, per kind (the rest are counted).
+FAILURE_LOG_EVERY = 60.0
+
+Publish = Callable[[Event | ServiceEvent], None]
+
+
+class MeshDriver:
+    """Carries the mesh's actions out on the transport and feeds it what happens."""
+
+    def __init__(self, clock: Callable[[], float], publish: Publish) -> None:
+        self.clock = clock  # the node's local clock
+        self.publish = publish  # where a Notify's event goes (the node's subscribers)
+        self.mesh: Mesh | None = None
+        self.transport: ZmqTransport | None = None
+        self.on_disconnect: list[Callable[[int], None]] = []  # told of each connection closed
+        self.stats = DriverStats()
+        self.traffic = TrafficStats()
+        self._failures = RateLog(log, period=FAILURE_LOG_EVERY)  # per DriverStats counter
+        self._space: dict[NodeId, asyncio.Event] = {}  # set when a full send buffer has room again
+
+    def attach(self, mesh: Mesh, transport: ZmqTransport) -> None:
+        self.mesh, self.transport = mesh, transport
+
+    def running(self) -> Mesh:
+        if self.mesh is None:
+            raise LocalProtocolError("the node is not running")
+        return self.mesh
+
+    # ------------------------------------------------------- into the mesh
+
+    def on_frames(self, batch: list[list[bytes]], sources: list[str]) -> None:
+        mesh = self.mesh
+        if mesh is None:
+            return
+        now = self.clock()
+        count = self.traffic.count_received
+        for frames, source in zip(batch, sources, strict=True):
+            try:
+                count(frames)
+                mesh.receive(frames, now, source)
+            except Exception as exc:  # one message must not cost the others of the batch
+                self.survived("receive_failures", "handling a received message", exc)
+        self.execute()
+
+    def on_connect_failed(self, conn: int) -> None:
+        if self.mesh is not None:
+            self.mesh.connect_failed(conn, self.clock())
+            self.execute()
+
+    def on_stalled(self, conn: int) -> None:
+        if self.mesh is not None:
+            self.mesh.not_responding(conn, self.clock())
+            self.execute()
+
+    def discovered(self, peer: NodeId, endpoint: str) -> None:
+        if self.mesh is not None:
+            self.mesh.discovered(peer, endpoint, self.clock())
+            self.execute()
+
+    async def run(self, every: float, on_interval: Callable[[float], None]) -> None:
+        """The timer loop: poll the transport, tick the mesh, carry out its actions, sleep
+        until its next deadline; ``on_interval(now)`` every ``every`` seconds."""
+        mesh, transport = self.mesh, self.transport
+        assert mesh is not None and transport is not None
+        next_interval = self.clock()
+        while True:
+            now = self.clock()
+            try:
+                if now >= next_interval:
+                    next_interval = now + every
+                    on_interval(now)
+                transport.poll()
+                mesh.tick(now)
+                self.execute()
+                delay = max(0.0, mesh.next_deadline(now) - self.clock())
+            except Exception as exc:  # a bug or a bad input must not stop the node's clock
+                self.survived("tick_failures", "a turn of the timer loop", exc)
+                delay = TICK_RETRY
+            await asyncio.sleep(delay)
+
+    # ------------------------------------------------------- out of the mesh
+
+    def execute(self) -> None:
+        mesh = self.mesh
+        transport = self.transport
+        if mesh is None or transport is None:
+            return
+        last_msg: object = None
+        frames: list[bytes] = []
+        octets = 0
+        sent = self.traffic.sent
+        try:
+            actions = mesh.take_actions()
+        except Exception as exc:
+            self.survived("action_failures", "taking the protocol's actions", exc)
+            return
+        for action in actions:
+            try:
+                if isinstance(action, Send):
+                    if action.message is not last_msg:  # a live XMSG goes to every peer: encode it once
+                        frames = encode_parts(action.message)
+                        octets = sum(map(len, frames))
+                        last_msg = action.message
+                    if transport.send(action.conn, frames):
+                        kind = frames[0]  # one of TRAFFIC_TYPES (we encoded it), or a type added since
+                        sent[kind] = sent.get(kind, 0) + octets
+                elif isinstance(action, Notify):
+                    self.publish(action.event)
+                elif isinstance(action, Connect):
+                    transport.connect(action.conn, action.endpoint)
+                elif isinstance(action, Disconnect):
+                    transport.disconnect(action.conn, action.flush)
+                    for forget in self.on_disconnect:
+                        forget(action.conn)
+            except Exception as exc:  # one action that cannot be carried out must not stop the others
+                self.survived("action_failures", f"an action ({type(action).__name__})", exc)
+
+    def survived(self, counter: str, what: str, exc: Exception) -> None:
+        """Count a failure the driver survived; log it at most once a minute per counter
+        (ratelog.py), the first one with its traceback."""
+        n = getattr(self.stats, counter) + 1
+        setattr(self.stats, counter, n)
+        left_out = self._failures.due(counter, self.clock())
+        if left_out is not None:
+            log.error("survived a failure of %s (%d so far, %d not logged since the last line): %r", what, n,
+                      left_out, exc, exc_info=exc if n == 1 else None)
+
+    def counters(self, discovery: dict[str, Any]) -> dict[str, Any]:
+        """The node's counters as ``GET /api/v1/node`` shows them (``stats``): the mesh's,
+        the transport's, ``discovery``'s (by finder), the peer services', the driver's."""
+        mesh = self.running()
+        stats: dict[str, Any] = dict(mesh.stats.as_dict())
+        if self.transport is not None:
+            stats["send_dropped"] = self.transport.send_dropped
+        stats["foreign_by_address"] = dict(mesh.blamed)
+        stats.update(discovery)
+        reports, delivery = mesh.service(Reports), mesh.service(Delivery)
+        if reports is not None:
+            stats.update(reports.stats.as_dict())
+        if delivery is not None:
+            stats["delivery"] = delivery.stats.as_dict()
+        stats["driver"] = self.stats.as_dict()
+        stats["traffic"] = self.traffic.as_dict()
+        return stats
+
+    # ------------------------------------------------------- senders
+
+    def send_to(self, peer: NodeId, payload: bytes) -> int:
+        """Queue an addressed message; returns its sequence.  Raises NotIncluded,
+        MessageTooLarge or BufferFull (nothing queued) at once."""
+        delivery = self.running().service(Delivery)
+        assert delivery is not None
+        seq = delivery.send(peer, payload, self.clock())  # a peer that is away gets it when it returns
+        self.execute()
+        return seq
+
+    async def send_to_wait(self, peer: NodeId, payload: bytes, timeout: float = 10.0) -> int:
+        """As :meth:`send_to`, but wait up to ``timeout`` seconds for room in a full buffer."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return self.send_to(peer, payload)
+            except BufferFull:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise
+                event = self._space.setdefault(peer, asyncio.Event())
+                event.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), min(left, 0.5))
+
+    def wake_sender(self, event: BufferSpace) -> bool:
+        """An event subscriber: a full buffer has room again (never consumes the event)."""
+        space = self._space.get(event.peer)
+        if space is not None:
+            space.set()
+        return False
+
+    async def wait_drained(self, to: NodeId | None, timeout: float) -> None:
+        """Wait while the send queue of ``to`` (of every live peer if None) is long;
+        a peer that stays full for ``timeout`` is skipped."""
+        transport = self.transport
+        if transport is not None and transport.any_backlog():
+            mesh = self.running()
+            for peer in [to] if to is not None else mesh.alive_peers():
+                conn = mesh.conn_of(peer)
+                if conn is not None and transport.backlog(conn) >= BACKPRESSURE:
+                    await transport.wait_drained(conn, BACKPRESSURE // 2, timeout)
+
+    def queued_bulk(self, peer: NodeId) -> int:
+        """Octets of BULK data sent to ``peer`` that are not yet on its connection (0 if
+        it is not admitted): a peer that asks for content and does not read it grows this."""
+        conn = self.running().conn_of(peer)
+        transport = self.transport
+        return 0 if conn is None or transport is None else transport.queued_large(conn)
