@@ -141,6 +141,7 @@ class Node:
         if self._transport is not None:
             stats["send_dropped"] = self._transport.send_dropped
         stats["foreign_by_address"] = dict(mesh.blamed)
+        stats["log_forgeries"] = {str(peer): n for peer, n in self.replicator.forgeries.items()}
         if self._beacon is not None:
             stats["beacons"] = dict(self._beacon.stats)
         if self._mdns is not None:
@@ -413,7 +414,8 @@ class Node:
             log.warning("dropped %d records in this node's name that came from peers: "
                         "its sequence continues what it wrote itself", returned)
         services = build_services(uuid, now=self.local_now(), store=store, log_limits=cfg.limits.log,
-                                  delivery=cfg.delivery_timing(), conn_counters=transport.counters)
+                                  delivery=cfg.delivery_timing(), conn_counters=transport.counters,
+                                  log_signer=self.identity, log_secure=cfg.group_secret is not None)
         mesh = self._mesh = Mesh(
             uuid, name=cfg.name, group=cfg.group, endpoint=endpoint,
             incarnation=os.urandom(8).hex(), now=self.local_now(), timing=cfg.timing(),
