@@ -53,9 +53,14 @@ def chain_hashes(prev: bytes, records: Sequence[LogRecord]) -> list[bytes]:
     out: list[bytes] = []
     append, pack, blake = out.append, _ENC.pack, hashlib.blake2b
     h = prev
+    last_kind: str | None = None
+    kind, size = b"", 0
     for r in records:
-        kind = r.kind.encode()
-        h = blake(h + pack(r.source, r.seq, r.timestamp, len(kind)) + kind + r.body.encode(), digest_size=32).digest()
+        if r.kind is not last_kind:  # a batch's records mostly share one kind: encode it once
+            last_kind = r.kind
+            kind = last_kind.encode()
+            size = len(kind)
+        h = blake(h + pack(r.source, r.seq, r.timestamp, size) + kind + r.body.encode(), digest_size=32).digest()
         append(h)
     return out
 
