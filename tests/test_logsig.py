@@ -347,3 +347,17 @@ def test_the_system_picture_reports_the_forwarder() -> None:
     health = {m["uuid"]: (m["health"], m["problems"]) for m in picture.members}
     assert health[str(M)] == ("forging", ["forging"]) and health[str(B)] == ("ok", [])
     assert compute({B: report(B, M), M: report(M, B)}).digest != picture.digest
+
+
+def test_received_signed_records_are_stored_with_digests_that_verify(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "log.sqlite", "g")
+    r = attached(Replicator(B, store, now=0.0, signer=BOB))
+    r.peer_up(M, 1, 0.0)
+    msg = signed_batch(7)
+    r.receive(M, msg, 1.0)
+    r.take_actions()
+    assert [x.seq for x in store.read(A, 0, 10)] == list(range(1, 8))
+    assert store.chain_of(A, 7) == msg.heads[0][1].chain and store.heads_in(A, 1, 7) == [msg.heads[0][1]]
+    verified = store.verify()
+    assert verified.rows == 7 and verified.bad == 0
+    store.close()

@@ -191,10 +191,16 @@ class SqliteStore:
         self._in_txn = True
 
     def stage(self, records: Sequence[LogRecord], received_from: NodeId | None, received_at: float,
-              chain: Sequence[bytes] | None = None) -> None:
+              chain: Sequence[bytes] | None = None, digests: Sequence[bytes] | None = None) -> None:
         self._begin(full=received_from is None)
         frm = None if received_from is None else bytes(received_from)
         hop = 0 if received_from is None else 1
+        if chain is not None and digests is not None:  # computed with the chain (one source's run): no encoding here
+            group, mx, source = self.group, MAX_SEQ, bytes(records[0].source) if records else b""
+            self._db.executemany(_INSERT_CHAINED, [  # one source: the replicator stages runs
+                (group, source, r.seq, r.timestamp, r.kind, r.body, min(r.hops + hop, mx), received_at, frm, d, h)
+                for r, h, d in zip(records, chain, digests, strict=True)])
+            return
         rows = []
         hashes = chain if chain is not None else [None] * len(records)
         for r, h in zip(records, hashes, strict=True):

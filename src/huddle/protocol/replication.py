@@ -152,8 +152,9 @@ class EventStore(Protocol):
     def load(self) -> dict[NodeId, SourceState]: ...
 
     def stage(self, records: Sequence[LogRecord], received_from: NodeId | None, received_at: float,
-              chain: Sequence[bytes] | None = None) -> None:
-        """Write ``records`` (with their chain hashes, when they have them).  Received
+              chain: Sequence[bytes] | None = None, digests: Sequence[bytes] | None = None) -> None:
+        """Write ``records`` (with their chain hashes, when they have them, and their
+        digests when those were computed with the chain: logchain.chain_hashes).  Received
         ones (``received_from`` set) are stored with one more hop than they arrived with."""
 
     def commit(self) -> None: ...
@@ -190,7 +191,7 @@ class MemoryStore:
         return {source: SourceState.of(sorted(recs)) for source, recs in self.records.items()}
 
     def stage(self, records: Sequence[LogRecord], received_from: NodeId | None, received_at: float,
-              chain: Sequence[bytes] | None = None) -> None:
+              chain: Sequence[bytes] | None = None, digests: Sequence[bytes] | None = None) -> None:
         hop = 0 if received_from is None else 1
         if chain is not None:
             self.set_chain(records[0].source, [(r.seq, h) for r, h in zip(records, chain, strict=True)])
@@ -597,7 +598,7 @@ class Replicator:
         lacking = False
         max_gaps = self.limits.max_gap_ranges
         runs = list(_runs(msg.records))
-        chains: dict[int, tuple[list[bytes], LogHead]] = {}
+        chains: dict[int, tuple[list[bytes], LogHead, list[bytes]]] = {}
         if msg.heads or self._strict:
             checked = self._check_heads(msg, runs)
             if isinstance(checked, str):
@@ -626,7 +627,10 @@ class Replicator:
             got = 0
             for a, b in st.add(lo, hi):
                 fresh = run[a - lo : b - lo + 1]
-                self.store.stage(fresh, peer, stamp, None if signed is None else signed[0][a - lo : b - lo + 1])
+                if signed is None:
+                    self.store.stage(fresh, peer, stamp)
+                else:
+                    self.store.stage(fresh, peer, stamp, signed[0][a - lo : b - lo + 1], signed[2][a - lo : b - lo + 1])
                 self._appended.append((fresh, peer))
                 got += b - a + 1
             if signed is not None and got:
@@ -651,13 +655,13 @@ class Replicator:
 
     def _check_heads(
         self, msg: Xmsg, runs: list[tuple[NodeId, int, Sequence[LogRecord]]],
-    ) -> dict[int, tuple[list[bytes], LogHead]] | str:
+    ) -> dict[int, tuple[list[bytes], LogHead, list[bytes]]] | str:
         """Per run of ``msg`` that is signed, its chain hashes and head; or what makes
         the message a forgery (then none of it may be kept)."""
         heads = {h.source: (prev, h) for prev, h in msg.heads}
         if len(heads) != len(msg.heads):
             return "two heads for one source"
-        out: dict[int, tuple[list[bytes], LogHead]] = {}
+        out: dict[int, tuple[list[bytes], LogHead, list[bytes]]] = {}
         seen: set[NodeId] = set()
         for i, (s, _lo, run) in enumerate(runs):
             signed = heads.get(s)
@@ -672,10 +676,11 @@ class Replicator:
                 return "a signed source's records in more than one run"
             seen.add(s)
             prev, head = signed
-            hashes = check_batch(prev, run, head)
+            digests: list[bytes] = []
+            hashes = check_batch(prev, run, head, digests)
             if isinstance(hashes, str):
                 return hashes
-            out[i] = (hashes, head)
+            out[i] = (hashes, head, digests)
         if len(seen) < len(heads) and any(s not in seen for s in heads):
             return "a head for records the message does not carry"
         return out
