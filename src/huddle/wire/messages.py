@@ -381,7 +381,7 @@ def check_record(record: LogRecord) -> None:
             f"event is larger than the {MAX_RECORD}-octet record limit ({record_size(record)} octets as a message)")
 
 
-CHAIN_HASH: Final = 32  # octets of a log chain hash (BLAKE2b-256)
+CHAIN_HASH: Final = 32  # octets of a log chain hash (SHA-256)
 SIGNATURE: Final = 64  # octets of an Ed25519 signature
 PUBLIC_KEY: Final = 32  # octets of an Ed25519 public key
 
