@@ -379,8 +379,12 @@ class Replicator:
         self._vv_items: tuple[tuple[NodeId, int], ...] = ()
         self._now = now
         self._refusals_log = RateLog(log, period=60.0)  # per counter
-        self._pending_chain: dict[int, bytes] = {}  # own seq -> chain hash, for records not yet signed
         self._own_tip = self._chain_own() if self.signer is not None else (0, GENESIS)
+        # Own records chained but not signed yet: those after _pending_base (whose hash is
+        # _pending_prev), their chain hashes and store digests, in sequence order.
+        self._pending_base, self._pending_prev = self._own_tip
+        self._pending_hashes: list[bytes] = []
+        self._pending_digests: list[bytes] = []
 
     def _chain_own(self) -> tuple[int, bytes]:
         """The chain hash of our last record; own records from before signed heads
@@ -521,22 +525,29 @@ class Replicator:
         self._now = now
         self._stage_own()
         self.sources[self.uuid].add(run.first, run.last)
-        hashes = None if self.signer is None else self._chain_new(run)
-        self.store.stage(run, None, run[0].timestamp, hashes)
+        if self.signer is None:
+            self.store.stage(run, None, run[0].timestamp)
+        else:
+            at = self._chain_new(run)
+            self.store.stage(run, None, run[0].timestamp, self._pending_hashes[at:], self._pending_digests[at:])
         self._outbox.append(run)
         self._appended.append((run, None))
         self.stats.originated += len(run)
         self._dirty = self._vv_changed = True
 
-    def _chain_new(self, records: Sequence[LogRecord]) -> list[bytes]:
-        """Chain our new ``records`` on from our tip; kept until they are signed."""
+    def _chain_new(self, records: Sequence[LogRecord]) -> int:
+        """Chain our new ``records`` on from our tip; kept until they are signed.
+        Returns the index of the first in the pending lists."""
         seq, tip = self._own_tip
-        hashes = chain_hashes(tip, records)
-        pending = self._pending_chain
-        pending.setdefault(seq, tip)  # the prev of the first batch still to sign
-        pending.update(zip(range(seq + 1, seq + 1 + len(hashes)), hashes, strict=True))
+        at = len(self._pending_hashes)
+        hashes = chain_hashes(tip, records, self._pending_digests)
+        self._pending_hashes += hashes
         self._own_tip = (seq + len(hashes), hashes[-1])
-        return hashes
+        return at
+
+    def _chained(self, seq: int) -> bytes:
+        """The chain hash of our record ``seq``, pending or the last signed before them."""
+        return self._pending_prev if seq == self._pending_base else self._pending_hashes[seq - self._pending_base - 1]
 
     # ---------------------------------------------------- the peer service
 
@@ -764,7 +775,7 @@ class Replicator:
 
     def _stage_own(self) -> None:
         own, self._own = self._own, []
-        pending = self._pending_chain if self.signer is not None else None
+        signed = self.signer is not None
         i = 0
         while i < len(own):  # one stage per run of equal stamps (emit_many: one run)
             stamp = own[i].timestamp
@@ -772,7 +783,12 @@ class Replicator:
             while j < len(own) and own[j].timestamp == stamp:
                 j += 1
             piece = own[i:j]
-            self.store.stage(piece, None, stamp, None if pending is None else [pending[r.seq] for r in piece])
+            if signed:
+                a = piece[0].seq - self._pending_base - 1
+                b = a + len(piece)
+                self.store.stage(piece, None, stamp, self._pending_hashes[a:b], self._pending_digests[a:b])
+            else:
+                self.store.stage(piece, None, stamp)
             i = j
 
     def _sign_outbox(self) -> list[tuple[Sequence[LogRecord], tuple[tuple[bytes, LogHead], ...]]]:
@@ -780,7 +796,7 @@ class Replicator:
         (kept in the store); the batches with the heads they travel with."""
         pieces, self._outbox = self._outbox, []
         out: list[tuple[Sequence[LogRecord], tuple[tuple[bytes, LogHead], ...]]] = []
-        signer, pending = self.signer, self._pending_chain
+        signer, chained = self.signer, self._chained
         heads: list[LogHead] = []
         for records in pieces:
             for batch in self._batches(records):
@@ -788,13 +804,14 @@ class Replicator:
                     out.append((batch, ()))
                     continue
                 first, last = batch[0].seq, batch[-1].seq
-                head = sign_head(signer, self.uuid, last, pending[last])
+                head = sign_head(signer, self.uuid, last, chained(last))
                 heads.append(head)
-                out.append((batch, ((pending[first - 1], head),)))
+                out.append((batch, ((chained(first - 1), head),)))
         if heads:
             self.store.add_heads(heads)
             self._dirty = True
-        pending.clear()
+        self._pending_base, self._pending_prev = self._own_tip
+        self._pending_hashes, self._pending_digests = [], []
         return out
 
     def _plan_asks(self, now: float) -> set[NodeId]:
