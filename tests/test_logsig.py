@@ -20,7 +20,7 @@ from huddle.protocol.logchain import GENESIS, chain_hashes, check_batch, key_bou
 from huddle.protocol.picture import compute
 from huddle.protocol.replication import MemoryStore, Replicator
 from huddle.security import NodeIdentity
-from huddle.wire import LogHead, LogRecord, PeerStat, Raws, Xmsg, decode, encode
+from huddle.wire import Gsip, LogHead, LogRecord, PeerStat, Raws, Xmsg, decode, encode
 from huddle.wire.messages import MAX_BODY, encode_parts
 
 ALICE = NodeIdentity.generate()  # the source
@@ -361,3 +361,22 @@ def test_received_signed_records_are_stored_with_digests_that_verify(tmp_path: P
     verified = store.verify()
     assert verified.rows == 7 and verified.bad == 0
     store.close()
+
+
+def test_catch_up_of_large_records_is_cut_at_heads_within_the_body_cap() -> None:
+    src = attached(source_with(0))
+    big = '"' + "x" * 150_000 + '"'
+    for k in range(4):  # 40 records of 150 kB: the source cuts (and signs) by octets, not count
+        src.append_many([("doc", big)] * 10, 0.0, 100.0 + k)
+        src.take_actions()
+    heads = src.store.heads_in(A, 1, 40)
+    assert len(heads) > 4  # more than one per emission: cut by octets
+    src.peer_up(B, 1, 0.0)
+    src.take_actions()
+    src.receive(B, Gsip(B, (), ((A, ((1, 0),)),)), 1.0)
+    served = xmsgs(src.take_actions())  # each checked to fit the body cap
+    assert served and all(m.heads and m.records[-1].seq == m.heads[0][1].seq for m in served)
+    joiner, _ = receiver()
+    for m in served:
+        joiner.on_xmsg(M, m, 1.0, 1.0)
+    assert joiner.version_vector().get(A) == served[-1].records[-1].seq and joiner.stats.forgeries == 0

@@ -970,10 +970,12 @@ class Replicator:
         out: list[tuple[Sequence[LogRecord], tuple[tuple[bytes, LogHead], ...]]] = []
         start = i = size = 0
         cand: tuple[int, LogHead, int] | None = None  # a cut: end (exclusive), its head, octets up to it
+        by_count = isinstance(records, RecordRun) or (  # short records (the usual): cut by count alone
+            (6 * max([len(r.body) + len(r.kind) for r in records]) + _RECORD_OVERHEAD) * t.batch_records
+            <= t.batch_bytes)
         for h in heads:
             j = h.seq - first + 1
-            if isinstance(records, RecordRun):
-                size += (j - i) * records.record_size
+            if by_count:
                 i = j
             while i < j:
                 r = records[i]
