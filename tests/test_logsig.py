@@ -19,6 +19,7 @@ from huddle.protocol.events import Send
 from huddle.protocol.logchain import GENESIS, chain_hashes, check_batch, key_bound, sign_head
 from huddle.protocol.picture import compute
 from huddle.protocol.replication import MemoryStore, Replicator
+from huddle.protocol.stack import build_services
 from huddle.security import NodeIdentity
 from huddle.wire import Gsip, LogHead, LogRecord, PeerStat, Raws, Xmsg, decode, encode
 from huddle.wire.messages import MAX_BODY, encode_parts
@@ -380,3 +381,13 @@ def test_catch_up_of_large_records_is_cut_at_heads_within_the_body_cap() -> None
     for m in served:
         joiner.on_xmsg(M, m, 1.0, 1.0)
     assert joiner.version_vector().get(A) == served[-1].records[-1].seq and joiner.stats.forgeries == 0
+
+
+def test_build_services_passes_the_signer_and_the_mode_to_the_log() -> None:
+    services = build_services(A, now=0.0, store=MemoryStore(), log_signer=ALICE, log_secure=True)
+    (log,) = [s for s in services if isinstance(s, Replicator)]
+    assert log.signer is ALICE and log.secure
+    # a key that does not give the node's id does not sign (its heads would be refused)
+    services = build_services(B, now=0.0, store=MemoryStore(), log_signer=ALICE)
+    (log,) = [s for s in services if isinstance(s, Replicator)]
+    assert log.signer is None and not log.secure
