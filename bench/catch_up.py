@@ -2,10 +2,14 @@
 """A late joiner catching up a long history: 1 000 000 events by default.
 
 Setup (not timed): a provider data directory is filled with N events of one
-source, the provider's own UUID (its ``node-id`` file), written straight
-through ``SqliteStore.stage`` / ``commit`` in batches of 10 000.  It is then
-as if the provider had emitted them itself.  The same directory serves every
-repetition.
+source, the provider's own UUID (its ``node-id`` file, the id its ``node.key``
+gives, as in any data directory made today), written straight through
+``SqliteStore.stage`` / ``commit`` in batches of 10 000.  It is then as if the
+provider had emitted them itself, but unsigned: at its first start the
+provider chains and signs them (a head every 500 records, as a log from before
+signed heads is migrated; counted in its start time, not in the rate), and
+serves them signed; the joiner verifies every batch.  The same directory
+serves every repetition.
 
 Per repetition, three ways to copy the same N records, in turn:
 
@@ -110,13 +114,14 @@ def prepare(data_dir: Path, n: int) -> tuple[bytes, float]:
     from huddle.log import SqliteStore
     from huddle.log.datadir import DataDir
     from huddle.protocol.replication import canonical_json
+    from huddle.security import load_or_create_identity, node_id_for
     from huddle.wire import LogRecord
 
     for q in (1, 97, 1000, n):
         assert canonical_body(q) == canonical_json(body_of(q))
     t0 = time.monotonic()
     data_dir.mkdir(parents=True, exist_ok=True)
-    uuid: NodeId = DataDir(data_dir).node_id()
+    uuid: NodeId = DataDir(data_dir).node_id(new=node_id_for(load_or_create_identity(data_dir).public_key))
     store = SqliteStore(data_dir / "log.sqlite", GROUP)
     stamp = time.time()
     step = 10_000

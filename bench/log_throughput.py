@@ -67,6 +67,9 @@ STALL = 10.0  # seconds without progress after which a receiver gives up
 TARGET_RATE = 50_000.0  # events/s replicated to 2 peers
 
 
+_INSERT_SQL = ("INSERT OR IGNORE INTO events (grp, source, seq, ts, kind, body, hops, received_at, received_from) "
+               "VALUES (?,?,?,?,?,?,?,?,?)")  # columns named: the node's schema has more (digest, chain)
+
 def body_of(i: int) -> dict[str, Any]:
     """The JSON body of event ``i``: about 70 octets of canonical JSON."""
     return {"jam": i // 1000, "skater": f"{i % 97:02d}", "code": "X", "i": i, "note": "penalty box"}
@@ -132,7 +135,7 @@ def raw_receiver(n_msgs: int, store: bool, tmp: str, idx: int, conn: Connection)
     count = 0
     events = 0
     recv = router.recv_multipart
-    sql = "INSERT OR IGNORE INTO events VALUES (?,?,?,?,?,?,?,?,?)"
+    sql = _INSERT_SQL
     try:
         while count < n_msgs:
             frames = recv()
@@ -363,7 +366,7 @@ def run_sqlite(n: int, batch: int) -> dict[str, Any]:
     rows = _rows(n, os.urandom(16))
     with tempfile.TemporaryDirectory(prefix="huddle-bench-") as tmp:
         db = _open_db(Path(tmp) / "loop.sqlite")
-        sql = "INSERT OR IGNORE INTO events VALUES (?,?,?,?,?,?,?,?,?)"
+        sql = _INSERT_SQL
         cpu0 = cpu_seconds()
         t0 = time.monotonic()
         for i in range(0, n, batch):

@@ -104,6 +104,8 @@ class LogLimits:
     serve_records: int = _doc("records sent in answer to one GSIP, across all its asks", default=20_000)
     serve_bytes: int = _doc("octets of records sent in answer to one GSIP, across all its asks", default=8 * MiB)
     serve_ranges: int = _doc("ranges of one GSIP's asks answered (each may cost a read of the store)", default=4096)
+    max_forgeries: int = _doc("forged batches of log records (a bad chain or signature) one peer may send before "
+                              "it is excluded until it restarts (0: never excluded)", default=3)
 
 
 # -------------------------------------------------------------------- the HTTP API

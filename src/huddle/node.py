@@ -126,6 +126,7 @@ class Node:
 
     def info(self) -> dict[str, Any]:
         stats = self._driver.counters(self._finders.stats())
+        stats["log_forgeries"] = {str(peer): n for peer, n in self.replicator.forgeries.items()}
         stats["security"] = None if self.security is None else self.security.stats()
         return node_info(self.mesh, identity=self.identity, node_type=self.node_type, mesh_time=self.mesh_time(),
                          started_at=self.started_at, read_only=self.read_only, guests=self.guests,
@@ -345,7 +346,8 @@ class Node:
             log.warning("dropped %d records in this node's name that came from peers: "
                         "its sequence continues what it wrote itself", returned)
         services = build_services(uuid, now=self.local_now(), store=store, log_limits=cfg.limits.log,
-                                  delivery=cfg.delivery_timing(), conn_counters=transport.counters)
+                                  delivery=cfg.delivery_timing(), conn_counters=transport.counters,
+                                  log_signer=self.identity, log_secure=cfg.group_secret is not None)
         mesh = self._mesh = Mesh(
             uuid, name=cfg.name, group=cfg.group, endpoint=endpoint,
             incarnation=os.urandom(8).hex(), now=self.local_now(), timing=cfg.timing(),

@@ -26,6 +26,7 @@ from .log.export import event_schema, write_tables
 from .protocol import Connect, Disconnect, Event, Mesh, Notify, Send, Timing
 from .protocol.delivery import Delivery, DeliveryTiming
 from .protocol.events import LogAppended, ServiceEvent, stat_row
+from .protocol.logchain import LogSigner
 from .protocol.picture import Pictures, PictureTiming, Reports
 from .protocol.replication import MemoryStore, ReplicationTiming, Replicator, canonical_json
 from .protocol.stack import build_services
@@ -124,6 +125,7 @@ class SimNetwork:
         node_type: str = "standard",
         picture: PictureTiming | None = None,
         rate: int = 0,
+        log_signer: LogSigner | None = None,
     ) -> SimNode:
         if endpoint is None:
             # Each node on a host of its own, as on a real network: the mesh binds a
@@ -143,7 +145,7 @@ class SimNetwork:
         if log and store is None:
             store = MemoryStore()
         services = build_services(node_id, now=self.now + skew, store=store, log_timing=log_timing,
-                                  delivery=delivery, picture=picture)
+                                  delivery=delivery, picture=picture, log_signer=log_signer)
         mesh = Mesh(
             node_id, name=name, group=group, endpoint=endpoint,
             incarnation=self.rng.randbytes(8).hex(), now=self.now + skew, timing=timing,

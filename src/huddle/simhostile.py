@@ -28,16 +28,21 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from nacl.signing import SigningKey
 
 from .gcutil import few_collections
+from .ids import NodeId
 from .protocol import Timing
+from .protocol.logchain import GENESIS, chain_hashes, sign_head
 from .protocol.replication import MemoryStore
+from .security import NodeIdentity
 from .sim import ScenarioResult, SimNetwork, SimNode
-from .wire import MAX_BODY
+from .wire import MAX_BODY, LogRecord, Xmsg, encode
 from .wire.messages import MAX_SEQ
 
-__all__ = ["ATTACKS", "HostileBounds", "attack_frames", "run_hostile_scenario"]
+__all__ = ["ATTACKS", "HostileBounds", "attack_frames", "run_forger_scenario", "run_hostile_scenario"]
 
 
 @dataclass(frozen=True)
@@ -280,3 +285,102 @@ def _check(honest: list[SimNode], originated: dict[bytes, int], bounds: HostileB
         elif held != reference:
             problems.append(f"{name}'s honest records differ from {honest[0].mesh.name}'s")
     return problems[:20]
+
+
+# ------------------------------------------------------------- a member that forges log records
+
+
+def run_forger_scenario(*, seed: int, nodes: int = 4, events: int = 30, settle: float = 30.0) -> ScenarioResult:
+    """``nodes`` honest members and one hostile member, all with keys (signed log,
+    protocol.md 12.5).  Once the honest events have spread, the hostile member sends
+    every honest node, for a record of another honest source: a forged one (unsigned,
+    then signed with its own key) and an altered copy of the real one with its real
+    head.  What must hold: every honest node kept the true record and nothing forged,
+    counted the forgeries against the hostile member, and ended its incarnation at
+    ``log.max-forgeries`` (3); the honest nodes still converge."""
+    with few_collections():
+        return _run_forger(seed=seed, nodes=nodes, events=events, settle=settle)
+
+
+def _run_forger(*, seed: int, nodes: int, events: int, settle: float) -> ScenarioResult:
+    rng = random.Random(seed)
+    net = SimNetwork(seed=seed, latency=0.001 + rng.random() * 0.004)
+    fast = Timing(heartbeat_interval=0.5, suspect_after=1.5, gone_after=3.0, handshake_timeout=2.0)
+    keys = [NodeIdentity(_seeded_key(rng)) for _ in range(nodes + 1)]
+    honest = [net.add(f"n{i}", "sim", uuid=k.node_id, store=MemoryStore(), timing=fast, log_signer=k)
+              for i, k in enumerate(keys[:nodes])]
+    villain_key = keys[nodes]
+    villain = net.add("villain", "sim", uuid=villain_key.node_id, store=MemoryStore(), timing=fast,
+                      log_signer=villain_key)
+    for i, node in enumerate([*honest[1:], villain], 1):
+        other = honest[rng.randrange(min(i, nodes))]
+        node.mesh.discovered(other.mesh.uuid, other.mesh.endpoint, net.now)
+    net.run(3.0)
+    originated: dict[bytes, int] = {}
+    for _ in range(events):
+        node = rng.choice(honest)
+        local = net.local(node)
+        node.log.append("score", json.dumps(rng.randrange(1000)), local, node.mesh.mesh_time(local))
+        originated[bytes(node.mesh.uuid)] = originated.get(bytes(node.mesh.uuid), 0) + 1
+        net.run(rng.random() * 0.2)
+    net.run(5.0)
+    host = villain.mesh.endpoint.removeprefix("tcp://").rpartition(":")[0]
+    me = villain.mesh.uuid
+    vstore = villain.store
+    assert isinstance(vstore, MemoryStore)
+    problems: list[str] = []
+    targets: list[tuple[SimNode, NodeId, int]] = []
+    for victim in honest:
+        others = [n for n in honest if n is not victim and originated.get(bytes(n.mesh.uuid))]
+        if not others:
+            continue
+        source = rng.choice(others).mesh.uuid
+        heads = vstore.heads_in(source, 1, originated[bytes(source)])
+        if not heads:
+            problems.append(f"the villain holds no head of {source.short}")
+            continue
+        head = rng.choice(heads)
+        real = vstore.read(source, 0, head.seq)
+        k = rng.randrange(len(real))
+        fake = LogRecord(source, real[k].seq, real[k].timestamp, "score", json.dumps(1000 + rng.randrange(1000)))
+        altered = tuple(fake if i == k else r for i, r in enumerate(real))
+        forged = (fake,)  # a record claiming the source, alone
+        prev = GENESIS if fake.seq == 1 else bytes(32)
+        own_head = sign_head(villain_key, source, fake.seq, chain_hashes(prev, forged)[-1])
+        targets.append((victim, source, fake.seq))
+        for msg in (Xmsg(me, forged), Xmsg(me, altered, ((GENESIS, head),)), Xmsg(me, forged, ((prev, own_head),))):
+            net.deliver_raw(victim.mesh.endpoint, encode(msg), net.latency, host)
+    net.run(1.0)
+    for victim in honest:
+        name = victim.mesh.name
+        count = victim.log.forgeries.get(me, 0)
+        if count < 3:
+            problems.append(f"{name} counted {count} forgeries from the villain, not 3")
+        if victim.mesh._refused.get(me) != villain.mesh.incarnation:
+            problems.append(f"{name} did not exclude the villain")
+    deadline = net.now + settle
+    check = ["not run"]
+    while net.now < deadline:
+        net.run(1.0)
+        check = _check(honest, originated, HostileBounds())
+        if not check:
+            break
+    problems += check
+    by_id = {n.mesh.uuid: n for n in honest}
+    for victim, source, seq in targets:
+        true = by_id[source].log.store.read(source, seq - 1, 1)
+        kept = victim.log.store.read(source, seq - 1, 1)
+        if list(kept) != [replace(r, hops=kept[0].hops) for r in true] if kept else True:
+            problems.append(f"{victim.mesh.name} does not hold {source.short}#{seq} as it was recorded")
+    stats: dict[str, int] = {}
+    for node in honest:
+        for key, v in node.log.stats.as_dict().items():
+            stats[key] = stats.get(key, 0) + v
+    return ScenarioResult(
+        seed=seed, converged=not problems, problems=problems[:20], events=sum(originated.values()), nodes=nodes,
+        sim_seconds=net.now, stats=stats, rerun=f"run_forger_scenario(seed={seed}, nodes={nodes}, events={events})",
+    )
+
+
+def _seeded_key(rng: random.Random) -> SigningKey:
+    return SigningKey(rng.randbytes(32))

@@ -22,7 +22,7 @@ from typing import Any, Final
 from .ids import NodeId
 from .log.model import SourceState
 from .protocol.replication import RecordRun
-from .wire import LogRecord
+from .wire import LogHead, LogRecord
 
 __all__ = ["KINDS", "Origin", "RangeStore", "Segment"]
 
@@ -143,7 +143,9 @@ class RangeStore:
                 st.add(seg.first, seg.last)
         return out
 
-    def stage(self, records: Sequence[LogRecord], received_from: NodeId | None, received_at: float) -> None:
+    def stage(self, records: Sequence[LogRecord], received_from: NodeId | None, received_at: float,
+              chain: Sequence[bytes] | None = None, digests: Sequence[bytes] | None = None) -> None:
+        """Chain hashes are not kept: the bulk simulations run unsigned."""
         hop = 0 if received_from is None else 1
         if isinstance(records, RecordRun):
             self._insert(records.source, Segment(records.first, records.last, records.hops + hop,
@@ -172,6 +174,18 @@ class RangeStore:
     def commit(self) -> None:
         self.committed += self._staged
         self._staged = 0
+
+    def add_heads(self, heads: Sequence[LogHead]) -> None:
+        """Not kept (unsigned bulk simulations)."""
+
+    def heads_in(self, source: NodeId, first: int, last: int) -> list[LogHead]:
+        return []
+
+    def chain_of(self, source: NodeId, seq: int) -> bytes | None:
+        return None
+
+    def set_chain(self, source: NodeId, rows: Sequence[tuple[int, bytes]]) -> None:
+        """Not kept."""
 
     def read(self, source: NodeId, after: int, limit: int) -> Sequence[LogRecord]:
         segs = self.segments.get(source, [])

@@ -11,7 +11,9 @@ the node holding fewer of its own records than the group, and a later start
 that finds fewer knows the file was damaged (docs/protocol.md section 12).
 
 Each row keeps a digest of the record's content (:func:`record_digest`),
-written on insert and checked in bulk by :meth:`SqliteStore.verify`.
+written on insert and checked in bulk by :meth:`SqliteStore.verify`, and the
+record's chain hash when it came signed (``chain``); the ``heads`` table keeps
+the signed heads that cover them (docs/security.md, "Signed log").
 """
 
 from __future__ import annotations
@@ -25,13 +27,13 @@ from pathlib import Path
 
 from ..errors import HuddleError
 from ..ids import NodeId
-from ..wire import LogRecord
+from ..wire import LogHead, LogRecord
 from ..wire.messages import MAX_SEQ
 from .model import SourceState
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore", "StoredRecord", "Verified", "record_digest"]
 
-SCHEMA_VERSION = 2  # 2: events.digest
+SCHEMA_VERSION = 3  # 2: events.digest; 3: events.chain and heads
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -46,6 +48,16 @@ CREATE TABLE IF NOT EXISTS events (
     received_at   REAL    NOT NULL,
     received_from BLOB,
     digest        BLOB,
+    chain         BLOB,
+    PRIMARY KEY (grp, source, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS heads (
+    grp       TEXT    NOT NULL,
+    source    BLOB    NOT NULL,
+    seq       INTEGER NOT NULL,
+    chain     BLOB    NOT NULL,
+    signature BLOB    NOT NULL,
+    key       BLOB    NOT NULL,
     PRIMARY KEY (grp, source, seq)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS node_stats (
@@ -58,6 +70,8 @@ CREATE TABLE IF NOT EXISTS node_stats (
 """
 _INSERT = ("INSERT OR IGNORE INTO events (grp, source, seq, ts, kind, body, hops, received_at, received_from, digest) "
            "VALUES (?,?,?,?,?,?,?,?,?,?)")
+_INSERT_CHAINED = ("INSERT OR IGNORE INTO events (grp, source, seq, ts, kind, body, hops, received_at, received_from, "
+                   "digest, chain) VALUES (?,?,?,?,?,?,?,?,?,?,?)")
 _HEAD = struct.Struct(">16sqdI")
 
 
@@ -109,6 +123,9 @@ class SqliteStore:
             self._db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
         elif row[0] == "1":
             self._migrate_1()
+            self._migrate_2()
+        elif row[0] == "2":
+            self._migrate_2()
         elif row[0] != str(SCHEMA_VERSION):
             raise HuddleError(f"the event log {path} has schema {row[0]}; this huddle reads {SCHEMA_VERSION}")
 
@@ -123,12 +140,25 @@ class SqliteStore:
             self._db.executemany(
                 "UPDATE events SET digest=? WHERE grp=? AND source=? AND seq=?",
                 [(record_digest(src, q, ts, k, b), g, src, q) for g, src, q, ts, k, b in rows])
-            self._db.execute("UPDATE meta SET value=? WHERE key='schema'", (str(SCHEMA_VERSION),))
+            self._db.execute("UPDATE meta SET value='2' WHERE key='schema'")
             self._db.execute("COMMIT")
         except (sqlite3.DatabaseError, struct.error) as exc:
             self._db.execute("ROLLBACK")
             raise HuddleError(f"the event log {self.path} (schema 1) cannot be migrated: {exc}; "
                               f"run `huddle repair --data-dir {self.path.parent}`") from None
+
+    def _migrate_2(self) -> None:
+        """Schema 2 had no chain hashes: add the column (empty; the ``heads`` table the
+        schema script made).  The node re-chains and re-signs its own records at start;
+        other sources' old records stay unchained (docs/security.md, "Signed log")."""
+        try:
+            self._db.execute("BEGIN")
+            self._db.execute("ALTER TABLE events ADD COLUMN chain BLOB")
+            self._db.execute("UPDATE meta SET value=? WHERE key='schema'", (str(SCHEMA_VERSION),))
+            self._db.execute("COMMIT")
+        except sqlite3.DatabaseError as exc:
+            self._db.execute("ROLLBACK")
+            raise HuddleError(f"the event log {self.path} (schema 2) cannot be migrated: {exc}") from None
 
     # ---------------------------------------------------------- EventStore
 
@@ -160,19 +190,55 @@ class SqliteStore:
         self._db.execute("BEGIN")
         self._in_txn = True
 
-    def stage(self, records: Sequence[LogRecord], received_from: NodeId | None, received_at: float) -> None:
+    def stage(self, records: Sequence[LogRecord], received_from: NodeId | None, received_at: float,
+              chain: Sequence[bytes] | None = None, digests: Sequence[bytes] | None = None) -> None:
         self._begin(full=received_from is None)
         frm = None if received_from is None else bytes(received_from)
         hop = 0 if received_from is None else 1
+        if chain is not None and digests is not None:  # computed with the chain (one source's run): no encoding here
+            group, mx, source = self.group, MAX_SEQ, bytes(records[0].source) if records else b""
+            self._db.executemany(_INSERT_CHAINED, [  # one source: the replicator stages runs
+                (group, source, r.seq, r.timestamp, r.kind, r.body, min(r.hops + hop, mx), received_at, frm, d, h)
+                for r, h, d in zip(records, chain, digests, strict=True)])
+            return
         rows = []
-        for r in records:
+        hashes = chain if chain is not None else [None] * len(records)
+        for r, h in zip(records, hashes, strict=True):
             source = bytes(r.source)
             kind, body = r.kind.encode(), r.body.encode()
             rows.append((  # hops stop at what an INTEGER (and the wire) holds
                 self.group, source, r.seq, r.timestamp, r.kind, r.body, min(r.hops + hop, MAX_SEQ), received_at, frm,
-                record_digest(source, r.seq, r.timestamp, kind, body),
+                record_digest(source, r.seq, r.timestamp, kind, body), h,
             ))
-        self._db.executemany(_INSERT, rows)
+        self._db.executemany(_INSERT_CHAINED, rows)
+
+    def add_heads(self, heads: Sequence[LogHead]) -> None:
+        """Keep signed heads (in the open transaction; a head already kept is kept once)."""
+        if not self._in_txn:
+            self._begin(full=False)
+        self._db.executemany(
+            "INSERT OR IGNORE INTO heads VALUES (?,?,?,?,?,?)",
+            [(self.group, bytes(h.source), h.seq, h.chain, h.signature, h.key) for h in heads])
+
+    def heads_in(self, source: NodeId, first: int, last: int) -> list[LogHead]:
+        """The heads of ``source`` kept at ``first..last``, in order."""
+        rows = self._db.execute(
+            "SELECT seq, chain, signature, key FROM heads WHERE grp=? AND source=? AND seq BETWEEN ? AND ? ORDER BY seq",
+            (self.group, bytes(source), first, last))
+        return [LogHead(source, q, bytes(c), bytes(sg), bytes(k)) for q, c, sg, k in rows]
+
+    def chain_of(self, source: NodeId, seq: int) -> bytes | None:
+        """The chain hash kept with record ``seq`` of ``source`` (None: not held, or unchained)."""
+        row = self._db.execute("SELECT chain FROM events WHERE grp=? AND source=? AND seq=?",
+                               (self.group, bytes(source), seq)).fetchone()
+        return None if row is None or row[0] is None else bytes(row[0])
+
+    def set_chain(self, source: NodeId, rows: Sequence[tuple[int, bytes]]) -> None:
+        """Write the chain hashes ``(seq, hash)`` of records held (re-chaining own records)."""
+        if not self._in_txn:
+            self._begin(full=False)
+        self._db.executemany("UPDATE events SET chain=? WHERE grp=? AND source=? AND seq=?",
+                             [(h, self.group, bytes(source), q) for q, h in rows])
 
     def commit(self) -> None:
         if self._in_txn:
@@ -292,6 +358,7 @@ class SqliteStore:
         """Delete every event of this group whose source is not ``keep``; returns how many."""
         self.commit()
         cur = self._db.execute("DELETE FROM events WHERE grp=? AND source<>?", (self.group, bytes(keep)))
+        self._db.execute("DELETE FROM heads WHERE grp=? AND source<>?", (self.group, bytes(keep)))
         return cur.rowcount
 
     def count(self) -> int:

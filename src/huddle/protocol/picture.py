@@ -33,6 +33,7 @@ from typing import Any, Final
 
 from ..ids import NodeId
 from ..wire import Message, PeerStat, Raws
+from ..wire.messages import MAX_FORGED_ROWS
 from .events import Counters, Send
 from .service import DETACHED, MeshView, PeerFacts
 
@@ -128,12 +129,19 @@ def compute(reports: Mapping[NodeId, Raws], timing: PictureTiming = PictureTimin
                         problems[n].add("lagging")
         if sent + resent >= timing.lossy_min_frames and resent > timing.lossy_ratio * (sent + resent):
             problems[n].add("lossy")
+    # Forged log records some member received from a node (protocol.md 12.5).
+    for n in ids:
+        for peer, count in reports[n].forged:
+            if peer in problems and peer != n and count:
+                problems[peer].add("forging")
     members = []
     for n in ids:
         r = reports[n]
         issues = problems[n]
         if r.cut_off:
             health = "cut-off"
+        elif "forging" in issues:
+            health = "forging"
         elif len(ids) > 1 and not up[n]:
             health = "isolated"
         elif issues & {"one-way", "unreachable"}:
@@ -317,6 +325,7 @@ class Reports:
         timing: PictureTiming | None = None,
         conn_counters: Callable[[int], tuple[int, int]] | None = None,
         delivery_counters: Callable[[NodeId], tuple[int, int, int]] | None = None,
+        forgeries: Callable[[], Mapping[NodeId, int]] | None = None,
     ) -> None:
         self.uuid: Final = uuid
         self.pictures: Final = Pictures(uuid, timing or PictureTiming())
@@ -324,6 +333,7 @@ class Reports:
         self.stats = ReportStats()
         self._conn_counters: Final = conn_counters or _no_conn_counters
         self._delivery_counters: Final = delivery_counters or _no_delivery_counters
+        self._forgeries: Final = forgeries
         self._mesh: MeshView = DETACHED
         self._links: dict[NodeId, tuple[int, float]] = {}  # admitted peer -> (conn, when admitted)
         self._actions: list[Send] = []
@@ -412,7 +422,8 @@ class Reports:
             ))
         seq = max(self.pictures.next_seq, int(now * 1000))  # ms of the local clock: still rising after a restart
         self.pictures.next_seq = seq + 1
+        forged = () if self._forgeries is None else tuple(sorted(self._forgeries().items()))[:MAX_FORGED_ROWS]
         return Raws(
             sender=self.uuid, origin=self.uuid, seq=seq, name=mesh.name, node_type=mesh.node_type,
-            beat=float(mesh.beat), lost=mesh.lost, cut_off=mesh.cut_off, peers=tuple(rows),
+            beat=float(mesh.beat), lost=mesh.lost, cut_off=mesh.cut_off, peers=tuple(rows), forged=forged,
         )

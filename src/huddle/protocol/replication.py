@@ -32,6 +32,13 @@ the source document's "GSIP engine":
   the sources it may introduce (per message, per peer, in all), the ranges
   held beyond a gap, and what one GSIP is served (records and octets, across
   all its asks).  The node's own GSIPs and asks are cut to fit the body cap.
+* Records are verifiable back to their source's key (protocol/logchain.py): a
+  node with a ``signer`` chains its records and signs a head per batch it
+  emits; batches travel cut at heads, with them.  A batch with a bad chain or
+  signature, or unsigned records of a key-bound source, is a *forgery*: it is
+  dropped whole and counted against the peer that sent it, which is excluded
+  until it restarts after ``max_forgeries``.  In secure mode (``secure``)
+  unsigned records of any source are refused.
 
 Storage is a port (:class:`EventStore`); the node passes SQLite, the
 simulator an in-memory store.  Time (mesh time) is passed in.
@@ -51,9 +58,11 @@ from ..ids import NodeId
 from ..limits import LogLimits
 from ..log.model import SourceState
 from ..ratelog import RateLog
-from ..wire import MAX_BODY, Gsip, LogRecord, Message, Xmsg
+from ..security import node_id_for
+from ..wire import MAX_BODY, Gsip, LogHead, LogRecord, Message, Xmsg
 from ..wire.messages import MAX_SEQ, check_record
 from .events import Counters, LogAppended, Notify, Send
+from .logchain import GENESIS, LogSigner, chain_hashes, check_batch, key_bound, sign_head
 from .service import DETACHED, MeshView, PeerFacts
 
 __all__ = [
@@ -142,11 +151,25 @@ class EventStore(Protocol):
 
     def load(self) -> dict[NodeId, SourceState]: ...
 
-    def stage(self, records: Sequence[LogRecord], received_from: NodeId | None, received_at: float) -> None:
-        """Write ``records``.  Received ones (``received_from`` set) are stored
-        with one more hop than they arrived with."""
+    def stage(self, records: Sequence[LogRecord], received_from: NodeId | None, received_at: float,
+              chain: Sequence[bytes] | None = None, digests: Sequence[bytes] | None = None) -> None:
+        """Write ``records`` (with their chain hashes, when they have them, and their
+        digests when those were computed with the chain: logchain.chain_hashes).  Received
+        ones (``received_from`` set) are stored with one more hop than they arrived with."""
 
     def commit(self) -> None: ...
+
+    def add_heads(self, heads: Sequence[LogHead]) -> None:
+        """Keep signed heads (with the next commit)."""
+
+    def heads_in(self, source: NodeId, first: int, last: int) -> Sequence[LogHead]:
+        """The heads of ``source`` kept at ``first..last``, in order."""
+
+    def chain_of(self, source: NodeId, seq: int) -> bytes | None:
+        """The chain hash of record ``seq`` of ``source`` (None: not held, or unchained)."""
+
+    def set_chain(self, source: NodeId, rows: Sequence[tuple[int, bytes]]) -> None:
+        """Write chain hashes ``(seq, hash)`` of records held."""
 
     def read(self, source: NodeId, after: int, limit: int) -> Sequence[LogRecord]:
         """Up to ``limit`` records of ``source`` from ``after + 1`` on, consecutive;
@@ -161,12 +184,17 @@ class MemoryStore:
         self.receipts: dict[tuple[NodeId, int], tuple[NodeId | None, float]] = {}
         self.staged: list[LogRecord] = []
         self.committed = 0
+        self.chains: dict[tuple[NodeId, int], bytes] = {}
+        self.heads: dict[NodeId, dict[int, LogHead]] = {}
 
     def load(self) -> dict[NodeId, SourceState]:
         return {source: SourceState.of(sorted(recs)) for source, recs in self.records.items()}
 
-    def stage(self, records: Sequence[LogRecord], received_from: NodeId | None, received_at: float) -> None:
+    def stage(self, records: Sequence[LogRecord], received_from: NodeId | None, received_at: float,
+              chain: Sequence[bytes] | None = None, digests: Sequence[bytes] | None = None) -> None:
         hop = 0 if received_from is None else 1
+        if chain is not None:
+            self.set_chain(records[0].source, [(r.seq, h) for r, h in zip(records, chain, strict=True)])
         for r in records:
             if hop:
                 r = replace(r, hops=min(r.hops + 1, MAX_SEQ))  # noqa: PLW2901 - the stored copy
@@ -177,6 +205,21 @@ class MemoryStore:
     def commit(self) -> None:
         self.committed += len(self.staged)
         self.staged.clear()
+
+    def add_heads(self, heads: Sequence[LogHead]) -> None:
+        for h in heads:
+            self.heads.setdefault(h.source, {}).setdefault(h.seq, h)
+
+    def heads_in(self, source: NodeId, first: int, last: int) -> list[LogHead]:
+        held = self.heads.get(source, {})
+        return [held[q] for q in sorted(held) if first <= q <= last]
+
+    def chain_of(self, source: NodeId, seq: int) -> bytes | None:
+        return self.chains.get((source, seq))
+
+    def set_chain(self, source: NodeId, rows: Sequence[tuple[int, bytes]]) -> None:
+        for q, h in rows:
+            self.chains[(source, q)] = h
 
     def read(self, source: NodeId, after: int, limit: int) -> list[LogRecord]:
         recs = self.records.get(source, {})
@@ -277,6 +320,10 @@ class ReplicationStats(Counters):
     serve_trimmed: int = 0  # GSIPs whose asks were answered only up to serve_records / serve_bytes
     asks_deferred: int = 0  # sources not asked for yet: the GSIP was full (asked on a later tick)
     gsip_split: int = 0  # GSIPs sent in more than one message (the vector did not fit one body)
+    forgeries: int = 0  # batches rejected whole: a bad chain or signature, unsigned records of a key-bound source
+    forgers_excluded: int = 0  # peers excluded (until they restart) after max_forgeries forged batches
+    unsigned_refused: int = 0  # unsigned records refused in secure mode (a legacy, not key-bound source)
+    rechained: int = 0  # own records chained and signed at start (a log from before signed heads)
 
 
 
@@ -293,12 +340,20 @@ class Replicator:
         now: float,
         timing: ReplicationTiming | None = None,
         limits: LogLimits | None = None,
+        signer: LogSigner | None = None,
+        secure: bool = False,
     ) -> None:
         self.uuid: Final = uuid
         self.store: Final = store
         self.timing: Final = timing or ReplicationTiming()
         self.limits: Final = limits or LogLimits()
         self.stats = ReplicationStats()
+        # Only a key that gives this node's id signs: a legacy id's heads would be refused.
+        self.signer: Final = signer if signer is not None and key_bound(uuid) and _gives(signer, uuid) else None
+        self.secure: Final = secure
+        # Signed records are required of key-bound sources (they are never sent unsigned).
+        self._strict: Final = self.signer is not None or secure
+        self.forgeries: dict[NodeId, int] = {}  # forged batches received, per peer that sent them
         self._mesh: MeshView = DETACHED
         self._peers: dict[NodeId, _Peer] = {}
         self._log_next: dict[str, int] = {}  # counter name -> the value at which it is logged next
@@ -324,6 +379,47 @@ class Replicator:
         self._vv_items: tuple[tuple[NodeId, int], ...] = ()
         self._now = now
         self._refusals_log = RateLog(log, period=60.0)  # per counter
+        self._own_tip = self._chain_own() if self.signer is not None else (0, GENESIS)
+        # Own records chained but not signed yet: those after _pending_base (whose hash is
+        # _pending_prev), their chain hashes and store digests, in sequence order.
+        self._pending_base, self._pending_prev = self._own_tip
+        self._pending_hashes: list[bytes] = []
+        self._pending_digests: list[bytes] = []
+
+    def _chain_own(self) -> tuple[int, bytes]:
+        """The chain hash of our last record; own records from before signed heads
+        are chained and signed first (once: a head every ``batch_records``)."""
+        signer, uuid = self.signer, self.uuid
+        assert signer is not None
+        top = self.sources[uuid].contig
+        if top == 0:
+            return 0, GENESIS
+        tip = self.store.chain_of(uuid, top)
+        if tip is not None and self.store.heads_in(uuid, top, top):
+            return top, tip
+        prev, after, heads = GENESIS, 0, []
+        while after < top:
+            records = self.store.read(uuid, after, min(self.timing.batch_records, top - after))
+            if not records:
+                break
+            hashes = chain_hashes(prev, records)
+            self.store.set_chain(uuid, [(r.seq, h) for r, h in zip(records, hashes, strict=True)])
+            heads.append(sign_head(signer, uuid, records[-1].seq, hashes[-1]))
+            prev, after = hashes[-1], records[-1].seq
+        self.store.add_heads(heads)
+        self.store.commit()
+        self.stats.rechained += after
+        log.info("chained and signed this node's %d records from before signed heads", after)
+        return after, prev
+
+    def _forged(self, peer: NodeId, problem: str, now: float) -> None:
+        """A forged batch from ``peer``: count it against it; exclude it at the limit."""
+        n = self.forgeries[peer] = self.forgeries.get(peer, 0) + 1
+        self._refused("forgeries", 1, f"rejected a forged batch of log records ({problem})", peer)
+        limit = self.limits.max_forgeries
+        if (limit and n >= limit and self._mesh is not DETACHED
+                and self._mesh.end_incarnation(peer, f"forged log records ({n} batches; the last: {problem})", now)):
+            self.stats.forgers_excluded += 1
 
     def _refused(self, counter: str, n: int, what: str, peer: NodeId) -> None:
         """Count ``n`` under ``counter``; log it at most once a minute per counter."""
@@ -406,6 +502,8 @@ class Replicator:
             return records
         self._now = now
         own.add(first, records[-1].seq)
+        if self.signer is not None:
+            self._chain_new(records)
         self._own.extend(records)  # staged in one batch by _stage_own
         if self._outbox and isinstance(self._outbox[-1], list):
             self._outbox[-1].extend(records)
@@ -427,11 +525,29 @@ class Replicator:
         self._now = now
         self._stage_own()
         self.sources[self.uuid].add(run.first, run.last)
-        self.store.stage(run, None, run[0].timestamp)
+        if self.signer is None:
+            self.store.stage(run, None, run[0].timestamp)
+        else:
+            at = self._chain_new(run)
+            self.store.stage(run, None, run[0].timestamp, self._pending_hashes[at:], self._pending_digests[at:])
         self._outbox.append(run)
         self._appended.append((run, None))
         self.stats.originated += len(run)
         self._dirty = self._vv_changed = True
+
+    def _chain_new(self, records: Sequence[LogRecord]) -> int:
+        """Chain our new ``records`` on from our tip; kept until they are signed.
+        Returns the index of the first in the pending lists."""
+        seq, tip = self._own_tip
+        at = len(self._pending_hashes)
+        hashes = chain_hashes(tip, records, self._pending_digests)
+        self._pending_hashes += hashes
+        self._own_tip = (seq + len(hashes), hashes[-1])
+        return at
+
+    def _chained(self, seq: int) -> bytes:
+        """The chain hash of our record ``seq``, pending or the last signed before them."""
+        return self._pending_prev if seq == self._pending_base else self._pending_hashes[seq - self._pending_base - 1]
 
     # ---------------------------------------------------- the peer service
 
@@ -492,10 +608,22 @@ class Replicator:
         got_any = got_asked = new_here = 0
         lacking = False
         max_gaps = self.limits.max_gap_ranges
-        for s, lo, run in _runs(msg.records):
+        runs = list(_runs(msg.records))
+        chains: dict[int, tuple[list[bytes], LogHead, list[bytes]]] = {}
+        if msg.heads or self._strict:
+            checked = self._check_heads(msg, runs)
+            if isinstance(checked, str):
+                self._forged(peer, checked, now)  # nothing of the batch is kept
+                return
+            chains = checked
+        for i, (s, lo, run) in enumerate(runs):
             hi = lo + len(run) - 1
             if s == self.uuid:  # ours come only from us: a peer cannot write in our name
                 self._refused("own_refused", len(run), "dropped records of this node's own source from a peer", peer)
+                continue
+            signed = chains.get(i)
+            if signed is None and self.secure:
+                self._refused("unsigned_refused", len(run), "refused unsigned records (secure mode)", peer)
                 continue
             st = self.sources.get(s)
             if st is None:
@@ -510,9 +638,14 @@ class Replicator:
             got = 0
             for a, b in st.add(lo, hi):
                 fresh = run[a - lo : b - lo + 1]
-                self.store.stage(fresh, peer, stamp)
+                if signed is None:
+                    self.store.stage(fresh, peer, stamp)
+                else:
+                    self.store.stage(fresh, peer, stamp, signed[0][a - lo : b - lo + 1], signed[2][a - lo : b - lo + 1])
                 self._appended.append((fresh, peer))
                 got += b - a + 1
+            if signed is not None and got:
+                self.store.add_heads((signed[1],))
             self.stats.duplicates += (hi - lo + 1) - got
             got_any += got
             if got:
@@ -530,6 +663,38 @@ class Replicator:
         asked = self._plan_asks(now) if lacking else set()
         if peer not in asked and p.unacked >= self.timing.ack_every:
             self._send_gsip(peer, now)  # acknowledge: the sender's window moves on
+
+    def _check_heads(
+        self, msg: Xmsg, runs: list[tuple[NodeId, int, Sequence[LogRecord]]],
+    ) -> dict[int, tuple[list[bytes], LogHead, list[bytes]]] | str:
+        """Per run of ``msg`` that is signed, its chain hashes and head; or what makes
+        the message a forgery (then none of it may be kept)."""
+        heads = {h.source: (prev, h) for prev, h in msg.heads}
+        if len(heads) != len(msg.heads):
+            return "two heads for one source"
+        out: dict[int, tuple[list[bytes], LogHead, list[bytes]]] = {}
+        seen: set[NodeId] = set()
+        for i, (s, _lo, run) in enumerate(runs):
+            signed = heads.get(s)
+            if s == self.uuid:  # dropped as ours whatever it carries
+                seen.add(s)
+                continue
+            if signed is None:
+                if self._strict and key_bound(s):
+                    return "unsigned records of a key-bound source"
+                continue
+            if s in seen:
+                return "a signed source's records in more than one run"
+            seen.add(s)
+            prev, head = signed
+            digests: list[bytes] = []
+            hashes = check_batch(prev, run, head, digests)
+            if isinstance(hashes, str):
+                return hashes
+            out[i] = (hashes, head, digests)
+        if len(seen) < len(heads) and any(s not in seen for s in heads):
+            return "a head for records the message does not carry"
+        return out
 
     def on_gsip(self, peer: NodeId, msg: Gsip, now: float) -> None:
         self._now = now
@@ -594,14 +759,15 @@ class Replicator:
         if not (self._dirty or self._appended or self._outbox or self._actions):
             return []
         self._stage_own()
+        signed = self._sign_outbox() if self._outbox else []  # heads kept with the records' commit
         if self._dirty:
             self.store.commit()
             self._dirty = False
         if self._appended:
             self._actions.append(Notify(LogAppended(tuple(self._appended))))
             self._appended = []
-        if self._outbox:
-            self._push_live()
+        if signed:
+            self._push_live(signed)
         actions, self._actions = self._actions, []
         return actions
 
@@ -609,14 +775,44 @@ class Replicator:
 
     def _stage_own(self) -> None:
         own, self._own = self._own, []
+        signed = self.signer is not None
         i = 0
         while i < len(own):  # one stage per run of equal stamps (emit_many: one run)
             stamp = own[i].timestamp
             j = i + 1
             while j < len(own) and own[j].timestamp == stamp:
                 j += 1
-            self.store.stage(own[i:j], None, stamp)
+            piece = own[i:j]
+            if signed:
+                a = piece[0].seq - self._pending_base - 1
+                b = a + len(piece)
+                self.store.stage(piece, None, stamp, self._pending_hashes[a:b], self._pending_digests[a:b])
+            else:
+                self.store.stage(piece, None, stamp)
             i = j
+
+    def _sign_outbox(self) -> list[tuple[Sequence[LogRecord], tuple[tuple[bytes, LogHead], ...]]]:
+        """Cut our new records into XMSG batches and sign a head at the end of each
+        (kept in the store); the batches with the heads they travel with."""
+        pieces, self._outbox = self._outbox, []
+        out: list[tuple[Sequence[LogRecord], tuple[tuple[bytes, LogHead], ...]]] = []
+        signer, chained = self.signer, self._chained
+        heads: list[LogHead] = []
+        for records in pieces:
+            for batch in self._batches(records):
+                if signer is None:
+                    out.append((batch, ()))
+                    continue
+                first, last = batch[0].seq, batch[-1].seq
+                head = sign_head(signer, self.uuid, last, chained(last))
+                heads.append(head)
+                out.append((batch, ((chained(first - 1), head),)))
+        if heads:
+            self.store.add_heads(heads)
+            self._dirty = True
+        self._pending_base, self._pending_prev = self._own_tip
+        self._pending_hashes, self._pending_digests = [], []
+        return out
 
     def _plan_asks(self, now: float) -> set[NodeId]:
         """Choose, for each source we lack records of, one peer to ask, and send
@@ -667,10 +863,9 @@ class Replicator:
             self._send_gsip(peer, now, ask=tuple(asks))
         return set(payload)
 
-    def _push_live(self) -> None:
-        pieces, self._outbox = self._outbox, []
-        first = pieces[0][0].seq
-        last = pieces[-1][-1].seq
+    def _push_live(self, batches: list[tuple[Sequence[LogRecord], tuple[tuple[bytes, LogHead], ...]]]) -> None:
+        first = batches[0][0][0].seq
+        last = batches[-1][0][-1].seq
         targets = []
         for p in self._peers.values():
             have = max(p.known.get(self.uuid, 0), p.sent.get(self.uuid, 0))
@@ -682,12 +877,11 @@ class Replicator:
         if not targets:
             return
         # One Xmsg object per batch, shared by every peer: the driver encodes it once.
-        for records in pieces:
-            for batch in self._batches(records):
-                msg = Xmsg(self.uuid, batch)
-                for p in targets:
-                    self._actions.append(Send(p.conn, msg))
-            self.stats.records_sent += len(records) * len(targets)
+        for batch, heads in batches:
+            msg = Xmsg(self.uuid, batch, heads)
+            for p in targets:
+                self._actions.append(Send(p.conn, msg))
+            self.stats.records_sent += len(batch) * len(targets)
 
     def _stream_tail(self, p: _Peer, s: NodeId, first: int, now: float, serve: _Serve) -> None:
         """Stream ``s`` from ``first`` on (contiguous records only), within the
@@ -716,9 +910,11 @@ class Replicator:
             if not records:
                 break
             records = serve.take(records)
-            self._send_records(p, records)
-            start = records[-1].seq
-            inflight += len(records)
+            sent = self._send_records(p, records)
+            if not sent:
+                break  # nothing up to a head we hold (it is being signed, or the window ends first)
+            inflight += sent - start
+            start = sent
             p.sent[s] = start
             p.sent_at[s] = now
         serve.cut = serve.cut or (serve.exhausted() and start < st.contig and inflight < t.window)
@@ -739,15 +935,61 @@ class Replicator:
             if not records:
                 break
             records = serve.take(records)
-            self._send_records(p, records)
-            start = records[-1].seq
+            sent = self._send_records(p, records)
+            if not sent:
+                break
+            start = sent
         # Held and asked for, but not sent: past the window, or what is left of this GSIP's.
         serve.cut = serve.cut or (start < held and (serve.exhausted() or start == last))
 
-    def _send_records(self, p: _Peer, records: Sequence[LogRecord]) -> None:
-        for batch in self._batches(records):
-            self._actions.append(Send(p.conn, Xmsg(self.uuid, batch)))
-        self.stats.records_sent += len(records)
+    def _send_records(self, p: _Peer, records: Sequence[LogRecord]) -> int:
+        """Send ``records`` (consecutive, of one source) in batches cut at the heads
+        held; returns the last sequence sent (0: none)."""
+        last = 0
+        for batch, heads in self._signed_batches(records):
+            self._actions.append(Send(p.conn, Xmsg(self.uuid, batch, heads)))
+            self.stats.records_sent += len(batch)
+            last = batch[-1].seq
+        return last
+
+    def _signed_batches(
+        self, records: Sequence[LogRecord],
+    ) -> list[tuple[Sequence[LogRecord], tuple[tuple[bytes, LogHead], ...]]]:
+        """``records`` in XMSG batches, each ending at a head held (with it and the
+        chain hash before it); records past the last head are left.  A source with no
+        heads here goes unsigned, unless it is key-bound and this node is strict:
+        then nothing (what it cannot prove, it does not pass on)."""
+        s, first, end = records[0].source, records[0].seq, records[-1].seq
+        heads = self.store.heads_in(s, first, end)
+        prev = (GENESIS if first == 1 else self.store.chain_of(s, first - 1)) if heads else None
+        if prev is None:
+            if self._strict and key_bound(s):
+                return []
+            return [(b, ()) for b in self._batches(records)]
+        t = self.timing
+        out: list[tuple[Sequence[LogRecord], tuple[tuple[bytes, LogHead], ...]]] = []
+        start = i = size = 0
+        cand: tuple[int, LogHead, int] | None = None  # a cut: end (exclusive), its head, octets up to it
+        by_count = isinstance(records, RecordRun) or (  # short records (the usual): cut by count alone
+            (6 * max([len(r.body) + len(r.kind) for r in records]) + _RECORD_OVERHEAD) * t.batch_records
+            <= t.batch_bytes)
+        for h in heads:
+            j = h.seq - first + 1
+            if by_count:
+                i = j
+            while i < j:
+                r = records[i]
+                size += len(r.body) * (2 if r.body.isascii() else 4) + len(r.kind) * 6 + _RECORD_OVERHEAD
+                i += 1
+            if cand is not None and (j - start > t.batch_records or size > t.batch_bytes):
+                end_at, head, upto = cand
+                out.append((records[start:end_at], ((prev, head),)))
+                prev, start, size = head.chain, end_at, size - upto
+            cand = (j, h, size)
+        if cand is not None:
+            end_at, head, _ = cand
+            out.append((records[start:end_at], ((prev, head),)))
+        return out
 
     def _batches(self, records: Sequence[LogRecord]) -> Iterable[Sequence[LogRecord]]:
         """Cut ``records`` into XMSG payloads within ``batch_records`` and ``batch_bytes``."""
@@ -841,3 +1083,8 @@ def _runs(records: Sequence[LogRecord]) -> Iterator[tuple[NodeId, int, Sequence[
             j += 1
         yield s, lo, records[i:j]
         i = j
+
+
+def _gives(signer: LogSigner, uuid: NodeId) -> bool:
+    """Does ``signer``'s key give the node id ``uuid`` (:func:`~huddle.security.node_id_for`)?"""
+    return node_id_for(signer.public_key) == uuid

@@ -16,6 +16,7 @@ from ..ids import NodeId
 from ..limits import LogLimits
 from ..posts.peer import PostsPeer
 from .delivery import Delivery, DeliveryTiming
+from .logchain import LogSigner
 from .picture import PictureTiming, Reports
 from .replication import EventStore, ReplicationTiming, Replicator
 from .service import PeerService
@@ -33,20 +34,28 @@ def build_services(
     delivery: DeliveryTiming | None = None,
     picture: PictureTiming | None = None,
     conn_counters: Callable[[int], tuple[int, int]] | None = None,
+    log_signer: LogSigner | None = None,
+    log_secure: bool = False,
 ) -> list[PeerService]:
     """The replicated log (when there is a ``store``), addressed delivery and posts (when
     delivery has a timing: posts ride on it) and the system picture's reports, in the order
-    the mesh runs them.  ``conn_counters`` is the driver's (messages, octets) sent on a connection."""
+    the mesh runs them.  ``conn_counters`` is the driver's (messages, octets) sent on a connection.
+    ``log_signer`` signs this node's records (its key); ``log_secure``: a group secret is set,
+    unsigned records are refused."""
     services: list[PeerService] = []
+    replicator = None
     if store is not None:
-        services.append(Replicator(uuid, store, now=now, timing=log_timing, limits=log_limits))
+        replicator = Replicator(uuid, store, now=now, timing=log_timing, limits=log_limits, signer=log_signer,
+                                secure=log_secure)
+        services.append(replicator)
     posts = addressed = None
     if delivery is not None:
         posts = PostsPeer(uuid)
         addressed = Delivery(uuid, timing=delivery, takers=[posts])  # Hydra's payloads go to posts
         services.append(addressed)
     services.append(Reports(uuid, now=now, timing=picture, conn_counters=conn_counters,
-                            delivery_counters=None if addressed is None else addressed.counters))
+                            delivery_counters=None if addressed is None else addressed.counters,
+                            forgeries=None if replicator is None else replicator.forgeries.copy))
     if posts is not None:
         services.append(posts)
     return services

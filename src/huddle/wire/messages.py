@@ -49,6 +49,7 @@ __all__ = [
     "Group",
     "Gsip",
     "Helo",
+    "LogHead",
     "LogRecord",
     "MemberEntry",
     "Members",
@@ -99,6 +100,7 @@ _HEX32_RE: Final = re.compile(r"[0-9a-f]{32}")
 _LOWER_HEX_RE: Final = re.compile(r"[0-9a-f]*")
 MAX_BEAT: Final = 60.0  # seconds: the longest heartbeat interval a node may announce
 MAX_LOST: Final = 100  # the most heartbeats a node may allow to be lost
+MAX_FORGED_ROWS: Final = 1024  # peers a RAWS report's ``forged`` may name
 PEER_STATES: Final = ("connecting", "handshake", "alive", "suspect", "none")
 
 
@@ -397,12 +399,40 @@ def check_record(record: LogRecord) -> None:
             f"event is larger than the {MAX_RECORD}-octet record limit ({record_size(record)} octets as a message)")
 
 
+CHAIN_HASH: Final = 32  # octets of a log chain hash (SHA-256)
+SIGNATURE: Final = 64  # octets of an Ed25519 signature
+PUBLIC_KEY: Final = 32  # octets of an Ed25519 public key
+
+
+@dataclass(frozen=True, slots=True)
+class LogHead:
+    """A source's signed head (docs/protocol.md 12.5): the hash ``chain`` of its
+    record ``seq``'s chain, signed by ``source`` with the Ed25519 ``key`` (whose
+    node id must be ``source``).  Checked by the log, not here: here only sizes."""
+
+    source: NodeId
+    seq: int
+    chain: bytes
+    signature: bytes
+    key: bytes
+
+    def __post_init__(self) -> None:
+        _check(1 <= self.seq <= MAX_SEQ, "a head's seq must be 1..2^63-1")
+        _check(len(self.chain) == CHAIN_HASH and len(self.signature) == SIGNATURE and len(self.key) == PUBLIC_KEY,
+               "a head is a 32-octet hash, a 64-octet signature and a 32-octet key")
+
+
 @dataclass(frozen=True, slots=True)
 class Xmsg:
-    """A batch of log records: live events from their source, or a catch-up range."""
+    """A batch of log records: live events from their source, or a catch-up range.
+
+    ``heads``: per source whose records it carries signed, ``(prev, head)``: the
+    chain hash before the batch's first record of that source, and the source's
+    head at the batch's last one (docs/protocol.md 12.5)."""
 
     sender: NodeId
     records: Sequence[LogRecord]  # a tuple, or a run made on demand (the simulator's RecordRun)
+    heads: tuple[tuple[bytes, LogHead], ...] = ()
 
     def __post_init__(self) -> None:
         _check(len(self.records) > 0, "an XMSG carries at least one record")
@@ -533,9 +563,12 @@ class Raws:
     lost: int
     cut_off: bool
     peers: tuple[PeerStat, ...]
+    forged: tuple[tuple[NodeId, int], ...] = ()  # forged log batches received, per peer that sent them
 
     def __post_init__(self) -> None:
         _check(isinstance(self.origin, NodeId), "origin must be a NodeId")
+        _check(len(self.forged) <= MAX_FORGED_ROWS and all(1 <= n <= MAX_SEQ for _, n in self.forged),
+               f"forged: at most {MAX_FORGED_ROWS} peers, counts 1..2^63-1")
         _check(isinstance(self.seq, int) and 1 <= self.seq <= MAX_SEQ, "seq must be 1..2^63-1")
         _check_text(self.name, "name", MAX_NAME, empty=False)
         _check(isinstance(self.node_type, str) and _TYPE_RE.fullmatch(self.node_type) is not None, "bad node type")
@@ -598,7 +631,11 @@ def _encode_body(msg: Message) -> tuple[bytes, bytes]:
         return b"TIME", text.encode("ascii")
     if isinstance(msg, Xmsg):
         rows = [[r.source.hex(), r.seq, r.timestamp, r.kind, r.body, r.hops] for r in msg.records]
-        return b"XMSG", _json({"records": rows})
+        if not msg.heads:
+            return b"XMSG", _json({"records": rows})
+        heads = [[h.source.hex(), h.seq, prev.hex(), h.chain.hex(), h.signature.hex(), h.key.hex()]
+                 for prev, h in msg.heads]
+        return b"XMSG", _json({"records": rows, "heads": heads})
     if isinstance(msg, Dmsg):
         return b"DMSG", _DMSG_HEADER.pack(msg.fseq, msg.mseq, msg.index, msg.count) + msg.payload
     if isinstance(msg, Dack):
@@ -614,10 +651,13 @@ def _encode_body(msg: Message) -> tuple[bytes, bytes]:
              p.sent, p.retrans, p.queued]
             for p in msg.peers
         ]
-        return b"RAWS", _json({
+        report = {
             "origin": msg.origin.hex(), "seq": msg.seq, "name": msg.name, "type": msg.node_type,
             "beat": msg.beat, "lost": msg.lost, "cut_off": msg.cut_off, "peers": rows,
-        })
+        }
+        if msg.forged:
+            report["forged"] = {peer.hex(): n for peer, n in msg.forged}
+        return b"RAWS", _json(report)
     raise LocalProtocolError(f"not a huddle message: {msg!r}")
 
 
@@ -780,7 +820,14 @@ def _d_raws(sender: NodeId, body: str) -> Message:
         lost=_field(obj, "lost", "RAWS", int),
         cut_off=_field(obj, "cut_off", "RAWS", bool),
         peers=_peer_stats(rows),
+        forged=_forged(obj["forged"]) if "forged" in obj else (),
     )
+
+
+def _forged(value: object) -> tuple[tuple[NodeId, int], ...]:
+    if not isinstance(value, dict) or len(value) > MAX_FORGED_ROWS:
+        raise DecodeError(f"RAWS forged must be an object of at most {MAX_FORGED_ROWS} peers")
+    return tuple((_node_hex(k, "RAWS forged peer"), _seq(v, "RAWS forged count")) for k, v in value.items())
 
 
 def _d_peer(sender: NodeId, body: str) -> Message:
@@ -868,12 +915,40 @@ def _record(row: object, sources: dict[str, NodeId]) -> LogRecord:
     return record
 
 
+def _octets(value: object, size: int, what: str) -> bytes:
+    if not isinstance(value, str) or len(value) != 2 * size:
+        raise DecodeError(f"{what} must be {2 * size} lowercase hex digits")
+    try:
+        raw = bytes.fromhex(value)
+    except ValueError:
+        raise DecodeError(f"{what} must be {2 * size} lowercase hex digits") from None
+    if raw.hex() != value:
+        raise DecodeError(f"{what} must be {2 * size} lowercase hex digits")
+    return raw
+
+
+def _head(row: object) -> tuple[bytes, LogHead]:
+    if not isinstance(row, list) or len(row) != 6:
+        raise DecodeError("an XMSG head is [source, seq, prev, chain, signature, key]")
+    source, seq, prev, chain, sig, key = row
+    return _octets(prev, CHAIN_HASH, "XMSG head prev"), LogHead(
+        _node_hex(source, "XMSG head source"), _seq(seq, "XMSG head seq"), _octets(chain, CHAIN_HASH, "XMSG head chain"),
+        _octets(sig, SIGNATURE, "XMSG head signature"), _octets(key, PUBLIC_KEY, "XMSG head key"))
+
+
 def _d_xmsg(sender: NodeId, body: str) -> Message:
-    rows = _field(_object(body, "XMSG"), "records", "XMSG", list)
+    obj = _object(body, "XMSG")
+    rows = _field(obj, "records", "XMSG", list)
     if not rows:
         raise DecodeError("an XMSG carries at least one record")
     sources: dict[str, NodeId] = {}  # a batch names few sources: parse each hex once
-    return Xmsg(sender=sender, records=tuple([_record(r, sources) for r in rows]))
+    records = tuple([_record(r, sources) for r in rows])
+    if "heads" not in obj:
+        return Xmsg(sender=sender, records=records)
+    heads = _field(obj, "heads", "XMSG", list)
+    if not heads or len(heads) > len(sources):
+        raise DecodeError("an XMSG carries 1 to one head per source of its records")
+    return Xmsg(sender=sender, records=records, heads=tuple([_head(h) for h in heads]))
 
 
 def _d_gsip(sender: NodeId, body: str) -> Message:
