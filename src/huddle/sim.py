@@ -138,10 +138,16 @@ class SimNetwork:
         if uuid is None:
             identity = NodeIdentity.from_seed(hashlib.blake2b(self.rng.randbytes(16), digest_size=32).digest())
             node_id = identity.node_id
+        elif isinstance(log_signer, NodeIdentity) and log_signer.node_id == uuid:
+            node_id, identity = uuid, log_signer  # the key that gives the id asked for
         else:
             node_id = uuid
             identity = self._keys.get(uuid) or NodeIdentity.from_seed(hashlib.blake2b(uuid, digest_size=32).digest())
         self._keys[node_id] = identity
+        if log_signer is None and identity.node_id == node_id and not isinstance(store, RangeStore):
+            # As a node does: it signs its records when its key gives its id.  A RangeStore (the
+            # large runs' compressed log) keeps no chains, so its nodes stay unsigned.
+            log_signer = identity
         if log and store is None:
             store = MemoryStore()
         services = build_services(node_id, now=self.now + skew, store=store, log_timing=log_timing,
