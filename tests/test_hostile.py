@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import uuid as uuidlib
 
 import pytest
 import zmq
@@ -42,7 +43,7 @@ def test_garbage_and_unknown_types_are_dropped_and_counted(pair: Cluster) -> Non
     endpoint = get(alice.api, "/api/v1/node")["endpoint"]
     ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     try:
-        evil = dealer(ctx, endpoint, os.urandom(16))
+        evil = dealer(ctx, endpoint, uuidlib.uuid4().bytes)
         anonymous = dealer(ctx, endpoint, None)  # ZeroMQ gives it a 5-octet routing id
         bad = [
             [b"WHAT", b"?"],
@@ -61,7 +62,7 @@ def test_garbage_and_unknown_types_are_dropped_and_counted(pair: Cluster) -> Non
             evil.send_multipart(frames)
         anonymous.send_multipart([b"CHAT", b"hello"])
         # Far beyond the limit: ZeroMQ drops the connection before buffering it.
-        dealer(ctx, endpoint, os.urandom(16)).send_multipart([b"CHAT", b"x" * (64 * 1024 * 1024)])
+        dealer(ctx, endpoint, uuidlib.uuid4().bytes).send_multipart([b"CHAT", b"x" * (64 * 1024 * 1024)])
         evil.send_multipart([b"CHAT", b"valid, but you never said HELO"])
         wait_for(lambda: stats(alice.api)["decode_errors"] >= len(bad) + 1, 10, "decode errors to be counted")
         wait_for(lambda: stats(alice.api)["dropped_unintroduced"] >= 1, 10, "unintroduced chat to be dropped")
@@ -80,7 +81,7 @@ def test_helo_of_another_version_is_refused_with_a_clear_reason(pair: Cluster) -
         inbox = ctx.socket(zmq.ROUTER)
         port = free_port()
         inbox.bind(f"tcp://127.0.0.1:{port}")
-        uuid = os.urandom(16)
+        uuid = uuidlib.uuid4().bytes
         out = dealer(ctx, endpoint, uuid)
         helo = {"version": 2, "endpoint": f"tcp://127.0.0.1:{port}", "name": "future",
                 "incarnation": os.urandom(8).hex(), "reply": False, "peers": 0}
@@ -102,7 +103,7 @@ def test_flood_from_an_unknown_sender_does_not_hurt_the_mesh(pair: Cluster) -> N
     ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     flood = 100_000
     try:
-        sock = dealer(ctx, endpoint, os.urandom(16))
+        sock = dealer(ctx, endpoint, uuidlib.uuid4().bytes)
         start = time.monotonic()
         for i in range(flood):
             sock.send_multipart([b"CHAT", b"spam %d" % i])

@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -33,7 +34,7 @@ class RawPeer:
     Its ROUTER hears what the node sends it (the node dials back)."""
 
     def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]], node_endpoint: str, group: str = "test") -> None:
-        self.uuid = os.urandom(16)
+        self.uuid = uuid.uuid4().bytes
         self.inbox = ctx.socket(zmq.ROUTER)
         self.inbox.setsockopt(zmq.LINGER, 0)
         port = free_port()

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 import uuid as uuidlib
 from pathlib import Path
 
@@ -61,7 +62,7 @@ def test_a_flood_of_introductions_stays_bounded_and_a_third_node_still_joins(clu
         send(mallory, Group(me, group=GROUP))
         wait_for(lambda: "mallory" in alive_names(alice.api), 10, "mallory to be admitted")
         for _ in range(1100):
-            send(mallory, Peer(me, peer=NodeId(os.urandom(16)), endpoint=dead_endpoint()))
+            send(mallory, Peer(me, peer=NodeId(uuid.uuid4().bytes), endpoint=dead_endpoint()))
         # All but 8 (the per-introducer quota; a free port drawn twice is also ignored, as known).
         wait_for(lambda: node_stats(alice.api)["introductions_refused"] >= 1100 - 8 - 5, 20, "the PEERs to be refused")
         after = footprint(alice)
@@ -132,7 +133,7 @@ def test_a_flood_of_large_garbage_keeps_memory_bounded(cluster: Cluster) -> None
     ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     junk = os.urandom(1024 * 1024)
     try:
-        sock = raw_dealer(ctx, endpoint_of(alice.api), os.urandom(16))
+        sock = raw_dealer(ctx, endpoint_of(alice.api), uuid.uuid4().bytes)
         sock.setsockopt(zmq.SNDHWM, 50)  # bounded in the test process too (sends block)
         sock.setsockopt(zmq.SNDTIMEO, 30_000)
         for _ in range(3000):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -32,7 +33,7 @@ class Forger:
     """A member that says HELO and BOUT like a node, then forwards what it likes."""
 
     def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]], node_endpoint: str, group: str = "test") -> None:
-        self.uuid = os.urandom(16)
+        self.uuid = uuid.uuid4().bytes
         self.inbox = ctx.socket(zmq.ROUTER)
         self.inbox.setsockopt(zmq.LINGER, 0)
         port = free_port()

@@ -9,8 +9,8 @@ more than ``naming.max-age`` from its clock (``stale``).  Open groups: unchanged
 from __future__ import annotations
 
 import json
-import os
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -123,10 +123,10 @@ def test_a_forged_announcement_through_a_broker_is_ignored(cluster: Cluster, bro
     pub.connect(f"tcp://127.0.0.1:{broker.sub_port}")
     forged_to, genuine_to = Decoy(ctx), Decoy(ctx)
     try:
-        forged = [body(None, uuid=NodeId(os.urandom(16)), endpoint=forged_to.endpoint, wall=time.time()),
-                  body(OTHER.naming_key(), uuid=NodeId(os.urandom(16)), endpoint=forged_to.endpoint,
+        forged = [body(None, uuid=NodeId(uuid.uuid4().bytes), endpoint=forged_to.endpoint, wall=time.time()),
+                  body(OTHER.naming_key(), uuid=NodeId(uuid.uuid4().bytes), endpoint=forged_to.endpoint,
                        wall=time.time()),
-                  body(SECRET.naming_key(), uuid=NodeId(os.urandom(16)), endpoint=forged_to.endpoint,
+                  body(SECRET.naming_key(), uuid=NodeId(uuid.uuid4().bytes), endpoint=forged_to.endpoint,
                        wall=time.time() - 600)]  # a recording, replayed 10 minutes on
 
         def counted() -> bool:  # the broker forwards once a's subscription reached it
@@ -136,7 +136,7 @@ def test_a_forged_announcement_through_a_broker_is_ignored(cluster: Cluster, bro
             return s["unauthenticated"] >= 2 and s["stale"] >= 1
         wait_for(counted, 10, "a to count the forged announcements", interval=0.2)
         # One with the group's MAC, sent after them: once a dials it, a has handled the forged ones.
-        genuine = body(SECRET.naming_key(), uuid=NodeId(os.urandom(16)), endpoint=genuine_to.endpoint,
+        genuine = body(SECRET.naming_key(), uuid=NodeId(uuid.uuid4().bytes), endpoint=genuine_to.endpoint,
                        wall=time.time())
         pub.send_multipart([TOPIC, genuine])
         wait_for(lambda: genuine_to.poll() >= 1, 10, "a to dial the genuinely announced endpoint")

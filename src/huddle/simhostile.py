@@ -64,7 +64,10 @@ def _helo(endpoint: str, rng: random.Random, *, beat: float = 1.0, lost: int = 4
 
 
 def _fake_uuid(rng: random.Random) -> bytes:
-    return rng.randbytes(16)
+    raw = bytearray(rng.randbytes(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4: a random (legacy) id, which may say HELO unsigned in open mode
+    raw[8] = (raw[8] & 0x3F) | 0x80
+    return bytes(raw)
 
 
 # Each attack: (rng, hostile uuid, victim uuid, the other honest uuids) -> messages, each a list of

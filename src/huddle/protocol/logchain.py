@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import Final, Protocol
 
 from ..ids import NodeId
-from ..security import node_id_for, verify
+from ..security import key_derived, node_id_for, verify
 from ..wire import LogHead, LogRecord
 
 __all__ = ["GENESIS", "LogSigner", "chain_hashes", "check_batch", "head_message", "key_bound", "sign_head"]
@@ -47,7 +47,7 @@ class LogSigner(Protocol):
 def key_bound(source: NodeId) -> bool:
     """Is ``source`` shaped as a key-derived id (an RFC 9562 version-8 UUID, as
     :func:`node_id_for` gives)?  Such a source's records travel signed."""
-    return (source[6] >> 4) == 8 and (source[8] >> 6) == 2
+    return key_derived(source)
 
 
 def chain_hashes(prev: bytes, records: Sequence[LogRecord], digests: list[bytes] | None = None) -> list[bytes]:

@@ -34,7 +34,7 @@ from ..errors import DecodeError, LocalProtocolError
 from ..ids import NodeId
 from ..limits import MeshLimits
 from ..ratelog import RateLog
-from ..security import NodeIdentity, fingerprint, node_id_for, verify
+from ..security import NodeIdentity, fingerprint, key_derived, node_id_for, verify
 from ..wire import (
     MAX_BODY,
     PROTOCOL_VERSION,
@@ -637,7 +637,7 @@ class Mesh:
         touched (protocol.md 4.1): an id a key gives (RFC 9562 version 8) comes with that
         key and its signature; in secure mode every id does; a session keeps its key."""
         s = self._sessions.get(m.sender)
-        derived = (m.sender[6] >> 4) == 8
+        derived = key_derived(m.sender)
         if not m.key:
             if derived:
                 return "a key-derived id without its key"

@@ -14,6 +14,7 @@ from .identity import (
     KEY_FILE,
     CurveKeypair,
     NodeIdentity,
+    key_derived,
     load_or_create_identity,
     node_id_for,
     own_id_refusal,
@@ -27,6 +28,6 @@ from .trust import TRUST_FILE, TrustList
 __all__ = [
     "GROUP_FILE", "KEY_FILE", "OPEN_GROUP", "TOKEN_FILE", "TRUST_FILE",
     "ApiToken", "BadCode", "CurveKeypair", "GroupSecret", "Keyring", "NodeIdentity", "SecurityMode", "TrustList",
-    "fingerprint", "load_group_file", "load_or_create_identity", "load_or_create_token", "new_join_code",
+    "fingerprint", "key_derived", "load_group_file", "load_or_create_identity", "load_or_create_token", "new_join_code",
     "node_id_for", "own_id_refusal", "parse_join_code", "renew_identity", "token_matches", "verify",
 ]

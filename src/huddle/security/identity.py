@@ -23,7 +23,7 @@ from ..ids import NodeId
 from .codes import fingerprint
 from .files import read_private, write_private
 
-__all__ = ["KEY_FILE", "CurveKeypair", "NodeIdentity", "load_or_create_identity", "node_id_for", "own_id_refusal",
+__all__ = ["KEY_FILE", "CurveKeypair", "NodeIdentity", "key_derived", "load_or_create_identity", "node_id_for", "own_id_refusal",
            "renew_identity", "verify"]
 
 KEY_FILE = "node.key"
@@ -48,6 +48,13 @@ def node_id_for(public_key: bytes) -> NodeId:
     raw[6] = (raw[6] & 0x0F) | 0x80  # version 8: custom
     raw[8] = (raw[8] & 0x3F) | 0x80  # the RFC 9562 variant
     return NodeId(bytes(raw))
+
+
+def key_derived(node_id: bytes) -> bool:
+    """Is ``node_id`` shaped as :func:`node_id_for` makes ids (an RFC 9562 version-8
+    UUID)?  Such an id is admitted, and its records and posts kept, only with the key
+    that gives it; a random (version-4) id is a legacy one."""
+    return len(node_id) == 16 and (node_id[6] >> 4) == 8 and (node_id[8] >> 6) == 2
 
 
 class NodeIdentity:
