@@ -116,7 +116,12 @@ def test_a_helo_flood_from_fresh_identities_is_capped_and_its_ghosts_go(cluster:
 
 
 def test_a_flood_of_large_garbage_keeps_memory_bounded(cluster: Cluster) -> None:
-    alice, bob = cluster.start("alice"), cluster.start("bob")
+    """ZeroMQ bounds its queue in messages, not octets: one connection may hold up to
+    ``mesh.receive-hwm`` messages of up to 2 MiB.  With the default (1000) the peak
+    depended on how fast the node drained the flood (fine alone, 380-430 MiB on a busy
+    machine); alice runs with a mark of 100, so the bound holds by construction:
+    100 x 1 MiB queued + the driver's 8 MiB batch + the node itself < 250 MiB."""
+    alice, bob = cluster.start("alice", "--limit", "mesh.receive-hwm=100"), cluster.start("bob")
     wait_for(lambda: cluster.mesh_complete([alice, bob]), 20, "mesh")
     before = footprint(alice)
     errors = node_stats(alice.api)["decode_errors"]
