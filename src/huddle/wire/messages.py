@@ -879,15 +879,7 @@ def _node_id(text: str) -> NodeId:
 
 
 def _node_hex(value: object, what: str) -> NodeId:
-    if not isinstance(value, str) or len(value) != 32:
-        raise DecodeError(f"{what} must be 32 lowercase hex digits")
-    try:
-        raw = bytes.fromhex(value)
-    except ValueError:
-        raise DecodeError(f"{what} must be 32 lowercase hex digits") from None
-    if raw.hex() != value:
-        raise DecodeError(f"{what} must be 32 lowercase hex digits")
-    return NodeId(raw)
+    return NodeId(_octets(value, 16, what))
 
 
 def _record(row: object, sources: dict[str, NodeId]) -> LogRecord:
