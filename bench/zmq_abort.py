@@ -120,29 +120,11 @@ def hostile_ping(port: int, messages: int) -> None:
     s.close()  # an RST
 
 
-def child(settings: str, scenario: str, senders: int, messages: int, hwm: int, stall: float) -> int:
-    """One round, in this process (which may abort)."""
-    transport = ZmqTransport(NodeId(uuid.uuid4().bytes), on_frames=lambda batch, sources: None,
-                             limits=MeshLimits(receive_hwm=hwm))
-    router = transport.router
-    if settings == "zmtp-heartbeats":
-        router.setsockopt(zmq.HEARTBEAT_IVL, OLD_HEARTBEAT_IVL_MS)
-        router.setsockopt(zmq.HEARTBEAT_TIMEOUT, OLD_HEARTBEAT_TIMEOUT_MS)
-    port = transport.bind("127.0.0.1", 0, (49152, 65535))
-    if scenario == "hostile-ping":
-        hostile_ping(port, messages)
-        time.sleep(stall)  # the node is busy: nothing read
-        read = 0
-        while router.poll(500):
-            router.recv_multipart()
-            read += 1
-        print(f"read {read}", flush=True)
-        router.close(linger=0)
-        transport.ctx.term()
-        return 0
+def peers_close(ctx: zmq.Context[zmq.Socket[bytes]], port: int, senders: int, messages: int) -> None:
+    """``senders`` DEALERs each send ``messages`` messages to the ROUTER, then close."""
     dealers: list[zmq.Socket[bytes]] = []
     for i in range(senders):
-        d = transport.ctx.socket(zmq.DEALER)
+        d = ctx.socket(zmq.DEALER)
         d.setsockopt(zmq.LINGER, 0)
         d.setsockopt(zmq.IDENTITY, b"sender-%010d" % i)
         d.connect(f"tcp://127.0.0.1:{port}")
@@ -154,6 +136,21 @@ def child(settings: str, scenario: str, senders: int, messages: int, hwm: int, s
     time.sleep(0.5)  # the queued messages reach the ROUTER, whose input stops at the mark
     for d in dealers:
         d.close()  # the peer goes: the ROUTER's next PING (if any) is answered with an RST
+
+
+def child(settings: str, scenario: str, senders: int, messages: int, hwm: int, stall: float) -> int:
+    """One round, in this process (which may abort)."""
+    transport = ZmqTransport(NodeId(uuid.uuid4().bytes), on_frames=lambda batch, sources: None,
+                             limits=MeshLimits(receive_hwm=hwm))
+    router = transport.router
+    if settings == "zmtp-heartbeats":
+        router.setsockopt(zmq.HEARTBEAT_IVL, OLD_HEARTBEAT_IVL_MS)
+        router.setsockopt(zmq.HEARTBEAT_TIMEOUT, OLD_HEARTBEAT_TIMEOUT_MS)
+    port = transport.bind("127.0.0.1", 0, (49152, 65535))
+    if scenario == "hostile-ping":
+        hostile_ping(port, messages)
+    else:
+        peers_close(transport.ctx, port, senders, messages)
     time.sleep(stall)  # the node is busy: nothing read
     read = 0
     while router.poll(500):
