@@ -3,20 +3,38 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import signal
 import socket
+import sys
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
 
 from huddle.procs import NodeProcess, exit_description
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+
+def load_bench(name: str, monkeypatch: pytest.MonkeyPatch | None = None) -> ModuleType:
+    """bench/``name``.py as module ``bench_<name>``, for a test that runs a bench's core.  With
+    ``monkeypatch``, bench/ is on sys.path for the test (a bench that imports benchlib)."""
+    if monkeypatch is not None:
+        monkeypatch.syspath_prepend(str(BENCH))
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[f"bench_{name}"] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def free_port(kind: int = socket.SOCK_STREAM) -> int:

@@ -5,27 +5,17 @@ loaded window, and every event posted reaches every node."""
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import math
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
+from conftest import load_bench
 
 pytestmark = pytest.mark.processes
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
-
 
 def _load_scale(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    monkeypatch.syspath_prepend(str(BENCH))  # scale.py imports benchlib from its own directory
-    spec = importlib.util.spec_from_file_location("bench_scale", BENCH / "scale.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_scale"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("scale", monkeypatch)  # scale.py imports benchlib from its own directory
 
 
 @pytest.mark.timeout(90)

@@ -6,7 +6,6 @@ that went dead without closing, and the mesh's own BEATs still find a frozen pee
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import signal
 import subprocess
@@ -18,7 +17,7 @@ from types import ModuleType
 
 import pytest
 import zmq
-from conftest import Cluster, get, wait_for
+from conftest import Cluster, get, load_bench, wait_for
 
 from huddle.ids import NodeId
 from huddle.limits import MeshLimits
@@ -27,17 +26,11 @@ from huddle.transport.zmq_transport import ZmqTransport
 
 pytestmark = pytest.mark.processes
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
 SENDERS, MESSAGES = 4, 300
 
 
 def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_zmq_abort", BENCH / "zmq_abort.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_zmq_abort"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("zmq_abort")
 
 
 def test_zmtp_heartbeats_abort_a_router_whose_stopped_connections_are_reset() -> None:
