@@ -1,4 +1,5 @@
-"""Shared helpers: real node processes on 127.0.0.1, and waiting with deadlines."""
+"""Shared helpers: real node processes on 127.0.0.1, waiting with deadlines,
+a ZeroMQ context for raw sockets, and loading a bench module."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+import zmq
 
 from huddle.procs import NodeProcess, exit_description
 
@@ -111,6 +113,16 @@ class Cluster:
                 n.wait(10)
         assert not aborted, "; ".join(f"node {n.name} {exit_description(-signal.SIGABRT)}: {n.log_path}"
                                       for n in aborted)
+
+
+@pytest.fixture
+def ctx() -> Iterator[zmq.Context[zmq.Socket[bytes]]]:
+    """A ZeroMQ context for a test's raw sockets, destroyed (linger 0) after it."""
+    c: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    try:
+        yield c
+    finally:
+        c.destroy(linger=0)
 
 
 @pytest.fixture

@@ -11,13 +11,15 @@ count and in time by the tests that use them.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 import zmq
-from conftest import Cluster, get, http, wait_for
+from conftest import Cluster, free_port, get, http, wait_for
 
 from huddle.procs import NodeProcess
 from huddle.security import NodeIdentity
@@ -25,7 +27,7 @@ from huddle.wire import Helo
 from huddle.wire.messages import helo_signed
 
 __all__ = [
-    "Footprint", "footprint", "node_stats", "raw_dealer", "signed_helo", "still_serving",
+    "Footprint", "RawPeer", "footprint", "node_stats", "raw_dealer", "signed_helo", "still_serving",
 ]
 
 
@@ -72,6 +74,46 @@ def raw_dealer(ctx: zmq.Context[zmq.Socket[bytes]], endpoint: str, identity: byt
     else:
         sock.connect(endpoint)
     return sock
+
+
+class RawPeer:
+    """A member that says HELO and BOUT like a node (open mode, a random version-4 id), then
+    sends whatever it likes.  Its ROUTER hears what the node sends it (the node dials back)."""
+
+    def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]], node_endpoint: str, group: str = "test",
+                 name: str = "raw") -> None:
+        self.uuid = uuid.uuid4().bytes
+        self.name = name
+        self.inbox = ctx.socket(zmq.ROUTER)
+        self.inbox.setsockopt(zmq.LINGER, 0)
+        port = free_port()
+        self.inbox.bind(f"tcp://127.0.0.1:{port}")
+        self.out = raw_dealer(ctx, node_endpoint, self.uuid)
+        helo = {"version": 1, "endpoint": f"tcp://127.0.0.1:{port}", "name": name,
+                "incarnation": os.urandom(8).hex(), "reply": False, "peers": 0, "beat": 60.0, "lost": 100}
+        self.send(b"HELO", helo)
+        self.out.send_multipart([b"BOUT", group.encode()])
+
+    def send(self, kind: bytes, body: Any) -> None:
+        """``body`` as it is (bytes) or as compact JSON; at most 1 MiB."""
+        raw = body if isinstance(body, bytes) else json.dumps(body, separators=(",", ":")).encode()
+        assert len(raw) <= 1024 * 1024, len(raw)
+        self.out.send_multipart([kind, raw])
+
+    def wait_admitted(self, api: str) -> None:
+        """Until the node at ``api`` lists this peer alive."""
+        wait_for(lambda: any(p["name"] == self.name and p["state"] == "alive" for p in get(api, "/api/v1/peers")),
+                 20, f"the raw peer {self.name} to be admitted")
+
+    def leave(self) -> None:
+        """GBYE: the honest mesh is complete again without it."""
+        self.out.send_multipart([b"GBYE", b""])
+
+    def drain(self, timeout_ms: int = 200) -> list[list[bytes]]:
+        got = []
+        while self.inbox.poll(timeout_ms):
+            got.append(self.inbox.recv_multipart())
+        return got
 
 
 def still_serving(cluster: Cluster, nodes: list[NodeProcess], timeout: float = 20.0) -> None:

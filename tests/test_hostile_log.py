@@ -7,18 +7,15 @@ the right counter moved, and the honest peers still exchange events."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import urllib.request
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import zmq
 from conftest import Cluster, free_port, get, http, wait_for
-from hostile_kit import footprint, node_stats, raw_dealer, still_serving
+from hostile_kit import RawPeer, footprint, node_stats, still_serving
 
 from huddle.procs import NodeProcess
 
@@ -29,26 +26,8 @@ RSS_MIB = 300  # a node that held what these cases send would be far past this
 FDS = 200
 
 
-class RawPeer:
-    """A peer that says HELO and BOUT like a node, then sends whatever it likes.
-    Its ROUTER hears what the node sends it (the node dials back)."""
-
-    def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]], node_endpoint: str, group: str = "test") -> None:
-        self.uuid = uuid.uuid4().bytes
-        self.inbox = ctx.socket(zmq.ROUTER)
-        self.inbox.setsockopt(zmq.LINGER, 0)
-        port = free_port()
-        self.inbox.bind(f"tcp://127.0.0.1:{port}")
-        self.out = raw_dealer(ctx, node_endpoint, self.uuid)
-        helo = {"version": 1, "endpoint": f"tcp://127.0.0.1:{port}", "name": "raw",
-                "incarnation": os.urandom(8).hex(), "reply": False, "peers": 0, "beat": 60.0, "lost": 100}
-        self.send(b"HELO", helo)
-        self.out.send_multipart([b"BOUT", group.encode()])
-
-    def send(self, kind: bytes, body: Any) -> None:
-        raw = body if isinstance(body, bytes) else json.dumps(body, separators=(",", ":")).encode()
-        assert len(raw) <= 1024 * 1024, len(raw)
-        self.out.send_multipart([kind, raw])
+class LogPeer(RawPeer):
+    """A raw peer that sends log records."""
 
     def xmsg(self, rows: list[list[Any]]) -> None:
         self.send(b"XMSG", {"records": rows})
@@ -57,16 +36,6 @@ class RawPeer:
         """Send a valid record and wait until the node holds it: what was sent before is handled."""
         self.xmsg([row(source, seq)])
         wait_for(lambda: summary(api)["version_vector"].get(source) == seq, 20, "the node to handle the raw peer's XMSGs")
-
-    def leave(self) -> None:
-        """GBYE: the honest mesh is complete again without it."""
-        self.out.send_multipart([b"GBYE", b""])
-
-    def drain(self, timeout_ms: int = 200) -> list[list[bytes]]:
-        got = []
-        while self.inbox.poll(timeout_ms):
-            got.append(self.inbox.recv_multipart())
-        return got
 
 
 def row(source: str, seq: int, body: str = "1", kind: str = "k") -> list[Any]:
@@ -109,26 +78,15 @@ def healthy(node: NodeProcess) -> None:
 
 
 @pytest.fixture
-def ctx() -> Iterator[zmq.Context[zmq.Socket[bytes]]]:
-    c: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-    try:
-        yield c
-    finally:
-        c.destroy(linger=0)
-
-
-@pytest.fixture
 def pair(cluster: Cluster) -> list[NodeProcess]:
     nodes = [cluster.start(n) for n in ("alice", "bob")]
     wait_for(lambda: cluster.mesh_complete(nodes), 20, "mesh")
     return nodes
 
 
-def admitted(ctx: zmq.Context[zmq.Socket[bytes]], node: NodeProcess) -> RawPeer:
-    info = get(node.api, "/api/v1/node")
-    raw = RawPeer(ctx, info["endpoint"])
-    wait_for(lambda: any(p["name"] == "raw" and p["state"] == "alive" for p in get(node.api, "/api/v1/peers")),
-             20, "the raw peer to be admitted")
+def admitted(ctx: zmq.Context[zmq.Socket[bytes]], node: NodeProcess) -> LogPeer:
+    raw = LogPeer(ctx, get(node.api, "/api/v1/node")["endpoint"])
+    raw.wait_admitted(node.api)
     return raw
 
 

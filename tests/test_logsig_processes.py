@@ -8,42 +8,23 @@ the system picture), and at ``log.max-forgeries`` ends its session (excluded).""
 from __future__ import annotations
 
 import json
-import os
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import zmq
-from conftest import Cluster, free_port, get, http, wait_for
-from hostile_kit import node_stats, raw_dealer, still_serving
+from conftest import Cluster, get, http, wait_for
+from hostile_kit import RawPeer, node_stats, still_serving
 
 from huddle.procs import NodeProcess
 
 pytestmark = pytest.mark.processes
 
 
-def helo(endpoint: str) -> dict[str, Any]:
-    """The raw peer's HELO body: in one place, so a signed HELO changes only this."""
-    return {"version": 1, "endpoint": endpoint, "name": "forger", "incarnation": os.urandom(8).hex(),
-            "reply": False, "peers": 0, "beat": 60.0, "lost": 100}
-
-
-class Forger:
+class Forger(RawPeer):
     """A member that says HELO and BOUT like a node, then forwards what it likes."""
 
-    def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]], node_endpoint: str, group: str = "test") -> None:
-        self.uuid = uuid.uuid4().bytes
-        self.inbox = ctx.socket(zmq.ROUTER)
-        self.inbox.setsockopt(zmq.LINGER, 0)
-        port = free_port()
-        self.inbox.bind(f"tcp://127.0.0.1:{port}")
-        self.out = raw_dealer(ctx, node_endpoint, self.uuid)
-        self.send(b"HELO", helo(f"tcp://127.0.0.1:{port}"))
-        self.out.send_multipart([b"BOUT", group.encode()])
-
-    def send(self, kind: bytes, body: Any) -> None:
-        self.out.send_multipart([kind, json.dumps(body, separators=(",", ":")).encode()])
+    def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]], node_endpoint: str) -> None:
+        super().__init__(ctx, node_endpoint, name="forger")
 
     def fetch(self, source: str, upto: int) -> dict[str, Any]:
         """Ask the node for ``source``'s records 1.. and return the XMSG body that ends at ``upto``."""
@@ -70,15 +51,6 @@ class Forger:
         return ""
 
 
-@pytest.fixture
-def ctx() -> Iterator[zmq.Context[zmq.Socket[bytes]]]:
-    c: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-    try:
-        yield c
-    finally:
-        c.destroy(linger=0)
-
-
 def summary(api: str) -> dict[str, Any]:
     result: dict[str, Any] = get(api, "/api/v1/log/summary")
     return result
@@ -101,8 +73,7 @@ def check_one(ctx: zmq.Context[zmq.Socket[bytes]], victim: NodeProcess, source_n
         assert status == 201, body
     wait_for(lambda: summary(victim.api)["version_vector"].get(source) == 3, 20, "the events to replicate")
     forger = Forger(ctx, get(victim.api, "/api/v1/node")["endpoint"])
-    wait_for(lambda: any(p["name"] == "forger" and p["state"] == "alive" for p in get(victim.api, "/api/v1/peers")),
-             20, "the forger to be admitted")
+    forger.wait_admitted(victim.api)
     real = forger.fetch(source, 3)
     true_rows = {r[1]: r for r in real["records"]}
 
