@@ -1,10 +1,14 @@
-"""What the Hydra posts tests share: a server's store and a client's side in memory, and
-driving a client and a server back to back (tests/test_posts_sync.py, _store.py, _service.py)."""
+"""What the Hydra posts tests share: a server's store and a client's side in memory,
+driving a client and a server back to back (tests/test_posts_sync.py, _store.py, _service.py),
+and a node's posts through its API (tests/test_hostile_posts.py, test_posts_seal.py)."""
 
 from __future__ import annotations
 
 import hashlib
+import urllib.parse
 from dataclasses import dataclass, field
+
+from conftest import get, http
 
 from huddle.posts import codec
 from huddle.posts.codec import (
@@ -143,3 +147,19 @@ def fetching(content: bytes, local: FakeLocal | PostStore | None = None, **setti
 def fetches(actions: list[object]) -> list[tuple[int, int, int]]:
     return [(a.msg.token, a.msg.offset, a.msg.octets) for a in actions
             if isinstance(a, SendMsg) and isinstance(a.msg, Fetch)]
+
+
+def add_post(api: str, content: bytes, subject: str) -> dict[str, object]:
+    status, body = http(api, "/api/v1/posts?" + urllib.parse.urlencode({"subject": subject}), raw=content)
+    assert status in (200, 201), (status, body)
+    assert isinstance(body, dict)
+    return body
+
+
+def ids(api: str) -> set[str]:
+    return {p["id"] for p in get(api, "/api/v1/posts")}
+
+
+def post_stats(api: str) -> dict[str, int]:
+    result: dict[str, int] = get(api, "/api/v1/posts/stats")
+    return result

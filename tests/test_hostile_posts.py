@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from conftest import Cluster, get, http, wait_for
 from hostile_kit import footprint
-from posts_kit import FakeLocal, FakeSource
+from posts_kit import FakeLocal, FakeSource, add_post, ids, post_stats
 
 from huddle.limits import PostLimits
 from huddle.posts.codec import Chunk, Error, Fetch, Goodbye, GoodbyeOk, Hello, HelloOk, Meta, MetaOk, NextEmpty, NextOk, NextOlder
@@ -161,22 +161,6 @@ def read(self, pid, offset, size):
 _store.PostStore.meta = meta
 _store.PostStore.read = read
 '''
-
-
-def add_post(api: str, content: bytes, subject: str) -> dict[str, object]:
-    status, body = http(api, "/api/v1/posts?" + urllib.parse.urlencode({"subject": subject}), raw=content)
-    assert status in (200, 201), (status, body)
-    assert isinstance(body, dict)
-    return body
-
-
-def ids(api: str) -> set[str]:
-    return {p["id"] for p in get(api, "/api/v1/posts")}
-
-
-def post_stats(api: str) -> dict[str, int]:
-    result: dict[str, int] = get(api, "/api/v1/posts/stats")
-    return result
 
 
 @pytest.fixture

@@ -8,12 +8,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-import urllib.parse
 from pathlib import Path
 
 import pytest
-from conftest import Cluster, get, http, wait_for
-from posts_kit import FakeLocal
+from conftest import Cluster, get, wait_for
+from posts_kit import FakeLocal, add_post, ids, post_stats
 
 from huddle.posts.codec import HelloOk, MetaOk, NextOk, decode, encode
 from huddle.posts.model import Post, PostError
@@ -43,22 +42,6 @@ def offer(msg: MetaOk, require_seal: bool = False) -> tuple[Client, list[ClientA
     client.receive(HelloOk("s", "n"), 0.0)
     client.receive(NextOk(post_of(msg).id), 0.0)
     return client, client.receive(msg, 0.0)
-
-
-def add_post(api: str, content: bytes, subject: str) -> dict[str, object]:
-    status, body = http(api, "/api/v1/posts?" + urllib.parse.urlencode({"subject": subject}), raw=content)
-    assert status in (200, 201), (status, body)
-    assert isinstance(body, dict)
-    return body
-
-
-def ids(api: str) -> set[str]:
-    return {p["id"] for p in get(api, "/api/v1/posts")}
-
-
-def post_stats(api: str) -> dict[str, int]:
-    result: dict[str, int] = get(api, "/api/v1/posts/stats")
-    return result
 
 
 def fetched(actions: list[ClientAction]) -> bool:
