@@ -1,4 +1,4 @@
-"""Shared helpers: real node processes on 127.0.0.1, waiting with deadlines,
+"""Shared helpers: real node and naming-broker processes on 127.0.0.1, waiting with deadlines,
 a ZeroMQ context for raw sockets, and loading a bench module."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import sys
 import time
 import urllib.error
@@ -113,6 +114,49 @@ class Cluster:
                 n.wait(10)
         assert not aborted, "; ".join(f"node {n.name} {exit_description(-signal.SIGABRT)}: {n.log_path}"
                                       for n in aborted)
+
+
+class Broker:
+    """A ``huddle broker`` process on fixed loopback ports (so it can be restarted on them)."""
+
+    def __init__(self, tmp: Path, name: str) -> None:
+        self.pub_port, self.sub_port = free_port(), free_port()
+        self.log = tmp / f"{name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"tcp://127.0.0.1:{self.pub_port}"
+
+    def start(self) -> None:
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "huddle", "broker", "--pub", f"tcp://127.0.0.1:{self.pub_port}",
+                 "--sub", f"tcp://127.0.0.1:{self.sub_port}"], stdout=subprocess.PIPE, stderr=log)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().decode()
+        assert line.startswith("broker pub=tcp://127.0.0.1:"), self.log.read_text()
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[Broker]:
+    """One ``huddle broker`` process for a test, stopped after it."""
+    b = Broker(tmp_path, "broker")
+    try:
+        yield b
+    finally:
+        b.stop()
 
 
 @pytest.fixture

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Cluster, alive_names, free_port, get, wait_for
+from conftest import Broker, Cluster, alive_names, free_port, get, wait_for
 
 pytestmark = pytest.mark.processes
 
@@ -31,39 +30,6 @@ def test_the_source_documents_service_type_can_be_chosen(cluster: Cluster) -> No
     c = cluster.start("c", "--mdns", beacon=False, group="nsode")  # the default type: does not see them
     wait_for(lambda: cluster.mesh_complete([a, b]), 30, "the two _nsode_derbyos_com nodes to mesh")
     assert alive_names(c.api) == set()
-
-
-class Broker:
-    """A ``huddle broker`` process on fixed loopback ports (so it can be restarted on them)."""
-
-    def __init__(self, tmp: Path, name: str) -> None:
-        self.pub_port, self.sub_port = free_port(), free_port()
-        self.log = tmp / f"{name}.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.start()
-
-    @property
-    def endpoint(self) -> str:
-        return f"tcp://127.0.0.1:{self.pub_port}"
-
-    def start(self) -> None:
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "huddle", "broker", "--pub", f"tcp://127.0.0.1:{self.pub_port}",
-                 "--sub", f"tcp://127.0.0.1:{self.sub_port}"], stdout=subprocess.PIPE, stderr=log)
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline().decode()
-        assert line.startswith("broker pub=tcp://127.0.0.1:"), self.log.read_text()
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(10)
 
 
 @pytest.fixture

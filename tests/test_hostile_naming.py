@@ -14,15 +14,13 @@ import contextlib
 import json
 import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import zmq
-from conftest import Cluster, free_port, get, wait_for
+from conftest import Broker, Cluster, free_port, get, wait_for
 from hostile_kit import footprint, node_stats
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_discovery import Broker
 
 from huddle.errors import DecodeError
 from huddle.ids import NodeId
@@ -191,15 +189,6 @@ def test_messages_past_the_rate_are_dropped_unread() -> None:
 
 
 # ------------------------------------------------------------------------ a real node
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[Broker]:
-    b = Broker(tmp_path, "broker")
-    try:
-        yield b
-    finally:
-        b.stop()
 
 
 @pytest.fixture

@@ -11,14 +11,11 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import zmq
-from conftest import Cluster, wait_for
+from conftest import Broker, Cluster, wait_for
 from hostile_kit import node_stats
-from test_discovery import Broker
 
 from huddle.ids import NodeId
 from huddle.limits import NamingLimits
@@ -82,15 +79,6 @@ def test_open_groups_take_announcements_as_before() -> None:
 
 
 # ------------------------------------------------------------------------ real nodes
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[Broker]:
-    b = Broker(tmp_path, "broker")
-    try:
-        yield b
-    finally:
-        b.stop()
 
 
 class Decoy:

@@ -9,8 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Cluster, get, http, wait_for
-from test_discovery import Broker
+from conftest import Broker, Cluster, get, http, wait_for
 
 from huddle.procs import NodeProcess
 
