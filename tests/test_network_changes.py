@@ -15,7 +15,10 @@ from pathlib import Path
 
 import pytest
 from conftest import Cluster, free_port, get, http, wait_for
-from test_faults import Namespaces, NsNode, _ip, netns
+from test_faults import Namespaces, NsNode, netns
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+from netns import ip  # bench/ is not a package: its kit is imported by path
 
 pytestmark = pytest.mark.processes
 
@@ -53,8 +56,8 @@ def test_a_host_whose_address_changes_is_followed_by_the_group(netns: Namespaces
         for i in range(5):
             nodes[1].cli("emit", "score", json.dumps(i))
         new_ip = f"{netns.subnet}.22"
-        _ip("-n", netns.hosts[1], "addr", "del", f"{netns.ips[1]}/24", "dev", "eth0")  # a DHCP renewal
-        _ip("-n", netns.hosts[1], "addr", "add", f"{new_ip}/24", "brd", "+", "dev", "eth0")
+        ip("-n", netns.hosts[1], "addr", "del", f"{netns.ips[1]}/24", "dev", "eth0")  # a DHCP renewal
+        ip("-n", netns.hosts[1], "addr", "add", f"{new_ip}/24", "brd", "+", "dev", "eth0")
         for i in range(5, 10):
             nodes[1].cli("emit", "score", json.dumps(i))
             nodes[0].cli("emit", "penalty", json.dumps(i))
@@ -88,10 +91,10 @@ def test_an_interface_that_is_not_there_yet_is_waited_for(netns: Namespaces, tmp
             wait_for(lambda: b"waiting for it" in log_path.read_bytes(), 20, "the node to say it waits")
             assert proc.poll() is None
             assert log_path.read_bytes().count(b"waiting for it") == 1
-            _ip("-n", host, "link", "add", "wlan9", "type", "veth", "peer", "name", "wlan9p")  # no dummy module here
-            _ip("-n", host, "addr", "add", "10.98.7.1/24", "dev", "wlan9")
-            _ip("-n", host, "link", "set", "wlan9p", "up")
-            _ip("-n", host, "link", "set", "wlan9", "up")
+            ip("-n", host, "link", "add", "wlan9", "type", "veth", "peer", "name", "wlan9p")  # no dummy module here
+            ip("-n", host, "addr", "add", "10.98.7.1/24", "dev", "wlan9")
+            ip("-n", host, "link", "set", "wlan9p", "up")
+            ip("-n", host, "link", "set", "wlan9", "up")
             assert proc.stdout is not None
             line = proc.stdout.readline().decode().strip()  # the node prints its API once it runs
             assert line.startswith("api "), log_path.read_text()
@@ -194,8 +197,8 @@ def test_a_guest_finds_and_registers_with_its_host_after_the_hosts_address_chang
         ws = info["guests"]["ws_port"]
 
         new_ip = f"{netns.subnet}.22"
-        _ip("-n", netns.hosts[1], "addr", "del", f"{netns.ips[1]}/24", "dev", "eth0")  # a DHCP renewal
-        _ip("-n", netns.hosts[1], "addr", "add", f"{new_ip}/24", "brd", "+", "dev", "eth0")
+        ip("-n", netns.hosts[1], "addr", "del", f"{netns.ips[1]}/24", "dev", "eth0")  # a DHCP renewal
+        ip("-n", netns.hosts[1], "addr", "add", f"{new_ip}/24", "brd", "+", "dev", "eth0")
 
         def moved() -> bool:
             guests_info = host.cli("guests")
