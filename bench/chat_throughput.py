@@ -193,8 +193,7 @@ async def _node_sender(n: int, mode: str, rate: float, tmp: str, endpoint: str, 
     else:
         raise ValueError(mode)
     t_end = time.monotonic()
-    transport = node._transport
-    dropped = transport.send_dropped if transport is not None else -1
+    dropped = int(node.info()["stats"].get("send_dropped", -1))
     conn.send(("sent", t0, t_end, sent, dropped))
     await benchlib.arecv(conn, timeout=120.0)  # "stop": keep flushing our queues until then
     conn.send(("cpu", cpu_seconds() - cpu0))

@@ -205,6 +205,9 @@ def huddle_copy(src: Path, tmp: Path, chunk: int, extra: list[str]) -> tuple[flo
         with src.open("rb") as f:
             req = urllib.request.Request(f"{a.api}/api/v1/posts?{q}", data=f, method="POST")
             req.add_header("Content-Length", str(src.stat().st_size))
+            # urllib's default (a form type) is refused with 415 since issue 19: a form is what a
+            # cross-site page can send; the post's own type is what the API takes.
+            req.add_header("Content-Type", "application/octet-stream")
             with urllib.request.urlopen(req, timeout=300) as resp:
                 cpu_a = _cpu_ns(a.proc.pid)  # a: from the upload's answer (its own work before is not the transfer's)
                 pid = json.loads(resp.read())["id"]
