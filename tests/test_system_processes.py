@@ -42,6 +42,10 @@ def test_six_nodes_agree_on_the_system_picture_and_the_cli_prints_it(cluster: Cl
     assert {m["type"] for m in pic["members"]} == {"standard"}
     assert len(pic["links"]) == 15 and {x["state"] for x in pic["links"]} == {"two-way"}
     assert all(x["rtt_ms"] is not None for x in pic["links"])
+    # Each member's key fingerprint, as its HELO proved it (docs/security.md), beside the picture.
+    keys = {get(n.api, "/api/v1/node")["name"]: get(n.api, "/api/v1/node")["key"] for n in nodes}
+    assert {m["name"]: m["key"] for m in pic["members"]} == keys
+    assert all(m["verified"] for m in pic["members"])
     # Traffic shows in the rates beside the picture (messages per second out of n0).
     for i in range(50):
         assert http(nodes[0].api, "/api/v1/events", {"kind": "tick", "body": i})[0] == 201
@@ -52,7 +56,7 @@ def test_six_nodes_agree_on_the_system_picture_and_the_cli_prints_it(cluster: Cl
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[0].split()[:4] == ["NAME", "UUID", "TYPE", "HEALTH"]
+    assert lines[0].split()[:5] == ["NAME", "UUID", "KEY", "TYPE", "HEALTH"]
     assert sorted(line.split()[0] for line in lines[1:7]) == [f"n{i}" for i in range(6)]
     assert sum("two-way" in line for line in lines) == 15
     assert lines[-1].startswith("digest ") and len(lines[-1].split()[1]) == 64

@@ -38,10 +38,12 @@ def peers_text(peers: list[dict[str, Any]], me: dict[str, Any] | None = None) ->
 
 def system_text(s: dict[str, Any]) -> str:
     names = {m["uuid"]: m["name"] for m in s["members"]}
-    rows: list[tuple[str, ...]] = [("NAME", "UUID", "TYPE", "HEALTH", "PROBLEMS", "RTT ms", "MSG/S IN", "MSG/S OUT", "AGE s")]
+    rows: list[tuple[str, ...]] = [("NAME", "UUID", "KEY", "TYPE", "HEALTH", "PROBLEMS", "RTT ms", "MSG/S IN",
+                                    "MSG/S OUT", "AGE s")]
     for m in s["members"]:
         r = m.get("rates") or {}
-        rows.append((m["name"], m["uuid"][:8], m["type"], m["health"], ",".join(m["problems"]) or "-",
+        rows.append((m["name"], m["uuid"][:8], m.get("key") or "-", m["type"], m["health"],
+                     ",".join(m["problems"]) or "-",
                      "-" if m.get("rtt_ms") is None else f"{m['rtt_ms']:.2f}",
                      f"{r.get('msgs_in', 0):.0f}", f"{r.get('msgs_out', 0):.0f}", f"{m.get('age', 0):.1f}"))
     links: list[tuple[str, ...]] = [("LINK", "STATE", "RTT ms")]

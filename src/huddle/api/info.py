@@ -49,7 +49,14 @@ def system_picture(mesh: Mesh, now: float, mesh_time: float) -> dict[str, Any]:
     every node), with round trips and rates beside it."""
     reports = mesh.service(Reports)
     assert reports is not None
-    return {"node": str(mesh.uuid), "time": mesh_time, **reports.pictures.describe(now)}
+    described = reports.pictures.describe(now)
+    # Beside the picture (not in its digest): each member's key fingerprint, as its HELO proved
+    # it to this node ("" for a member this node holds no session with, or a legacy id).
+    keys = {str(p.uuid): (p.key, p.verified) for p in mesh.peers(now)}
+    keys[str(mesh.uuid)] = (mesh.identity.fingerprint, mesh.identity.node_id == mesh.uuid)
+    for m in described["members"]:
+        m["key"], m["verified"] = keys.get(m["uuid"], ("", False))
+    return {"node": str(mesh.uuid), "time": mesh_time, **described}
 
 
 def log_summary(replicator: Replicator) -> dict[str, Any]:
