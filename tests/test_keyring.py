@@ -9,7 +9,10 @@ from pathlib import Path
 import pytest
 
 from huddle.errors import ConfigError
+from huddle.ids import NodeId
+from huddle.limits import NamingLimits
 from huddle.security import KEYRING_FILE, GroupSecret, Keyring, KeyringError
+from huddle.transport.naming import NamingState, announcement_body, announcement_topic
 
 OLD, NEW, THIRD = GroupSecret.new("derby"), GroupSecret.new("derby"), GroupSecret.new("derby")
 
@@ -81,3 +84,18 @@ def test_a_damaged_keyring_is_refused_at_start(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="damaged"):
         Keyring.restore(tmp_path, OLD)
 
+
+def test_naming_accepts_the_other_held_key_during_a_rotation_only() -> None:
+    topic = announcement_topic("derby")
+    state = NamingState(NodeId(b"\x01" * 16), "derby", ("tcp://127.0.0.1:7001",), NamingLimits(), NEW.naming_key())
+    peer, now = NodeId(b"\x02" * 16), 1_800_000_000.0
+
+    def heard(key: bytes, t: float) -> bool:
+        body = announcement_body(peer, "derby", "n", "tcp://127.0.0.1:6000", key=key, wall=now)
+        return bool(state.receive([topic, body], t, now))
+
+    assert not heard(OLD.naming_key(), 0.0) and state.stats.unauthenticated == 1
+    state.also_accepted = (OLD.naming_key(),)  # installed or switched: both secrets held
+    assert heard(OLD.naming_key(), 1.0) and heard(NEW.naming_key(), 2.0)
+    state.also_accepted = ()  # retired
+    assert not heard(OLD.naming_key(), 3.0) and state.stats.unauthenticated == 2
