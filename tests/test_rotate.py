@@ -192,3 +192,30 @@ def test_rotation_steps_out_of_order_are_refused_with_clear_errors(cluster: Clus
     again = cluster.start("solo", "--group-key", str(old_file), beacon=False)
     assert get(again.api, "/api/v1/node")["security"]["key_id"] == new.key_id
     assert get(again.api, "/api/v1/group/keys")["retired"] == [old_id]
+
+
+def test_allow_list_mode_rotates_the_server_key_only(cluster: Cluster, tmp_path: Path) -> None:
+    old_file, new_file = tmp_path / "old.key", tmp_path / "new.key"
+    GroupSecret.new("test").save(old_file)
+    GroupSecret.new("test").save(new_file)
+    new = load_group_file(new_file)
+    a, b = (cluster.start(n, "--group-key", str(old_file), "--allow-list") for n in "ab")
+    for n, other in ((a, b), (b, a)):
+        status, added = http(n.api, "/api/v1/trust", {"key": get(other.api, "/api/v1/node")["public_key"]})
+        assert status == 200, added
+    wait_for(lambda: _meet([a, b]), 30, "the trusted nodes to meet")
+    old_id = get(a.api, "/api/v1/group/keys")["key_id"]
+    for path, body in (("/api/v1/group/keys", {"file": new_file.read_text()}),
+                       ("/api/v1/group/switch", {"key_id": new.key_id})):
+        for n in (a, b):
+            assert http(n.api, path, body)[0] == 200
+    wait_for(lambda: all(p["endpoint"] == get(n.api, "/api/v1/node")["endpoint"]
+                         for m, n in ((a, b), (b, a)) for p in get(m.api, "/api/v1/peers")), 20, "the new ports")
+    for n in (a, b):
+        assert http(n.api, "/api/v1/group/retire", {"key_id": old_id})[0] == 200
+    status, rec = http(a.api, "/api/v1/events", {"kind": "note", "body": {"t": "after the rotation"}})
+    assert status == 201
+    wait_for(lambda: _has(b.api, [(rec["source"], rec["seq"])]), 15, "b to hold a's event")
+    assert _meet([a, b]) and len(get(a.api, "/api/v1/trust")["keys"]) == 1  # the trusted keys stay
+    assert get(b.api, "/api/v1/node")["security"] == get(b.api, "/api/v1/node")["security"] | {
+        "mode": "allow-list", "key_id": new.key_id}

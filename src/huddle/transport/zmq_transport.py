@@ -82,8 +82,10 @@ MAX_PARTS = 4  # frames of the longest message (a BULK: sender, type, head, data
 LOG_EVERY = 10.0  # seconds between two warnings of one kind of failure
 # During a key rotation, messages handed to a connection before its handshake succeeded are
 # kept (references) so that a connection refused with one key and re-opened with the other
-# sends them again; beyond this many, the rest are left to the mesh's own recovery.
+# sends them again; beyond this many, or this many octets, the rest are left to the mesh's own
+# recovery (anti-entropy, HELO again each heartbeat).  Only for the milliseconds of a handshake.
 MAX_UNCONFIRMED = 1024
+MAX_UNCONFIRMED_OCTETS = 1 << 20
 
 
 def _send_parts(sock: zmq.Socket[bytes], frames: list[bytes]) -> zmq.MessageTracker | None:
@@ -142,6 +144,7 @@ class Conn:
     tried: list[str] = field(default_factory=list)
     confirmed: bool = False
     unconfirmed: list[list[bytes]] | None = None
+    unconfirmed_octets: int = 0
 
 
 class ZmqTransport:
@@ -445,7 +448,7 @@ class ZmqTransport:
         replay = c.unconfirmed or []
         c.key_id, c.confirmed = key.key_id, False
         c.tried.append(key.key_id)
-        c.unconfirmed = [] if self._rotating() else None
+        c.unconfirmed, c.unconfirmed_octets = ([] if self._rotating() else None), 0
         for frames in reversed(replay):  # never delivered: sent again, before what waits
             c.overflow.appendleft(frames)
             if len(frames[-1]) >= ZERO_COPY_SEND:
@@ -456,7 +459,8 @@ class ZmqTransport:
     def _remember(self, c: Conn, frames: list[bytes]) -> None:
         q = c.unconfirmed
         if q is not None:
-            if len(q) < MAX_UNCONFIRMED:
+            c.unconfirmed_octets += sum(map(len, frames))
+            if len(q) < MAX_UNCONFIRMED and c.unconfirmed_octets <= MAX_UNCONFIRMED_OCTETS:
                 q.append(frames)
             else:
                 c.unconfirmed = None
