@@ -5,7 +5,9 @@ node left on the old secret, admitted before the rotation, is cut off, refused a
 
 from __future__ import annotations
 
+import asyncio
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -14,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Cluster, get, http, wait_for
+from conftest import Cluster, free_port, get, http, wait_for
 
 from huddle.procs import NodeProcess
 from huddle.protocol.mesh import Timing
@@ -179,7 +181,10 @@ def test_rotation_steps_out_of_order_are_refused_with_clear_errors(cluster: Clus
     assert step("/api/v1/group/switch", {"id": new.key_id})[0] == 400
     assert step("/api/v1/group/keys", {"file": new.file_text()})[0] == 200
     assert step("/api/v1/group/keys", {"file": GroupSecret.new("test").file_text()})[0] == 409  # a third key
+    assert get(n.api, "/api/v1/join")["key_id"] == old_id  # installed, not in use yet
     assert step("/api/v1/group/switch", {"key_id": new.key_id})[0] == 200
+    join = get(n.api, "/api/v1/join")  # the join panel and the guests' room key follow the switch
+    assert join["key_id"] == new.key_id and join["room_key"] == new.room_key_text()
     assert step("/api/v1/group/retire", {"key_id": old_id})[0] == 200
     status, error = step("/api/v1/group/keys", {"file": old_file.read_text()})
     assert status == 409 and "retired" in error
@@ -219,3 +224,32 @@ def test_allow_list_mode_rotates_the_server_key_only(cluster: Cluster, tmp_path:
     assert _meet([a, b]) and len(get(a.api, "/api/v1/trust")["keys"]) == 1  # the trusted keys stay
     assert get(b.api, "/api/v1/node")["security"] == get(b.api, "/api/v1/node")["security"] | {
         "mode": "allow-list", "key_id": new.key_id}
+
+
+def test_the_guests_room_key_follows_the_switch(cluster: Cluster, tmp_path: Path) -> None:
+    from huddle.guest_client import Guest, GuestError  # the guest client, as test_guest_room_key does
+
+    old_file = tmp_path / "old.key"
+    GroupSecret.new("test").save(old_file)
+    old, new = load_group_file(old_file), GroupSecret.new("test")
+    n = cluster.start("host", "--group-key", str(old_file), "--guests", "--guest-port", "0", "--guest-ws-port", "0",
+                      "--guest-marco-port", str(free_port(socket.SOCK_DGRAM)), beacon=False)
+    for path, body in (("/api/v1/group/keys", {"file": new.file_text()}), ("/api/v1/group/switch",
+                                                                           {"key_id": new.key_id})):
+        assert http(n.api, path, body)[0] == 200
+    port = get(n.api, "/api/v1/node")["guests"]["tcp_port"]
+
+    async def run() -> None:
+        common: dict[str, Any] = {"host": ("127.0.0.1", port), "listen": "127.0.0.1", "reconnect": False}
+        stale = Guest("stale", "test", speaks=["score"], room_key=old.room_key_text(), **common)
+        fresh = Guest("fresh", "test", speaks=["score"], room_key=new.room_key_text(), **common)
+        try:
+            with pytest.raises(GuestError, match="room key"):
+                await stale.start(timeout=20)
+            await fresh.start(timeout=20)
+        finally:
+            for g in (stale, fresh):
+                await g.close()
+
+    asyncio.run(run())
+    assert get(n.api, "/api/v1/guests")["stats"]["room_key_refused"] == 1
