@@ -165,6 +165,23 @@ class ApiClient:
         result: dict[str, Any] = await self._request("DELETE", f"/api/v1/trust/{quote(key, safe='')}")
         return result
 
+    async def group_keys(self) -> dict[str, Any]:
+        """The group secret's keys: the one in use, those held, the retired (docs/security.md)."""
+        result: dict[str, Any] = await self._request("GET", "/api/v1/group/keys")
+        return result
+
+    async def group_install(self, file_text: str) -> dict[str, Any]:
+        result: dict[str, Any] = await self._request("POST", "/api/v1/group/keys", {"file": file_text})
+        return result
+
+    async def group_switch(self, key_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = await self._request("POST", "/api/v1/group/switch", {"key_id": key_id})
+        return result
+
+    async def group_retire(self, key_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = await self._request("POST", "/api/v1/group/retire", {"key_id": key_id})
+        return result
+
     async def emit(self, kind: str, body: Any) -> dict[str, Any]:
         result: dict[str, Any] = await self._request("POST", "/api/v1/events", {"kind": kind, "body": body})
         return result

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from .api.info import log_summary, node_info, system_picture
 from .config import NodeConfig, resolve_seed
 from .discovery import Interface
-from .discovery.follow import Followers, NetworkFollower, wait_interface
+from .discovery.follow import Followers, NetworkFollower, advertise, wait_interface
 from .discovery.interfaces import LOOPBACK
 from .doc import DOC_KIND, DocEngine
 from .doc.desk import DocumentDesk, Recording
@@ -50,7 +50,8 @@ from .protocol import Event, Mesh, PeerInfo
 from .protocol.events import BufferSpace, CutOff, LogAppended, PeerExcluded, ServiceEvent, stat_row
 from .protocol.replication import Replicator, canonical_json
 from .protocol.stack import build_services
-from .security import GroupSecret, NodeIdentity, TrustList, load_or_create_identity, node_id_for, own_id_refusal
+from .security import GroupSecret, Keyring, NodeIdentity, TrustList, load_or_create_identity, node_id_for, own_id_refusal
+from .transport.rotation import KeyRotation
 from .transport.zap import AllowList, MeshSecurity
 from .transport.zmq_transport import ZmqTransport
 from .wire import LogRecord
@@ -78,6 +79,7 @@ class Node:
         self.uuid: NodeId | None = None
         self.identity: NodeIdentity | None = None  # the node's keypair (DATA_DIR/node.key)
         self.security: MeshSecurity | None = None  # open, group or allow-list mode (transport/zap.py)
+        self.rotation: KeyRotation | None = None  # the group secret's live rotation (None: an open group)
         self._mesh: Mesh | None = None
         self._store: SqliteStore | None = None
         self._rows: StatRows | None = None  # the statistics rows, in the store
@@ -274,7 +276,7 @@ class Node:
 
     @property
     def group_secret(self) -> GroupSecret | None:
-        return self.config.group_secret
+        return self.config.group_secret if self.rotation is None else self.rotation.keyring.current
 
     def stop(self) -> None:
         """Ask the node to leave the mesh gracefully (GBYE) and stop."""
@@ -296,8 +298,11 @@ class Node:
             if self.config.group_secret is not None and (why := own_id_refusal(self.uuid, self.identity,
                                                                                self.data_dir.path)):
                 raise ConfigError(why)  # a legacy id: not admitted in a group with a secret
+            keyring = Keyring.restore(self.data_dir.path, self.config.group_secret)  # a rotation's keys, if any
+            if keyring is not None and keyring.current != self.config.group_secret:  # switched before a restart
+                self.config = self.config.with_overrides(group_secret=keyring.current)
             self.security = MeshSecurity(self.config.group_secret, self.identity, allow_list=TrustList.load(
-                self.data_dir.path) if self.config.allow_list else None)
+                self.data_dir.path) if self.config.allow_list else None, keyring=keyring)
             iface = await wait_interface(self.config.interface, self._stop)
             if iface is None:
                 return  # stopped while waiting
@@ -377,6 +382,12 @@ class Node:
                                ws_port=cfg.guest_ws_port, max_frame=cfg.guest_max_message,
                                limits=cfg.limits.guests, room_key=room_key_of(cfg.group_secret)),
                 iface.ip, mesh, emit=self.emit, clock=self.local_now)
+        if self.security is not None and self.security.keyring is not None:  # transport/rotation.py
+            here = lambda: iface.ip if self._follower is None else self._follower.interface.ip  # noqa: E731
+            self.rotation = KeyRotation(self.security, transport, host=here, port=port, port_range=cfg.port_range,
+                                        data_dir=self.data_dir.path, advertise=lambda p: self._advertise(iface, p),
+                                        changed=self._keys_changed)
+            self._keys_changed(self.rotation.keyring)  # restarted during a rotation: both keys held
         from .api.http import start_api  # noqa: PLC0415 - aiohttp: imported when a node runs, not with huddle.node
 
         api_runner, self.api_url = await start_api(self, cfg.api, cfg.limits.api, token_dir=self.data_dir.path,
@@ -404,6 +415,25 @@ class Node:
         if self._bridge is not None:
             follow.announce.append(self._move_guests)
         return follow
+
+    async def _advertise(self, iface: Interface, port: int) -> None:
+        """The group key switched: the ROUTER's port of the new key is this node's endpoint now."""
+        if self._follower is not None:
+            self._follower.port, iface = port, self._follower.interface
+        transport = self._driver.transport
+        assert transport is not None
+        await advertise(self._followers(transport), iface, port, delay=2 * self.mesh.beat)
+
+    def _keys_changed(self, keyring: Keyring) -> None:
+        """A rotation step: naming announcements are MAC'd with the key in use and accepted with
+        any key held; a guest registers with the room key of the secret in use."""
+        naming = self._finders.naming
+        if naming is not None:
+            keys = [s.naming_key() for s in keyring.secrets()]
+            naming.key = naming.state.key = keys[0]
+            naming.state.also_accepted = tuple(keys[1:])
+        if self.guests is not None:
+            self.guests.room.room_key = room_key_of(keyring.current)
 
     def _set_endpoint(self, endpoint: str) -> None:
         self.mesh.set_endpoint(endpoint, self.local_now())

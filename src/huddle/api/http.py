@@ -34,6 +34,7 @@ from ..security import load_or_create_token, token_matches
 from ..wire import MAX_BODY
 from .common import NODE_KEY, STATE_KEY, ApiState
 from .common import error_response as _error
+from .group_http import add_group_routes
 from .guard import (
     SIMPLE_TYPES,
     TOKEN_COOKIE,
@@ -770,6 +771,7 @@ def make_app(node: ApiNode, limits: ApiLimits | None = None) -> web.Application:
     add_post_routes(app)
     add_join_routes(app)
     add_trust_routes(app, _read_json)
+    add_group_routes(app, _read_json)
     return app
 
 

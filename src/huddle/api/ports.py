@@ -21,7 +21,7 @@ from ..security import GroupSecret
 from ..security.trust import TrustedKey
 from ..wire import LogRecord
 
-__all__ = ["ApiMesh", "ApiNode", "TrustPort"]
+__all__ = ["ApiMesh", "ApiNode", "RotationPort", "TrustPort"]
 
 
 class ApiMesh(Protocol):
@@ -44,6 +44,19 @@ class TrustPort(Protocol):
     def add(self, text: str, name: str = "") -> TrustedKey: ...
 
     def remove(self, text: str) -> TrustedKey | None: ...
+
+
+class RotationPort(Protocol):
+    """The group secret's rotation, as the API steps it (transport/rotation.py KeyRotation).
+    Each step raises security.KeyringError (its ``status``: 400, 404 or 409) when it cannot be taken."""
+
+    def describe(self) -> dict[str, object]: ...
+
+    async def install(self, text: str) -> dict[str, object]: ...
+
+    async def switch(self, key_id: str) -> dict[str, object]: ...
+
+    def retire(self, key_id: str) -> dict[str, object]: ...
 
 
 class ApiNode(Protocol):
@@ -79,6 +92,10 @@ class ApiNode(Protocol):
 
     @property
     def allow_list(self) -> TrustPort | None: ...
+
+    @property
+    def rotation(self) -> RotationPort | None:
+        """The group secret's rotation (None: an open group)."""
 
     def local_now(self) -> float: ...
 

@@ -225,6 +225,8 @@ def _repair(args: argparse.Namespace) -> int:
 
 
 def _group(args: argparse.Namespace) -> int:
+    if args.group_command in ("keys", "install", "switch", "retire"):
+        return _group_on_nodes(args)
     if args.group_command == "new":
         secret = GroupSecret.new(args.name)
         out = args.out or Path("".join(c if c.isalnum() or c in "._-" else "_" for c in args.name) + ".key")
@@ -240,6 +242,40 @@ def _group(args: argparse.Namespace) -> int:
     print(f"group: {secret.group}\nkey id: {secret.key_id}\njoin code: {secret.code}")
     print(f"room key (guests give it in register's options: docs/guests.md): {secret.room_key_text()}")
     return 0
+
+
+def _group_on_nodes(args: argparse.Namespace) -> int:
+    """A rotation step (or the keys listed) on each --node in turn; 1 if any node refused it."""
+    from ..client import ApiClient, ApiError  # deferred on purpose: aiohttp, only for commands that call a node  # noqa: PLC0415
+
+    text = load_group_file(args.file).file_text() if args.group_command == "install" else ""  # checked here first
+    urls = [api_url(argparse.Namespace(api=url)) for url in args.node] if args.node else [api_url(args)]
+    token = args.token or os.environ.get("HUDDLE_TOKEN") or None
+
+    async def step(api: ApiClient) -> dict[str, Any]:
+        if args.group_command == "install":
+            return await api.group_install(text)
+        if args.group_command == "switch":
+            return await api.group_switch(args.key_id)
+        if args.group_command == "retire":
+            return await api.group_retire(args.key_id)
+        return await api.group_keys()
+
+    async def each() -> int:
+        failed = 0
+        for url in urls:
+            try:
+                async with ApiClient(url, token=token) as api:
+                    keys = await step(api)
+            except ApiError as exc:
+                print(f"huddle group {args.group_command}: {url}: {exc}", file=sys.stderr)
+                failed += 1
+                continue
+            held = ", ".join(f"{k['key_id']} ({k['state']}, port {k['port']})" for k in keys["keys"])
+            print(json.dumps(keys, ensure_ascii=False) if args.json else f"{url}: group {keys['group']!r}: {held}")
+        return 1 if failed else 0
+
+    return asyncio.run(each())
 
 
 def _export(args: argparse.Namespace) -> int:

@@ -424,6 +424,19 @@ def build_parser() -> argparse.ArgumentParser:
                        "never overwritten")
     g_show = group_sub.add_parser("show", help="print a group file's name, key id and join code")
     g_show.add_argument("file", type=Path, metavar="FILE", help="a group file")
+    # Rotating the secret of a running group (docs/security.md): each step on every member.
+    g_keys = group_sub.add_parser("keys", help="the keys a running node holds: in use, installed, retired")
+    g_install = group_sub.add_parser("install", help="rotation, step 1: install a new secret of the group beside "
+                                     "the one in use (huddle group new NAME --out FILE made it)")
+    g_install.add_argument("file", type=Path, metavar="FILE", help="the new group file")
+    g_switch = group_sub.add_parser("switch", help="rotation, step 2: use the installed key from now on")
+    g_switch.add_argument("key_id", metavar="KEY_ID", help="the new secret's key id")
+    g_retire = group_sub.add_parser("retire", help="rotation, step 3: drop the old key; its holders are cut off")
+    g_retire.add_argument("key_id", metavar="KEY_ID", help="the old secret's key id")
+    for p in (g_keys, g_install, g_switch, g_retire):
+        _add_client_options(p)
+        p.add_argument("--node", action="append", metavar="URL", help="a member's API; give it once per member "
+                       "to take the step on each in turn (default: --api)")
 
     trust = sub.add_parser(
         "trust", help="allow-list mode: list, add or remove the node keys a node admits",

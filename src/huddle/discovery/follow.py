@@ -32,7 +32,8 @@ from typing import Protocol
 from .interfaces import Interface, InterfaceAbsent, ipv4_interfaces, resolve_interface
 from .watch import Back, InterfaceWatch, Lost, Moved, WatchDecision
 
-__all__ = ["INTERFACE_POLL", "Announce", "FollowCounts", "Followers", "NetworkFollower", "Router", "wait_interface"]
+__all__ = ["INTERFACE_POLL", "Announce", "FollowCounts", "Followers", "NetworkFollower", "Router", "advertise",
+           "wait_interface"]
 
 log = logging.getLogger("huddle.node")  # the node's lines, as before this module was split out
 
@@ -69,6 +70,21 @@ class Followers:
     endpoint: list[Callable[[str], None]] = field(default_factory=list)
     # Re-announce the node from the interface, in this order, after a move or a return.
     announce: list[Announce] = field(default_factory=list)
+
+
+async def advertise(followers: Followers, iface: Interface, port: int, delay: float = 0.0) -> None:
+    """Make the ROUTER's port ``port`` on ``iface`` the node's endpoint: tell it (the mesh's HELO
+    to its peers), then, ``delay`` seconds later, announce it (the group key switched to the one
+    that port listens with: docs/security.md).  The delay lets the peers follow the HELO on the
+    connection they have before a beacon has them probe the new endpoint with a second one: the
+    ROUTER reads only one connection per peer id."""
+    endpoint = f"tcp://{iface.ip}:{port}"
+    for tell in followers.endpoint:
+        tell(endpoint)
+    if delay > 0:
+        await asyncio.sleep(delay)
+    for announce in followers.announce:
+        await announce(iface, port)
 
 
 async def wait_interface(spec: str | None, stop: asyncio.Event, poll: float = INTERFACE_POLL) -> Interface | None:

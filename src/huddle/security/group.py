@@ -28,7 +28,7 @@ from .codes import BadCode, new_join_code, parse_join_code
 from .files import read_private, write_private
 from .identity import CurveKeypair
 
-__all__ = ["GROUP_FILE", "OPEN_GROUP", "GroupSecret", "load_group_file"]
+__all__ = ["GROUP_FILE", "OPEN_GROUP", "GroupSecret", "load_group_file", "parse_group_file"]
 
 GROUP_FILE = "group.key"  # the default name `huddle group new` writes
 MAX_GROUP_OCTETS = 255  # the wire's cap on a group name (wire/messages.py MAX_GROUP)
@@ -136,7 +136,11 @@ class GroupSecret:
 
 def load_group_file(path: Path) -> GroupSecret:
     """The group file at ``path``, checked whole: its secret must be the one its join code gives."""
-    text = read_private(path, "the group file")
+    return parse_group_file(read_private(path, "the group file"), str(path))
+
+
+def parse_group_file(text: str, path: str = "given") -> GroupSecret:
+    """A group file's text (``path`` names it in errors), checked whole as :func:`load_group_file` does."""
     try:
         raw = tomllib.loads(text)
         group, code, secret_hex, key_id = raw["group"], raw["join-code"], raw["secret"], raw["key-id"]

@@ -28,13 +28,18 @@ __all__ = ["LinkMonitor"]
 log = logging.getLogger("huddle.transport")
 
 WATCHED = int(zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED)
+# A handshake the peer refused (CurveZMQ: a server key it does not have, a client key it does not admit).
+FAILED = int(zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
 
 
 class LinkMonitor:
     """Monitor sockets for the transport's DEALERs.  Call from the asyncio thread."""
 
-    def __init__(self, on_change: Callable[[int, bool], None]) -> None:
+    def __init__(self, on_change: Callable[[int, bool], None], on_failed: Callable[[int], None] | None = None) -> None:
+        """``on_failed(conn)``: told when a handshake of ``conn`` fails (None: not watched)."""
         self._on_change = on_change
+        self._on_failed = on_failed
+        self._events = WATCHED if on_failed is None else WATCHED | FAILED
         # conn -> (the watched socket, our end of its monitor, that end's FD, the loop reading it)
         self._monitors: dict[int, tuple[zmq.Socket[bytes], zmq.Socket[bytes], int, asyncio.AbstractEventLoop]] = {}
         self.events = 0  # monitor events read (any kind): a test's and a profile's figure
@@ -44,7 +49,7 @@ class LinkMonitor:
         Call before ``sock.connect`` so that no event is missed.  Raises zmq.ZMQError
         (out of descriptors): the caller treats it as the connection failing."""
         self.unwatch(conn)
-        pair = sock.get_monitor_socket(WATCHED)
+        pair = sock.get_monitor_socket(self._events)
         try:
             pair.setsockopt(zmq.LINGER, 0)
             fd = cast(int, pair.getsockopt(zmq.FD))
@@ -94,5 +99,7 @@ class LinkMonitor:
                 self._on_change(conn, False)
             elif event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                 self._on_change(conn, True)
+            elif event & FAILED and self._on_failed is not None:
+                self._on_failed(conn)
             if conn not in self._monitors:  # the callback stopped watching it
                 return

@@ -271,6 +271,7 @@ class NamingState:
                  key: bytes | None = None) -> None:
         self.uuid, self.group, self.brokers, self.limits = uuid, group, brokers, limits
         self.key = key  # the group's naming key: announcements must carry its MAC (None: open group)
+        self.also_accepted: tuple[bytes, ...] = ()  # during a rotation: the other secret's naming key
         self.topic = announcement_topic(group)
         self.stats = NamingStats()
         self.pub_endpoints: set[str] = set()
@@ -297,7 +298,8 @@ class NamingState:
         if isinstance(msg, Welcome):
             return self._welcome(msg)
         if self.key is not None:
-            if not msg.mac or not hmac.compare_digest(_mac(self.key, msg.signed), msg.mac):
+            if not msg.mac or not any(hmac.compare_digest(_mac(k, msg.signed), msg.mac)
+                                      for k in (self.key, *self.also_accepted)):
                 self.stats.unauthenticated += 1
                 return []
             if msg.ts is None or abs(wall * 1000 - msg.ts) > self.limits.max_age * 1000:

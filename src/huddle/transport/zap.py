@@ -43,7 +43,7 @@ from ..ratelog import RateLog
 from ..security import OPEN_GROUP, CurveKeypair, GroupSecret, Keyring, NodeIdentity, SecurityMode, TrustList
 from ..security.trust import TrustedKey, curve_public, parse_public_key
 
-__all__ = ["ZAP_ENDPOINT", "AllowList", "CurveGuard", "CurveSetup", "MeshSecurity", "RefusalStats"]
+__all__ = ["ZAP_ENDPOINT", "AllowList", "CurveGuard", "CurveSetup", "DialKey", "MeshSecurity", "RefusalStats"]
 
 log = logging.getLogger("huddle.transport")
 
@@ -58,13 +58,25 @@ _REASONS = {
 
 
 @dataclass(frozen=True, slots=True)
+class DialKey:
+    """What a DEALER dials with under one group secret: the server's public key and its own keypair."""
+
+    key_id: str
+    server: bytes
+    client: CurveKeypair
+
+
+@dataclass(frozen=True, slots=True)
 class CurveSetup:
     """The keys of a secured mesh: the ROUTER's keypair, the keypair DEALERs dial with,
-    and the client keys admitted (CURVE public key -> the ``User-Id`` its messages carry)."""
+    and the client keys admitted (CURVE public key -> the ``User-Id`` its messages carry).
+    ``dial``: during a rotation, every secret's keys to dial with, the one in use first
+    (empty: ``server`` and ``client`` alone)."""
 
     server: CurveKeypair
     client: CurveKeypair
     admitted: dict[bytes, str]
+    dial: tuple[DialKey, ...] = ()
 
 
 @dataclass(slots=True)
@@ -91,6 +103,9 @@ class CurveGuard:
 
     def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]], setup: CurveSetup, *, max_addresses: int) -> None:
         self.setup = setup
+        self.server = setup.server  # the keypair the ROUTER binds with (the secret in use)
+        # Keys to dial with, the one in use first; a handshake refused with one is tried with the next.
+        self.dial: list[DialKey] = list(setup.dial) or [DialKey("", setup.server.public, setup.client)]
         self.admitted = dict(setup.admitted)
         self.revoked: set[str] = set()  # User-Ids whose messages are dropped
         self.stats = RefusalStats()
@@ -106,18 +121,31 @@ class CurveGuard:
     def secure_router(self, sock: zmq.Socket[bytes]) -> None:
         """Make ``sock`` (before it binds) a CURVE server judged by this guard, and watch its handshakes."""
         sock.setsockopt(zmq.CURVE_SERVER, 1)
-        sock.setsockopt(zmq.CURVE_SECRETKEY, self.setup.server.secret)
+        sock.setsockopt(zmq.CURVE_SECRETKEY, self.server.secret)
         sock.setsockopt(zmq.ZAP_DOMAIN, ZAP_DOMAIN)
         sock.setsockopt(zmq.ZAP_ENFORCE_DOMAIN, 1)
         self._router = sock
         self._monitor = sock.get_monitor_socket(_FAILED)
         self._monitor.setsockopt(zmq.LINGER, 0)
 
-    def secure_dealer(self, sock: zmq.Socket[bytes]) -> None:
-        """Make ``sock`` (before it connects) a CURVE client of the group's server key."""
-        sock.setsockopt(zmq.CURVE_SERVERKEY, self.setup.server.public)
-        sock.setsockopt(zmq.CURVE_PUBLICKEY, self.setup.client.public)
-        sock.setsockopt(zmq.CURVE_SECRETKEY, self.setup.client.secret)
+    def secure_dealer(self, sock: zmq.Socket[bytes], key: DialKey | None = None) -> DialKey:
+        """Make ``sock`` (before it connects) a CURVE client of ``key`` (default: the secret in use's)."""
+        key = key or self.dial[0]
+        sock.setsockopt(zmq.CURVE_SERVERKEY, key.server)
+        sock.setsockopt(zmq.CURVE_PUBLICKEY, key.client.public)
+        sock.setsockopt(zmq.CURVE_SECRETKEY, key.client.secret)
+        return key
+
+    def dial_key(self, key_id: str) -> DialKey | None:
+        return next((k for k in self.dial if k.key_id == key_id), None)
+
+    def add_dial(self, key: DialKey, *, first: bool = False) -> None:
+        """Dial with ``key`` too (``first``: before the others, the secret in use)."""
+        self.dial = [k for k in self.dial if k.key_id != key.key_id]
+        self.dial.insert(0 if first else len(self.dial), key)
+
+    def drop_dial(self, key_id: str) -> None:
+        self.dial = [k for k in self.dial if k.key_id != key_id] or self.dial
 
     def admit(self, curve_key: bytes, user_id: str) -> None:
         self.admitted[curve_key] = user_id
@@ -267,23 +295,37 @@ class MeshSecurity:
     the keys its transport uses (``setup``, None in open mode) and, once the transport is made,
     its guard.  What ``GET /api/v1/node`` shows under ``security``."""
 
-    def __init__(self, secret: GroupSecret | None, identity: NodeIdentity, *, allow_list: TrustList | None) -> None:
-        self.keyring = None if secret is None else Keyring(secret)
+    def __init__(self, secret: GroupSecret | None, identity: NodeIdentity, *, allow_list: TrustList | None,
+                 keyring: Keyring | None = None) -> None:
+        """``keyring``: the secrets held (a node that rotated before: Keyring.restore); default ``secret`` alone."""
+        self.keyring = keyring if keyring is not None or secret is None else Keyring(secret)
+        self.identity = identity
         self.allow = None if allow_list is None else AllowList(allow_list, identity)
         self.guard: CurveGuard | None = None
         if self.keyring is None:
             self.mode, self.setup = SecurityMode.OPEN, None
             return
         group = self.keyring.current
+        self.mode = SecurityMode.GROUP if self.allow is None else SecurityMode.ALLOW_LIST
+        dial = tuple(self.dial_key(s) for s in self.keyring.secrets())
         if self.allow is None:
-            self.mode = SecurityMode.GROUP
-            client = group.curve_client()
-            admitted = {client.public: f"group:{self.keyring.key_id}"}
+            admitted = dict(a for a in map(self.admission, self.keyring.secrets()) if a is not None)
         else:
-            self.mode = SecurityMode.ALLOW_LIST
-            client = identity.curve()
             admitted = self.allow.admitted()
-        self.setup = CurveSetup(server=group.curve_server(), client=client, admitted=admitted)
+        self.setup = CurveSetup(server=group.curve_server(), client=dial[0].client, admitted=admitted, dial=dial)
+
+    def dial_key(self, secret: GroupSecret) -> DialKey:
+        """How a DEALER dials under ``secret``: its server key, and the group's client keypair
+        (group mode) or this node's own (allow-list mode, where client keys are node keys)."""
+        client = secret.curve_client() if self.allow is None else self.identity.curve()
+        return DialKey(secret.key_id, secret.curve_server().public, client)
+
+    def admission(self, secret: GroupSecret) -> tuple[bytes, str] | None:
+        """The client key ``secret`` has ZAP admit and its User-Id (None in allow-list mode:
+        there the trusted node keys are admitted whatever the secret)."""
+        if self.allow is not None:
+            return None
+        return secret.curve_client().public, f"group:{secret.key_id}"
 
     def attach(self, guard: CurveGuard | None, cut: Callable[[bytes], None]) -> None:
         """The transport's guard; ``cut(public_key)`` ends the session of a node whose key was removed."""

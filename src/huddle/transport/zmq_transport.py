@@ -56,9 +56,10 @@ import zmq
 from ..ids import NodeId
 from ..limits import MeshLimits
 from ..ratelog import RateLog
+from ..security import CurveKeypair
 from ..wire import MAX_BODY
 from .links import LinkMonitor
-from .zap import CurveGuard, CurveSetup
+from .zap import CurveGuard, CurveSetup, DialKey
 
 __all__ = ["Conn", "ZmqTransport"]
 
@@ -79,6 +80,12 @@ KEEPALIVE_INTVL_S = 1  # ... then this often ...
 KEEPALIVE_CNT = 3  # ... and resets it after this many unanswered probes: ~4 s of silence
 MAX_PARTS = 4  # frames of the longest message (a BULK: sender, type, head, data); more are not kept
 LOG_EVERY = 10.0  # seconds between two warnings of one kind of failure
+# During a key rotation, messages handed to a connection before its handshake succeeded are
+# kept (references) so that a connection refused with one key and re-opened with the other
+# sends them again; beyond this many, or this many octets, the rest are left to the mesh's own
+# recovery (anti-entropy, HELO again each heartbeat).  Only for the milliseconds of a handshake.
+MAX_UNCONFIRMED = 1024
+MAX_UNCONFIRMED_OCTETS = 1 << 20
 
 
 def _send_parts(sock: zmq.Socket[bytes], frames: list[bytes]) -> zmq.MessageTracker | None:
@@ -131,6 +138,13 @@ class Conn:
     # those of large frames still in ``overflow``.
     large: deque[tuple[zmq.MessageTracker, int]] = field(default_factory=deque)
     large_octets: int = 0
+    # CurveZMQ: the group secret's key id it dials with, those tried, whether a handshake
+    # succeeded, and (during a rotation, until then) the messages handed to ZeroMQ.
+    key_id: str = ""
+    tried: list[str] = field(default_factory=list)
+    confirmed: bool = False
+    unconfirmed: list[list[bytes]] | None = None
+    unconfirmed_octets: int = 0
 
 
 class ZmqTransport:
@@ -195,7 +209,13 @@ class ZmqTransport:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._flush_scheduled = False
         self.send_dropped = 0
-        self.links = None if on_link is None else LinkMonitor(on_link)
+        # DEALERs are watched for the guests' links (on_link) and, during a key rotation, for
+        # handshakes refused by a peer holding only the other secret (then re-dialled with it).
+        self._on_link = on_link
+        self.links = None if on_link is None and curve is None else LinkMonitor(
+            self._link_changed, None if curve is None else self._handshake_failed)
+        self._last_closed: tuple[int, str, str] | None = None  # (conn, endpoint, key id) last disconnected
+        self.key_redials = 0  # connections re-opened with another key after a refused handshake
 
     # ----------------------------------------------------------------- inbox
 
@@ -317,6 +337,25 @@ class ZmqTransport:
         """Open connection ``conn`` to ``endpoint``.  False if it cannot be opened
         (no descriptor left: EMFILE; a bad endpoint; ...): then it is logged
         (rate-limited), counted, and reported through ``on_connect_failed``."""
+        key = None
+        if self.guard is not None:
+            key = self.guard.dial[0]
+            last = self._last_closed
+            if last is not None and last[:2] == (conn, endpoint):  # re-opened (a HELO from a new endpoint)
+                key = self.guard.dial_key(last[2]) or key  # with the key that worked there
+        try:
+            sock = self._dealer(conn, endpoint, key)
+        except zmq.ZMQError as exc:
+            self._failed(conn, endpoint, exc)
+            return False
+        c = self.conns[conn] = Conn(sock=sock, endpoint=endpoint)
+        if key is not None:
+            c.key_id, c.tried = key.key_id, [key.key_id]
+            if self._rotating():
+                c.unconfirmed = []
+        return True
+
+    def _dealer(self, conn: int, endpoint: str, key: DialKey | None) -> zmq.Socket[bytes]:
         sock: zmq.Socket[bytes] | None = None
         try:
             sock = self.ctx.socket(zmq.DEALER)
@@ -328,22 +367,103 @@ class ZmqTransport:
             sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
             sock.setsockopt(zmq.TCP_KEEPALIVE, 1)
             if self.guard is not None:
-                self.guard.secure_dealer(sock)
-            if self.links is not None and self._loop is not None:
+                self.guard.secure_dealer(sock, key)
+            if self.links is not None and self._loop is not None and (self._on_link is not None or self._rotating()):
                 self.links.watch(conn, sock, self._loop)
             sock.connect(endpoint)
-        except zmq.ZMQError as exc:
+        except zmq.ZMQError:
             if sock is not None:
                 if self.links is not None:
                     self.links.unwatch(conn)
                 sock.close(linger=0)
-            self.connect_failed += 1
-            self._warnings.warning("connect", time.monotonic(), "cannot connect to %s: %s (%d connections failed)",
-                                   endpoint, exc, self.connect_failed)
-            self._on_connect_failed(conn)
-            return False
-        self.conns[conn] = Conn(sock=sock, endpoint=endpoint)
-        return True
+            raise
+        return sock
+
+    def _failed(self, conn: int, endpoint: str, exc: zmq.ZMQError) -> None:
+        self.connect_failed += 1
+        self._warnings.warning("connect", time.monotonic(), "cannot connect to %s: %s (%d connections failed)",
+                               endpoint, exc, self.connect_failed)
+        self._on_connect_failed(conn)
+
+    # ------------------------------------------------------- key rotation (docs/security.md)
+
+    def _rotating(self) -> bool:
+        return self.guard is not None and len(self.guard.dial) > 1
+
+    def listen(self, server: CurveKeypair, host: str, port_range: tuple[int, int]) -> int:
+        """Bind the ROUTER once more, on a free port of ``port_range``, as a CURVE server with
+        ``server`` (a second group secret, installed): a listener keeps the key it was bound with."""
+        assert self.guard is not None
+        self.router.setsockopt(zmq.CURVE_SECRETKEY, server.secret)
+        try:
+            return self.bind(host, 0, port_range)
+        finally:
+            self.router.setsockopt(zmq.CURVE_SECRETKEY, self.guard.server.secret)
+
+    def use_server(self, server: CurveKeypair) -> None:
+        """Bind with ``server`` from now on (the secret switched to; an address change re-binds)."""
+        assert self.guard is not None
+        self.guard.server = server
+        self.router.setsockopt(zmq.CURVE_SECRETKEY, server.secret)
+
+    def redial_key(self, key_id: str) -> int:
+        """Re-open every connection dialled with ``key_id`` (a retired secret) with the key in use;
+        how many."""
+        assert self.guard is not None
+        moved = [(conn, c) for conn, c in self.conns.items() if c.key_id == key_id]
+        for conn, c in moved:
+            c.tried = []
+            self._redial(conn, c, self.guard.dial[0])
+        return len(moved)
+
+    def _link_changed(self, conn: int, up: bool) -> None:
+        if up:
+            c = self.conns.get(conn)
+            if c is not None:
+                c.confirmed, c.unconfirmed = True, None
+        if self._on_link is not None:
+            self._on_link(conn, up)
+
+    def _handshake_failed(self, conn: int) -> None:
+        """The peer refused a handshake of ``conn``: dial with a key not tried yet, if any (else
+        ZeroMQ tries again with the same one, and the peer counts its refusals)."""
+        c = self.conns.get(conn)
+        if c is None or c.confirmed or self.guard is None:
+            return
+        untried = [k for k in self.guard.dial if k.key_id not in c.tried]
+        if untried:
+            self._redial(conn, c, untried[0])
+
+    def _redial(self, conn: int, c: Conn, key: DialKey) -> None:
+        if self.links is not None:
+            self.links.unwatch(conn)
+        c.sock.close(linger=0)
+        try:
+            c.sock = self._dealer(conn, c.endpoint, key)
+        except zmq.ZMQError as exc:
+            self.conns.pop(conn, None)
+            self._failed(conn, c.endpoint, exc)
+            return
+        self.key_redials += 1
+        replay = c.unconfirmed or []
+        c.key_id, c.confirmed = key.key_id, False
+        c.tried.append(key.key_id)
+        c.unconfirmed, c.unconfirmed_octets = ([] if self._rotating() else None), 0
+        for frames in reversed(replay):  # never delivered: sent again, before what waits
+            c.overflow.appendleft(frames)
+            if len(frames[-1]) >= ZERO_COPY_SEND:
+                c.large_octets += len(frames[-1])
+        if c.overflow:
+            self._schedule_flush()
+
+    def _remember(self, c: Conn, frames: list[bytes]) -> None:
+        q = c.unconfirmed
+        if q is not None:
+            c.unconfirmed_octets += sum(map(len, frames))
+            if len(q) < MAX_UNCONFIRMED and c.unconfirmed_octets <= MAX_UNCONFIRMED_OCTETS:
+                q.append(frames)
+            else:
+                c.unconfirmed = None
 
     def send(self, conn: int, frames: list[bytes]) -> bool:
         """Queue ``frames`` (type and body; the identity is implicit) on ``conn``.
@@ -357,6 +477,8 @@ class ZmqTransport:
         if not c.overflow:
             try:
                 tracker = _send_parts(c.sock, frames)
+                if c.unconfirmed is not None:
+                    self._remember(c, frames)
                 c.msgs += 1
                 c.octets += sum(map(len, frames))
                 if tracker is not None:
@@ -434,6 +556,8 @@ class ZmqTransport:
                 except zmq.Again:
                     break
                 frames = q.popleft()
+                if c.unconfirmed is not None:
+                    self._remember(c, frames)
                 if tracker is not None:
                     _track(c, tracker, len(frames[-1]))
             if q:
@@ -449,6 +573,7 @@ class ZmqTransport:
         c = self.conns.pop(conn, None)
         if c is None:
             return
+        self._last_closed = (conn, c.endpoint, c.key_id) if c.confirmed else None
         if flush:
             for frames in c.overflow:
                 try:
