@@ -28,15 +28,22 @@ from typing import Any
 __all__ = [
     "NodeProc",
     "check",
+    "curve_client",
+    "curve_keys",
+    "curve_server",
     "footer",
     "free_port",
+    "group_key_file",
     "header",
     "http_get",
     "kill_all",
+    "mechanism",
     "median",
     "percentile",
     "print_table",
     "read_api_lines",
+    "security_of",
+    "signed_log",
     "target",
 ]
 
@@ -273,16 +280,97 @@ async def arecv(conn: Any, timeout: float = 60.0) -> Any:
     return conn.recv()
 
 
-def node_config(name: str, data_dir: Any, seeds: tuple[str, ...] = (), group: str = "bench") -> Any:
-    """A benchmark node: loopback only, no beacons, free API port, quiet logs."""
-    from pathlib import Path
-
+def node_config(name: str, data_dir: Any, seeds: tuple[str, ...] = (), group: str = "bench",
+                group_key: str | None = None) -> Any:
+    """A benchmark node: loopback only, no beacons, free API port, quiet logs.  ``group_key``:
+    the path of a group file (:func:`group_key_file`), as ``huddle node --group-key FILE``
+    takes it: the node's mesh is then secured (CurveZMQ and ZAP); None: an open group."""
     from huddle import NodeConfig
+    from huddle.security import load_group_file
 
+    secret = None if group_key is None else load_group_file(Path(group_key))
     return NodeConfig(
         name=name, group=group, data_dir=Path(data_dir), api="127.0.0.1:0",
-        seeds=seeds, beacon=False, interface="lo", log_level="warning",
+        seeds=seeds, beacon=False, interface="lo", log_level="warning", group_secret=secret,
     )
+
+
+# -------------------------------------------------------------------- security
+
+
+def group_key_file(directory: Path, group: str = "bench") -> str:
+    """A new secret of ``group`` in ``directory/GROUP.key`` (mode 0600), as ``huddle group new
+    GROUP --out FILE`` writes it; its path, for :func:`node_config`'s ``group_key``."""
+    from huddle.security import GroupSecret
+
+    path = Path(directory) / f"{group}.key"
+    GroupSecret.new(group).save(path)
+    return str(path)
+
+
+def security_of(node: Any) -> dict[str, Any]:
+    """What secures a running node's mesh: ``mode`` (open, group, allow-list) and the
+    handshakes its ZAP handler admitted (0 in open mode: there is none)."""
+    info = node.info()
+    stats = info["stats"].get("security") or {}
+    return {"mode": info["security"]["mode"], "admitted": int(stats.get("admitted_handshakes", 0))}
+
+
+def curve_keys() -> dict[str, bytes]:
+    """A raw baseline's CurveZMQ keys (``zmq.curve_keypair()``): the server's keypair for the
+    ROUTER, the client's for the DEALER.  No ZAP handler is bound for raw sockets, so libzmq
+    admits any client that knows the server's public key (one handshake per connection,
+    before the clock starts: it does not touch the per-message cost)."""
+    import zmq
+
+    if not zmq.has("curve"):
+        raise RuntimeError("this libzmq has no CURVE support")
+    server_public, server_secret = zmq.curve_keypair()
+    client_public, client_secret = zmq.curve_keypair()
+    return {"server_public": server_public, "server_secret": server_secret,
+            "client_public": client_public, "client_secret": client_secret}
+
+
+def curve_server(sock: Any, keys: dict[str, bytes] | None) -> None:
+    """Make a ROUTER (before it binds) a CURVE server with ``keys``; None: leave it plain."""
+    if keys is not None:
+        import zmq
+
+        sock.setsockopt(zmq.CURVE_SERVER, 1)
+        sock.setsockopt(zmq.CURVE_SECRETKEY, keys["server_secret"])
+
+
+def curve_client(sock: Any, keys: dict[str, bytes] | None) -> None:
+    """Make a DEALER (before it connects) a CURVE client of ``keys``' server; None: leave it plain."""
+    if keys is not None:
+        import zmq
+
+        sock.setsockopt(zmq.CURVE_SERVERKEY, keys["server_public"])
+        sock.setsockopt(zmq.CURVE_PUBLICKEY, keys["client_public"])
+        sock.setsockopt(zmq.CURVE_SECRETKEY, keys["client_secret"])
+
+
+def mechanism(sock: Any) -> str:
+    """The security mechanism of a raw socket: ``CURVE`` or ``NULL`` (none)."""
+    import zmq
+
+    return {int(zmq.CURVE): "CURVE", int(zmq.NULL): "NULL"}.get(int(sock.getsockopt(zmq.MECHANISM)), "other")
+
+
+def signed_log(data_dir: Any, source: bytes) -> dict[str, int]:
+    """What a node's log (``data_dir/log.sqlite``) holds of ``source``: ``events``, how many of
+    them carry the chain hash of a verified signed batch (``chained``; a receiver keeps one only
+    after checking the batch's chain and head signature), and the signed ``heads`` kept.
+    Read on a read-only connection of its own, while the node runs."""
+    import sqlite3
+
+    db = sqlite3.connect(f"file:{Path(data_dir) / 'log.sqlite'}?mode=ro", uri=True)
+    try:
+        events, chained = db.execute("SELECT count(*), count(chain) FROM events WHERE source=?", (source,)).fetchone()
+        (heads,) = db.execute("SELECT count(*) FROM heads WHERE source=?", (source,)).fetchone()
+    finally:
+        db.close()
+    return {"events": int(events), "chained": int(chained), "heads": int(heads)}
 
 
 def reap(*procs: Any) -> None:

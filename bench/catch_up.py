@@ -36,8 +36,15 @@ Per repetition, three ways to copy the same N records, in turn:
               schema (one transaction per 500 rows).  No network, no JSON.
 
 Figures are medians over ``--reps`` repetitions; ratios are medians of the
-per-repetition ratios.  Targets (from the issue): >= 100 000 events/s and a
-joiner peak RSS below 300 MB.
+per-repetition ratios.  Targets (from the issues): >= 100 000 events/s,
+verified (issue 22), and a joiner peak RSS below 300 MB.  After each run the
+joiner reports, from its own log file, how many of the provider's records it
+holds with a verified chain hash and under how many signed heads; the CHECK
+line says whether every record came that way.
+
+``--secure``: both nodes also hold a group secret (CurveZMQ with ZAP on the
+mesh), and the raw stream runs with CURVE (a server keypair on the ROUTER, a
+client keypair on the DEALER, no ZAP handler).
 """
 
 from __future__ import annotations
@@ -88,8 +95,6 @@ def cpu_seconds() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-
-
 def _open_db(path: Path) -> sqlite3.Connection:
     from huddle.log import store
 
@@ -137,22 +142,20 @@ def prepare(data_dir: Path, n: int) -> tuple[bytes, float]:
 # ------------------------------------------------------------------------ huddle
 
 
+def node_provider(data_dir: str, group_key: str | None, conn: Connection) -> None:
+    asyncio.run(_node_provider(Path(data_dir), group_key, conn))
 
 
-
-
-def node_provider(data_dir: str, conn: Connection) -> None:
-    asyncio.run(_node_provider(Path(data_dir), conn))
-
-
-async def _node_provider(data_dir: Path, conn: Connection) -> None:
+async def _node_provider(data_dir: Path, group_key: str | None, conn: Connection) -> None:
     from huddle import Node
 
     t0 = time.monotonic()
-    node = Node(benchlib.node_config("provider", data_dir, group=GROUP))
+    node = Node(benchlib.node_config("provider", data_dir, group=GROUP, group_key=group_key))
     task = asyncio.create_task(node.run())
     await node.wait_ready()
-    conn.send(("endpoint", node.mesh.endpoint.removeprefix("tcp://"), time.monotonic() - t0, node.replicator.held()))
+    # rechained: the setup's unsigned records it chained and signed at this start (the first run's)
+    conn.send(("endpoint", node.mesh.endpoint.removeprefix("tcp://"), time.monotonic() - t0, node.replicator.held(),
+               node.replicator.signer is not None, node.replicator.stats.rechained))
     cpu0 = cpu_seconds()
     await benchlib.arecv(conn, timeout=600)  # "stop"
     conn.send(("cpu", cpu_seconds() - cpu0))
@@ -160,16 +163,17 @@ async def _node_provider(data_dir: Path, conn: Connection) -> None:
     await task
 
 
-def node_joiner(data_dir: str, n: int, seed: str, conn: Connection) -> None:
-    asyncio.run(_node_joiner(Path(data_dir), n, seed, conn))
+def node_joiner(data_dir: str, n: int, seed: str, source: bytes, group_key: str | None, conn: Connection) -> None:
+    asyncio.run(_node_joiner(Path(data_dir), n, seed, source, group_key, conn))
 
 
-async def _node_joiner(data_dir: Path, n: int, seed: str, conn: Connection) -> None:
+async def _node_joiner(data_dir: Path, n: int, seed: str, source: bytes, group_key: str | None,
+                       conn: Connection) -> None:
     from huddle import Node
     from huddle.protocol import PeerJoined
     from huddle.protocol.events import LogAppended
 
-    node = Node(benchlib.node_config("joiner", data_dir, (seed,), group=GROUP))
+    node = Node(benchlib.node_config("joiner", data_dir, (seed,), group=GROUP, group_key=group_key))
     count = 0
     t_admitted = math.nan
     t_last = math.nan
@@ -197,17 +201,19 @@ async def _node_joiner(data_dir: Path, n: int, seed: str, conn: Connection) -> N
     await benchlib.wait_done_or_stalled(done, lambda: count, 60.0, STALL)
     cpu = cpu_seconds() - cpu0
     summary = node.log_summary()
+    # How the provider's records came: each with a verified chain hash, under signed heads.
+    signed = benchlib.signed_log(data_dir, source) | {"forgeries": summary["stats"]["forgeries"]}
     conn.send(("done", count, t0, t_admitted, t_last, cpu, summary["events"], bool(summary["gaps"]),
-               summary["version_vector"], progress))
+               summary["version_vector"], progress, signed, benchlib.security_of(node)))
     await benchlib.arecv(conn, timeout=120)  # "stop": the parent reads our VmHWM first
     node.stop()
     await task
 
 
-def run_huddle(provider_dir: Path, tmp: Path, n: int) -> dict[str, Any]:
+def run_huddle(provider_dir: Path, tmp: Path, n: int, source: bytes, group_key: str | None) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     p_parent, p_child = ctx.Pipe()
-    provider = ctx.Process(target=node_provider, args=(str(provider_dir), p_child))
+    provider = ctx.Process(target=node_provider, args=(str(provider_dir), group_key, p_child))
     provider.start()
     j_dir = tmp / "joiner"
     shutil.rmtree(j_dir, ignore_errors=True)
@@ -215,9 +221,9 @@ def run_huddle(provider_dir: Path, tmp: Path, n: int) -> dict[str, Any]:
     try:
         if not p_parent.poll(120):
             raise TimeoutError("the provider did not start")
-        _, seed, provider_start, provider_held = p_parent.recv()
+        _, seed, provider_start, provider_held, provider_signs, rechained = p_parent.recv()
         j_parent, j_child = ctx.Pipe()
-        joiner = ctx.Process(target=node_joiner, args=(str(j_dir), n, seed, j_child))
+        joiner = ctx.Process(target=node_joiner, args=(str(j_dir), n, seed, source, group_key, j_child))
         joiner.start()
         j_parent.send("go")  # read once the joiner has imported huddle: the clock starts after that
         if not j_parent.poll(600):
@@ -230,7 +236,7 @@ def run_huddle(provider_dir: Path, tmp: Path, n: int) -> dict[str, Any]:
         _, provider_cpu = p_parent.recv() if p_parent.poll(60) else (None, math.nan)
     finally:
         benchlib.reap(joiner, provider)
-    _, count, t0, t_admitted, t_last, cpu, held, gaps, vv, progress = done
+    _, count, t0, t_admitted, t_last, cpu, held, gaps, vv, progress, signed, security = done
     complete = count >= n and held == n and not gaps
     elapsed = t_last - t0
     return {
@@ -249,17 +255,22 @@ def run_huddle(provider_dir: Path, tmp: Path, n: int) -> dict[str, Any]:
         "provider_start": provider_start,
         "provider_held": provider_held,
         "progress": [(t - t0, c) for t, c in progress],
+        "provider_signs": provider_signs,
+        "rechained": rechained,
+        "signed": signed,
+        "security": security,
     }
 
 
 # --------------------------------------------------------------------------- raw
 
 
-def raw_receiver(db_path: str, n: int, conn: Connection) -> None:
+def raw_receiver(db_path: str, n: int, curve: dict[str, bytes] | None, conn: Connection) -> None:
     import zmq
 
     ctx = zmq.Context()
     router = ctx.socket(zmq.ROUTER)
+    benchlib.curve_server(router, curve)
     router.setsockopt(zmq.RCVHWM, RCVHWM)
     router.setsockopt(zmq.LINGER, 0)
     port = router.bind_to_random_port("tcp://127.0.0.1")
@@ -282,14 +293,14 @@ def raw_receiver(db_path: str, n: int, conn: Connection) -> None:
             db.execute("COMMIT")
             count += len(rows)
     t_last = time.monotonic()
-    conn.send(("done", count, t_last, cpu_seconds() - cpu0))
+    conn.send(("done", count, t_last, cpu_seconds() - cpu0, benchlib.mechanism(router)))
     conn.recv()  # "stop": the parent reads our VmHWM first
     db.close()
     router.close()
     ctx.term()
 
 
-def raw_sender(db_path: str, source: bytes, port: int, conn: Connection) -> None:
+def raw_sender(db_path: str, source: bytes, port: int, curve: dict[str, bytes] | None, conn: Connection) -> None:
     import zmq
 
     from huddle.ids import NodeId
@@ -299,6 +310,7 @@ def raw_sender(db_path: str, source: bytes, port: int, conn: Connection) -> None
     db = sqlite3.connect(db_path, isolation_level=None)
     ctx = zmq.Context()
     dealer = ctx.socket(zmq.DEALER)
+    benchlib.curve_client(dealer, curve)
     dealer.setsockopt(zmq.IDENTITY, os.urandom(16))
     dealer.setsockopt(zmq.SNDHWM, SNDHWM)
     dealer.setsockopt(zmq.LINGER, -1)
@@ -324,26 +336,26 @@ def raw_sender(db_path: str, source: bytes, port: int, conn: Connection) -> None
     db.close()
 
 
-def run_raw(provider_dir: Path, source: bytes, tmp: Path, n: int) -> dict[str, Any]:
+def run_raw(provider_dir: Path, source: bytes, tmp: Path, n: int, curve: dict[str, bytes] | None) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     target_db = tmp / "raw.sqlite"
     for suffix in ("", "-wal", "-shm"):
         Path(str(target_db) + suffix).unlink(missing_ok=True)
     r_parent, r_child = ctx.Pipe()
-    receiver = ctx.Process(target=raw_receiver, args=(str(target_db), n, r_child))
+    receiver = ctx.Process(target=raw_receiver, args=(str(target_db), n, curve, r_child))
     receiver.start()
     s_parent, s_child = ctx.Pipe()
     sender = None
     try:
         _, port = r_parent.recv()
-        sender = ctx.Process(target=raw_sender, args=(str(provider_dir / "log.sqlite"), source, port, s_child))
+        sender = ctx.Process(target=raw_sender, args=(str(provider_dir / "log.sqlite"), source, port, curve, s_child))
         sender.start()
         s_parent.recv()  # ready
         s_parent.send("go")
         _, t0, send_cpu = s_parent.recv()
         if not r_parent.poll(600):
             raise TimeoutError("the raw receiver did not finish")
-        _, count, t_last, recv_cpu = r_parent.recv()
+        _, count, t_last, recv_cpu, security = r_parent.recv()
         recv_rss = benchlib.peak_rss_mb(receiver.pid or 0)
         send_rss = benchlib.peak_rss_mb(sender.pid or 0)
         r_parent.send("stop")
@@ -357,6 +369,7 @@ def run_raw(provider_dir: Path, source: bytes, tmp: Path, n: int) -> dict[str, A
         "send_rss": send_rss,
         "recv_cpu_us": recv_cpu / n * 1e6,
         "send_cpu_us": send_cpu / n * 1e6,
+        "security": security,
     }
 
 
@@ -401,15 +414,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-raw", action="store_true", help="skip the raw pyzmq stream baseline")
     parser.add_argument("--quick", action="store_true", help="2 repetitions of 200000 events, no raw stream")
     parser.add_argument("--keep", metavar="DIR", help="prepare the provider in DIR and keep it (reused if present)")
+    parser.add_argument("--secure", action="store_true",
+                        help="nodes with a group secret (CurveZMQ + ZAP), the raw stream with CURVE")
     args = parser.parse_args(argv)
     if args.quick:
         args.reps, args.events, args.no_raw = 2, 200_000, True
     n = args.events
-    benchlib.header("Late joiner catch-up: a fresh node fetches the whole history from one provider",
-                    events=n, reps=args.reps)
+    secure = ", CurveZMQ" if args.secure else ""
+    benchlib.header(f"Late joiner catch-up (verified{secure}): a fresh node fetches the whole history from one provider",
+                    events=n, reps=args.reps, secure=args.secure)
     ok = True
     with tempfile.TemporaryDirectory(prefix="huddle-bench-") as tmp_name:
         tmp = Path(tmp_name)
+        curve = benchlib.curve_keys() if args.secure else None
+        group_key = benchlib.group_key_file(tmp) if args.secure else None
         provider_dir = Path(args.keep) if args.keep else tmp / "provider"
         if args.keep and (provider_dir / "log.sqlite").exists():
             from huddle.log.datadir import DataDir
@@ -427,9 +445,9 @@ def main(argv: list[str] | None = None) -> int:
         for rep in range(1, args.reps + 1):
             s = sqlite_copy(provider_dir, source, tmp, n)
             runs["sqlite"].append(s)
-            r = run_raw(provider_dir, source, tmp, n) if not args.no_raw else dict.fromkeys(RAW_KEYS, math.nan)
+            r = run_raw(provider_dir, source, tmp, n, curve) if not args.no_raw else dict.fromkeys(RAW_KEYS, math.nan)
             runs["raw"].append(r)
-            h = run_huddle(provider_dir, tmp, n)
+            h = run_huddle(provider_dir, tmp, n, source, group_key)
             runs["huddle"].append(h)
             if not h["complete"]:
                 print(f"  run {rep}: the joiner held {h['held']:,} of {n:,} events (gaps: {h['gaps']})")
@@ -443,6 +461,12 @@ def main(argv: list[str] | None = None) -> int:
             marks = ", ".join(f"{c // 1000}k@{t:.1f}s" for t, c in h["progress"][:: max(1, len(h["progress"]) // 5)])
             print(f"  run {rep}: admitted after {h['admitted_after'] * 1000:.0f} ms; provider started in "
                   f"{h['provider_start']:.2f} s holding {h['provider_held']:,}; progress {marks}", flush=True)
+            sig = h["signed"]
+            print(f"  run {rep}: signed: the provider signs: {'yes' if h['provider_signs'] else 'no'} (it chained and "
+                  f"signed {h['rechained']:,} setup records at this start); the joiner holds {sig['chained']:,} of "
+                  f"{sig['events']:,} records with a verified chain hash, under {sig['heads']:,} signed heads; forged "
+                  f"batches {sig['forgeries']}; security: joiner {h['security']['mode']}"
+                  f"{'' if args.no_raw else ', raw stream ' + r['security']}", flush=True)
 
         def med(variant: str, key: str) -> float:
             return benchlib.median([x[key] for x in runs[variant]])
@@ -468,8 +492,18 @@ def main(argv: list[str] | None = None) -> int:
     print()
     complete = all(x["complete"] for x in runs["huddle"])
     ok &= benchlib.check(f"the joiner holds all {n:,} events, no gaps", "yes" if complete else "no", complete)
-    vs_raw = "" if args.no_raw else f", {ratio_raw:.2f}x the raw stream"
-    benchlib.target(f"catch-up of {n:,} events >= {TARGET_RATE:,.0f} events/s",
+    verified = all(x["provider_signs"] and x["signed"]["chained"] == x["signed"]["events"] == n
+                   and x["signed"]["heads"] > 0 and x["signed"]["forgeries"] == 0 for x in runs["huddle"])
+    ok &= benchlib.check(f"the joiner verified all {n:,} events (chain hashes, signed heads, no forgery)",
+                         "yes" if verified else "no", verified)
+    if args.secure:
+        modes = sorted({x["security"]["mode"] for x in runs["huddle"]})
+        raw_modes = sorted({x["security"] for x in runs["raw"]} if not args.no_raw else {"CURVE"})
+        ok &= benchlib.check("the runs were secured", f"joiner {', '.join(modes)}"
+                             f"{'' if args.no_raw else ', raw stream ' + ', '.join(raw_modes)}",
+                             modes == ["group"] and raw_modes == ["CURVE"])
+    vs_raw = "" if args.no_raw else f", {ratio_raw:.2f}x the raw stream{' with CURVE' if args.secure else ''}"
+    benchlib.target(f"catch-up of {n:,} events (verified{secure}) >= {TARGET_RATE:,.0f} events/s",
                     f"{rate:,.0f} events/s ({ratio_sql:.2f}x the SQLite copy{vs_raw})", rate >= TARGET_RATE)
     benchlib.target(f"joiner peak RSS < {TARGET_RSS_MB:.0f} MB", f"{joiner_rss:.0f} MB (largest of {args.reps}; "
                     f"provider {provider_rss:.0f} MB)", joiner_rss < TARGET_RSS_MB)

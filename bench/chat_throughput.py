@@ -22,6 +22,15 @@ its threads) is shown to tell which side limits the rate.
 After that, loss checks: the huddle sender at full speed with ``send_chat``
 (backpressure), at full speed with ``chat`` (no backpressure, only yielding
 every 1000 messages), and paced at a few fixed rates; each must lose nothing.
+
+``--secure`` (issue 22): the huddle nodes hold a group secret (a group file,
+as ``huddle node --group-key FILE``), so their mesh speaks CurveZMQ with ZAP;
+the raw baseline runs with CURVE too, on the same frames: a server keypair on
+the ROUTER, a client keypair on the DEALER (``zmq.curve_keypair()``), no ZAP
+handler (it is asked once per connection, before the clock starts).  The
+target is then huddle secure against raw CURVE.  ``--with-open`` also runs
+the open pair (raw, huddle) in every repetition, right after the secure one,
+for what security costs each side measured in the same run.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ import resource
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -56,11 +66,12 @@ def cpu_seconds() -> float:
 # --------------------------------------------------------------------------- raw
 
 
-def raw_receiver(n: int, conn: Connection) -> None:
+def raw_receiver(n: int, curve: dict[str, bytes] | None, conn: Connection) -> None:
     import zmq
 
     ctx = zmq.Context()
     router = ctx.socket(zmq.ROUTER)
+    benchlib.curve_server(router, curve)
     router.setsockopt(zmq.RCVHWM, RCVHWM)
     router.setsockopt(zmq.LINGER, 0)
     port = router.bind_to_random_port("tcp://127.0.0.1")
@@ -77,16 +88,17 @@ def raw_receiver(n: int, conn: Connection) -> None:
     except zmq.Again:
         pass
     t_last = time.monotonic()
-    conn.send(("done", count, t_last, cpu_seconds() - cpu0))
+    conn.send(("done", count, t_last, cpu_seconds() - cpu0, benchlib.mechanism(router)))
     router.close()
     ctx.term()
 
 
-def raw_sender(n: int, port: int, conn: Connection) -> None:
+def raw_sender(n: int, port: int, curve: dict[str, bytes] | None, conn: Connection) -> None:
     import zmq
 
     ctx = zmq.Context()
     dealer = ctx.socket(zmq.DEALER)
+    benchlib.curve_client(dealer, curve)
     dealer.setsockopt(zmq.IDENTITY, os.urandom(16))
     dealer.setsockopt(zmq.SNDHWM, SNDHWM)
     dealer.setsockopt(zmq.LINGER, -1)
@@ -110,19 +122,15 @@ def raw_sender(n: int, port: int, conn: Connection) -> None:
 # ------------------------------------------------------------------------ huddle
 
 
+def node_receiver(n: int, tmp: str, group_key: str | None, conn: Connection) -> None:
+    asyncio.run(_node_receiver(n, tmp, group_key, conn))
 
 
-
-
-def node_receiver(n: int, tmp: str, conn: Connection) -> None:
-    asyncio.run(_node_receiver(n, tmp, conn))
-
-
-async def _node_receiver(n: int, tmp: str, conn: Connection) -> None:
+async def _node_receiver(n: int, tmp: str, group_key: str | None, conn: Connection) -> None:
     from huddle import Node
     from huddle.protocol import ChatReceived
 
-    node = Node(benchlib.node_config("bob", Path(tmp) / "bob"))
+    node = Node(benchlib.node_config("bob", Path(tmp) / "bob", group_key=group_key))
     count = 0
     t_last = 0.0
     done = asyncio.Event()
@@ -147,20 +155,23 @@ async def _node_receiver(n: int, tmp: str, conn: Connection) -> None:
     stalled_at = await benchlib.wait_done_or_stalled(done, lambda: count, 30.0, STALL)
     if stalled_at is not None:
         t_last = stalled_at
-    conn.send(("done", count, t_last, cpu_seconds() - cpu0))
+    security = benchlib.security_of(node)
+    conn.send(("done", count, t_last, cpu_seconds() - cpu0, f"{security['mode']}, {security['admitted']} admitted by ZAP"))
     node.stop()
     await task
 
 
-def node_sender(n: int, mode: str, rate: float, tmp: str, endpoint: str, conn: Connection) -> None:
-    asyncio.run(_node_sender(n, mode, rate, tmp, endpoint, conn))
+def node_sender(n: int, mode: str, rate: float, tmp: str, endpoint: str, group_key: str | None,
+                conn: Connection) -> None:
+    asyncio.run(_node_sender(n, mode, rate, tmp, endpoint, group_key, conn))
 
 
-async def _node_sender(n: int, mode: str, rate: float, tmp: str, endpoint: str, conn: Connection) -> None:
+async def _node_sender(n: int, mode: str, rate: float, tmp: str, endpoint: str, group_key: str | None,
+                       conn: Connection) -> None:
     from huddle import Node
 
     seed = endpoint.removeprefix("tcp://")
-    node = Node(benchlib.node_config("alice", Path(tmp) / "alice", (seed,)))
+    node = Node(benchlib.node_config("alice", Path(tmp) / "alice", (seed,), group_key=group_key))
     task = asyncio.create_task(node.run())
     await node.wait_ready()
     while not any(p.state == "alive" for p in node.peers()):
@@ -204,23 +215,37 @@ async def _node_sender(n: int, mode: str, rate: float, tmp: str, endpoint: str, 
 # ------------------------------------------------------------------------ driver
 
 
-def run_pair(kind: str, n: int, mode: str = "send_chat", rate: float = 0.0) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Variant:
+    """What one pair of runs measures: raw pyzmq (with ``curve`` keys, or plain) or huddle
+    nodes (holding the group file ``group_key``, or open)."""
+
+    label: str
+    kind: str  # raw or huddle
+    curve: dict[str, bytes] | None = None
+    group_key: str | None = None
+
+
+RAW, HUDDLE = Variant("raw", "raw"), Variant("huddle", "huddle")
+
+
+def run_pair(v: Variant, n: int, mode: str = "send_chat", rate: float = 0.0) -> dict[str, Any]:
     """One measurement: start receiver and sender processes, return the figures."""
     ctx = mp.get_context("spawn")
     r_parent, r_child = ctx.Pipe()
     s_parent, s_child = ctx.Pipe()
     with tempfile.TemporaryDirectory(prefix="huddle-bench-") as tmp:
-        if kind == "raw":
-            receiver = ctx.Process(target=raw_receiver, args=(n, r_child))
+        if v.kind == "raw":
+            receiver = ctx.Process(target=raw_receiver, args=(n, v.curve, r_child))
             receiver.start()
             _, port = r_parent.recv()
-            sender = ctx.Process(target=raw_sender, args=(n, port, s_child))
+            sender = ctx.Process(target=raw_sender, args=(n, port, v.curve, s_child))
             sender.start()
         else:
-            receiver = ctx.Process(target=node_receiver, args=(n, tmp, r_child))
+            receiver = ctx.Process(target=node_receiver, args=(n, tmp, v.group_key, r_child))
             receiver.start()
             _, endpoint = r_parent.recv()
-            sender = ctx.Process(target=node_sender, args=(n, mode, rate, tmp, endpoint, s_child))
+            sender = ctx.Process(target=node_sender, args=(n, mode, rate, tmp, endpoint, v.group_key, s_child))
             sender.start()
             if not r_parent.poll(60):
                 raise TimeoutError("the receiving node never admitted the sender")
@@ -239,6 +264,7 @@ def run_pair(kind: str, n: int, mode: str = "send_chat", rate: float = 0.0) -> d
         benchlib.reap(sender, receiver)
     count, t_last, recv_cpu = done[1], done[2], done[3]
     return {
+        "security": done[4],
         "sent": sent,
         "received": count,
         "lost": sent - count,
@@ -257,41 +283,79 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rates", default="10000,30000", help="paced sending rates for the loss checks, msg/s")
     parser.add_argument("--no-loss-runs", action="store_true", help="skip the extra loss-check runs")
     parser.add_argument("--quick", action="store_true", help="3 run pairs of 50000 messages")
+    parser.add_argument("--secure", action="store_true",
+                        help="huddle with a group secret (CurveZMQ + ZAP) against raw pyzmq with CURVE")
+    parser.add_argument("--with-open", action="store_true",
+                        help="with --secure: also the open pair (raw, huddle) in every repetition")
     args = parser.parse_args(argv)
     if args.quick:
         args.reps, args.messages = 3, 50_000
-    n = args.messages
-    benchlib.header("CHAT throughput, node -> node vs raw DEALER -> ROUTER (2 processes each)",
-                    messages=n, body="100 B", reps=args.reps)
+    if args.with_open and not args.secure:
+        parser.error("--with-open goes with --secure")
+    with tempfile.TemporaryDirectory(prefix="huddle-bench-key-") as keys:
+        if not args.secure:
+            return measure(args, RAW, HUDDLE)
+        return measure(args, Variant("raw CURVE", "raw", curve=benchlib.curve_keys()),
+                       Variant("huddle secure", "huddle", group_key=benchlib.group_key_file(Path(keys))))
 
+
+def measure(args: argparse.Namespace, raw_v: Variant, node_v: Variant) -> int:
+    """The run pairs (raw_v, node_v), and with ``--with-open`` the open pair after each; the loss checks."""
+    n = args.messages
+    if args.secure:
+        benchlib.header("CHAT throughput with security: nodes with a group secret (CurveZMQ) vs raw DEALER -> ROUTER "
+                        "with CURVE (2 processes each)", messages=n, body="100 B", reps=args.reps,
+                        with_open=args.with_open)
+    else:
+        benchlib.header("CHAT throughput, node -> node vs raw DEALER -> ROUTER (2 processes each)",
+                        messages=n, body="100 B", reps=args.reps)
+    pairs = [(raw_v, node_v)] + ([(RAW, HUDDLE)] if args.with_open else [])
+    runs: dict[str, list[dict[str, Any]]] = {v.label: [] for pair in pairs for v in pair}
     rows: list[list[object]] = []
-    raw_runs: list[dict[str, Any]] = []
-    node_runs: list[dict[str, Any]] = []
     losses: list[int] = []
     for rep in range(1, args.reps + 1):
-        raw = run_pair("raw", n)
-        node = run_pair("huddle", n)
-        raw_runs.append(raw)
-        node_runs.append(node)
-        losses.append(node["lost"])
+        for a, b in pairs:
+            runs[a.label].append(run_pair(a, n))
+            runs[b.label].append(run_pair(b, n))
+            losses.append(runs[b.label][-1]["lost"])
+        raw, node = runs[raw_v.label][-1], runs[node_v.label][-1]
         rows.append([f"run {rep}", raw["recv_rate"], node["recv_rate"], node["recv_rate"] / raw["recv_rate"],
                      raw["send_cpu_us"], raw["recv_cpu_us"], node["send_cpu_us"], node["recv_cpu_us"], node["lost"]])
 
-    def med(runs: list[dict[str, Any]], key: str) -> float:
-        return benchlib.median([r[key] for r in runs])
+    def med(label: str, key: str) -> float:
+        return benchlib.median([r[key] for r in runs[label]])
 
-    raw_med, node_med = med(raw_runs, "recv_rate"), med(node_runs, "recv_rate")
+    def ratio(top: str, base: str) -> float:
+        """The median of the per-repetition ratios of ``top``'s rate to ``base``'s."""
+        return benchlib.median([t["recv_rate"] / b["recv_rate"] for t, b in zip(runs[top], runs[base], strict=True)])
+
+    raw_med, node_med = med(raw_v.label, "recv_rate"), med(node_v.label, "recv_rate")
     # Each raw run is followed at once by a huddle run: the per-pair ratio is the fair
     # comparison on a machine whose speed drifts; the ratio of the medians is shown too.
-    ratio = benchlib.median([b["recv_rate"] / a["recv_rate"] for a, b in zip(raw_runs, node_runs, strict=True)])
-    rows.append(["median", raw_med, node_med, ratio, med(raw_runs, "send_cpu_us"), med(raw_runs, "recv_cpu_us"),
-                 med(node_runs, "send_cpu_us"), med(node_runs, "recv_cpu_us"), max(losses)])
-    benchlib.print_table(["", "raw msg/s", "huddle msg/s", "ratio", "raw send CPU us/msg", "raw recv CPU us/msg",
-                          "huddle send CPU us/msg", "huddle recv CPU us/msg", "huddle lost"], rows)
+    target_ratio = ratio(node_v.label, raw_v.label)
+    rows.append(["median", raw_med, node_med, target_ratio, med(raw_v.label, "send_cpu_us"),
+                 med(raw_v.label, "recv_cpu_us"), med(node_v.label, "send_cpu_us"), med(node_v.label, "recv_cpu_us"),
+                 max(losses)])
+    r_, h_ = raw_v.label, node_v.label
+    benchlib.print_table(["", f"{r_} msg/s", f"{h_} msg/s", "ratio", f"{r_} send CPU us/msg", f"{r_} recv CPU us/msg",
+                          f"{h_} send CPU us/msg", f"{h_} recv CPU us/msg", f"{h_} lost"], rows)
     print("  ratio: per run pair; the median row's ratio is the median of those (the target's figure)")
     print("  (CPU us/msg: user+system time of the whole process, ZeroMQ I/O thread included, per message)")
+    if args.with_open:
+        print("\n  the open pair, run right after the secure pair in each repetition")
+        open_rows: list[list[object]] = []
+        for rep in range(args.reps):
+            o_raw, o_node = runs["raw"][rep], runs["huddle"][rep]
+            s_raw, s_node = runs[r_][rep], runs[h_][rep]
+            open_rows.append([f"run {rep + 1}", o_raw["recv_rate"], o_node["recv_rate"],
+                              o_node["recv_rate"] / o_raw["recv_rate"], s_node["recv_rate"] / o_node["recv_rate"],
+                              s_raw["recv_rate"] / o_raw["recv_rate"], o_node["send_cpu_us"], o_node["recv_cpu_us"]])
+        open_rows.append(["median", med("raw", "recv_rate"), med("huddle", "recv_rate"), ratio("huddle", "raw"),
+                          ratio(h_, "huddle"), ratio(r_, "raw"), med("huddle", "send_cpu_us"),
+                          med("huddle", "recv_cpu_us")])
+        benchlib.print_table(["", "raw msg/s", "huddle msg/s", "huddle/raw", f"{h_}/huddle", f"{r_}/raw",
+                              "huddle send CPU us/msg", "huddle recv CPU us/msg"], open_rows)
 
-    ok = True
     if not args.no_loss_runs:
         print("\n  loss checks (huddle sender -> receiver, every message must arrive)")
         checks: list[tuple[str, str, float]] = [
@@ -303,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
         loss_rows: list[list[object]] = []
         for label, mode, r in checks:
             count = n if mode != "paced" else max(1000, int(r * 2.0))  # ~2 s per paced run
-            res = run_pair("huddle", count, mode, r)
+            res = run_pair(node_v, count, mode, r)
             losses.append(res["lost"])
             loss_rows.append([label, res["sent"], res["received"], res["lost"], res["dropped"],
                               res["send_rate"], res["recv_rate"]])
@@ -311,11 +375,24 @@ def main(argv: list[str] | None = None) -> int:
                              loss_rows)
     benchlib.footer()
     print()
+    ok = True
     lost_total = sum(losses)
     ok &= benchlib.check("chat messages lost across all huddle runs", f"lost: {lost_total}", lost_total == 0)
-    benchlib.target("chat throughput >= 0.5x raw",
-                    f"{ratio:.2f}x (median of per-pair ratios; medians {node_med:,.0f} vs {raw_med:,.0f} msg/s = "
-                    f"{node_med / raw_med:.2f}x)", ratio >= 0.5)
+    measured = (f"{target_ratio:.2f}x (median of per-pair ratios; medians {node_med:,.0f} vs {raw_med:,.0f} msg/s = "
+                f"{node_med / raw_med:.2f}x)")
+    if not args.secure:
+        benchlib.target("chat throughput >= 0.5x raw", measured, target_ratio >= 0.5)
+        return 0 if ok else 1
+    huddle_sec = sorted({r["security"] for r in runs[h_]})
+    raw_sec = sorted({r["security"] for r in runs[r_]})
+    secured = all(x.startswith("group,") for x in huddle_sec) and raw_sec == ["CURVE"]
+    ok &= benchlib.check("the secure runs were secured", f"huddle nodes: {'; '.join(huddle_sec)}; raw sockets: "
+                         f"{', '.join(raw_sec)}", secured)
+    benchlib.target("chat throughput with security >= 0.5x raw CURVE", measured, target_ratio >= 0.5)
+    if args.with_open:
+        print(f"RESULT chat throughput, security's cost: huddle secure / huddle open {ratio(h_, 'huddle'):.2f}x, "
+              f"raw CURVE / raw {ratio(r_, 'raw'):.2f}x (medians of per-repetition ratios); open pair huddle / raw "
+              f"{ratio('huddle', 'raw'):.2f}x", flush=True)
     return 0 if ok else 1
 
 

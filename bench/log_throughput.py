@@ -38,6 +38,17 @@ system, all threads) tells which side limits the rate.
 With 8 peers, 9 processes share this machine's CPUs: that figure measures the
 total CPU cost of replication more than any one node's speed.  The script
 prints that budget (origin + K peers, CPU per event) and the rate it allows.
+
+The log is signed (issue 22): every node's id is the one its key gives, so the
+origin chains its records and signs a head per batch, and each peer checks the
+chain and the signature before it keeps a batch.  After each run every peer
+reports, from its own log file, how many of the origin's records it holds with
+a verified chain hash and how many signed heads; the CHECK line says whether
+all of them came that way (and no batch was refused as forged).
+
+``--secure``: the nodes also hold a group secret (CurveZMQ with ZAP on the
+mesh), and the raw and raw+store baselines run with CURVE (a server keypair on
+each ROUTER, a client keypair on the DEALERs, no ZAP handler).
 """
 
 from __future__ import annotations
@@ -70,6 +81,7 @@ TARGET_RATE = 50_000.0  # events/s replicated to 2 peers
 _INSERT_SQL = ("INSERT OR IGNORE INTO events (grp, source, seq, ts, kind, body, hops, received_at, received_from) "
                "VALUES (?,?,?,?,?,?,?,?,?)")  # columns named: the node's schema has more (digest, chain)
 
+
 def body_of(i: int) -> dict[str, Any]:
     """The JSON body of event ``i``: about 70 octets of canonical JSON."""
     return {"jam": i // 1000, "skater": f"{i % 97:02d}", "code": "X", "i": i, "note": "penalty box"}
@@ -79,8 +91,6 @@ def cpu_seconds() -> float:
     """CPU time of this process so far, all threads (ZeroMQ's I/O thread too)."""
     ru = resource.getrusage(resource.RUSAGE_SELF)
     return ru.ru_utime + ru.ru_stime
-
-
 
 
 def _schema() -> str:
@@ -120,11 +130,13 @@ def xmsg_frames(n: int) -> list[list[bytes]]:
 # --------------------------------------------------------------------------- raw
 
 
-def raw_receiver(n_msgs: int, store: bool, tmp: str, idx: int, conn: Connection) -> None:
+def raw_receiver(n_msgs: int, store: bool, tmp: str, idx: int, curve: dict[str, bytes] | None,
+                 conn: Connection) -> None:
     import zmq
 
     ctx = zmq.Context()
     router = ctx.socket(zmq.ROUTER)
+    benchlib.curve_server(router, curve)
     router.setsockopt(zmq.RCVHWM, RCVHWM)
     router.setsockopt(zmq.LINGER, 0)
     port = router.bind_to_random_port("tcp://127.0.0.1")
@@ -152,14 +164,14 @@ def raw_receiver(n_msgs: int, store: bool, tmp: str, idx: int, conn: Connection)
     except zmq.Again:
         pass
     t_last = time.monotonic()
-    conn.send(("done", count, t_last, cpu_seconds() - cpu0, events))
+    conn.send(("done", count, t_last, cpu_seconds() - cpu0, events, benchlib.mechanism(router)))
     if db is not None:
         db.close()
     router.close()
     ctx.term()
 
 
-def raw_sender(n: int, ports: list[int], conn: Connection) -> None:
+def raw_sender(n: int, ports: list[int], curve: dict[str, bytes] | None, conn: Connection) -> None:
     import zmq
 
     messages = xmsg_frames(n)
@@ -167,6 +179,7 @@ def raw_sender(n: int, ports: list[int], conn: Connection) -> None:
     dealers = []
     for port in ports:
         dealer = ctx.socket(zmq.DEALER)
+        benchlib.curve_client(dealer, curve)
         dealer.setsockopt(zmq.IDENTITY, os.urandom(16))
         dealer.setsockopt(zmq.SNDHWM, SNDHWM)
         dealer.setsockopt(zmq.LINGER, -1)
@@ -194,10 +207,6 @@ def raw_sender(n: int, ports: list[int], conn: Connection) -> None:
 # ------------------------------------------------------------------------ huddle
 
 
-
-
-
-
 async def _full_mesh(node: Any, k: int, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while sum(p.state == "alive" for p in node.peers()) < k:
@@ -206,15 +215,18 @@ async def _full_mesh(node: Any, k: int, timeout: float = 60.0) -> None:
         await asyncio.sleep(0.005)
 
 
-def node_peer(idx: int, n: int, k: int, tmp: str, seed: str, conn: Connection) -> None:
-    asyncio.run(_node_peer(idx, n, k, tmp, seed, conn))
+def node_peer(idx: int, n: int, k: int, tmp: str, seed: str, origin: bytes, group_key: str | None,
+              conn: Connection) -> None:
+    asyncio.run(_node_peer(idx, n, k, tmp, seed, origin, group_key, conn))
 
 
-async def _node_peer(idx: int, n: int, k: int, tmp: str, seed: str, conn: Connection) -> None:
+async def _node_peer(idx: int, n: int, k: int, tmp: str, seed: str, origin: bytes, group_key: str | None,
+                     conn: Connection) -> None:
     from huddle import Node
     from huddle.protocol.events import LogAppended
 
-    node = Node(benchlib.node_config(f"peer{idx}", Path(tmp) / f"peer{idx}", (seed,)))
+    data_dir = Path(tmp) / f"peer{idx}"
+    node = Node(benchlib.node_config(f"peer{idx}", data_dir, (seed,), group_key=group_key))
     count = 0
     t_last = 0.0
     done = asyncio.Event()
@@ -236,25 +248,29 @@ async def _node_peer(idx: int, n: int, k: int, tmp: str, seed: str, conn: Connec
     stalled_at = await benchlib.wait_done_or_stalled(done, lambda: count, 60.0, STALL)
     if stalled_at is not None:
         t_last = stalled_at
-    held = node.log_summary()["events"]
-    conn.send(("done", count, t_last, cpu_seconds() - cpu0, held))
+    summary = node.log_summary()
+    # How the origin's records came: each with a verified chain hash, under signed heads.
+    signed = benchlib.signed_log(data_dir, origin) | {"forgeries": summary["stats"]["forgeries"]}
+    conn.send(("done", count, t_last, cpu_seconds() - cpu0, summary["events"], signed, benchlib.security_of(node)))
     await benchlib.arecv(conn, timeout=300)  # "stop"
     conn.send(("rss", benchlib.peak_rss_mb()))
     node.stop()
     await task
 
 
-def node_origin(n: int, k: int, batch: int, tmp: str, conn: Connection) -> None:
-    asyncio.run(_node_origin(n, k, batch, tmp, conn))
+def node_origin(n: int, k: int, batch: int, tmp: str, group_key: str | None, conn: Connection) -> None:
+    asyncio.run(_node_origin(n, k, batch, tmp, group_key, conn))
 
 
-async def _node_origin(n: int, k: int, batch: int, tmp: str, conn: Connection) -> None:
+async def _node_origin(n: int, k: int, batch: int, tmp: str, group_key: str | None, conn: Connection) -> None:
     from huddle import Node
 
-    node = Node(benchlib.node_config("origin", Path(tmp) / "origin"))
+    node = Node(benchlib.node_config("origin", Path(tmp) / "origin", group_key=group_key))
     task = asyncio.create_task(node.run())
     await node.wait_ready()
-    conn.send(("endpoint", node.mesh.endpoint.removeprefix("tcp://")))
+    # Its id, and whether it signs (a key that gives its id: every data directory made today).
+    conn.send(("endpoint", node.mesh.endpoint.removeprefix("tcp://"), bytes(node.uuid),
+               node.replicator.signer is not None))
     await _full_mesh(node, k)
     # The events are built before the clock starts; emit_many still encodes each body.
     batches = [[(KIND, body_of(i)) for i in range(j + 1, min(n, j + batch) + 1)] for j in range(0, n, batch)]
@@ -287,21 +303,21 @@ def _join(procs: list[Any]) -> None:
     benchlib.reap(*procs)
 
 
-def run_raw(n: int, k: int, store: bool) -> dict[str, Any]:
+def run_raw(n: int, k: int, store: bool, curve: dict[str, bytes] | None) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     n_msgs = math.ceil(n / PER_MSG)
     with tempfile.TemporaryDirectory(prefix="huddle-bench-") as tmp:
         pipes, procs, ports = [], [], []
         for idx in range(k):
             parent, child = ctx.Pipe()
-            p = ctx.Process(target=raw_receiver, args=(n_msgs, store, tmp, idx, child))
+            p = ctx.Process(target=raw_receiver, args=(n_msgs, store, tmp, idx, curve, child))
             p.start()
             pipes.append(parent)
             procs.append(p)
         for parent in pipes:
             ports.append(_wait(parent, 60, "raw receiver did not start")[1])
         s_parent, s_child = ctx.Pipe()
-        sender = ctx.Process(target=raw_sender, args=(n, ports, s_child))
+        sender = ctx.Process(target=raw_sender, args=(n, ports, curve, s_child))
         sender.start()
         _wait(s_parent, 60, "raw sender did not connect")
         s_parent.send("go")
@@ -318,20 +334,21 @@ def run_raw(n: int, k: int, store: bool) -> dict[str, Any]:
         "send_rate": n / (t_end - t0),
         "origin_cpu_us": send_cpu / n * 1e6,
         "peer_cpu_us": benchlib.median([d[3] for d in dones]) / n * 1e6,
+        "security": sorted({d[5] for d in dones}),
     }
 
 
-def run_huddle(n: int, k: int, batch: int) -> dict[str, Any]:
+def run_huddle(n: int, k: int, batch: int, group_key: str | None) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="huddle-bench-") as tmp:
         o_parent, o_child = ctx.Pipe()
-        origin = ctx.Process(target=node_origin, args=(n, k, batch, tmp, o_child))
+        origin = ctx.Process(target=node_origin, args=(n, k, batch, tmp, group_key, o_child))
         origin.start()
-        _, seed = _wait(o_parent, 60, "origin did not start")
+        _, seed, origin_id, signs = _wait(o_parent, 60, "origin did not start")
         pipes, procs = [], []
         for idx in range(k):
             parent, child = ctx.Pipe()
-            p = ctx.Process(target=node_peer, args=(idx, n, k, tmp, seed, child))
+            p = ctx.Process(target=node_peer, args=(idx, n, k, tmp, seed, origin_id, group_key, child))
             p.start()
             pipes.append(parent)
             procs.append(p)
@@ -359,6 +376,9 @@ def run_huddle(n: int, k: int, batch: int) -> dict[str, Any]:
         "peer_cpu_us": benchlib.median([d[3] for d in dones]) / n * 1e6,
         "origin_rss": origin_rss,
         "peer_rss": max(rss),
+        "signs": signs,
+        "signed": [d[5] for d in dones],  # per peer: events, chained, heads, forgeries
+        "security": [d[6] for d in dones],
     }
 
 
@@ -387,13 +407,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=3, help="repetitions per peer count (default 3)")
     parser.add_argument("--no-store-diagnostic", action="store_true", help="skip the raw+store variant")
     parser.add_argument("--quick", action="store_true", help="2 repetitions of 50000 events, no raw+store")
+    parser.add_argument("--secure", action="store_true",
+                        help="nodes with a group secret (CurveZMQ + ZAP), raw baselines with CURVE")
     args = parser.parse_args(argv)
     if args.quick:
         args.reps, args.events, args.no_store_diagnostic = 2, 50_000, True
+    with tempfile.TemporaryDirectory(prefix="huddle-bench-key-") as keys:
+        if args.secure:
+            return measure(args, benchlib.curve_keys(), benchlib.group_key_file(Path(keys)))
+        return measure(args, None, None)
+
+
+def measure(args: argparse.Namespace, curve: dict[str, bytes] | None, group_key: str | None) -> int:
     n = args.events
     peer_counts = [int(x) for x in args.peers.split(",") if x.strip()]
-    benchlib.header("Replicated log throughput: one origin -> K peers, vs raw pyzmq and an SQLite loop",
-                    events=n, batch=args.batch, peers=args.peers, reps=args.reps)
+    secure = ", CurveZMQ" if args.secure else ""
+    benchlib.header(f"Replicated log throughput (signed{secure}): one origin -> K peers, vs raw pyzmq"
+                    f"{' with CURVE' if args.secure else ''} and an SQLite loop",
+                    events=n, batch=args.batch, peers=args.peers, reps=args.reps, secure=args.secure)
 
     ok = True
     results: dict[int, dict[str, Any]] = {}
@@ -403,9 +434,9 @@ def main(argv: list[str] | None = None) -> int:
         rows: list[list[object]] = []
         for rep in range(1, args.reps + 1):
             s = run_sqlite(n, args.batch)
-            r = run_raw(n, k, store=False)
-            rs = run_raw(n, k, store=True) if store else dict.fromkeys(("rate", "peer_cpu_us"), math.nan)
-            h = run_huddle(n, k, args.batch)
+            r = run_raw(n, k, store=False, curve=curve)
+            rs = run_raw(n, k, store=True, curve=curve) if store else dict.fromkeys(("rate", "peer_cpu_us"), math.nan)
+            h = run_huddle(n, k, args.batch, group_key)
             for v, x in (("sqlite", s), ("raw", r), ("raw+store", rs), ("huddle", h)):
                 runs[v].append(x)
             rows.append([f"run {rep}", s["rate"], r["rate"], rs["rate"], h["rate"], h["rate"] / r["rate"],
@@ -435,22 +466,42 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  sqlite loop {med('sqlite', 'cpu_us'):.1f} us/event; raw receiver {med('raw', 'peer_cpu_us'):.2f} us/event; "
               f"peak RSS origin {med('huddle', 'origin_rss'):.0f} MB, peer {med('huddle', 'peer_rss'):.0f} MB; "
               f"origin emit_many rate {med('huddle', 'send_rate'):,.0f} events/s")
+        signed = [p for x in runs["huddle"] for p in x["signed"]]
+        verified = all(x["signs"] for x in runs["huddle"]) and all(
+            p["chained"] == p["events"] == n and p["heads"] > 0 and p["forgeries"] == 0 for p in signed)
+        print(f"  signed: the origin signs in {sum(x['signs'] for x in runs['huddle'])} of {len(runs['huddle'])} runs; "
+              f"each peer holds {min(p['chained'] for p in signed):,}-{max(p['chained'] for p in signed):,} of the "
+              f"origin's records with a verified chain hash, under {min(p['heads'] for p in signed)}-"
+              f"{max(p['heads'] for p in signed)} signed heads; forged batches {sum(p['forgeries'] for p in signed)}")
+        modes = sorted({f"{x['mode']}" for h in runs["huddle"] for x in h["security"]})
+        raw_modes = sorted({m for v in ("raw", "raw+store") for x in runs[v] for m in x.get("security", [])})
+        print(f"  security: huddle nodes {', '.join(modes)} (ZAP admitted "
+              f"{min(x['admitted'] for h in runs['huddle'] for x in h['security'])}+ handshakes per peer); "
+              f"raw sockets {', '.join(raw_modes)}")
         results[k] = {"rate": med("huddle", "rate"), "raw": ratio("raw"), "sqlite": ratio("sqlite"),
-                      "store": ratio("raw+store"), "complete": all(x["complete"] for x in runs["huddle"])}
+                      "store": ratio("raw+store"), "complete": all(x["complete"] for x in runs["huddle"]),
+                      "verified": verified, "modes": modes, "raw_modes": raw_modes}
     print("  (ratios: median of the per-repetition ratios; CPU: user+system of the whole process, all threads)")
     benchlib.footer()
     print()
     for k, res in results.items():
         ok &= benchlib.check(f"every event held by all {k} peers", "yes" if res["complete"] else "no", res["complete"])
+        ok &= benchlib.check(f"every event signed by the origin and verified by all {k} peers",
+                             "yes" if res["verified"] else "no", res["verified"])
+        if args.secure:
+            secured = res["modes"] == ["group"] and res["raw_modes"] == ["CURVE"]
+            ok &= benchlib.check(f"the {k}-peer runs were secured", f"huddle nodes {', '.join(res['modes'])}, raw "
+                                 f"sockets {', '.join(res['raw_modes'])}", secured)
     for k, res in results.items():
+        raw_name = "raw pyzmq with CURVE" if args.secure else "raw pyzmq"
         vs_store = "" if math.isnan(res["store"]) else f", {res['store']:.2f}x raw+store"
-        measured = (f"{res['rate']:,.0f} events/s ({res['raw']:.3f}x raw pyzmq{vs_store}, "
+        measured = (f"{res['rate']:,.0f} events/s ({res['raw']:.3f}x {raw_name}{vs_store}, "
                     f"{res['sqlite']:.2f}x the SQLite loop)")
         if k == 2:
-            benchlib.target(f"log replication to 2 peers >= {TARGET_RATE:,.0f} events/s", measured,
+            benchlib.target(f"log replication to 2 peers (signed{secure}) >= {TARGET_RATE:,.0f} events/s", measured,
                             res["rate"] >= TARGET_RATE)
         else:
-            print(f"RESULT log replication to {k} peers (no target): {measured}", flush=True)
+            print(f"RESULT log replication to {k} peers (signed{secure}; no target): {measured}", flush=True)
     return 0 if ok else 1
 
 

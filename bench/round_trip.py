@@ -25,6 +25,14 @@ pairs that are not pinging sleep in ``recv``/``epoll``.  The table shows p50
 and p99 per set and the medians over ``--reps`` sets.  The target's figure is
 the median over sets of (huddle p50 / raw p50) within the set; the ratio of
 the medians is printed next to it.
+
+``--secure`` (issue 22): every variant speaks CurveZMQ.  The huddle nodes hold
+a group secret (a group file, as ``huddle node --group-key FILE``: CURVE with
+ZAP); the raw variants put a server keypair on each ROUTER and a client
+keypair on each DEALER (``zmq.curve_keypair()``), with no ZAP handler (asked
+once per connection, before the pings).  The target is then huddle secure
+against raw CURVE.  ``--with-open`` adds the open raw and huddle pairs to the
+same sets, so that what security costs is measured at the same moments.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -48,31 +57,32 @@ TEXT = BODY.decode()
 WARMUP = 500
 
 
-
-
 # --------------------------------------------------------------------------- raw
 
 
-def _raw_sockets(conn: Connection) -> tuple[Any, Any, Any]:
-    """Bind a ROUTER, tell the parent its address, connect a DEALER to the peer's."""
+def _raw_sockets(conn: Connection, curve: dict[str, bytes] | None) -> tuple[Any, Any, Any]:
+    """Bind a ROUTER, tell the parent its address, connect a DEALER to the peer's
+    (with CurveZMQ when ``curve`` holds the keys)."""
     import zmq
 
     ctx = zmq.Context()
     router = ctx.socket(zmq.ROUTER)
+    benchlib.curve_server(router, curve)
     router.setsockopt(zmq.LINGER, 0)
     port = router.bind_to_random_port("tcp://127.0.0.1")
     conn.send(("addr", f"127.0.0.1:{port}"))
     peer = conn.recv()
     dealer = ctx.socket(zmq.DEALER)
+    benchlib.curve_client(dealer, curve)
     dealer.setsockopt(zmq.IDENTITY, os.urandom(16))
     dealer.setsockopt(zmq.LINGER, 0)
     dealer.connect(f"tcp://{peer}")
     return ctx, router, dealer
 
 
-def raw_bob(conn: Connection) -> None:
-    ctx, router, dealer = _raw_sockets(conn)
-    conn.send(("admitted",))
+def raw_bob(curve: dict[str, bytes] | None, conn: Connection) -> None:
+    ctx, router, dealer = _raw_sockets(conn, curve)
+    conn.send(("admitted", benchlib.mechanism(router)))
     recv, send = router.recv_multipart, dealer.send_multipart
     while True:
         frames = recv()
@@ -84,8 +94,8 @@ def raw_bob(conn: Connection) -> None:
     ctx.term()
 
 
-def raw_alice(conn: Connection) -> None:
-    ctx, router, dealer = _raw_sockets(conn)
+def raw_alice(curve: dict[str, bytes] | None, conn: Connection) -> None:
+    ctx, router, dealer = _raw_sockets(conn, curve)
     recv, send = router.recv_multipart, dealer.send_multipart
     frames = [b"CHAT", BODY]
     clock = time.perf_counter_ns
@@ -134,11 +144,11 @@ class _AsyncRouter:
             asyncio.get_running_loop().call_soon(self.readable)
 
 
-def raw_async_bob(conn: Connection) -> None:
+def raw_async_bob(curve: dict[str, bytes] | None, conn: Connection) -> None:
     async def main() -> None:
         import zmq
 
-        ctx, router, dealer = _raw_sockets(conn)
+        ctx, router, dealer = _raw_sockets(conn, curve)
         stop = asyncio.Event()
 
         def on_frames(frames: list[bytes]) -> None:
@@ -148,7 +158,7 @@ def raw_async_bob(conn: Connection) -> None:
                 dealer.send_multipart([b"CHAT", frames[2]], zmq.NOBLOCK)
 
         _AsyncRouter(router, on_frames)
-        conn.send(("admitted",))
+        conn.send(("admitted", benchlib.mechanism(router)))
         await stop.wait()
         router.close()
         dealer.close()
@@ -157,11 +167,11 @@ def raw_async_bob(conn: Connection) -> None:
     asyncio.run(main())
 
 
-def raw_async_alice(conn: Connection) -> None:
+def raw_async_alice(curve: dict[str, bytes] | None, conn: Connection) -> None:
     async def main() -> None:
         import zmq
 
-        ctx, router, dealer = _raw_sockets(conn)
+        ctx, router, dealer = _raw_sockets(conn, curve)
         loop = asyncio.get_running_loop()
         waiter: list[asyncio.Future[int]] = []
         clock = time.perf_counter_ns
@@ -196,14 +206,12 @@ def raw_async_alice(conn: Connection) -> None:
 # ------------------------------------------------------------------------ huddle
 
 
-
-
-def node_bob(tmp: str, conn: Connection) -> None:
+def node_bob(tmp: str, group_key: str | None, conn: Connection) -> None:
     async def main() -> None:
         from huddle import Node
         from huddle.protocol import ChatReceived
 
-        node = Node(benchlib.node_config("bob", Path(tmp) / "bob"))
+        node = Node(benchlib.node_config("bob", Path(tmp) / "bob", group_key=group_key))
 
         def on_event(event: object) -> None:
             if isinstance(event, ChatReceived):
@@ -216,7 +224,8 @@ def node_bob(tmp: str, conn: Connection) -> None:
         await benchlib.arecv(conn)  # alice's address: not needed, she dials us
         while not any(p.state == "alive" for p in node.peers()):
             await asyncio.sleep(0.005)
-        conn.send(("admitted",))
+        security = benchlib.security_of(node)
+        conn.send(("admitted", f"{security['mode']}, {security['admitted']} admitted by ZAP"))
         await benchlib.arecv(conn, timeout=600)  # ("stop",)
         node.stop()
         await task
@@ -224,13 +233,13 @@ def node_bob(tmp: str, conn: Connection) -> None:
     asyncio.run(main())
 
 
-def node_alice(tmp: str, conn: Connection) -> None:
+def node_alice(tmp: str, group_key: str | None, conn: Connection) -> None:
     async def main() -> None:
         from huddle import Node
         from huddle.protocol import ChatReceived
 
         peer_addr = await benchlib.arecv(conn)  # bob's address: the parent sends it first
-        node = Node(benchlib.node_config("alice", Path(tmp) / "alice", (peer_addr,)))
+        node = Node(benchlib.node_config("alice", Path(tmp) / "alice", (peer_addr,), group_key=group_key))
         loop = asyncio.get_running_loop()
         waiter: list[asyncio.Future[int]] = []
         clock = time.perf_counter_ns
@@ -273,33 +282,51 @@ VARIANTS: dict[str, tuple[Callable[..., None], Callable[..., None]]] = {
     "raw asyncio": (raw_async_alice, raw_async_bob),
     "huddle": (node_alice, node_bob),
 }
+SECURE_NAMES = {"raw": "raw CURVE", "raw asyncio": "raw CURVE asyncio", "huddle": "huddle secure"}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One variant's name in the tables, its processes (a key of VARIANTS), and what secures
+    it: CURVE keys (raw kinds) or a group file (huddle); None: plain, open."""
+
+    name: str
+    kind: str
+    curve: dict[str, bytes] | None = None
+    group_key: str | None = None
 
 
 class Pair:
     """One variant's alice and bob processes, started and connected."""
 
-    def __init__(self, variant: str, tmp: str) -> None:
-        self.variant = variant
-        alice_fn, bob_fn = VARIANTS[variant]
+    def __init__(self, variant: Variant, tmp: str) -> None:
+        self.variant = variant.name
+        alice_fn, bob_fn = VARIANTS[variant.kind]
         ctx = mp.get_context("spawn")
         self.a, a_child = ctx.Pipe()
         self.b, b_child = ctx.Pipe()
-        huddle = variant == "huddle"
-        self.bob = ctx.Process(target=bob_fn, args=(tmp, b_child) if huddle else (b_child,))
+        self.huddle = huddle = variant.kind == "huddle"
+        secured = (tmp, variant.group_key) if huddle else (variant.curve,)
+        self.bob = ctx.Process(target=bob_fn, args=(*secured, b_child))
         self.bob.start()
-        _, bob_addr = self.b.recv()
-        self.alice = ctx.Process(target=alice_fn, args=(tmp, a_child) if huddle else (a_child,))
+        _, bob_addr = self._word(self.b, "bob did not start")
+        self.alice = ctx.Process(target=alice_fn, args=(*secured, a_child))
         self.alice.start()
         if huddle:  # alice seeds her node with bob's address before she has one
             self.a.send(bob_addr)
-            _, alice_addr = self.a.recv()
+            _, alice_addr = self._word(self.a, "alice did not start")
         else:
-            _, alice_addr = self.a.recv()
+            _, alice_addr = self._word(self.a, "alice did not start")
             self.a.send(bob_addr)
         self.b.send(alice_addr)
         if not self.b.poll(60):
-            raise TimeoutError(f"{variant}: bob never saw alice")
-        self.b.recv()  # admitted
+            raise TimeoutError(f"{self.variant}: bob never saw alice")
+        _, self.security = self.b.recv()  # admitted: bob's socket mechanism, or his node's security mode
+
+    def _word(self, conn: Connection, what: str) -> Any:
+        if not conn.poll(60):
+            raise TimeoutError(f"{self.variant}: {what}")
+        return conn.recv()
 
     def ping(self, count: int) -> list[int]:
         self.a.send(("ping", count))
@@ -310,31 +337,34 @@ class Pair:
 
     def close(self) -> None:
         self.a.send(("stop",))
-        if self.variant == "huddle":
+        if self.huddle:
             self.b.send(("stop",))
         benchlib.reap(self.alice, self.bob)
 
 
-def run_set(variants: list[str], pings: int, bursts: int) -> dict[str, list[float]]:
+def run_set(variants: list[Variant], pings: int, bursts: int) -> tuple[dict[str, list[float]], dict[str, str]]:
     """Start every variant's pair, warm each up, then alternate bursts of pings
-    between them.  Returns each variant's round trips in microseconds, sorted."""
-    samples: dict[str, list[int]] = {v: [] for v in variants}
+    between them.  Returns each variant's round trips in microseconds, sorted,
+    and what secured each (bob's report)."""
+    names = [v.name for v in variants]
+    samples: dict[str, list[int]] = {v: [] for v in names}
     with tempfile.TemporaryDirectory(prefix="huddle-bench-") as tmp:
         pairs: dict[str, Pair] = {}
         try:
-            for v in variants:
-                pairs[v] = Pair(v, tmp)
-            for v in variants:
+            for i, v in enumerate(variants):  # each its own data directories (two huddle variants with --with-open)
+                (Path(tmp) / str(i)).mkdir()
+                pairs[v.name] = Pair(v, str(Path(tmp) / str(i)))
+            for v in names:
                 pairs[v].ping(WARMUP)
             per = max(1, pings // bursts)
             for b in range(bursts):
-                k = b % len(variants)
-                for v in variants[k:] + variants[:k]:
+                k = b % len(names)
+                for v in names[k:] + names[:k]:
                     samples[v] += pairs[v].ping(per)
         finally:
             for pair in pairs.values():
                 pair.close()
-    return {v: sorted(x / 1000.0 for x in samples[v]) for v in variants}
+    return {v: sorted(x / 1000.0 for x in samples[v]) for v in names}, {v: p.security for v, p in pairs.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -344,44 +374,91 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bursts", type=int, default=50, help="bursts per set, alternating the variants (default 50)")
     parser.add_argument("--no-asyncio", action="store_true", help="skip the diagnostic raw-asyncio variant")
     parser.add_argument("--quick", action="store_true", help="3 sets of 2000 pings per variant")
+    parser.add_argument("--secure", action="store_true",
+                        help="every variant over CurveZMQ: huddle with a group secret against raw pyzmq with CURVE")
+    parser.add_argument("--with-open", action="store_true",
+                        help="with --secure: also the open raw and huddle pairs, in the same sets")
     args = parser.parse_args(argv)
     if args.quick:
         args.reps, args.pings = 3, 2000
-    variants = ["raw", "huddle"] if args.no_asyncio else ["raw", "raw asyncio", "huddle"]
-    benchlib.header("Round-trip latency alice -> bob -> alice (2 processes, DEALER -> ROUTER each way)",
-                    pings=args.pings, warmup=WARMUP, body="100 B", sets=args.reps, bursts=args.bursts)
-    p50s: dict[str, list[float]] = {v: [] for v in variants}
-    p99s: dict[str, list[float]] = {v: [] for v in variants}
+    if args.with_open and not args.secure:
+        parser.error("--with-open goes with --secure")
+    kinds = ["raw", "huddle"] if args.no_asyncio else ["raw", "raw asyncio", "huddle"]
+    if not args.secure:
+        return measure(args, [Variant(k, k) for k in kinds])
+    with tempfile.TemporaryDirectory(prefix="huddle-bench-key-") as keys:
+        curve, group_key = benchlib.curve_keys(), benchlib.group_key_file(Path(keys))
+        variants = [Variant(SECURE_NAMES[k], k, curve, group_key) for k in kinds]
+        return measure(args, variants + ([Variant("raw", "raw"), Variant("huddle", "huddle")] if args.with_open else []))
+
+
+def measure(args: argparse.Namespace, variants: list[Variant]) -> int:
+    """The sets; the target compares the first huddle variant with the first (raw) one."""
+    names = [v.name for v in variants]
+    raw, huddle = names[0], next(v.name for v in variants if v.kind == "huddle")
+    if args.secure:
+        benchlib.header("Round-trip latency with security alice -> bob -> alice (2 processes, DEALER -> ROUTER each "
+                        "way, CurveZMQ)", pings=args.pings, warmup=WARMUP, body="100 B", sets=args.reps,
+                        bursts=args.bursts, with_open=args.with_open)
+    else:
+        benchlib.header("Round-trip latency alice -> bob -> alice (2 processes, DEALER -> ROUTER each way)",
+                        pings=args.pings, warmup=WARMUP, body="100 B", sets=args.reps, bursts=args.bursts)
+    p50s: dict[str, list[float]] = {v: [] for v in names}
+    p99s: dict[str, list[float]] = {v: [] for v in names}
+    secured: dict[str, set[str]] = {v: set() for v in names}
     rows: list[list[object]] = []
     for rep in range(1, args.reps + 1):
         row: list[object] = [f"set {rep}"]
-        per_variant = run_set(variants, args.pings, args.bursts)
-        for v in variants:
+        per_variant, security = run_set(variants, args.pings, args.bursts)
+        for v in names:
             p50, p99 = benchlib.percentile(per_variant[v], 50), benchlib.percentile(per_variant[v], 99)
             p50s[v].append(p50)
             p99s[v].append(p99)
+            secured[v].add(security[v])
             row += [p50, p99]
         rows.append(row)
-    med50 = {v: benchlib.median(p50s[v]) for v in variants}
-    med99 = {v: benchlib.median(p99s[v]) for v in variants}
-    rows.append(["median", *[x for v in variants for x in (med50[v], med99[v])]])
-    benchlib.print_table([""] + [f"{v} {q} us" for v in variants for q in ("p50", "p99")], rows)
-    # Within a set the variants were interleaved, so the fair comparison is per set;
-    # the ratio of the medians over sets is shown too.
-    ratio50 = {v: benchlib.median([a / b for a, b in zip(p50s[v], p50s["raw"], strict=True)]) for v in variants}
-    ratio99 = {v: benchlib.median([a / b for a, b in zip(p99s[v], p99s["raw"], strict=True)]) for v in variants}
-    print("\n  ratios to raw:")
+    med50 = {v: benchlib.median(p50s[v]) for v in names}
+    med99 = {v: benchlib.median(p99s[v]) for v in names}
+    rows.append(["median", *[x for v in names for x in (med50[v], med99[v])]])
+    benchlib.print_table([""] + [f"{v} {q} us" for v in names for q in ("p50", "p99")], rows)
+
+    def per_set(top: str, base: str, of: dict[str, list[float]] = p50s) -> float:
+        """Within a set the variants were interleaved, so the fair comparison is per set."""
+        return benchlib.median([a / b for a, b in zip(of[top], of[base], strict=True)])
+
+    # The ratio of the medians over sets is shown too.
+    ratio50 = {v: per_set(v, raw) for v in names}
+    ratio99 = {v: per_set(v, raw, p99s) for v in names}
+    print(f"\n  ratios to {raw}:")
     benchlib.print_table(["variant", "p50 ratio (median of per-set ratios)", "p99 ratio (same)",
                           "p50 ratio of medians", "p99 ratio of medians"],
-                         [[v, ratio50[v], ratio99[v], med50[v] / med50["raw"], med99[v] / med99["raw"]]
-                          for v in variants])
+                         [[v, ratio50[v], ratio99[v], med50[v] / med50[raw], med99[v] / med99[raw]]
+                          for v in names])
+    if args.with_open:
+        print("\n  what security costs, in the same sets (p50, median of per-set ratios):")
+        benchlib.print_table(["", "p50 ratio", "p99 ratio"],
+                             [[f"{huddle} / huddle", per_set(huddle, "huddle"), per_set(huddle, "huddle", p99s)],
+                              [f"{raw} / raw", per_set(raw, "raw"), per_set(raw, "raw", p99s)],
+                              ["huddle / raw (open)", per_set("huddle", "raw"), per_set("huddle", "raw", p99s)]])
     benchlib.footer()
     print()
-    ratio = ratio50["huddle"]
-    benchlib.target("round trip p50 <= 1.6x raw",
-                    f"{ratio:.2f}x (median p50 {med50['huddle']:.0f} vs {med50['raw']:.0f} us; "
-                    f"p99 {ratio99['huddle']:.2f}x, {med99['huddle']:.0f} vs {med99['raw']:.0f} us)", ratio <= 1.6)
-    return 0
+    ratio = ratio50[huddle]
+    measured = (f"{ratio:.2f}x (median p50 {med50[huddle]:.0f} vs {med50[raw]:.0f} us; "
+                f"p99 {ratio99[huddle]:.2f}x, {med99[huddle]:.0f} vs {med99[raw]:.0f} us)")
+    if not args.secure:
+        benchlib.target("round trip p50 <= 1.6x raw", measured, ratio <= 1.6)
+        return 0
+    targets = [v for v in variants if v.curve is not None]
+    huddle_sec = sorted({s for v in targets if v.kind == "huddle" for s in secured[v.name]})
+    raw_sec = sorted({s for v in targets if v.kind != "huddle" for s in secured[v.name]})
+    ok = benchlib.check("the secure variants were secured", f"huddle nodes: {'; '.join(huddle_sec)}; raw sockets: "
+                        f"{', '.join(raw_sec)}", all(s.startswith("group,") for s in huddle_sec) and raw_sec == ["CURVE"])
+    benchlib.target("round trip p50 with security <= 1.6x raw CURVE", measured, ratio <= 1.6)
+    if args.with_open:
+        print(f"RESULT round trip, security's cost: p50 huddle secure / huddle open {per_set(huddle, 'huddle'):.2f}x, "
+              f"raw CURVE / raw {per_set(raw, 'raw'):.2f}x (medians of per-set ratios); open huddle / raw "
+              f"{per_set('huddle', 'raw'):.2f}x", flush=True)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Run every huddle benchmark in sequence and summarise the TARGET lines.
 
-Each benchmark runs as its own process (``python bench/NAME.py``) with the
-same interpreter; its output is shown as it comes, and its TARGET, CHECK and
-RESULT (a figure with no target) lines are repeated in the summary.
+Each benchmark runs as its own process (``python bench/NAME.py``, or the
+script and arguments VARIANTS names for NAME) with the same interpreter;
+its output is shown as it comes, and its TARGET, CHECK and RESULT (a figure
+with no target) lines are repeated in the summary.
 ``--quick`` is passed on to each (fewer repetitions).  The exit status is 1
 if a benchmark failed to run or a correctness CHECK failed (e.g. a lost
 message); a performance target that is missed is reported but does not
@@ -20,8 +21,20 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 # The mesh benchmark runs last: its 32 processes leave the load average high for a minute.
-BENCHMARKS = ["chat_throughput", "round_trip", "crash_detection", "log_throughput", "catch_up", "doc_rebuild",
-              "addressed", "addressed_loss", "guest_events", "posts_transfer", "mesh_formation"]
+BENCHMARKS = ["chat_throughput", "chat_throughput_secure", "round_trip", "round_trip_secure", "crash_detection",
+              "log_throughput", "catch_up", "doc_rebuild", "addressed", "addressed_loss", "guest_events",
+              "posts_transfer", "mesh_formation"]
+# Entries that run another entry's script with arguments: issue 22's targets with a group secret.
+VARIANTS: dict[str, tuple[str, list[str]]] = {
+    "chat_throughput_secure": ("chat_throughput", ["--secure"]),
+    "round_trip_secure": ("round_trip", ["--secure"]),
+}
+
+
+def command(name: str, quick: bool) -> list[str]:
+    """The command line of benchmark ``name``."""
+    script, extra = VARIANTS.get(name, (name, []))
+    return [sys.executable, str(HERE / f"{script}.py"), *extra] + (["--quick"] if quick else [])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     timings: list[tuple[str, float]] = []
     start = time.monotonic()
     for name in args.only or BENCHMARKS:
-        cmd = [sys.executable, str(HERE / f"{name}.py")] + (["--quick"] if args.quick else [])
+        cmd = command(name, args.quick)
         print(f"\n$ {' '.join(cmd)}", flush=True)
         t0 = time.monotonic()
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, bufsize=1)
