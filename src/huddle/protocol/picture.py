@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import random
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -201,11 +202,12 @@ class Pictures:
         due = max(min(now + REPORT_QUIET, self._changed + window), self._last + window)
         self.next_report = min(self._regular, due)
 
-    def published(self, now: float) -> None:
-        """We reported at ``now``: the next is due an interval later (scaled)."""
+    def published(self, now: float, regular: float | None = None) -> None:
+        """We reported at ``now``: the next is due at ``regular`` (default: an interval
+        later, scaled)."""
         self._last = now
         self._changed = None
-        self.next_report = self._regular = now + self.timing.interval * self.scale()
+        self.next_report = self._regular = now + self.timing.interval * self.scale() if regular is None else regular
 
     def accept(self, report: Raws, now: float) -> bool:
         """Keep ``report`` if it is newer than what is held of its origin.
@@ -337,6 +339,7 @@ class Reports:
         self._mesh: MeshView = DETACHED
         self._links: dict[NodeId, tuple[int, float]] = {}  # admitted peer -> (conn, when admitted)
         self._actions: list[Send] = []
+        self._rng = random.Random(bytes(uuid))  # the spread of report times (deterministic per node)
 
     @property
     def timing(self) -> PictureTiming:
@@ -387,7 +390,11 @@ class Reports:
         pictures = self.pictures
         if now < pictures.next_report:
             return
-        pictures.published(now)
+        # The next regular report: an interval (scaled) from now, give or take a tenth at random, so
+        # the group's reports spread over time instead of coming in step; then put off to the next
+        # heartbeat, which it replaces (protocol.md 14): it costs the peers no wake-up of its own.
+        span = pictures.timing.interval * pictures.scale() * (0.9 + 0.2 * self._rng.random())
+        pictures.published(now, self._mesh.heartbeat_after(now + span))
         pictures.expire(now)
         report = self.report(now)
         pictures.accept(report, now)
