@@ -38,7 +38,7 @@ from ..wire.messages import MAX_FORGED_ROWS
 from .events import Counters, Send
 from .service import DETACHED, MeshView, PeerFacts
 
-__all__ = ["REPORT_QUIET", "Picture", "PictureTiming", "Pictures", "ReportStats", "Reports", "compute"]
+__all__ = ["REPORT_QUIET", "Picture", "PictureTiming", "Pictures", "ReportStats", "Reports", "compute", "report_facts"]
 
 ADMITTED: Final = frozenset({"alive", "suspect"})
 REPORT_QUIET: Final = 0.2  # seconds without a change of our sessions before a report says so
@@ -53,6 +53,13 @@ class PictureTiming:
     lossy_ratio: float = 0.05  # addressed frames sent again per frame sent, above which a peer is lossy
     lossy_min_frames: int = 100  # ... counted only once this many frames were sent
     queue_limit: int = 4 * 1024 * 1024  # octets queued for a node, above which it is lagging
+
+    @property
+    def refresh(self) -> float:
+        """A report whose facts (what the digest depends on) did not change since the last one
+        sent goes out again only this often (scaled as the interval): 0.4 x expire_after, so
+        one report lost still leaves the next in time."""
+        return max(self.interval, 0.4 * self.expire_after)
 
     def __post_init__(self) -> None:
         if min(self.interval, self.expire_after, self.hear_window, self.slow_rtt) <= 0:
@@ -158,6 +165,20 @@ def compute(reports: Mapping[NodeId, Raws], timing: PictureTiming = PictureTimin
         json.dumps({"members": members, "links": links}, sort_keys=True, separators=(",", ":")).encode()
     ).hexdigest()
     return Picture(tuple(members), tuple(links), digest)
+
+
+def report_facts(report: Raws, timing: PictureTiming) -> tuple[object, ...]:
+    """What :func:`compute` reads of ``report`` (its facts): two reports of one origin with
+    the same facts give every node the same picture and digest.  The counters, round trips
+    and times beside them are left out but for what crosses a threshold (heard within the
+    hear window, a round trip above slow_rtt, a queue above queue_limit) and the addressed
+    frames sent and sent again (lossy)."""
+    window, slow, limit = timing.hear_window, timing.slow_rtt, timing.queue_limit
+    return (
+        report.name, report.node_type, report.cut_off, report.forged,
+        tuple((p.peer, p.state, p.heard is not None and p.heard <= window, p.rtt is not None and p.rtt > slow,
+               p.sent, p.retrans, p.queued > limit) for p in report.peers),
+    )
 
 
 @dataclass(slots=True)
@@ -299,6 +320,7 @@ class ReportStats(Counters):
     reports_received: int = 0
     reports_relayed: int = 0
     reports_not_relayed: int = 0  # reports not passed on to a peer admitted less than a report interval ago
+    reports_unchanged: int = 0  # regular reports not sent: their facts were those of the last one sent (14)
 
 
 def _no_conn_counters(conn: int) -> tuple[int, int]:
@@ -340,6 +362,8 @@ class Reports:
         self._links: dict[NodeId, tuple[int, float]] = {}  # admitted peer -> (conn, when admitted)
         self._actions: list[Send] = []
         self._rng = random.Random(bytes(uuid))  # the spread of report times (deterministic per node)
+        self._facts: tuple[object, ...] | None = None  # of the last report sent
+        self._refresh_at = -math.inf  # when a report is sent even if its facts did not change
 
     @property
     def timing(self) -> PictureTiming:
@@ -352,6 +376,7 @@ class Reports:
 
     def peer_up(self, peer: NodeId, conn: int, now: float, facts: PeerFacts) -> None:
         self._links[peer] = (conn, now)
+        self._facts = None  # the next report goes out whatever it says: the newcomer holds none of ours
         self.pictures.sessions_changed(now)
 
     def peer_down(self, peer: NodeId, now: float) -> None:
@@ -393,11 +418,20 @@ class Reports:
         # The next regular report: an interval (scaled) from now, give or take a tenth at random, so
         # the group's reports spread over time instead of coming in step; then put off to the next
         # heartbeat, which it replaces (protocol.md 14): it costs the peers no wake-up of its own.
-        span = pictures.timing.interval * pictures.scale() * (0.9 + 0.2 * self._rng.random())
+        timing, scale = pictures.timing, pictures.scale()
+        span = timing.interval * scale * (0.9 + 0.2 * self._rng.random())
         pictures.published(now, self._mesh.heartbeat_after(now + span))
         pictures.expire(now)
         report = self.report(now)
-        pictures.accept(report, now)
+        pictures.accept(report, now)  # ours, sent or not: its numbers are the freshest beside the picture
+        facts = report_facts(report, timing)
+        if facts == self._facts and now < self._refresh_at:
+            # Nothing the picture is computed from changed: the peers' copy of our last report
+            # gives them the same picture.  Only the numbers beside it would be newer.
+            self.stats.reports_unchanged += 1
+            return
+        self._facts = facts
+        self._refresh_at = now + timing.refresh * scale
         for conn, _ in self._links.values():
             self._actions.append(Send(conn, report))
         self.stats.reports_sent += len(self._links)
