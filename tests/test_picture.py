@@ -302,3 +302,30 @@ def test_a_newcomer_behind_a_one_way_link_still_gets_the_report_relayed() -> Non
     assert net.settle(10.0, lambda: a.mesh.uuid in c.pictures.reports())
     assert b.reports.stats.reports_relayed > 0 and b.reports.stats.reports_not_relayed > 0
     assert net.settle(10.0, lambda: len(digests([a, b, c])) == 1 and len(c.pictures.picture().members) == 3)
+
+
+def test_a_quiet_group_repeats_an_unchanged_report_only_to_refresh_it_and_a_newcomer_gets_one_at_once() -> None:
+    net = SimNetwork(seed=21)
+    nodes = [net.add(f"q{i}", "g") for i in range(6)]  # the default timing: interval 2 s, refresh 4 s
+    for node in nodes[1:]:
+        node.mesh.add_seed(nodes[0].mesh.endpoint, net.now)
+    assert net.settle(15.0, lambda: len(digests(nodes)) == 1 and len(nodes[0].pictures.picture().members) == 6)
+    net.run(10.0)
+    sent = [n.reports.stats.reports_sent for n in nodes]
+    window = 40.0
+    for _ in range(8):
+        net.run(window / 8)
+        assert len(digests(nodes)) == 1  # the numbers beside the facts age; the picture does not change
+    refresh = PictureTiming().refresh
+    for node, before in zip(nodes, sent, strict=True):
+        reports = (node.reports.stats.reports_sent - before) / 5  # to each of 5 peers
+        # Every refresh (4 s, give or take a tenth, on a heartbeat), not every interval (2 s: 20).
+        assert window / (1.1 * refresh + 1) - 1 <= reports <= window / (0.9 * refresh) + 1, reports
+        assert node.reports.stats.reports_unchanged >= reports - 2
+    newcomer = net.add("q6", "g")
+    newcomer.mesh.add_seed(nodes[0].mesh.endpoint, net.now)
+    joined = net.now
+    group = [*nodes, newcomer]
+    assert net.settle(5.0, lambda: len(digests(group)) == 1 and len(newcomer.pictures.picture().members) == 7)
+    # Within the soon window (1 s) of the admissions, not a refresh later.
+    assert net.now - joined <= 1.5

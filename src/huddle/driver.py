@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -52,6 +53,11 @@ FAILURE_LOG_EVERY = 60.0
 Publish = Callable[[Event | ServiceEvent], None]
 
 
+def _wake(sleeper: asyncio.Future[None]) -> None:
+    if not sleeper.done():
+        sleeper.set_result(None)
+
+
 class MeshDriver:
     """Carries the mesh's actions out on the transport and feeds it what happens."""
 
@@ -65,6 +71,11 @@ class MeshDriver:
         self.traffic = TrafficStats()
         self._failures = RateLog(log, period=FAILURE_LOG_EVERY)  # per DriverStats counter
         self._space: dict[NodeId, asyncio.Event] = {}  # set when a full send buffer has room again
+        # The timer loop sleeps on this future until ``_due`` (the mesh's next deadline); an input
+        # that brings a deadline forward (a report due sooner, a frame to retransmit) wakes it.
+        self._sleeper: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None  # sets the sleeper's result at _due
+        self._due = math.inf
 
     def attach(self, mesh: Mesh, transport: ZmqTransport) -> None:
         self.mesh, self.transport = mesh, transport
@@ -107,9 +118,15 @@ class MeshDriver:
 
     async def run(self, every: float, on_interval: Callable[[float], None]) -> None:
         """The timer loop: poll the transport, tick the mesh, carry out its actions, sleep
-        until its next deadline; ``on_interval(now)`` every ``every`` seconds."""
+        until its next deadline; ``on_interval(now)`` every ``every`` seconds.
+
+        An idle node wakes only when a timer is due (its heartbeats, mostly), not at a fixed
+        rate: each wake-up of an idle process is what a group of many nodes on one machine
+        pays for.  Whatever is handed in between (frames, a send) is followed by
+        :meth:`execute`, which wakes the loop sooner if that brought a deadline forward."""
         mesh, transport = self.mesh, self.transport
         assert mesh is not None and transport is not None
+        loop = asyncio.get_running_loop()
         next_interval = self.clock()
         while True:
             now = self.clock()
@@ -120,11 +137,19 @@ class MeshDriver:
                 transport.poll()
                 mesh.tick(now)
                 self.execute()
-                delay = max(0.0, mesh.next_deadline(now) - self.clock())
+                due = min(mesh.next_deadline(now), next_interval)
             except Exception as exc:  # a bug or a bad input must not stop the node's clock
                 self.survived("tick_failures", "a turn of the timer loop", exc)
-                delay = TICK_RETRY
-            await asyncio.sleep(delay)
+                due = self.clock() + TICK_RETRY
+            sleeper = loop.create_future()
+            self._sleeper, self._due = sleeper, due
+            self._timer = loop.call_later(max(0.0, due - self.clock()), _wake, sleeper)
+            try:
+                await sleeper
+            finally:
+                if self._timer is not None:
+                    self._timer.cancel()
+                self._sleeper, self._timer, self._due = None, None, math.inf
 
     # ------------------------------------------------------- out of the mesh
 
@@ -162,6 +187,19 @@ class MeshDriver:
                         forget(action.conn)
             except Exception as exc:  # one action that cannot be carried out must not stop the others
                 self.survived("action_failures", f"an action ({type(action).__name__})", exc)
+        sleeper = self._sleeper
+        if sleeper is not None:  # the timer loop sleeps: bring its wake-up forward if a deadline came sooner
+            try:
+                now = self.clock()
+                due = mesh.next_deadline(now)
+                if due < self._due:
+                    if self._timer is not None:
+                        self._timer.cancel()
+                    self._due = due
+                    self._timer = asyncio.get_running_loop().call_later(max(0.0, due - now), _wake, sleeper)
+            except Exception as exc:
+                self.survived("tick_failures", "a turn of the timer loop", exc)
+                _wake(sleeper)
 
     def survived(self, counter: str, what: str, exc: Exception) -> None:
         """Count a failure the driver survived; log it at most once a minute per counter

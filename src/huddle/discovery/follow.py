@@ -3,7 +3,8 @@
 The pure rules (what a change means: :class:`~.watch.Lost`, :class:`~.watch.Moved`,
 :class:`~.watch.Back`) are in :mod:`.watch`; here is the driver side.  Every
 ``INTERFACE_POLL`` seconds :class:`NetworkFollower` looks at the machine's IPv4
-interfaces and, on a change, carries it out through narrow callbacks the node
+interfaces (ifaddr, when the kernel's address table changed or every
+``FULL_LOOK_EVERY`` looks) and, on a change, carries it out through narrow callbacks the node
 gives it at wiring time (:class:`Followers`), so it knows no mesh, transport or
 guest server:
 
@@ -29,7 +30,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from .interfaces import Interface, InterfaceAbsent, ipv4_interfaces, resolve_interface
+from .interfaces import Interface, InterfaceAbsent, address_table, ipv4_interfaces, resolve_interface
 from .watch import Back, InterfaceWatch, Lost, Moved, WatchDecision
 
 __all__ = ["INTERFACE_POLL", "Announce", "FollowCounts", "Followers", "NetworkFollower", "Router", "advertise",
@@ -37,6 +38,8 @@ __all__ = ["INTERFACE_POLL", "Announce", "FollowCounts", "Followers", "NetworkFo
 
 log = logging.getLogger("huddle.node")  # the node's lines, as before this module was split out
 
+# A full look at the interfaces (ifaddr) at least every this many looks, changed or not.
+FULL_LOOK_EVERY = 10
 # How often the node looks at its interface's addresses (ifaddr), and at an --interface not there yet.
 INTERFACE_POLL = 1.0
 
@@ -124,9 +127,19 @@ class NetworkFollower:
         self._announce_due = False  # a re-announcement failed: try again at the next look
 
     async def run(self) -> None:
-        """Look every ``poll`` seconds and follow, until cancelled."""
+        """Look every ``poll`` seconds and follow, until cancelled.  The full look (ifaddr)
+        is taken when the kernel's address table changed, a re-announcement is due, or
+        FULL_LOOK_EVERY looks went by without one (what the table may not show: an address
+        that moved to another interface); the others cost an idle node next to nothing."""
+        seen: bytes | None = None
+        skipped = 0
         while True:
             await asyncio.sleep(self._poll)
+            table = address_table()
+            if table is not None and table == seen and not self._announce_due and skipped < FULL_LOOK_EVERY:
+                skipped += 1
+                continue
+            seen, skipped = table, 0
             await self.look(ipv4_interfaces())
 
     async def look(self, interfaces: list[Interface]) -> None:

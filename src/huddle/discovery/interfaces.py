@@ -11,7 +11,7 @@ import ifaddr
 
 from ..errors import ConfigError
 
-__all__ = ["LOOPBACK", "Interface", "InterfaceAbsent", "ipv4_interfaces", "resolve_interface"]
+__all__ = ["LOOPBACK", "Interface", "InterfaceAbsent", "address_table", "ipv4_interfaces", "resolve_interface"]
 
 log = logging.getLogger("huddle.discovery")
 
@@ -46,6 +46,17 @@ def ipv4_interfaces() -> list[Interface]:
                 net = ipaddress.IPv4Network(f"{ip.ip}/{ip.network_prefix}", strict=False)
                 found.append(Interface(adapter.nice_name, ip.ip, net))
     return found
+
+
+def address_table() -> bytes | None:
+    """A cheap fingerprint of the machine's IPv4 addresses and routes (Linux: the kernel's
+    /proc/net/fib_trie, about 25 us to read where ifaddr takes 0.5 ms): while it stays the
+    same, no address came or went.  None where there is none (then look with ifaddr)."""
+    try:
+        with open("/proc/net/fib_trie", "rb") as fh:
+            return fh.read()
+    except OSError:
+        return None
 
 
 def _default_route_interface() -> str | None:

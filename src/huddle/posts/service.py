@@ -151,6 +151,7 @@ class PostService:
         self.server = Server(store, str(uuid), node.config.name, max_chunk=node.config.max_message - 64)
         self.clients: dict[NodeId, Client] = {}
         self._wanted: dict[NodeId, float] = {}  # peers with posts to offer -> when to start a session
+        self._work = asyncio.Event()  # set when a session starts or one is wanted: run() has timers again
         self._again: set[NodeId] = set()  # NEWS came during the session: run another after it
         self._out: dict[NodeId, deque[bytes]] = {}
         self._pumps: dict[NodeId, asyncio.Task[None]] = {}
@@ -291,7 +292,11 @@ class PostService:
             for peer in list(self.clients):
                 if peer not in alive:
                     self._carry(peer, self.clients[peer].abort("peer not alive"))
-            await asyncio.sleep(min(0.5, self.settings.interval))
+            if self.clients or self._wanted:
+                await asyncio.sleep(min(0.5, self.settings.interval))
+            else:  # no session and none wanted: nothing to time until one starts (an idle node sleeps)
+                self._work.clear()
+                await self._work.wait()
 
     def _start(self, peer: NodeId, now: float) -> None:
         uuid = self.node.uuid
@@ -302,6 +307,7 @@ class PostService:
                         retry_after=s.retry_after, tokens=self._tokens, limits=self.limits,
                         require_seal=s.require_seal)
         self.clients[peer] = client
+        self._work.set()
         self._counted.pop(peer, None)
         self.stats.sessions += 1
         self._carry(peer, client.start(now))
@@ -373,6 +379,7 @@ class PostService:
             if a.reason != "done":
                 self.stats.sessions_failed += 1
                 log.info("post sync with %s ended: %s", peer.short, a.reason)
+            self._work.set()
             if peer in self._again:  # NEWS during the session
                 self._again.discard(peer)
                 self._wanted[peer] = 0.0

@@ -38,7 +38,7 @@ from ..errors import LocalProtocolError
 from ..ids import NodeId
 from ..wire import Dack, Dmsg, Message
 from .events import BufferSpace, Counters, MessageReceived, Notify, Send
-from .service import DETACHED, MeshView, PayloadTaker, PeerFacts
+from .service import BUSY_POLL, DETACHED, MeshView, PayloadTaker, PeerFacts
 
 __all__ = ["BufferFull", "Delivery", "DeliveryTiming", "MessageTooLarge", "NotIncluded"]
 
@@ -152,6 +152,9 @@ class Delivery:
         # Channels that owe their peer a DACK: take_actions reads these, not every channel (it
         # runs after each received message batch; scanning all channels cost O(peers) a batch).
         self._acks_due: list[tuple[NodeId, _Channel]] = []
+        # Some channel has frames not yet acknowledged, or a buffer that refused a send: the
+        # timers (retransmission, pacing, exclusion) then run every BUSY_POLL; else none is due.
+        self._busy = False
 
     # ------------------------------------------------------------- queries
 
@@ -188,6 +191,7 @@ class Delivery:
         ch = self._channels.get(peer)
         if ch is None:
             raise NotIncluded(f"{peer.short} is not a peer of this node")
+        self._busy = True
         if len(payload) > t.max_message:
             raise MessageTooLarge(f"message of {len(payload)} octets is larger than the largest allowed, {t.max_message}")
         if ch.buffered + len(payload) > t.buffer_bytes:
@@ -221,7 +225,7 @@ class Delivery:
             self.on_dack(peer, msg, now)
 
     def next_deadline(self, now: float) -> float:
-        return math.inf  # retransmissions run on the mesh's ticks
+        return now + BUSY_POLL if self._busy else math.inf
 
     def peer_up(self, peer: NodeId, conn: int, now: float, facts: PeerFacts) -> None:
         """``peer`` is admitted on ``conn``; ``facts.rate`` is the most octets per
@@ -237,6 +241,7 @@ class Delivery:
             self._reset(ch, incarnation)
         ch.inflight = ch.inflight_bytes = 0  # what was in flight may be lost with the old connection: send again
         ch.progress_at = now
+        self._busy = self._busy or bool(ch.unacked)
         self._pump(ch, now)
 
     def _reset(self, ch: _Channel, incarnation: str) -> None:
@@ -349,6 +354,7 @@ class Delivery:
         if after:
             for peer in self.stuck(now, after):
                 self._mesh.end_incarnation(peer, f"its send buffer stayed full for {after:g} s", now)
+        self._busy = any(ch.unacked or ch.full_since is not None for ch in self._channels.values())
 
     def take_actions(self) -> list[Send | Notify]:
         if self._acks_due:

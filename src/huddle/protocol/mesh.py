@@ -69,7 +69,7 @@ from .events import (
     PeerStateChanged,
     Send,
 )
-from .service import PeerFacts, PeerSeen, PeerService
+from .service import BUSY_POLL, PeerFacts, PeerSeen, PeerService
 
 S = TypeVar("S")
 
@@ -280,6 +280,9 @@ class Mesh:
         self._actions: list[Action] = []
         self._next_conn = 1
         self._next_beat = now
+        # The soonest of this mesh's own timers (liveness, handshakes, seeds, held HELOs, probes,
+        # an address move): computed at each tick, brought forward by what comes between two.
+        self._due = now
         self._closed = False
         self._last_frame: dict[NodeId, float] = {}  # any message from a node, admitted or not
         self._counts: dict[NodeId, list[int]] = {}  # per node: messages and octets received
@@ -318,6 +321,7 @@ class Mesh:
             service.attach(self)
         # Asked after every message the driver hands in: bound once, not looked up each time.
         self._takers: Final = tuple(service.take_actions for service in self._services)
+        self._deadlines: Final = tuple(service.next_deadline for service in self._services)
 
     # ------------------------------------------------------------------ queries
 
@@ -403,6 +407,7 @@ class Mesh:
         if endpoint == self.endpoint or endpoint in self._seeds:
             return
         self._seeds[endpoint] = _Seed(endpoint=endpoint, next_try=now)
+        self._note(now)
         self._retry_seeds(now)
 
     def discovered(self, uuid: NodeId, endpoint: str, now: float) -> None:
@@ -441,6 +446,7 @@ class Mesh:
                 self._actions.append(Disconnect(seed.conn))  # its HELO named the old endpoint
                 seed.conn = None
                 seed.next_try = now
+                self._note(now)
         self._tell_moved(now)
 
     def _tell_moved(self, now: float) -> None:
@@ -453,6 +459,7 @@ class Mesh:
                 self._actions.append(Connect(s.conn, s.endpoint))  # same conn: replication and delivery keep it
                 self._send_hello(s.conn, reply=False, to=uuid, now=now)
                 self._moving[uuid] = now + self.beat
+                self._note(now + self.beat)
 
     def _follow_moved(self, s: _Session, endpoint: str) -> None:
         """An admitted peer says HELO from a new endpoint (its address changed):
@@ -549,6 +556,12 @@ class Mesh:
                     self.stats.chats_received += 1
                     self._notify(ChatReceived(s.uuid, s.name, text, self.mesh_time(now)))
                     return True
+        elif len(frames) == 3 and frames[1] == b"BEAT" and not frames[2] and not self._closed:
+            # Heartbeats are most of what an idle node receives: an admitted peer's needs no decoding.
+            s = self._sessions.get(frames[0])  # type: ignore[call-overload]
+            if s is not None and s.admitted and (s.source == source or not source):
+                self._heard(s, now)
+                return True
         try:
             msg = _decode(frames)
         except DecodeError as exc:
@@ -872,6 +885,7 @@ class Mesh:
         conn = self._connect(endpoint)
         self._send_hello(conn, reply=False, to=uuid, now=now)
         self._probes[uuid] = (conn, endpoint, now)
+        self._note(now + self.timing.handshake_timeout)
 
     def _adopt_probe(self, uuid: NodeId, endpoint: str) -> int | None:
         """The connection of our probe to ``uuid`` at ``endpoint``, for its new session: a
@@ -902,11 +916,24 @@ class Mesh:
     # -------------------------------------------------------------------- time
 
     def tick(self, now: float) -> None:
-        """Advance timers: heartbeats, liveness, handshakes, seeds, probes."""
+        """Advance timers: heartbeats, liveness, handshakes, seeds, probes.
+
+        Heartbeats go out on a grid of mesh time (every ``heartbeat_interval`` from 0), so
+        the members of a group, whose mesh clocks agree, beat at the same moments and each
+        one reads its peers' heartbeats in a few batches rather than one by one.  The
+        periodic work that may wait for a heartbeat goes out with one: TIME probes (in place
+        of that peer's BEAT), member lists, and what the services send on that tick (a peer
+        sent anything else on this tick gets no BEAT: every message is a sign of life)."""
         if self._closed:
             return
         t = self.timing
         self._answer_waiting(now)
+        beat_at = self._next_beat
+        beating = now >= beat_at
+        # A TIME probe replaces the BEAT it goes with; its interval counts from the heartbeat's
+        # place on the grid, so that the next one falls on a heartbeat too.
+        probe_base = beat_at if now - beat_at < t.heartbeat_interval else now
+        told: set[int] = set()
         for s in list(self._sessions.values()):
             silence = now - s.last_heard
             if s.admitted:
@@ -916,8 +943,10 @@ class Mesh:
                 if silence >= s.suspect_after and s.phase is Phase.ALIVE:
                     s.phase = Phase.SUSPECT
                     self._notify(PeerStateChanged(s.uuid, s.name, s.phase.value, self.mesh_time(now)))
-                if now >= s.next_probe:
+                if beating and now >= s.next_probe:
                     self._probe(s, now)
+                    s.next_probe = probe_base + t.rtt_probe_interval
+                    told.add(s.conn)
             elif now - s.created >= t.handshake_timeout and silence >= t.handshake_timeout:
                 self._actions.append(Disconnect(s.conn))
                 self._forget(s, now)
@@ -928,32 +957,87 @@ class Mesh:
                 # No answer: drop the queued HELO; the next retry dials afresh.
                 self._actions.append(Disconnect(seed.conn))
                 seed.conn = None
-        if now >= self._next_beat:
-            beat = Beat(sender=self.uuid)
-            for s in self._sessions.values():
-                if s.admitted:
-                    self._send(s.conn, beat)
-            self._next_beat = max(self._next_beat + t.heartbeat_interval, now)
         for uuid in [u for u, g in self._gone.items() if g.until <= now]:
             del self._gone[uuid]
         for uuid in [u for u, (_, _, at) in self._probes.items() if now - at >= t.handshake_timeout]:
             self._actions.append(Disconnect(self._probes.pop(uuid)[0]))
-        if now >= self._next_list:
+        if beating and now >= self._next_list:
             self._next_list = now + t.membership_interval * (0.5 + self._rng.random())
             admitted = [x for x in self._sessions.values() if x.phase is Phase.ALIVE]
             if admitted:
-                self._send_members(self._rng.choice(admitted), now, reply=False)
+                chosen = self._rng.choice(admitted)
+                self._send_members(chosen, now, reply=False)
+                told.add(chosen.conn)
         self._retry_seeds(now)
         if self._moving:
             self._tell_moved(now)
         for service in self._services:
             service.tick(now)
+        if beating:
+            # What the services send now goes before the heartbeats, which it makes needless.
+            for take in self._takers:
+                more = take()
+                if more:
+                    self._actions.extend(more)
+                    told.update(a.conn for a in more if isinstance(a, Send))
+            beat = Beat(sender=self.uuid)
+            for s in self._sessions.values():
+                if s.admitted and s.conn not in told:
+                    self._send(s.conn, beat)
+            self._next_beat = self._grid_after(now)
+        self._due = self._own_deadline(now)
+
+    def heartbeat_after(self, when: float) -> float:
+        """The first heartbeat moment at or after ``when`` (a multiple of the interval in mesh time)."""
+        beat = self.timing.heartbeat_interval
+        return math.ceil(self.mesh_time(when) / beat) * beat - self.offset
+
+    def _grid_after(self, now: float) -> float:
+        """The first heartbeat moment after ``now``: the next multiple of the interval in mesh time."""
+        beat = self.timing.heartbeat_interval
+        mesh_now = self.mesh_time(now)
+        return (math.floor(mesh_now / beat) + 1) * beat - self.offset
+
+    def _own_deadline(self, now: float) -> float:
+        """The soonest of this mesh's own timers but the heartbeat (which ticks anyway), from scratch."""
+        t = self.timing
+        due = math.inf
+        for s in self._sessions.values():
+            phase = s.phase
+            if phase is Phase.ALIVE:
+                due = min(due, s.last_heard + s.suspect_after)
+            elif phase is Phase.SUSPECT:
+                due = min(due, s.last_heard + s.gone_after)
+            else:
+                due = min(due, max(s.created, s.last_heard) + t.handshake_timeout)
+        for seed in self._seeds.values():
+            if seed.refused is None and seed.peer is None:
+                due = min(due, seed.next_try)
+                if seed.conn is not None:
+                    due = min(due, seed.opened + t.handshake_timeout)
+        for _, _, at in self._waiting.values():
+            due = min(due, at + t.handshake_timeout)
+        for _, _, at in self._probes.values():
+            due = min(due, at + t.handshake_timeout)
+        if self._moving:
+            due = min(due, *self._moving.values())
+        if self._waiting:
+            due = min(due, now + BUSY_POLL)  # answered as slots free; polled as before
+        return due
+
+    def _note(self, when: float) -> None:
+        """A timer of this mesh's own is due at ``when`` (between two ticks): tick by then."""
+        self._due = min(self._due, when)
 
     def next_deadline(self, now: float) -> float:
-        """The latest time by which :meth:`tick` should be called again."""
-        deadline = min(self._next_beat, now + 0.1)
-        for service in self._services:
-            deadline = min(deadline, service.next_deadline(now))
+        """The latest time by which :meth:`tick` should be called again: the next heartbeat,
+        or sooner when a timer of the mesh's own or of a service is due.  Cheap (no loop over
+        the peers): the driver asks after every input."""
+        deadline = self._next_beat if self._next_beat < self._due else self._due
+        for due in self._deadlines:  # no min(): this runs after every message a sender sends
+            when = due(now)
+            if when < deadline:  # noqa: PLR1730 (min() costs a call here)
+                deadline = when
         return deadline
 
     # ---------------------------------------------------------------- internals
@@ -1005,6 +1089,7 @@ class Mesh:
         )
         self._sessions[uuid] = s
         self._counts.setdefault(uuid, [0, 0])
+        self._note(now + self.timing.handshake_timeout)
         return s
 
     def _open(
@@ -1027,6 +1112,7 @@ class Mesh:
         others = [x for x in self._sessions.values() if x.admitted and x is not s]
         s.phase = Phase.ALIVE
         s.joined = now
+        self._note(s.last_heard + s.suspect_after)
         self._gone.pop(s.uuid, None)
         if s.seed is None:
             for seed in self._seeds.values():
@@ -1057,6 +1143,9 @@ class Mesh:
         # two lone nodes meet, the one with the smaller UUID is the reference.
         s.sync_pending = not others and (s.helo_peers > 0 or s.uuid < self.uuid)
         self._probe(s, now)
+        # The next probe half an interval on: between the idle GSIPs the log sends this peer
+        # every gossip_idle from now, so that each replaces a heartbeat of its own.
+        s.next_probe = now + self.timing.rtt_probe_interval / 2
         self._answer_waiting(now)  # a handshake slot just freed
 
     def _probe(self, s: _Session, now: float) -> None:
@@ -1088,6 +1177,7 @@ class Mesh:
                 seed.peer = None
                 seed.conn = None
                 seed.backoff = 0.0
+                self._note(min(now, seed.next_try))  # dialled again at once
 
     def _refuse_endpoint(self, uuid: NodeId, endpoint: str, incarnation: str, reason: str, now: float) -> None:
         old = self._sessions.get(uuid)
@@ -1186,6 +1276,7 @@ class Mesh:
                 self._given_up(m, now)
         if limit:
             waiting[uuid] = (m, via, now)
+            self._note(now + BUSY_POLL)
             if isinstance(m, Helo):
                 self.stats.helos_waited += 1
             else:
@@ -1268,6 +1359,7 @@ class Mesh:
             self._send_hello(seed.conn, reply=False, to=None, now=now)
             seed.backoff = min(_SEED_BACKOFF_MAX, max(self.timing.seed_retry, seed.backoff * 2))
             seed.next_try = now + seed.backoff
+            self._note(min(seed.next_try, seed.opened + self.timing.handshake_timeout))
 
     def _adopt_seed_conn(self, uuid: NodeId, endpoint: str) -> int | None:
         seed = self._seeds.get(endpoint)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import random
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -37,7 +38,7 @@ from ..wire.messages import MAX_FORGED_ROWS
 from .events import Counters, Send
 from .service import DETACHED, MeshView, PeerFacts
 
-__all__ = ["REPORT_QUIET", "Picture", "PictureTiming", "Pictures", "ReportStats", "Reports", "compute"]
+__all__ = ["REPORT_QUIET", "Picture", "PictureTiming", "Pictures", "ReportStats", "Reports", "compute", "report_facts"]
 
 ADMITTED: Final = frozenset({"alive", "suspect"})
 REPORT_QUIET: Final = 0.2  # seconds without a change of our sessions before a report says so
@@ -52,6 +53,13 @@ class PictureTiming:
     lossy_ratio: float = 0.05  # addressed frames sent again per frame sent, above which a peer is lossy
     lossy_min_frames: int = 100  # ... counted only once this many frames were sent
     queue_limit: int = 4 * 1024 * 1024  # octets queued for a node, above which it is lagging
+
+    @property
+    def refresh(self) -> float:
+        """A report whose facts (what the digest depends on) did not change since the last one
+        sent goes out again only this often (scaled as the interval): 0.4 x expire_after, so
+        one report lost still leaves the next in time."""
+        return max(self.interval, 0.4 * self.expire_after)
 
     def __post_init__(self) -> None:
         if min(self.interval, self.expire_after, self.hear_window, self.slow_rtt) <= 0:
@@ -159,6 +167,20 @@ def compute(reports: Mapping[NodeId, Raws], timing: PictureTiming = PictureTimin
     return Picture(tuple(members), tuple(links), digest)
 
 
+def report_facts(report: Raws, timing: PictureTiming) -> tuple[object, ...]:
+    """What :func:`compute` reads of ``report`` (its facts): two reports of one origin with
+    the same facts give every node the same picture and digest.  The counters, round trips
+    and times beside them are left out but for what crosses a threshold (heard within the
+    hear window, a round trip above slow_rtt, a queue above queue_limit) and the addressed
+    frames sent and sent again (lossy)."""
+    window, slow, limit = timing.hear_window, timing.slow_rtt, timing.queue_limit
+    return (
+        report.name, report.node_type, report.cut_off, report.forged,
+        tuple((p.peer, p.state, p.heard is not None and p.heard <= window, p.rtt is not None and p.rtt > slow,
+               p.sent, p.retrans, p.queued > limit) for p in report.peers),
+    )
+
+
 @dataclass(slots=True)
 class _Held:
     report: Raws
@@ -201,11 +223,12 @@ class Pictures:
         due = max(min(now + REPORT_QUIET, self._changed + window), self._last + window)
         self.next_report = min(self._regular, due)
 
-    def published(self, now: float) -> None:
-        """We reported at ``now``: the next is due an interval later (scaled)."""
+    def published(self, now: float, regular: float | None = None) -> None:
+        """We reported at ``now``: the next is due at ``regular`` (default: an interval
+        later, scaled)."""
         self._last = now
         self._changed = None
-        self.next_report = self._regular = now + self.timing.interval * self.scale()
+        self.next_report = self._regular = now + self.timing.interval * self.scale() if regular is None else regular
 
     def accept(self, report: Raws, now: float) -> bool:
         """Keep ``report`` if it is newer than what is held of its origin.
@@ -297,6 +320,7 @@ class ReportStats(Counters):
     reports_received: int = 0
     reports_relayed: int = 0
     reports_not_relayed: int = 0  # reports not passed on to a peer admitted less than a report interval ago
+    reports_unchanged: int = 0  # regular reports not sent: their facts were those of the last one sent (14)
 
 
 def _no_conn_counters(conn: int) -> tuple[int, int]:
@@ -337,6 +361,9 @@ class Reports:
         self._mesh: MeshView = DETACHED
         self._links: dict[NodeId, tuple[int, float]] = {}  # admitted peer -> (conn, when admitted)
         self._actions: list[Send] = []
+        self._rng = random.Random(bytes(uuid))  # the spread of report times (deterministic per node)
+        self._facts: tuple[object, ...] | None = None  # of the last report sent
+        self._refresh_at = -math.inf  # when a report is sent even if its facts did not change
 
     @property
     def timing(self) -> PictureTiming:
@@ -349,6 +376,7 @@ class Reports:
 
     def peer_up(self, peer: NodeId, conn: int, now: float, facts: PeerFacts) -> None:
         self._links[peer] = (conn, now)
+        self._facts = None  # the next report goes out whatever it says: the newcomer holds none of ours
         self.pictures.sessions_changed(now)
 
     def peer_down(self, peer: NodeId, now: float) -> None:
@@ -387,10 +415,23 @@ class Reports:
         pictures = self.pictures
         if now < pictures.next_report:
             return
-        pictures.published(now)
+        # The next regular report: an interval (scaled) from now, give or take a tenth at random, so
+        # the group's reports spread over time instead of coming in step; then put off to the next
+        # heartbeat, which it replaces (protocol.md 14): it costs the peers no wake-up of its own.
+        timing, scale = pictures.timing, pictures.scale()
+        span = timing.interval * scale * (0.9 + 0.2 * self._rng.random())
+        pictures.published(now, self._mesh.heartbeat_after(now + span))
         pictures.expire(now)
         report = self.report(now)
-        pictures.accept(report, now)
+        pictures.accept(report, now)  # ours, sent or not: its numbers are the freshest beside the picture
+        facts = report_facts(report, timing)
+        if facts == self._facts and now < self._refresh_at:
+            # Nothing the picture is computed from changed: the peers' copy of our last report
+            # gives them the same picture.  Only the numbers beside it would be newer.
+            self.stats.reports_unchanged += 1
+            return
+        self._facts = facts
+        self._refresh_at = now + timing.refresh * scale
         for conn, _ in self._links.values():
             self._actions.append(Send(conn, report))
         self.stats.reports_sent += len(self._links)

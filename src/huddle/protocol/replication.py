@@ -63,7 +63,7 @@ from ..wire import MAX_BODY, Gsip, LogHead, LogRecord, Message, Xmsg
 from ..wire.messages import MAX_SEQ, check_record
 from .events import Counters, LogAppended, Notify, Send
 from .logchain import GENESIS, LogSigner, chain_hashes, check_batch, key_bound, sign_head
-from .service import DETACHED, MeshView, PeerFacts
+from .service import BUSY_POLL, DETACHED, MeshView, PeerFacts
 
 __all__ = [
     "EventStore", "MemoryStore", "RecordRun", "ReplicationTiming", "Replicator", "SourceState", "canonical_json",
@@ -375,6 +375,10 @@ class Replicator:
         self._actions: list[Send | Notify] = []
         self._dirty = False
         self._vv_changed = True  # our version vector changed since the last tick
+        # Changed since the last tick (_vv_changed is also reset by a GSIP sent in between):
+        # a peer may be owed a GSIP sooner than the gossip deadline the last tick computed.
+        self._unsettled = True
+        self._gossip_due = math.inf  # the soonest GSIP owed for a change (the last tick's view)
         self._vv: dict[NodeId, int] = {}
         self._vv_items: tuple[tuple[NodeId, int], ...] = ()
         self._now = now
@@ -511,7 +515,7 @@ class Replicator:
             self._outbox.append(list(records))
         self._appended.extend(((record,), None) for record in records)
         self.stats.originated += len(records)
-        self._dirty = self._vv_changed = True
+        self._dirty = self._vv_changed = self._unsettled = True
         return records
 
     def append_run(self, run: RecordRun, now: float) -> None:
@@ -533,7 +537,7 @@ class Replicator:
         self._outbox.append(run)
         self._appended.append((run, None))
         self.stats.originated += len(run)
-        self._dirty = self._vv_changed = True
+        self._dirty = self._vv_changed = self._unsettled = True
 
     def _chain_new(self, records: Sequence[LogRecord]) -> int:
         """Chain our new ``records`` on from our tip; kept until they are signed.
@@ -565,7 +569,12 @@ class Replicator:
         """Excluded: nothing more than its session's end (:meth:`peer_down`) to drop."""
 
     def next_deadline(self, now: float) -> float:
-        return math.inf  # gossip runs on the mesh's ticks
+        """Asks open or records lacking (a catch-up), or a change since the last tick: every
+        BUSY_POLL; else a GSIP owed for a change.  The idle GSIP (every gossip_idle) needs no
+        deadline: it goes with the first heartbeat tick once due."""
+        if self._unsettled or self._lacking or self._asks:
+            return now + BUSY_POLL
+        return self._gossip_due
 
     def peer_up(self, peer: NodeId, conn: int, now: float, facts: PeerFacts | None = None) -> None:
         """A peer was admitted: tell it at once what we hold (it may be a late joiner)."""
@@ -649,7 +658,7 @@ class Replicator:
             self.stats.duplicates += (hi - lo + 1) - got
             got_any += got
             if got:
-                self._vv_changed = True
+                self._vv_changed = self._unsettled = True
                 ask = self._asks.get(s)
                 if ask is not None and ask.provider == peer:
                     got_asked += got  # a catch-up we asked this peer for: its window waits for our acks
@@ -749,10 +758,18 @@ class Replicator:
         for peer, p in self._peers.items():
             if peer in asked:
                 continue
-            if now - p.told_at >= t.gossip_idle or (
+            # Idle: due gossip_idle after the last, on the first tick within BUSY_POLL of that
+            # (ticks come with the heartbeats then: a tick a little early does not put it off by one).
+            if now - p.told_at >= t.gossip_idle - BUSY_POLL or (
                 now - p.told_at >= t.gossip_interval and p.told is not vv and vv != p.told
             ):
                 self._send_gsip(peer, now, vv)
+        self._unsettled = False
+        due = math.inf
+        for p in self._peers.values():
+            if p.told is not vv and p.told_at < due and vv != p.told:
+                due = p.told_at
+        self._gossip_due = due + t.gossip_interval
 
     def take_actions(self) -> list[Send | Notify]:
         """Make staged records durable, then hand out what to send and announce."""

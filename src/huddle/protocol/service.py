@@ -15,7 +15,10 @@ construction, builds a table *message type -> service* from their ``handles``
 * ``receive(peer, msg, now)`` for every message of a type it handles from an
   admitted peer (membership, HELO/BOUT/GBYE/TIME/BEAT/CHAT/PEER/MEMB, stays
   the mesh's own);
-* ``tick(now)`` on every mesh tick, ``next_deadline(now)`` for the driver's timer;
+* ``tick(now)`` on every mesh tick, ``next_deadline(now)`` for the driver's timer: the
+  latest time by which the service must be ticked again, asked after every input, so it
+  must be cheap (no loop over peers); the mesh ticks at least on every heartbeat, so an
+  idle service returns ``math.inf`` and one with work in flight at most ``BUSY_POLL`` away;
 * ``take_actions()``: what it wants sent or announced, collected with the mesh's.
 
 A service that rides on addressed messages rather than on a message type of its
@@ -37,7 +40,12 @@ from ..ids import NodeId
 from ..wire import Message
 from .events import Action
 
-__all__ = ["DETACHED", "MeshView", "PayloadTaker", "PeerFacts", "PeerSeen", "PeerService"]
+__all__ = ["BUSY_POLL", "DETACHED", "MeshView", "PayloadTaker", "PeerFacts", "PeerSeen", "PeerService"]
+
+# How often a service's timers run while it has work in flight (an ask, a frame not yet
+# acknowledged, a change not yet gossiped): its next_deadline is at most this far away
+# then.  An idle service has no deadline of its own and rides on the mesh's heartbeats.
+BUSY_POLL: Final = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +91,11 @@ class MeshView(Protocol):
     def exclude_slow_after(self) -> float: ...
 
     def mesh_time(self, now: float) -> float: ...
+
+    def heartbeat_after(self, when: float) -> float:
+        """The first of this node's heartbeat moments at or after ``when`` (local clock): a
+        service whose periodic message may go then saves the peers a wake-up, and the BEAT."""
+        ...
 
     def seen(self, now: float, keep: float) -> list[PeerSeen]:
         """Every node heard from within ``keep`` seconds or with a session, by UUID,

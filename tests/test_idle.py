@@ -1,0 +1,86 @@
+"""What an idle group costs each node: wake-ups and messages (issue 20: 64 nodes on one machine).
+
+A node's timers run when one is due (``Mesh.next_deadline``), not every 100 ms; heartbeats go
+out on a grid of mesh time, so a node reads its peers' heartbeats in one batch; what else goes
+to a peer on a heartbeat tick (a TIME probe, an idle GSIP, a RAWS report, a member list)
+replaces that peer's BEAT.  The simulator runs the nodes as the driver does
+(``SimNetwork.run_on_deadlines``), so the ticks counted are the timer's wake-ups.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from huddle.protocol.events import PeerLeft, PeerStateChanged
+from huddle.protocol.mesh import Timing
+from huddle.sim import SimNetwork, SimNode
+
+N = 16
+WINDOW = 30.0  # simulated seconds watched once the group is quiet
+
+
+def quiet_group(n: int) -> tuple[SimNetwork, list[SimNode]]:
+    net = SimNetwork(seed=20, latency=0.002)
+    nodes = [net.add(f"n{i:02d}", "g", log=True) for i in range(n)]
+    for node in nodes[1:]:
+        node.mesh.add_seed(nodes[0].mesh.endpoint, net.local(node))
+    assert net.settle(10.0, lambda: all(len(x.mesh.alive_peers()) == n - 1 for x in nodes))
+    net.run_on_deadlines(15.0)  # the picture's first reports, the clocks synced: quiet from here
+    return net, nodes
+
+
+def test_a_quiet_group_wakes_each_node_about_once_a_heartbeat_and_sends_little_more_than_heartbeats() -> None:
+    net, nodes = quiet_group(N)
+    for node in nodes:
+        node.events.clear()
+    net.trace = []
+    ticks = net.run_on_deadlines(WINDOW)
+
+    # Timers: the heartbeat (1 s), which the node's own reports join, not a tick every 100 ms (319 here before).
+    assert max(ticks.values()) <= 1.4 * WINDOW, ticks
+    # Messages: one a peer a second (a BEAT, or what replaces it), plus the TIME replies (one a
+    # peer every 5 s) and a member list now and then.  Before: BEATs, TIME both ways, GSIPs and
+    # RAWS each on top (29.4 a second at N = 16: 1.96 x (N - 1); now 19.7: 1.31 x (N - 1)).
+    received = Counter(to for _, to, _ in net.trace)
+    assert max(received.values()) <= (1.35 * (N - 1) + 1) * WINDOW, received
+    kinds = Counter(type(m).__name__ for _, _, m in net.trace)
+    assert kinds["Beat"] < N * (N - 1) * WINDOW, kinds  # some BEATs were replaced
+    # Nobody was suspected, and every node computes the same picture of N healthy members.
+    for node in nodes:
+        assert not [e for e in node.events if isinstance(e, PeerStateChanged | PeerLeft)]
+    digests = {node.pictures.picture().digest for node in nodes}
+    assert len(digests) == 1
+    assert {m["health"] for m in nodes[0].pictures.picture().members} == {"ok"}
+    assert len(nodes[0].pictures.picture().members) == N
+
+
+def test_heartbeats_of_a_quiet_group_arrive_in_step() -> None:
+    net, nodes = quiet_group(8)
+    moments: dict[str, set[float]] = {node.mesh.endpoint: set() for node in nodes}
+    original = net.deliver_raw
+
+    def record(endpoint: str, frames: object, delay: float = 0.0, source: str = "") -> None:
+        moments[endpoint].add(round(net.now + delay, 2))  # to the 10 ms: one batch for the reader
+        original(endpoint, frames, delay, source)  # type: ignore[arg-type]
+
+    net.deliver_raw = record  # type: ignore[method-assign]
+    net.run_on_deadlines(WINDOW)
+    # Seven peers beat every second; in step, their heartbeats (and the probes, reports and lists
+    # that replace some) reach a node at about one moment a second, not seven.
+    assert max(len(m) for m in moments.values()) <= 2.5 * WINDOW, {k: len(v) for k, v in moments.items()}
+
+
+def test_a_crashed_node_is_still_found_gone_on_time_when_timers_run_only_when_due() -> None:
+    net, nodes = quiet_group(6)
+    for node in nodes:
+        node.events.clear()
+    crashed = net.now
+    net.crash(nodes[5])
+    net.run_on_deadlines(Timing().gone_after + 0.5)
+    for node in nodes[:5]:
+        left = [e for e in node.events if isinstance(e, PeerLeft)]
+        assert len(left) == 1 and left[0].reason == "timeout"
+        suspect = [e for e in node.events if isinstance(e, PeerStateChanged) and e.state == "suspect"]
+        assert len(suspect) == 1
+        # Within gone_after of its last heartbeat (at most one heartbeat before the crash).
+        assert left[0].time - node.mesh.offset <= crashed + Timing().gone_after + 0.01
