@@ -191,9 +191,9 @@ class Delivery:
         ch = self._channels.get(peer)
         if ch is None:
             raise NotIncluded(f"{peer.short} is not a peer of this node")
-        self._busy = True
         if len(payload) > t.max_message:
             raise MessageTooLarge(f"message of {len(payload)} octets is larger than the largest allowed, {t.max_message}")
+        self._busy = True  # queued, or a full buffer to time: the timers run every BUSY_POLL
         if ch.buffered + len(payload) > t.buffer_bytes:
             ch.waiting = True
             if ch.full_since is None:
