@@ -389,7 +389,7 @@ class Replicator:
         self._best: dict[NodeId, int] = {}  # source -> the most any peer is known to hold
         self._lacking: set[NodeId] = {s for s, st in self.sources.items() if st.ahead}
         self._outbox: list[list[LogRecord] | RecordRun] = []  # own records to push live, in pieces
-        self._own: list[list[LogRecord]] = []  # appended (a list per append_many), not yet staged
+        self._own: list[tuple[LogRecord, ...]] = []  # appended (one run per append_many), not yet staged
         self._appended: list[tuple[Sequence[LogRecord], NodeId | None]] = []
         self._actions: list[Send | Notify] = []
         self._dirty = False
@@ -531,12 +531,13 @@ class Replicator:
         own.add(first, records[-1].seq)
         if self.signer is not None:
             self._chain_new(records)
-        self._own.append(records)  # staged by _stage_own, one write per run of equal stamps
+        run = tuple(records)  # a copy: the caller gets the list
+        self._own.append(run)  # staged by _stage_own, one write per run of equal stamps
         if self._outbox and isinstance(self._outbox[-1], list):
             self._outbox[-1].extend(records)
         else:
             self._outbox.append(list(records))
-        self._appended.append((tuple(records), None))
+        self._appended.append((run, None))
         self.stats.originated += len(records)
         self._dirty = self._vv_changed = self._unsettled = True
         return records
@@ -822,7 +823,7 @@ class Replicator:
             j = i + 1
             while j < len(calls) and calls[j][0].timestamp == stamp:
                 j += 1
-            piece = calls[i] if j == i + 1 else [r for call in calls[i:j] for r in call]
+            piece = calls[i] if j == i + 1 else tuple(r for call in calls[i:j] for r in call)
             if signed:
                 a = piece[0].seq - self._pending_base - 1
                 b = a + len(piece)
