@@ -15,6 +15,7 @@ import pytest
 from huddle import NodeId
 from huddle.limits import LogLimits
 from huddle.log import SqliteStore
+from huddle.log.store import Verified
 from huddle.protocol.events import Send
 from huddle.protocol.logchain import GENESIS, chain_hashes, check_batch, key_bound, sign_head
 from huddle.protocol.picture import compute
@@ -362,6 +363,30 @@ def test_received_signed_records_are_stored_with_digests_that_verify(tmp_path: P
     verified = store.verify()
     assert verified.rows == 7 and verified.bad == 0
     store.close()
+
+
+def test_runs_of_hundreds_are_stored_whole_own_and_received(tmp_path: Path) -> None:
+    # 250 = two statements of 100 rows and 50 by executemany (store.py, _insert_run).
+    store = SqliteStore(tmp_path / "a.sqlite", "g")
+    src = Replicator(A, store, now=0.0, signer=ALICE)
+    src.peer_up(B, 1, 0.0)
+    src.take_actions()
+    made = src.append_many([("score", f'{{"i":{i}}}') for i in range(1, 251)], 0.0, 100.0)
+    (msg,) = xmsgs(src.take_actions())
+    assert store.read(A, 0, 300) == made and store.verify() == Verified(250, 0, ())
+    assert store.chain_of(A, 250) == msg.heads[0][1].chain
+    peer_store = SqliteStore(tmp_path / "b.sqlite", "g")
+    r = attached(Replicator(B, peer_store, now=0.0, signer=BOB))
+    r.peer_up(A, 1, 0.0)
+    r.receive(A, msg, 1.0)
+    r.take_actions()
+    assert peer_store.read(A, 0, 300) == [replace(x, hops=1) for x in made]
+    assert [peer_store.chain_of(A, q) for q in (1, 100, 101, 250)] == [store.chain_of(A, q) for q in (1, 100, 101, 250)]
+    assert peer_store.verify() == Verified(250, 0, ())
+    rows = peer_store._db.execute("SELECT DISTINCT grp, received_at, received_from FROM events").fetchall()
+    assert rows == [("g", 1.0, bytes(A))]
+    store.close()
+    peer_store.close()
 
 
 def test_catch_up_of_large_records_is_cut_at_heads_within_the_body_cap() -> None:

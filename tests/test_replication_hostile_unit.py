@@ -22,9 +22,9 @@ from huddle.limits import LogLimits
 from huddle.log import SqliteStore
 from huddle.log.model import SourceState
 from huddle.protocol.events import Send
-from huddle.protocol.replication import MemoryStore, Replicator, _coalesce
+from huddle.protocol.replication import MemoryStore, Replicator, _coalesce, canonical_json
 from huddle.wire import MAX_BODY, Chat, Gsip, LogRecord, Xmsg, decode, encode, encode_parts
-from huddle.wire.messages import MAX_RECORD, MAX_SEQ, check_record, record_size, strict_json
+from huddle.wire.messages import MAX_RECORD, MAX_SEQ, _body_ok, check_record, make_record, record_size, strict_json
 
 ME = NodeId(b"\x01" * 16)
 PEER = NodeId(b"\x02" * 16)
@@ -105,8 +105,9 @@ def test_the_largest_record_that_fits_is_exactly_max_record_and_replicates() -> 
 
 
 @pytest.mark.parametrize(("kind", "body", "complaint"), [
-    ('"k\\ud800"', '"1"', "kind"),
-    ('"k"', '"\\"\\udc00\\""', "lone surrogate"),
+    # A lone surrogate escape in the message's own JSON: refused by the parser of the whole body.
+    ('"k\\ud800"', '"1"', "kind|surrogate"),
+    ('"k"', '"\\"\\udc00\\""', "surrogate"),
     ('"k"', '"NaN"', "valid JSON"),
     ('"k"', '"-Infinity"', "valid JSON"),
 ])
@@ -135,6 +136,50 @@ def test_strict_json_is_rfc_8259() -> None:
     # An escape that spells a lone surrogate: valid JSON syntax, not a Unicode value.
     assert not strict_json('"\\ud800"') and not strict_json('["\\udc00\\ud800"]')
     assert strict_json('"\\ud83d\\ude00"') and strict_json('"\\\\ud800"')
+
+
+def test_the_quick_body_check_agrees_with_strict_json() -> None:
+    # orjson first (short bodies), the strict parser when it refuses: the same verdicts.
+    cases = ["1", ' {"a": [1, 2.5e3, null]} ', '"\\u0001"', "NaN", "Infinity", '{"a":-Infinity}', '"\x01"', "",
+             "1 2", '"\\ud800"', '["\\udc00\\ud800"]', '"\\ud83d\\ude00"', '"\\\\ud800"', "1e400", "-1e400",
+             "123456789012345678901234567890", "[" * 400 + "]" * 400, "[" * 600 + "]" * 600, "[1,]", "{,}",
+             '{"a":1,"a":2}', "\ufeff1", "01", "-", "1.", ".5", "1e", '"\\x"', "tru", "nul", "\t1\n", "\x0c1"]
+    for body in cases:
+        assert _body_ok(body) == strict_json(body), body
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=40))
+def test_the_quick_body_check_agrees_with_strict_json_on_any_text(body: str) -> None:
+    assert _body_ok(body) == strict_json(body)
+
+
+def test_make_record_is_the_constructor_and_the_record_stays_frozen() -> None:
+    made = make_record(OTHER, 7, 1.5, "k", '{"a":1}', 2)
+    assert made == LogRecord(OTHER, 7, 1.5, "k", '{"a":1}', 2) and hash(made) == hash(LogRecord(OTHER, 7, 1.5, "k", '{"a":1}', 2))
+    with pytest.raises(AttributeError):
+        made.seq = 8  # type: ignore[misc]
+    assert replace(made, hops=3).hops == 3 and made.hops == 2
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12),
+    lambda c: st.lists(c, max_size=4) | st.tuples(c, c) | st.dictionaries(st.text(max_size=5) | st.integers(), c, max_size=4),
+    max_leaves=12)
+
+
+@settings(max_examples=400, deadline=None)
+@given(json_values)
+def test_canonical_json_is_the_json_modules_text_whichever_encoder_wrote_it(value: object) -> None:
+    # orjson writes the usual body, json the rest: the text (or the refusal) is json's.
+    slow = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    try:
+        expected = slow.encode(value)
+    except (TypeError, ValueError):
+        with pytest.raises(LocalProtocolError):
+            canonical_json(value)
+        return
+    assert canonical_json(value) == expected
 
 
 kinds = st.text(min_size=0, max_size=20)

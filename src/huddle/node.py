@@ -183,7 +183,8 @@ class Node:
         self._check_writable()
         # Checked whole (text, JSON, size, sequence) before it is recorded: a
         # LocalProtocolError here means nothing was.
-        record = self.replicator.append(kind, self._body_text(body, 1), self.local_now(), self.mesh_time())
+        record = self.replicator.append(kind, self._body_text(body, 1), self.local_now(), self.mesh_time(),
+                                        canonical=True)
         self._execute()  # commits before anything is sent or returned
         return record
 
@@ -199,7 +200,7 @@ class Node:
         self._check_writable()
         now, stamp = self.local_now(), self.mesh_time()
         records = self.replicator.append_many(
-            [(kind, self._body_text(body, len(events))) for kind, body in events], now, stamp)
+            [(kind, self._body_text(body, len(events))) for kind, body in events], now, stamp, canonical=True)
         self._execute()
         return records
 

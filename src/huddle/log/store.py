@@ -23,12 +23,16 @@ import sqlite3
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import chain as itertools_chain
+from itertools import islice, repeat
+from operator import add as _add
+from operator import attrgetter
 from pathlib import Path
 
 from ..errors import HuddleError
 from ..ids import NodeId
 from ..wire import LogHead, LogRecord
-from ..wire.messages import MAX_SEQ
+from ..wire.messages import MAX_SEQ, make_record
 from .model import SourceState
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore", "StoredRecord", "Verified", "record_digest"]
@@ -72,7 +76,16 @@ _INSERT = ("INSERT OR IGNORE INTO events (grp, source, seq, ts, kind, body, hops
            "VALUES (?,?,?,?,?,?,?,?,?,?)")
 _INSERT_CHAINED = ("INSERT OR IGNORE INTO events (grp, source, seq, ts, kind, body, hops, received_at, received_from, "
                    "digest, chain) VALUES (?,?,?,?,?,?,?,?,?,?,?)")
+# One source's rows, _RUN_ROWS per statement: group, source, received_at and received_from
+# bound once (?1-?4), the _RUN_COLUMNS others per row.
+_RUN_ROWS = 100
+_RUN_COLUMNS = 7
+_INSERT_RUN = ("INSERT OR IGNORE INTO events (grp, source, seq, ts, kind, body, hops, received_at, received_from, "
+               "digest, chain) SELECT ?1, ?2, column1, column2, column3, column4, column5, ?3, ?4, column6, column7 "
+               "FROM (VALUES " + ",".join(["(?,?,?,?,?,?,?)"] * _RUN_ROWS) + ")")
 _HEAD = struct.Struct(">16sqdI")
+from_iterable = itertools_chain.from_iterable
+_seq, _ts, _kind, _body, _hops = (attrgetter(name) for name in ("seq", "timestamp", "kind", "body", "hops"))
 
 
 def record_digest(source: bytes, seq: int, ts: float, kind: bytes, body: bytes) -> bytes:
@@ -196,10 +209,9 @@ class SqliteStore:
         frm = None if received_from is None else bytes(received_from)
         hop = 0 if received_from is None else 1
         if chain is not None and digests is not None:  # computed with the chain (one source's run): no encoding here
-            group, mx, source = self.group, MAX_SEQ, bytes(records[0].source) if records else b""
-            self._db.executemany(_INSERT_CHAINED, [  # one source: the replicator stages runs
-                (group, source, r.seq, r.timestamp, r.kind, r.body, min(r.hops + hop, mx), received_at, frm, d, h)
-                for r, h, d in zip(records, chain, digests, strict=True)])
+            if not records:
+                return
+            self._insert_run(records, received_at, frm, hop, (chain, digests))
             return
         rows = []
         hashes = chain if chain is not None else [None] * len(records)
@@ -211,6 +223,34 @@ class SqliteStore:
                 record_digest(source, r.seq, r.timestamp, kind, body), h,
             ))
         self._db.executemany(_INSERT_CHAINED, rows)
+
+    def _insert_run(self, records: Sequence[LogRecord], received_at: float, frm: bytes | None, hop: int,
+                    hashes: tuple[Sequence[bytes], Sequence[bytes]]) -> None:
+        """Insert one source's records with ``hashes``, their chain hashes and digests: _RUN_ROWS rows
+        per statement, the columns every row shares bound once (about half the CPU of
+        ``executemany``, which binds all eleven per row); the rest by ``executemany``.
+        The rows are made by zip and map, no Python code per row; hops stop at what an
+        INTEGER (and the wire) holds."""
+        n = len(records)
+        hops = map(_hops, records)
+        if hop:
+            hops = map(min, map(_add, hops, repeat(hop, n)), repeat(MAX_SEQ, n))
+        chain, digests = hashes
+        if len(chain) != n or len(digests) != n:
+            raise ValueError(f"{n} records with {len(chain)} chain hashes and {len(digests)} digests")
+        rows = zip(map(_seq, records), map(_ts, records), map(_kind, records), map(_body, records), hops, digests,
+                   chain, strict=True)
+        group, source = self.group, bytes(records[0].source)
+        full = n - n % _RUN_ROWS
+        if full:
+            flat = list(from_iterable(islice(rows, full)))
+            shared = (group, source, received_at, frm)
+            step = _RUN_COLUMNS * _RUN_ROWS
+            for i in range(0, len(flat), step):
+                self._db.execute(_INSERT_RUN, (*shared, *flat[i : i + step]))
+        if full < n:
+            self._db.executemany(_INSERT_CHAINED, [
+                (group, source, q, ts, kind, body, h, received_at, frm, d, c) for q, ts, kind, body, h, d, c in rows])
 
     def add_heads(self, heads: Sequence[LogHead]) -> None:
         """Keep signed heads (in the open transaction; a head already kept is kept once)."""
@@ -329,7 +369,7 @@ class SqliteStore:
             "SELECT seq, ts, kind, body, hops FROM events WHERE grp=? AND source=? AND seq>? ORDER BY seq LIMIT ?",
             (self.group, bytes(source), after, limit),
         )
-        return [LogRecord(source, q, ts, kind, body, hops) for q, ts, kind, body, hops in rows]
+        return [make_record(source, q, ts, kind, body, hops) for q, ts, kind, body, hops in rows]
 
     # ------------------------------------------------------------- queries
 
