@@ -162,6 +162,43 @@ def test_peer_introductions_are_bounded_backed_off_and_only_from_a_live_introduc
     assert connects(mesh) == []  # bob was suspect when its PEER came: not dialled
 
 
+def test_an_introduced_handshake_that_timed_out_while_this_node_was_late_is_not_backed_off() -> None:
+    # A crowd starting on a starved machine: the answers may wait unread in our own queue.
+    mesh = node(max_handshaking_per_introducer=8, introduction_backoff=30.0)
+    bob = fresh()
+    join(mesh, bob, HOME, 0.0)
+    mesh.take_actions()
+    named = [fresh() for _ in range(6)]
+    for i, uuid in enumerate(named[:3]):
+        mesh.receive(encode(Peer(bob, peer=uuid, endpoint=f"tcp://10.9.0.{i}:1")), 0.1, HOME)
+    assert len(connects(mesh)) == 3
+    for at in (1.0, 2.0, 3.0):  # ticks on time: not late
+        mesh.receive(encode(Chat(bob, text="here")), at - 0.01, HOME)
+        assert mesh.next_deadline(at - 0.01) <= at
+        mesh.tick(at)
+    assert mesh.stats.late_ticks == 0
+    mesh.receive(encode(Chat(bob, text="here")), 4.0, HOME)
+    assert mesh.next_deadline(4.0) <= 4.5
+    mesh.tick(5.5)  # a second late: the three introduced handshakes time out, not backed off
+    assert mesh.stats.late_ticks == 1 and mesh.stats.backoffs_spared == 3
+    mesh.take_actions()
+    for i, uuid in enumerate(named[:3]):  # the next introduction dials them again
+        mesh.receive(encode(Peer(bob, peer=uuid, endpoint=f"tcp://10.9.0.{i}:1")), 5.6, HOME)
+    assert len(connects(mesh)) == 3
+    # On time again: what times out now is backed off as before.
+    for i, uuid in enumerate(named[3:]):
+        mesh.receive(encode(Peer(bob, peer=uuid, endpoint=f"tcp://10.9.1.{i}:1")), 5.6, HOME)
+    connects(mesh)
+    for at in range(6, 12):
+        mesh.receive(encode(Chat(bob, text="here")), at - 0.01, HOME)
+        mesh.next_deadline(at - 0.01)
+        mesh.tick(float(at))
+    assert mesh.stats.late_ticks == 1 and mesh.stats.backoffs_spared == 3
+    for i, uuid in enumerate(named[3:]):
+        mesh.receive(encode(Peer(bob, peer=uuid, endpoint=f"tcp://10.9.1.{i}:1")), 12.0, HOME)
+    assert connects(mesh) == []
+
+
 def test_a_connection_that_cannot_be_opened_fails_its_session_and_its_seed_retries() -> None:
     mesh = node()
     mesh.add_seed("tcp://10.0.0.7:5000", 0.0)

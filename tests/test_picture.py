@@ -277,15 +277,32 @@ def test_a_burst_of_session_changes_brings_one_report_forward() -> None:
     assert held.next_report == pytest.approx(102.4), "another change puts it off"
     held.sessions_changed(102.95)
     assert held.next_report == 103.0, "never later than the interval's own report"
-    # 20 reports held: the interval doubles (4 s), the window does not.
+    # 20 reports held: the interval doubles (4 s), and so do the quiet time and the window.
     for i in range(20, 40):
         origin = NodeId(bytes([i]) * 16)
         held.accept(Raws(origin, origin, 1, "x", "standard", 1.0, 3, False, ()), 103.0)
     held.published(103.0)
     assert held.next_report == 107.0
-    for k in range(20):  # a change every 0.1 s from 104.5 keeps pushing it back ...
-        held.sessions_changed(104.5 + k * 0.1)
-    assert held.next_report == pytest.approx(105.5), "... but no later than the window after the first"
+    assert held.soon_window() == 2.0 and held.quiet() == pytest.approx(0.4)
+    for k in range(20):  # a change every 0.1 s from 105.5 keeps pushing it back ...
+        held.sessions_changed(105.5 + k * 0.1)
+    assert held.next_report == pytest.approx(107.0), "... to the interval's own report at the latest"
+    held.published(107.0)
+    for k in range(30):
+        held.sessions_changed(109.5 + k * 0.1)
+    assert held.next_report == pytest.approx(111.0), "... and no later than the window after the first"
+
+
+def test_the_group_size_reports_are_scaled_by_counts_admitted_peers_before_their_reports_come() -> None:
+    held = Pictures(A, PictureTiming(interval=2.0, expire_after=10.0))
+    held.first_report(100.0)
+    held.members = 64  # a newcomer just admitted by 63 members holds few reports yet
+    assert held.scale() == pytest.approx(6.4)
+    assert held.soon_window() == pytest.approx(6.4) and held.quiet() == pytest.approx(1.28)
+    held.published(100.0)
+    assert held.next_report == pytest.approx(112.8)
+    held.sessions_changed(101.0)
+    assert held.next_report == pytest.approx(106.4), "no sooner than the window after the last report"
 
 
 def test_a_newcomer_behind_a_one_way_link_still_gets_the_report_relayed() -> None:

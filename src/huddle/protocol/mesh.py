@@ -81,6 +81,9 @@ _SEED_BACKOFF_MAX: Final = 10.0
 # What a flood of bad input makes the mesh log: per kind, one line a minute, saying how
 # many were left out (ratelog.py); every one of them is counted in Stats.
 _LOG_EVERY: Final = 60.0
+# A tick this many seconds after the deadline the mesh gave: this node's own loop is late (its
+# process starved of CPU, or busy), and the peers' answers may be waiting unread.
+LATE_TICK: Final = 0.5
 # The messages the mesh handles itself (membership, time, chat): no service may claim them.
 _OWN_TYPES: Final = frozenset({Helo, Gbye, Group, Time, Beat, Chat, Peer, Members})
 
@@ -211,6 +214,8 @@ class Stats(Counters):
     restarts_followed: int = 0  # sessions replaced at once by a newer incarnation's HELO
     refused_identity: int = 0  # HELOs refused before any session state: key, id, signature or time do not hold
     helos_misaddressed: int = 0  # signed HELOs meant for another node (a stale endpoint, or a copy sent on)
+    late_ticks: int = 0  # ticks LATE_TICK or more after their deadline: this node's loop was late
+    backoffs_spared: int = 0  # introduced handshakes timed out while this node was late: not backed off
 
 
 @dataclass(slots=True)
@@ -283,6 +288,8 @@ class Mesh:
         # The soonest of this mesh's own timers (liveness, handshakes, seeds, held HELOs, probes,
         # an address move): computed at each tick, brought forward by what comes between two.
         self._due = now
+        self._asked = math.inf  # the soonest deadline next_deadline gave since the last tick
+        self._late_at = -math.inf  # when a tick last came LATE_TICK or more after its deadline
         self._closed = False
         self._last_frame: dict[NodeId, float] = {}  # any message from a node, admitted or not
         self._counts: dict[NodeId, list[int]] = {}  # per node: messages and octets received
@@ -927,6 +934,10 @@ class Mesh:
         if self._closed:
             return
         t = self.timing
+        if now - self._asked >= LATE_TICK:
+            self._late_at = now
+            self.stats.late_ticks += 1
+        self._asked = math.inf
         self._answer_waiting(now)
         beat_at = self._next_beat
         beating = now >= beat_at
@@ -951,7 +962,12 @@ class Mesh:
                 self._actions.append(Disconnect(s.conn))
                 self._forget(s, now)
                 if s.opened_by.startswith("peer:"):
-                    self._back_off(s.uuid, now)
+                    if now - self._late_at < t.handshake_timeout:
+                        # Our own loop was late within the handshake's time: its answer may be
+                        # what waited unread.  The next list naming it dials it again.
+                        self.stats.backoffs_spared += 1
+                    else:
+                        self._back_off(s.uuid, now)
         for seed in self._seeds.values():
             if seed.conn is not None and seed.peer is None and now - seed.opened >= t.handshake_timeout:
                 # No answer: drop the queued HELO; the next retry dials afresh.
@@ -1038,6 +1054,10 @@ class Mesh:
             when = due(now)
             if when < deadline:  # noqa: PLR1730 (min() costs a call here)
                 deadline = when
+        # A tick LATE_TICK after this (after now, for a deadline already past) is late.
+        due_by = deadline if deadline > now else now
+        if due_by < self._asked:  # noqa: PLR1730
+            self._asked = due_by
         return deadline
 
     # ---------------------------------------------------------------- internals

@@ -200,19 +200,28 @@ class Pictures:
     _regular: float = 0.0  # the interval's next report
     _changed: float | None = None  # the first change of our sessions not yet reported
     _last: float = -math.inf  # when we last reported
+    members: int = 1  # this node and its admitted peers (the group as our sessions show it)
 
     def first_report(self, now: float) -> None:
         """Report at ``now`` (a node's first report, when it starts)."""
         self.next_report = self._regular = now
 
+    def quiet(self) -> float:
+        """How long our sessions must not have changed before a report says so
+        (REPORT_QUIET, scaled as the interval)."""
+        return REPORT_QUIET * self.scale()
+
     def soon_window(self) -> float:
         """The longest a change of our sessions waits to be reported, and the
-        shortest time between two reports it brings forward."""
-        return max(REPORT_QUIET, self.timing.interval / 2)
+        shortest time between two reports it brings forward: half an interval,
+        scaled as the interval (every member of a group whose sessions keep
+        changing reports this often to every other, so this too must grow
+        with the group)."""
+        return max(REPORT_QUIET, self.timing.interval / 2) * self.scale()
 
     def sessions_changed(self, now: float) -> None:
         """Our admitted sessions changed (a peer admitted or ended): bring the
-        next report forward, to once they have not changed for REPORT_QUIET
+        next report forward, to once they have not changed for :meth:`quiet`
         seconds, but within :meth:`soon_window` of the first change not yet
         reported and no sooner than that window after the last report.  A burst
         of admissions (a crowd joining) makes one report, not one each, and no
@@ -220,7 +229,7 @@ class Pictures:
         window = self.soon_window()
         if self._changed is None:
             self._changed = now
-        due = max(min(now + REPORT_QUIET, self._changed + window), self._last + window)
+        due = max(min(now + self.quiet(), self._changed + window), self._last + window)
         self.next_report = min(self._regular, due)
 
     def published(self, now: float, regular: float | None = None) -> None:
@@ -244,8 +253,12 @@ class Pictures:
         """How much longer than ``interval`` reports are apart in a group of
         this size: every node receives every report, so the report traffic
         would grow with the square of the group; past 10 nodes the interval
-        grows with it (as RTCP does), and so does the time to expire."""
-        return max(1.0, len(self._held) / 10)
+        grows with it (as RTCP does), and so do the time to expire and the
+        soon window.  The size is the larger of the reports held and our
+        admitted peers plus one: a node that just joined a large group holds
+        few reports yet."""
+        size = len(self._held)
+        return max(1.0, (size if size > self.members else self.members) / 10)
 
     def expire(self, now: float) -> None:
         limit = self.timing.expire_after * self.scale()
@@ -376,11 +389,13 @@ class Reports:
 
     def peer_up(self, peer: NodeId, conn: int, now: float, facts: PeerFacts) -> None:
         self._links[peer] = (conn, now)
+        self.pictures.members = len(self._links) + 1
         self._facts = None  # the next report goes out whatever it says: the newcomer holds none of ours
         self.pictures.sessions_changed(now)
 
     def peer_down(self, peer: NodeId, now: float) -> None:
         if self._links.pop(peer, None) is not None:
+            self.pictures.members = len(self._links) + 1
             self.pictures.sessions_changed(now)
 
     def forget(self, peer: NodeId) -> None:
@@ -396,11 +411,12 @@ class Reports:
             # Pass it on only to peers that the report says its origin has no
             # session with: in a full mesh nobody relays; across a link open
             # one way, or a partial partition, the report still arrives.  Not to
-            # a peer admitted less than an interval ago: the report most likely
-            # predates it, and its origin meets it and reports within the soon
-            # window; relayed by every member, a crowd joining cost N^3 rows.
+            # a peer admitted less than an interval (scaled) ago: the report most
+            # likely predates it, and its origin meets it and reports within the
+            # soon window (half that); relayed by every member, a crowd joining
+            # cost N^3 rows.
             direct = {p.peer for p in msg.peers if p.state in ADMITTED}
-            settled = now - self.pictures.timing.interval
+            settled = now - self.pictures.timing.interval * self.pictures.scale()
             relayed: Raws | None = None
             for uuid, (conn, joined) in self._links.items():
                 if uuid not in (peer, msg.origin) and uuid not in direct:
