@@ -30,7 +30,7 @@ from typing import Any
 
 from .errors import LocalProtocolError
 from .ids import NodeId
-from .protocol import Connect, Disconnect, Event, Mesh, Notify, Send
+from .protocol import Action, Connect, Disconnect, Event, Mesh, Notify, Send
 from .protocol.delivery import BufferFull, Delivery
 from .protocol.events import BufferSpace, ServiceEvent
 from .protocol.picture import Reports
@@ -76,6 +76,7 @@ class MeshDriver:
         self._sleeper: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None  # sets the sleeper's result at _due
         self._due = math.inf
+        self._depth = 0  # execute() calls under way: one runs inside another when a listener sends
 
     def attach(self, mesh: Mesh, transport: ZmqTransport) -> None:
         self.mesh, self.transport = mesh, transport
@@ -158,15 +159,37 @@ class MeshDriver:
         transport = self.transport
         if mesh is None or transport is None:
             return
-        last_msg: object = None
-        frames: list[bytes] = []
-        octets = 0
-        sent = self.traffic.sent
         try:
             actions = mesh.take_actions()
         except Exception as exc:
             self.survived("action_failures", "taking the protocol's actions", exc)
             return
+        self._depth += 1
+        try:
+            self._carry_out(actions, transport)
+        finally:
+            self._depth -= 1
+        sleeper = self._sleeper
+        # The timer loop sleeps: bring its wake-up forward if a deadline came sooner.  Not from
+        # inside another execute() (a listener that answered an event): that one asks after.
+        if sleeper is not None and not self._depth:
+            try:
+                now = self.clock()
+                due = mesh.next_deadline(now)
+                if due < self._due:
+                    if self._timer is not None:
+                        self._timer.cancel()
+                    self._due = due
+                    self._timer = asyncio.get_running_loop().call_later(max(0.0, due - now), _wake, sleeper)
+            except Exception as exc:
+                self.survived("tick_failures", "a turn of the timer loop", exc)
+                _wake(sleeper)
+
+    def _carry_out(self, actions: list[Action], transport: ZmqTransport) -> None:
+        last_msg: object = None
+        frames: list[bytes] = []
+        octets = 0
+        sent = self.traffic.sent
         for action in actions:
             try:
                 if isinstance(action, Send):
@@ -187,19 +210,6 @@ class MeshDriver:
                         forget(action.conn)
             except Exception as exc:  # one action that cannot be carried out must not stop the others
                 self.survived("action_failures", f"an action ({type(action).__name__})", exc)
-        sleeper = self._sleeper
-        if sleeper is not None:  # the timer loop sleeps: bring its wake-up forward if a deadline came sooner
-            try:
-                now = self.clock()
-                due = mesh.next_deadline(now)
-                if due < self._due:
-                    if self._timer is not None:
-                        self._timer.cancel()
-                    self._due = due
-                    self._timer = asyncio.get_running_loop().call_later(max(0.0, due - now), _wake, sleeper)
-            except Exception as exc:
-                self.survived("tick_failures", "a turn of the timer loop", exc)
-                _wake(sleeper)
 
     def survived(self, counter: str, what: str, exc: Exception) -> None:
         """Count a failure the driver survived; log it at most once a minute per counter

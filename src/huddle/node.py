@@ -47,7 +47,15 @@ from .posts.peer import POSTS_INPUTS, PostsPeer
 from .posts.service import PostService, PostSettings
 from .posts.store import PostStore
 from .protocol import Event, Mesh, PeerInfo
-from .protocol.events import BufferSpace, CutOff, LogAppended, PeerExcluded, ServiceEvent, stat_row
+from .protocol.events import (
+    NOT_STATISTICS,
+    BufferSpace,
+    CutOff,
+    LogAppended,
+    PeerExcluded,
+    ServiceEvent,
+    stat_row,
+)
 from .protocol.replication import Replicator, canonical_json
 from .protocol.stack import build_services
 from .security import GroupSecret, Keyring, NodeIdentity, TrustList, load_or_create_identity, node_id_for, own_id_refusal
@@ -513,7 +521,7 @@ class Node:
             routes.append(((CutOff,), self._empty))
         routes += [
             ((LogAppended,), self._log_appended),
-            (every, self._stat_row),
+            (tuple(kind for kind in every if not issubclass(kind, NOT_STATISTICS)), self._stat_row),
             (every, self._to_listeners),
         ]
         self._routes = {kind: [fn for kinds, fn in routes if kind in kinds] for kind in (*every, *POSTS_INPUTS)}

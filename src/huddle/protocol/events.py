@@ -14,6 +14,7 @@ from ..ids import NodeId
 from ..wire import LogRecord, Message
 
 __all__ = [
+    "NOT_STATISTICS",
     "Action",
     "BufferSpace",
     "ChatReceived",
@@ -251,11 +252,15 @@ class BufferSpace:
         return {"type": "buffer_space", "peer": str(self.peer), "free": self.free}
 
 
+# The events that are not statistics (the log's, chat's, addressed messages'): no row.
+NOT_STATISTICS: tuple[type, ...] = (LogAppended, ChatReceived, MessageReceived, BufferSpace)
+
+
 def stat_row(event: Event) -> tuple[float, str, NodeId | None, str] | None:
     """A membership or clock event as a statistics row ``(time, type, peer,
     detail JSON)``, as the node stores it and ``huddle export`` writes it;
-    ``None`` for the log's and chat's events, which are not statistics."""
-    if isinstance(event, (LogAppended, ChatReceived, MessageReceived, BufferSpace)):
+    ``None`` for the log's and chat's events (``NOT_STATISTICS``)."""
+    if isinstance(event, NOT_STATISTICS):
         return None
     detail = event.to_json()
     peer = getattr(event, "peer", None)

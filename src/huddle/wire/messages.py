@@ -276,7 +276,9 @@ class Chat:
     text: str
 
     def __post_init__(self) -> None:
-        _check_text(self.text, "text", MAX_BODY)
+        text = self.text  # ASCII text within the limit passes at once: a chat line is built per message sent
+        if type(text) is not str or len(text) > MAX_BODY or not text.isascii():
+            _check_text(text, "text", MAX_BODY)
 
 
 @dataclass(frozen=True, slots=True)
