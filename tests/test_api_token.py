@@ -146,3 +146,15 @@ def test_pages_work_in_chromium_after_login(cluster: Cluster, browser: Any, tmp_
     expect(page.locator("#conn")).to_have_text("live", timeout=10_000)
     expect(page.locator("#jam")).to_have_text("Up next: Period 1 · Jam 1")
     assert not errors, errors
+
+
+def test_a_new_token_never_starts_with_a_dash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A token is typed after --token: one starting with "-" is read by argparse as an option
+    # ("--token: expected one argument"), which a drawn token did 1 time in 64.
+    from huddle.security import token as token_module
+
+    drawn = iter(["-" + "a" * 42, "-" + "b" * 42, "c" * 43])
+    monkeypatch.setattr(token_module.secrets, "token_urlsafe", lambda n: next(drawn))
+    made = token_module.load_or_create_token(tmp_path)
+    assert made.value == "c" * 43
+    assert (tmp_path / "api-token").read_text().strip() == "c" * 43

@@ -43,6 +43,8 @@ def load_or_create_token(data_dir: Path) -> ApiToken:
     path = data_dir / TOKEN_FILE
     if not path.exists() and not path.is_symlink():
         value = secrets.token_urlsafe(32)
+        while value.startswith("-"):  # 1 in 64: `huddle ... --token -abc` would read it as an option
+            value = secrets.token_urlsafe(32)
         write_private(path, value + "\n")
         return ApiToken(value, path, created=True)
     value = read_private(path, "the API token").strip()
