@@ -84,7 +84,7 @@ _INSERT_RUN = ("INSERT OR IGNORE INTO events (grp, source, seq, ts, kind, body, 
                "digest, chain) SELECT ?1, ?2, column1, column2, column3, column4, column5, ?3, ?4, column6, column7 "
                "FROM (VALUES " + ",".join(["(?,?,?,?,?,?,?)"] * _RUN_ROWS) + ")")
 _HEAD = struct.Struct(">16sqdI")
-from_iterable = itertools_chain.from_iterable
+_from_iterable = itertools_chain.from_iterable
 _seq, _ts, _kind, _body, _hops = (attrgetter(name) for name in ("seq", "timestamp", "kind", "body", "hops"))
 
 
@@ -243,7 +243,7 @@ class SqliteStore:
         group, source = self.group, bytes(records[0].source)
         full = n - n % _RUN_ROWS
         if full:
-            flat = list(from_iterable(islice(rows, full)))
+            flat = list(_from_iterable(islice(rows, full)))
             shared = (group, source, received_at, frm)
             step = _RUN_COLUMNS * _RUN_ROWS
             for i in range(0, len(flat), step):
