@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import zmq
 
-from huddle.procs import NodeProcess, exit_description
+from huddle.procs import NodeProcess, exit_description, free_port
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 
@@ -38,12 +38,6 @@ def load_bench(name: str, monkeypatch: pytest.MonkeyPatch | None = None) -> Modu
     sys.modules[f"bench_{name}"] = module
     spec.loader.exec_module(module)
     return module
-
-
-def free_port(kind: int = socket.SOCK_STREAM) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.02) -> Any:

@@ -8,13 +8,53 @@ lo``), exactly as a user would: the node's first line on standard output is
 from __future__ import annotations
 
 import os
+import random
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-__all__ = ["NodeProcess", "exit_description"]
+__all__ = ["NodeProcess", "exit_description", "free_port"]
+
+_EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_handed_out: set[int] = set()
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        lo, hi = (int(x) for x in _EPHEMERAL.read_text().split())
+    except (OSError, ValueError):
+        return (32768, 60999)  # Linux's default
+    return (lo, hi)
+
+
+def free_port(kind: int = socket.SOCK_STREAM) -> int:
+    """A port on 127.0.0.1 that is free now (TCP, or UDP for beacons), for a node to bind later.
+
+    It is drawn *below* the kernel's ephemeral range: a port the kernel hands out itself (bind to
+    0) is in that range, where any outgoing connection -- one node dialling another -- can take it
+    before the node that was meant to bind it starts ("Address already in use").  A port is not
+    handed out twice by one process."""
+    lo, _hi = _ephemeral_range()
+    first = 20000 if lo > 21000 else 1024
+    if lo - first < 1000:  # no room below the range: fall back to the kernel's choice
+        with socket.socket(socket.AF_INET, kind) as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
+    for _ in range(1000):
+        port = random.randrange(first, lo)
+        if port in _handed_out:
+            continue
+        try:
+            with socket.socket(socket.AF_INET, kind) as s:
+                s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError(f"no free port on 127.0.0.1 in {first}-{lo - 1}")
 
 
 def exit_description(returncode: int) -> str:
