@@ -373,10 +373,13 @@ class Mesh:
         return rows
 
     def peers(self, now: float) -> list[PeerInfo]:
-        """Every admitted peer, then recently gone ones (state ``gone``)."""
-        infos = [self._info(s, now) for s in self._sessions.values() if s.admitted]
+        """Every admitted peer, then recently gone ones (state ``gone``).  A gone peer being
+        dialled again (a member list that still names it) stays gone until it is admitted."""
+        sessions = self._sessions
+        infos = [self._info(s, now) for s in sessions.values() if s.admitted]
         infos.sort(key=lambda p: (p.name, p.uuid))
-        gone = [g.info for uuid, g in self._gone.items() if uuid not in self._sessions and g.until > now]
+        gone = [g.info for uuid, g in self._gone.items()
+                if g.until > now and (uuid not in sessions or not sessions[uuid].admitted)]
         return infos + sorted(gone, key=lambda p: (p.name, p.uuid))
 
     def alive_peers(self) -> list[NodeId]:
