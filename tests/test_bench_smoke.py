@@ -40,6 +40,7 @@ CASES = [
     ("mesh_formation", "mesh_formation", ["--sizes", "3", "--modes", "seeds", "--reps", "1"], "seeds"),
     ("addressed", "addressed", ["--messages", "2000", "--pings", "100", "--reps", "1"], "RESULT addressed"),
     ("chat_hop", "chat_hop", ["--hops", "200", "--reps", "1"], "main thread CPU"),
+    ("rt_timeline", "rt_timeline", ["--pings", "100"], "round trip (t0 -> alice's listener)"),
 ]
 
 
