@@ -216,3 +216,10 @@ def test_a_new_data_dir_takes_the_id_its_key_gives(tmp_path: Path) -> None:
     key = load_or_create_identity(data)
     node = DataDir(data).node_id(new=node_id_for(key.public_key))
     assert own_id_refusal(node, key, data) is None
+
+
+def test_a_new_log_has_16_kib_pages(tmp_path: Path) -> None:
+    data, me = make_dir(tmp_path)
+    store = start_check(data, me)
+    assert store._db.execute("PRAGMA page_size").fetchone() == (16384,)
+    store.close()
