@@ -15,7 +15,7 @@ the previous record's hash and this record's content, docs/protocol.md 12.5),
 and a digest of its content (:func:`record_digest`, BLAKE2b) when it has no
 chain hash or its chain cannot be followed from the row before it: the first
 row of each batch stored.  :meth:`SqliteStore.verify` checks every row by one or
-the other (a chained row also by its chain hash when the row before it is held).
+the other.
 The ``heads`` table keeps the signed heads that cover them (docs/security.md,
 "Signed log").
 """
@@ -107,16 +107,15 @@ def record_digest(source: bytes, seq: int, ts: float, kind: bytes, body: bytes) 
 
 def row_verifies(prev: bytes | None, source: bytes, seq: int, ts: float, kind: bytes, body: bytes,  # noqa: PLR0917
                  digest: bytes | None, chain: bytes | None) -> bool:
-    """Does a stored row hold what was written?  ``prev``: the chain hash of the row
-    before it (same source, ``seq - 1``; the genesis hash before ``seq`` 1), None when
-    that row is not held or has none.  A row with a digest must match it (and its
-    chain hash, when it has one and ``prev`` is known); a row without one must have a
-    chain hash that follows from ``prev``.  Raises ``struct.error`` or ``TypeError``
-    for a damaged value of the wrong type or size."""
+    """Does a stored row hold what was written?  A row with a digest must match it; a
+    row without one must have a chain hash that follows from ``prev``, the chain hash of
+    the row before it (same source, ``seq - 1``; the genesis hash before ``seq`` 1), None
+    when that row is not held or has none.  (So a damaged chain hash fails the row
+    after it, or itself where it has no digest.)  Raises ``struct.error`` or
+    ``TypeError`` for a damaged value of the wrong type or size."""
     encoded = _HEAD.pack(source, seq, ts, len(kind)) + kind + body
     if digest is not None:
-        return hashlib.blake2b(encoded, digest_size=16).digest() == digest and (
-            chain is None or prev is None or hashlib.sha256(prev + encoded).digest() == chain)
+        return hashlib.blake2b(encoded, digest_size=16).digest() == digest
     return chain is not None and prev is not None and hashlib.sha256(prev + encoded).digest() == chain
 
 
@@ -335,16 +334,15 @@ class SqliteStore:
         return [] if found == ["ok"] else found
 
     def verify(self) -> Verified:
-        """Check every row (all groups): against its digest where it has one, and a chained
-        row against its chain hash where the row before it (same source, sequence - 1) is
-        held, or it is a source's first (the genesis hash before it).  A row with neither
-        check, or failing one, is bad; a row whose stored chain hash is damaged is found
-        by the next row's check, or by its own digest and chain when it is the last."""
+        """Check every row (all groups) by :func:`row_verifies`: against its digest where it
+        has one, else against its chain hash from the row before it (same source, sequence
+        - 1; the genesis hash before a source's first).  A row with neither is bad."""
         self.commit()
         rows = bad = 0
         examples: list[tuple[str, bytes, int]] = []
-        last_key: tuple[bytes, bytes] | None = None
-        last_seq, last_chain = 0, None
+        pack, blake, sha = _HEAD.pack, hashlib.blake2b, hashlib.sha256
+        last_grp = last_source = last_chain = None
+        last_seq = 0
         try:
             cur = self._db.execute(
                 "SELECT CAST(grp AS BLOB), source, seq, ts, CAST(kind AS BLOB), CAST(body AS BLOB), digest, chain "
@@ -352,11 +350,18 @@ class SqliteStore:
             while batch := cur.fetchmany(10_000):
                 rows += len(batch)
                 for grp, source, seq, ts, kind, body, digest, chained in batch:
-                    key = (grp, source)
-                    prev = last_chain if key == last_key and seq == last_seq + 1 else GENESIS if seq == 1 else None
-                    last_key, last_seq, last_chain = key, seq, chained
+                    # row_verifies, written out: this loop reads every row at every start
                     try:
-                        ok = row_verifies(prev, source, seq, ts, kind, body, digest, chained)
+                        if seq == last_seq + 1 and source == last_source and grp == last_grp:
+                            prev = last_chain
+                        else:
+                            prev = GENESIS if seq == 1 else None
+                        last_grp, last_source, last_seq, last_chain = grp, source, seq, chained
+                        encoded = pack(source, seq, ts, len(kind)) + kind + body
+                        if digest is not None:
+                            ok = blake(encoded, digest_size=16).digest() == digest
+                        else:
+                            ok = chained is not None and prev is not None and sha(prev + encoded).digest() == chained
                     except (struct.error, TypeError):  # a damaged value of the wrong type or size
                         ok = False
                     if not ok:
