@@ -243,15 +243,14 @@ class SqliteStore:
                 self._insert_run(records, received_at, frm, hop, chain)
             return
         rows = []
-        hashes = chain if chain is not None else [None] * len(records)
-        for r, h in zip(records, hashes, strict=True):
+        for r in records:
             source = bytes(r.source)
             kind, body = r.kind.encode(), r.body.encode()
             rows.append((  # hops stop at what an INTEGER (and the wire) holds
                 self.group, source, r.seq, r.timestamp, r.kind, r.body, min(r.hops + hop, MAX_SEQ), received_at, frm,
-                record_digest(source, r.seq, r.timestamp, kind, body), h,
+                record_digest(source, r.seq, r.timestamp, kind, body),
             ))
-        self._db.executemany(_INSERT_CHAINED, rows)
+        self._db.executemany(_INSERT, rows)
 
     def _insert_run(self, records: Sequence[LogRecord], received_at: float, frm: bytes | None, hop: int,
                     chain: Sequence[bytes]) -> None:
