@@ -12,6 +12,8 @@ from huddle.ids import NodeId
 from huddle.log import SqliteStore
 from huddle.log.datadir import DataDir
 from huddle.log.integrity import MARK_FILE, PREVIOUS_FILE, LogDamaged, LogGuard, read_mark, repair
+from huddle.log.store import Verified
+from huddle.protocol.logchain import GENESIS, chain_hashes
 from huddle.security import KEY_FILE, load_or_create_identity, node_id_for, own_id_refusal
 from huddle.wire import LogRecord
 
@@ -19,16 +21,22 @@ GROUP = "g"
 PEER = NodeId(b"\x07" * 16)
 
 
-def make_dir(tmp_path: Path, own: int = 30, others: int = 20) -> tuple[Path, NodeId]:
-    """A data dir whose node wrote ``own`` events and received ``others`` from PEER, closed cleanly."""
+def make_dir(tmp_path: Path, own: int = 30, others: int = 20, *, chained: bool = False) -> tuple[Path, NodeId]:
+    """A data dir whose node wrote ``own`` events and received ``others`` from PEER, closed cleanly.
+    ``chained``: its records chained (signed log), stored in two runs, 1..10 and 11..own."""
     data = tmp_path / "n1"
     data.mkdir()
     me = NodeId.random()
     (data / "node-id").write_text(f"{me}\n")
     guard = LogGuard(data, GROUP, me)
     store = guard.open()
-    store.stage([LogRecord(me, q, 100.0 + q, "chat", f'{{"text":"mine {q:04d}"}}', 0) for q in range(1, own + 1)],
-                None, 1.0)
+    mine = [LogRecord(me, q, 100.0 + q, "chat", f'{{"text":"mine {q:04d}"}}', 0) for q in range(1, own + 1)]
+    if chained:
+        hashes = chain_hashes(GENESIS, mine)
+        store.stage(mine[:10], None, 1.0, hashes[:10])
+        store.stage(mine[10:], None, 1.0, hashes[10:])
+    else:
+        store.stage(mine, None, 1.0)
     store.stage([LogRecord(PEER, q, 200.0 + q, "chat", f'{{"text":"theirs {q:04d}"}}', 0)
                  for q in range(1, others + 1)], PEER, 2.0)
     store.commit()
@@ -216,3 +224,73 @@ def test_a_new_data_dir_takes_the_id_its_key_gives(tmp_path: Path) -> None:
     key = load_or_create_identity(data)
     node = DataDir(data).node_id(new=node_id_for(key.public_key))
     assert own_id_refusal(node, key, data) is None
+
+
+# ---------------------------------------------------------------- chained rows (signed records)
+
+
+def rewrite(data: Path, sql: str, *args: object) -> None:
+    db = sqlite3.connect(data / "log.sqlite")
+    db.execute(sql, args)
+    db.commit()
+    db.close()
+
+
+def test_a_chained_run_keeps_the_digest_of_its_first_row_only(tmp_path: Path) -> None:
+    data, me = make_dir(tmp_path, chained=True)
+    store = start_check(data, me)
+    digested = store._db.execute(
+        "SELECT seq FROM events WHERE source=? AND digest IS NOT NULL ORDER BY seq", (bytes(me),)).fetchall()
+    assert digested == [(1,), (11,)]  # the chain hash covers the others from the row before
+    assert store.verify() == Verified(50, 0, ())
+    store.close()
+
+
+@pytest.mark.parametrize("seq", [5, 11, 30])  # a row without its digest, the first of a run, the last
+def test_a_flipped_byte_in_a_chained_record_is_refused(tmp_path: Path, seq: int) -> None:
+    data, me = make_dir(tmp_path, chained=True)
+    flip(data / "log.sqlite", f"mine {seq:04d}".encode())
+    with pytest.raises(LogDamaged, match="1 of 50 records do not match their stored digest or chain hash"):
+        start_check(data, me)
+
+
+@pytest.mark.parametrize(("seq", "bad"), [(5, 2), (11, 1), (30, 1)])  # the row after it, and itself if digest-less
+def test_a_damaged_chain_hash_is_refused(tmp_path: Path, seq: int, bad: int) -> None:
+    data, me = make_dir(tmp_path, chained=True)
+    rewrite(data, "UPDATE events SET chain=? WHERE source=? AND seq=?", bytes(32), bytes(me), seq)
+    with pytest.raises(LogDamaged, match=f"{bad} of 50 records do not match"):
+        start_check(data, me)
+
+
+def test_a_chained_row_that_lost_the_row_before_it_is_refused(tmp_path: Path) -> None:
+    data, me = make_dir(tmp_path, chained=True)
+    rewrite(data, "DELETE FROM events WHERE source=? AND seq=12", bytes(me))
+    with pytest.raises(LogDamaged, match="1 of 49 records do not match"):  # 13: nothing to check it by
+        start_check(data, me)
+
+
+def test_repair_keeps_the_chained_records_that_verify(tmp_path: Path) -> None:
+    data, me = make_dir(tmp_path, chained=True)
+    flip(data / "log.sqlite", b"mine 0017")
+    done = repair(data)
+    assert (done.kept, done.dropped) == (49, 1)
+    assert done.new_id is not None
+    store = start_check(data, done.new_id)
+    state = store.load()
+    assert (state[me].contig, state[me].ahead) == (16, [(18, 30)])
+    store.close()
+
+
+def test_a_schema_3_log_opens_as_schema_4(tmp_path: Path) -> None:
+    data, me = make_dir(tmp_path)
+    rewrite(data, "UPDATE meta SET value='3' WHERE key='schema'")
+    store = start_check(data, me)
+    assert store._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone() == ("4",)
+    store.close()
+
+
+def test_a_new_log_has_16_kib_pages(tmp_path: Path) -> None:
+    data, me = make_dir(tmp_path)
+    store = start_check(data, me)
+    assert store._db.execute("PRAGMA page_size").fetchone() == (16384,)
+    store.close()

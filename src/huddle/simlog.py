@@ -144,7 +144,7 @@ class RangeStore:
         return out
 
     def stage(self, records: Sequence[LogRecord], received_from: NodeId | None, received_at: float,
-              chain: Sequence[bytes] | None = None, digests: Sequence[bytes] | None = None) -> None:
+              chain: Sequence[bytes] | None = None) -> None:
         """Chain hashes are not kept: the bulk simulations run unsigned."""
         hop = 0 if received_from is None else 1
         if isinstance(records, RecordRun):

@@ -7,7 +7,8 @@ already hold with other content, and the group would diverge for good.  So,
 before a node uses its log (docs/protocol.md section 12):
 
 * SQLite's own structural check (``PRAGMA quick_check``) must pass;
-* every record must match the digest stored beside it (BLAKE2b of its content);
+* every record must match the digest stored beside it (BLAKE2b of its content),
+  or its chain hash from the record before it (a signed record: store.row_verifies);
 * the records this node wrote itself must be contiguous from 1, and reach at
   least the **mark**: the highest own sequence the node has seen durable,
   kept outside the log in ``log-mark.json`` (written at start, on the periodic
@@ -40,7 +41,7 @@ from ..errors import HuddleError
 from ..ids import NodeId
 from ..wire import LogRecord
 from ..wire.messages import check_record
-from .store import SqliteStore, record_digest
+from .store import GENESIS, SqliteStore, record_digest, row_verifies
 
 __all__ = ["MARK_FILE", "PREVIOUS_FILE", "Check", "LogDamaged", "LogGuard", "Repaired", "check", "read_mark",
            "repair", "write_mark"]
@@ -109,7 +110,7 @@ class Check:
 
 
 def check(store: SqliteStore, node: NodeId, mark: int) -> Check:
-    """SQLite's check, every record's digest, and this node's own records
+    """SQLite's check, every record's digest or chain hash, and this node's own records
     (contiguous from 1, up to at least ``mark``) in ``store``'s group."""
     started = time.perf_counter()
     problems: list[str] = []
@@ -119,7 +120,7 @@ def check(store: SqliteStore, node: NodeId, mark: int) -> Check:
     verified = store.verify()
     if verified.bad:
         where = ", ".join(f"{s.hex()[:8]}:{q}" for _g, s, q in verified.examples[:3])
-        problems.append(f"{verified.bad} of {verified.rows} records do not match their stored digest ({where})")
+        problems.append(f"{verified.bad} of {verified.rows} records do not match their stored digest or chain hash ({where})")
     own = store.own_rows(node)
     if own.ahead:
         gaps = ", ".join(f"{a}..{b}" for a, b in own.missing()[:3])
@@ -215,16 +216,17 @@ def _problems(data_dir: Path, node: NodeId | None) -> list[str]:
     return problems
 
 
-_SELECT_2 = ("SELECT grp, source, seq, ts, kind, body, hops, received_at, received_from, digest "
+_SELECT_3 = ("SELECT grp, source, seq, ts, kind, body, hops, received_at, received_from, digest, chain "
              "FROM events WHERE grp=? AND source=? AND seq>? ORDER BY seq")
-_SELECT_1 = _SELECT_2.replace("received_from, digest", "received_from, NULL")
+_SELECT_2 = _SELECT_3.replace("digest, chain", "digest, NULL")
+_SELECT_1 = _SELECT_3.replace("digest, chain", "NULL, NULL")
 
 
 def _salvage(db: sqlite3.Connection, counts: dict[str, int]) -> Iterator[_Row]:
     """Every events row that reads and verifies; steps over what cannot be read."""
     columns = {bytes(r[1]).decode() for r in db.execute("PRAGMA table_info(events)")}  # text_factory: bytes
     has_digest = "digest" in columns  # schema 1 had none: its rows are checked by check_record alone
-    select = _SELECT_2 if has_digest else _SELECT_1
+    select = _SELECT_3 if "chain" in columns else _SELECT_2 if has_digest else _SELECT_1
     try:
         keys = db.execute("SELECT DISTINCT grp, source FROM events").fetchall()
     except sqlite3.DatabaseError:
@@ -242,11 +244,14 @@ def _salvage(db: sqlite3.Connection, counts: dict[str, int]) -> Iterator[_Row]:
             counts["unreadable"] += 1
             continue
         after, step, skips = 0, 1, 0
+        prev: object = GENESIS  # the chain hash before the next row, if it follows the last one read
         while skips < _SKIPS:
             try:
                 for row in db.execute(select, (grp, source, after)):
+                    follows = row[2] == after + 1
                     after, step = row[2], 1
-                    good = _verified(row, has_digest)
+                    good = _verified(row, has_digest, prev if follows else None)
+                    prev = row[10]
                     if good is None:
                         counts["dropped"] += 1
                     else:
@@ -255,21 +260,26 @@ def _salvage(db: sqlite3.Connection, counts: dict[str, int]) -> Iterator[_Row]:
             except sqlite3.DatabaseError:
                 counts["unreadable"] += 1
                 skips += 1
+                prev = None  # rows were stepped over: the next one read follows none read
                 after += step
                 step *= 2
 
 
-def _verified(row: tuple[object, ...], has_digest: bool) -> _Row | None:
-    grp, source, seq, ts, kind, body, hops, received_at, frm, digest = row
+def _verified(row: tuple[object, ...], has_digest: bool, prev: object) -> _Row | None:
+    """The row to keep, or None: it does not read as a record, fails its digest or
+    its chain hash from ``prev`` (store.row_verifies), or 2's record checks."""
+    grp, source, seq, ts, kind, body, hops, received_at, frm, digest, chain = row
     try:
         if not (isinstance(grp, bytes) and isinstance(source, bytes) and isinstance(seq, int)
                 and isinstance(ts, float) and isinstance(kind, bytes) and isinstance(body, bytes)
                 and isinstance(hops, int) and isinstance(received_at, float)
                 and (frm is None or (isinstance(frm, bytes) and len(frm) == 16))):
             return None
-        ours = record_digest(source, seq, ts, kind, body)
-        if has_digest and ours != digest:
+        if has_digest and not row_verifies(
+                prev if isinstance(prev, bytes) else None, source, seq, ts, kind, body,
+                digest if isinstance(digest, bytes) else None, chain if isinstance(chain, bytes) else None):
             return None
+        ours = record_digest(source, seq, ts, kind, body)
         text_kind, text_body = kind.decode(), body.decode()
         check_record(LogRecord(NodeId(source), seq, ts, text_kind, text_body, hops))
     except (UnicodeDecodeError, struct.error, ValueError, HuddleError):

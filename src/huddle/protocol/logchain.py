@@ -50,12 +50,8 @@ def key_bound(source: NodeId) -> bool:
     return key_derived(source)
 
 
-def chain_hashes(prev: bytes, records: Sequence[LogRecord], digests: list[bytes] | None = None) -> list[bytes]:
-    """``h_a..h_b`` of consecutive ``records`` of one source, from ``prev`` = ``h_{a-1}``.
-    With ``digests``, each record's store digest (16 octets of BLAKE2b of the same
-    encoding, log/store.py) is appended to it: the store then need not encode again."""
-    if digests is not None:
-        return _chain_and_digests(prev, records, digests)
+def chain_hashes(prev: bytes, records: Sequence[LogRecord]) -> list[bytes]:
+    """``h_a..h_b`` of consecutive ``records`` of one source, from ``prev`` = ``h_{a-1}``."""
     out: list[bytes] = []
     append, pack, sha = out.append, _ENC.pack, hashlib.sha256
     h = prev
@@ -71,24 +67,6 @@ def chain_hashes(prev: bytes, records: Sequence[LogRecord], digests: list[bytes]
     return out
 
 
-def _chain_and_digests(prev: bytes, records: Sequence[LogRecord], digests: list[bytes]) -> list[bytes]:
-    out: list[bytes] = []
-    append, keep, pack, blake, sha = out.append, digests.append, _ENC.pack, hashlib.blake2b, hashlib.sha256
-    h = prev
-    last_kind: str | None = None
-    kind, size = b"", 0
-    for r in records:
-        if r.kind is not last_kind:
-            last_kind = r.kind
-            kind = last_kind.encode()
-            size = len(kind)
-        encoded = pack(r.source, r.seq, r.timestamp, size) + kind + r.body.encode()
-        keep(blake(encoded, digest_size=16).digest())
-        h = sha(h + encoded).digest()
-        append(h)
-    return out
-
-
 def head_message(source: NodeId, seq: int, chain: bytes) -> bytes:
     """The octets a head's signature signs (domain-separated from anything else the key signs)."""
     return _DOMAIN + bytes(source) + seq.to_bytes(8, "big") + chain
@@ -98,11 +76,9 @@ def sign_head(signer: LogSigner, source: NodeId, seq: int, chain: bytes) -> LogH
     return LogHead(source, seq, chain, signer.sign(head_message(source, seq, chain)), signer.public_key)
 
 
-def check_batch(prev: bytes, records: Sequence[LogRecord], head: LogHead,
-                digests: list[bytes] | None = None) -> list[bytes] | str:
+def check_batch(prev: bytes, records: Sequence[LogRecord], head: LogHead) -> list[bytes] | str:
     """The chain hashes of ``records`` (one source's consecutive records, ending at
-    ``head``, after ``prev``), or what is wrong: then none of them may be kept.
-    ``digests``: as :func:`chain_hashes`."""
+    ``head``, after ``prev``), or what is wrong: then none of them may be kept."""
     if not records:
         return "a head with no records"
     source = records[0].source
@@ -114,7 +90,7 @@ def check_batch(prev: bytes, records: Sequence[LogRecord], head: LogHead,
         return "a chain that does not start at the genesis hash"
     if node_id_for(head.key) != source:
         return "a head whose key does not give its source's id"
-    hashes = chain_hashes(prev, records, digests)
+    hashes = chain_hashes(prev, records)
     if hashes[-1] != head.chain:
         return "records that do not hash to their head (altered or forged)"
     if not verify(head.key, head_message(source, head.seq, head.chain), head.signature):

@@ -171,9 +171,8 @@ class EventStore(Protocol):
     def load(self) -> dict[NodeId, SourceState]: ...
 
     def stage(self, records: Sequence[LogRecord], received_from: NodeId | None, received_at: float,
-              chain: Sequence[bytes] | None = None, digests: Sequence[bytes] | None = None) -> None:
-        """Write ``records`` (with their chain hashes, when they have them, and their
-        digests when those were computed with the chain: logchain.chain_hashes).  Received
+              chain: Sequence[bytes] | None = None) -> None:
+        """Write ``records`` (with their chain hashes, when they have them).  Received
         ones (``received_from`` set) are stored with one more hop than they arrived with."""
 
     def commit(self) -> None: ...
@@ -210,7 +209,7 @@ class MemoryStore:
         return {source: SourceState.of(sorted(recs)) for source, recs in self.records.items()}
 
     def stage(self, records: Sequence[LogRecord], received_from: NodeId | None, received_at: float,
-              chain: Sequence[bytes] | None = None, digests: Sequence[bytes] | None = None) -> None:
+              chain: Sequence[bytes] | None = None) -> None:
         hop = 0 if received_from is None else 1
         if chain is not None:
             self.set_chain(records[0].source, [(r.seq, h) for r, h in zip(records, chain, strict=True)])
@@ -404,10 +403,9 @@ class Replicator:
         self._refusals_log = RateLog(log, period=60.0)  # per counter
         self._own_tip = self._chain_own() if self.signer is not None else (0, GENESIS)
         # Own records chained but not signed yet: those after _pending_base (whose hash is
-        # _pending_prev), their chain hashes and store digests, in sequence order.
+        # _pending_prev) and their chain hashes, in sequence order.
         self._pending_base, self._pending_prev = self._own_tip
         self._pending_hashes: list[bytes] = []
-        self._pending_digests: list[bytes] = []
 
     def _chain_own(self) -> tuple[int, bytes]:
         """The chain hash of our last record; own records from before signed heads
@@ -557,7 +555,7 @@ class Replicator:
             self.store.stage(run, None, run[0].timestamp)
         else:
             at = self._chain_new(run)
-            self.store.stage(run, None, run[0].timestamp, self._pending_hashes[at:], self._pending_digests[at:])
+            self.store.stage(run, None, run[0].timestamp, self._pending_hashes[at:])
         self._outbox.append(run)
         self._appended.append((run, None))
         self.stats.originated += len(run)
@@ -568,7 +566,7 @@ class Replicator:
         Returns the index of the first in the pending lists."""
         seq, tip = self._own_tip
         at = len(self._pending_hashes)
-        hashes = chain_hashes(tip, records, self._pending_digests)
+        hashes = chain_hashes(tip, records)
         self._pending_hashes += hashes
         self._own_tip = (seq + len(hashes), hashes[-1])
         return at
@@ -642,7 +640,7 @@ class Replicator:
         lacking = False
         max_gaps = self.limits.max_gap_ranges
         runs = list(_runs(msg.records))
-        chains: dict[int, tuple[list[bytes], LogHead, list[bytes]]] = {}
+        chains: dict[int, tuple[list[bytes], LogHead]] = {}
         if msg.heads or self._strict:
             checked = self._check_heads(msg, runs)
             if isinstance(checked, str):
@@ -674,7 +672,7 @@ class Replicator:
                 if signed is None:
                     self.store.stage(fresh, peer, stamp)
                 else:
-                    self.store.stage(fresh, peer, stamp, signed[0][a - lo : b - lo + 1], signed[2][a - lo : b - lo + 1])
+                    self.store.stage(fresh, peer, stamp, signed[0][a - lo : b - lo + 1])
                 self._appended.append((fresh, peer))
                 got += b - a + 1
             if signed is not None and got:
@@ -699,13 +697,13 @@ class Replicator:
 
     def _check_heads(
         self, msg: Xmsg, runs: list[tuple[NodeId, int, Sequence[LogRecord]]],
-    ) -> dict[int, tuple[list[bytes], LogHead, list[bytes]]] | str:
+    ) -> dict[int, tuple[list[bytes], LogHead]] | str:
         """Per run of ``msg`` that is signed, its chain hashes and head; or what makes
         the message a forgery (then none of it may be kept)."""
         heads = {h.source: (prev, h) for prev, h in msg.heads}
         if len(heads) != len(msg.heads):
             return "two heads for one source"
-        out: dict[int, tuple[list[bytes], LogHead, list[bytes]]] = {}
+        out: dict[int, tuple[list[bytes], LogHead]] = {}
         seen: set[NodeId] = set()
         for i, (s, _lo, run) in enumerate(runs):
             signed = heads.get(s)
@@ -720,11 +718,10 @@ class Replicator:
                 return "a signed source's records in more than one run"
             seen.add(s)
             prev, head = signed
-            digests: list[bytes] = []
-            hashes = check_batch(prev, run, head, digests)
+            hashes = check_batch(prev, run, head)
             if isinstance(hashes, str):
                 return hashes
-            out[i] = (hashes, head, digests)
+            out[i] = (hashes, head)
         if len(seen) < len(heads) and any(s not in seen for s in heads):
             return "a head for records the message does not carry"
         return out
@@ -827,7 +824,7 @@ class Replicator:
             if signed:
                 a = piece[0].seq - self._pending_base - 1
                 b = a + len(piece)
-                self.store.stage(piece, None, stamp, self._pending_hashes[a:b], self._pending_digests[a:b])
+                self.store.stage(piece, None, stamp, self._pending_hashes[a:b])
             else:
                 self.store.stage(piece, None, stamp)
             i = j
@@ -852,7 +849,7 @@ class Replicator:
             self.store.add_heads(heads)
             self._dirty = True
         self._pending_base, self._pending_prev = self._own_tip
-        self._pending_hashes, self._pending_digests = [], []
+        self._pending_hashes = []
         return out
 
     def _plan_asks(self, now: float) -> set[NodeId]:
