@@ -235,11 +235,13 @@ def test_a_node_raises_its_descriptor_limit_so_its_own_caps_bind_first(tmp_path:
 def test_an_honest_crowd_on_one_machine_is_not_taken_for_a_flood(cluster: Cluster) -> None:
     """Twenty-four nodes on 127.0.0.1, all seeded to one, no beacons: the hub gets their HELOs
     from one address at once, and each newcomer gets the hub's member list, past
-    mesh.max-handshaking-per-introducer (8).  Those past the cap wait their turn
-    (mesh.max-waiting-helos), and the mesh completes."""
+    mesh.max-handshaking (12 here: a seed's list may fill every handshake slot, protocol.md
+    8.6; another introducer's, mesh.max-handshaking-per-introducer, 8).  Those past the caps
+    wait their turn (mesh.max-waiting-helos), and the mesh completes."""
     hub_port = free_port()
     hub = cluster.start("hub", "--port", str(hub_port), beacon=False)
-    crowd = [cluster.start(f"c{i}", "--seed", f"127.0.0.1:{hub_port}", beacon=False, wait=False) for i in range(23)]
+    crowd = [cluster.start(f"c{i}", "--seed", f"127.0.0.1:{hub_port}", "--limit", "mesh.max-handshaking=12",
+                           beacon=False, wait=False) for i in range(23)]
     for n in crowd:
         n.wait_api(60)  # 23 interpreters starting at once on 2 CPUs
     nodes = [hub, *crowd]

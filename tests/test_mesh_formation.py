@@ -111,3 +111,24 @@ def test_lists_that_cross_in_a_simultaneous_start_are_not_answered() -> None:
     assert len(lists) <= 1100, len(lists)
     assert sum(1 for m in lists if m.reply) <= 300
     assert sum(x.mesh.stats.lists_not_repeated for x in nodes) > 0
+
+
+def test_a_newcomer_dials_its_seeds_member_list_in_one_wave() -> None:
+    # One node joins a settled mesh of 63 through a seed.  With at most 8 handshakes open on
+    # one introducer's list, it dialled 8 of the seed's 62, and the rest waited for the lists
+    # of those 8 once admitted: two waves of handshakes (6 one-way latencies from the first
+    # HELO to the last admission).  A seed, named by the operator, may fill every handshake
+    # slot: one wave (4 latencies).  Any other introducer keeps the cap of 8.
+    n = 64
+    net, nodes, _ = _crowd_over(n - 1, 0.0)
+    net.run(1.0)
+    newcomer = net.add("late", endpoint=f"tcp://127.0.0.1:{40000 + n}")
+    newcomer.mesh.add_seed(nodes[0].mesh.endpoint, net.now)
+    start = net.local(newcomer)
+    assert net.settle(1.0, lambda: len(newcomer.mesh.alive_peers()) == n - 1
+                      and all(len(x.mesh.alive_peers()) == n - 1 for x in nodes))
+    took = max(p.joined for p in newcomer.mesh.peers(net.local(newcomer))) - start
+    assert newcomer.mesh.stats.introductions_waited == 0
+    assert took <= 4 * 0.005 + 0.002, took
+    # Lists from members that are not seeds still open at most 8 handshakes each.
+    assert newcomer.mesh.limits.max_handshaking_per_introducer == 8

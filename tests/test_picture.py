@@ -179,6 +179,34 @@ def test_raws_round_trips_and_hostile_reports_are_refused() -> None:
             decode([frames[0], frames[1], bad])
 
 
+def test_a_decoded_report_makes_its_rows_only_when_they_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every node receives every member's report, and the mesh reads only each row's peer and state
+    # (whom to relay to): at 64 nodes, making a PeerStat of every row cost 10 times the JSON.
+    ids = [NodeId(bytes([i]) * 16) for i in range(10, 73)]
+    r = Raws(A, A, 7, "a", "standard", 1.0, 4, False,
+             tuple(stat(p, heard=0.25, state="suspect" if i % 9 == 0 else "alive")
+                   for i, p in enumerate(ids)))
+    made = []
+    post_init = PeerStat.__post_init__
+    monkeypatch.setattr(PeerStat, "__post_init__", lambda self: made.append(1) or post_init(self))
+    got = decode(encode(r))
+    assert isinstance(got, Raws) and len(got.peers) == 63
+    assert got.peers_in({"suspect"}) == {p for i, p in enumerate(ids) if i % 9 == 0}
+    assert made == []  # checked, but no PeerStat yet
+    assert got == r and list(got.peers) == list(r.peers)
+    assert len(made) == 63  # reading them made the decoded rows, once
+    assert got.peers_in({"alive", "suspect"}) == set(ids)
+    # Still refused at decode, as every row is checked: the same peer twice, a bad row after good ones.
+    frames = encode(r)
+    twice = frames[2].replace(ids[1].hex().encode(), ids[2].hex().encode())
+    at = frames[2].rindex(b'"alive",10')  # the last row's
+    late_bad = frames[2][:at] + b'"alive",-10' + frames[2][at + 10:]
+    for bad in (twice, late_bad):
+        assert bad != frames[2]
+        with pytest.raises(DecodeError):
+            decode([frames[0], frames[1], bad])
+
+
 # ---------------------------------------------------------------- simulator
 
 

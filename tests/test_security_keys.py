@@ -22,7 +22,7 @@ from huddle.security import (
     token_matches,
     verify,
 )
-from huddle.security.codes import ALPHABET
+from huddle.security.codes import ALPHABET, fingerprint
 
 
 def test_node_key_is_created_private_and_kept(tmp_path: Path) -> None:
@@ -152,3 +152,13 @@ def test_api_token_file(tmp_path: Path) -> None:
     first.path.write_text("short\n")
     with pytest.raises(ConfigError, match="damaged"):
         load_or_create_token(tmp_path)
+
+
+def test_a_key_is_fingerprinted_once_not_on_every_peers_request() -> None:
+    # GET /api/v1/peers names every peer's key: at 64 nodes, hashing 63 keys made up two thirds
+    # of Mesh.peers (537 us a call; 181 us with the fingerprints kept).
+    fingerprint.cache_clear()
+    key = bytes(range(32))
+    first = fingerprint(key)
+    assert fingerprint(bytes(range(32))) == first
+    assert fingerprint.cache_info().hits == 1

@@ -66,7 +66,8 @@ class MeshLimits:
     max_handshaking: int = _doc("sessions not yet admitted (dialled, or answering a HELO), in total",
                                 default=64)
     max_handshaking_per_introducer: int = _doc(
-        "sessions not yet admitted opened on one peer's PEER introductions, or on HELOs from one address",
+        "sessions not yet admitted opened on one peer's PEER introductions (member lists included; one of "
+        "this node's own seeds: up to max-handshaking), or on HELOs from one address",
         default=8)
     introduction_backoff: float = _doc(
         "seconds a node introduced by PEER whose handshake failed is not dialled again on a PEER",

@@ -819,7 +819,7 @@ class Mesh:
         if not live or (until is not None and until > now):
             self._refused_intro(f"a PEER from {s.uuid.short}", now)
             return
-        if not self._room(key):
+        if not self._room(key, self._introducer_cap(s)):
             self._wait(m, str(s.uuid), now)  # an honest crowd joining at once: its turn comes
             return
         self._open(m.peer, m.endpoint, now, introducer=s.uuid).opened_by = key
@@ -1264,9 +1264,19 @@ class Mesh:
 
     # bounds --------------------------------------------------------------------
 
-    def _room(self, key: str) -> bool:
+    def _introducer_cap(self, s: _Session) -> int:
+        """How many handshakes the introductions of ``s`` may hold open: one of our own
+        seeds (the operator named it) may fill every handshake slot, so that a newcomer
+        dials the whole member list its seed sends in one wave (at 64 nodes, 8 an
+        introducer made a join two waves of handshakes: the rest waited for the lists
+        of the first 8 admitted); any other introducer, ``max-handshaking-per-introducer``."""
+        lim = self.limits
+        return lim.max_handshaking if s.seed is not None else lim.max_handshaking_per_introducer
+
+    def _room(self, key: str, cap: int | None = None) -> bool:
         """Whether one more session may open: below max-sessions, and, as it starts
-        unadmitted, below max-handshaking in total and (``key`` not "") for ``key``."""
+        unadmitted, below max-handshaking in total and (``key`` not "") below ``cap``
+        (default max-handshaking-per-introducer) for ``key``."""
         lim = self.limits
         if len(self._sessions) >= lim.max_sessions:
             return False
@@ -1276,7 +1286,8 @@ class Mesh:
                 pending += 1
                 if key and x.opened_by == key:
                     mine += 1
-        return pending < lim.max_handshaking and (not key or mine < lim.max_handshaking_per_introducer)
+        return pending < lim.max_handshaking and (
+            not key or mine < (lim.max_handshaking_per_introducer if cap is None else cap))
 
     def _wait(self, m: Helo | Peer, via: str, now: float) -> None:
         """No handshake slot for this HELO (``via``: its source address) or PEER (``via``:
@@ -1328,7 +1339,8 @@ class Mesh:
                 del waiting[uuid]
                 continue
             key = (f"addr:{via}" if via else "") if isinstance(m, Helo) else f"peer:{m.sender}"
-            if not self._room(key):
+            introducer = None if isinstance(m, Helo) else self._sessions.get(m.sender)
+            if not self._room(key, None if introducer is None else self._introducer_cap(introducer)):
                 if not self._room(""):
                     return  # no slot at all: the rest waits too
                 continue  # this address or introducer is at its cap; another's may not be
@@ -1338,7 +1350,6 @@ class Mesh:
                 # session (a HELO with reply false), so that it says HELO and BOUT again.
                 self._on_checked_helo(dataclasses.replace(m, reply=True), now, via)  # checked when it came
                 continue
-            introducer = self._sessions.get(m.sender)
             if introducer is not None and introducer.phase is Phase.ALIVE:
                 self._on_peer(introducer, m, now, live=True)
 

@@ -415,7 +415,7 @@ class Reports:
             # likely predates it, and its origin meets it and reports within the
             # soon window (half that); relayed by every member, a crowd joining
             # cost N^3 rows.
-            direct = {p.peer for p in msg.peers if p.state in ADMITTED}
+            direct = msg.peers_in(ADMITTED)
             settled = now - self.pictures.timing.interval * self.pictures.scale()
             relayed: Raws | None = None
             for uuid, (conn, joined) in self._links.items():

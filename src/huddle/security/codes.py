@@ -8,6 +8,7 @@ not matter, and the letters people confuse with digits are read as those digits
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import secrets
 
@@ -33,9 +34,11 @@ def _grouped(text: str) -> str:
     return "-".join(text[i:i + 4] for i in range(0, len(text), 4))
 
 
+@functools.lru_cache(maxsize=1024)
 def fingerprint(public_key: bytes) -> str:
     """A short, stable name of a public key for people to compare: 80 bits of a hash,
-    as ``XXXX-XXXX-XXXX-XXXX``."""
+    as ``XXXX-XXXX-XXXX-XXXX``.  Kept for the last 1 024 keys: ``GET /api/v1/peers``
+    names every peer's key, and at 64 nodes the fingerprints were most of its time."""
     digest = hashlib.blake2b(public_key, digest_size=10, person=b"huddle-key-fp").digest()
     return _grouped(_chars(int.from_bytes(digest), 16))
 

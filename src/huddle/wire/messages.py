@@ -21,9 +21,9 @@ import json
 import math
 import re
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, cast
+from typing import Any, Final, cast, overload
 
 import orjson
 
@@ -609,7 +609,7 @@ class Raws:
     beat: float
     lost: int
     cut_off: bool
-    peers: tuple[PeerStat, ...]
+    peers: Sequence[PeerStat]  # a tuple, or (decoded) rows checked and turned into PeerStats when read
     forged: tuple[tuple[NodeId, int], ...] = ()  # forged log batches received, per peer that sent them
 
     def __post_init__(self) -> None:
@@ -622,7 +622,16 @@ class Raws:
         _check(isinstance(self.beat, float) and 0.01 <= self.beat <= MAX_BEAT, f"beat must be 0.01..{MAX_BEAT:g}")
         _check(isinstance(self.lost, int) and 1 <= self.lost <= MAX_LOST, f"lost must be 1..{MAX_LOST}")
         _check(isinstance(self.cut_off, bool), "cut_off must be a boolean")
-        _check(len({p.peer for p in self.peers}) == len(self.peers), "a peer appears twice")
+        if type(self.peers) is not CheckedRows:  # the decoder checked those, no peer twice included
+            _check(len({p.peer for p in self.peers}) == len(self.peers), "a peer appears twice")
+
+    def peers_in(self, states: Container[str]) -> set[NodeId]:
+        """The peers whose row's state is one of ``states`` (without making a
+        PeerStat of every row of a decoded report)."""
+        peers = self.peers
+        if type(peers) is CheckedRows:
+            return peers.peers_in(states)
+        return {p.peer for p in peers if p.state in states}
 
 
 Message = Helo | Peer | Group | Gbye | Chat | Beat | Time | Xmsg | Gsip | Dmsg | Dack | Raws | Bulk | Members
@@ -843,6 +852,89 @@ def _peer_stat(row: object, index: int) -> PeerStat:
         raise DecodeError(f"RAWS peer row {index}: {exc}") from None
 
 
+class CheckedRows(Sequence[PeerStat]):
+    """The rows of a decoded RAWS report, every field checked (``_rows_ok``) but
+    kept as the JSON arrays they came in: a PeerStat is made of each only when
+    the rows are read (the picture, asked for now and then; a relay).  A node
+    receives every member's report: at 64 nodes, decoding a 63-row report into
+    PeerStats cost 10 times its JSON, and the mesh reads only a row's peer and
+    state (``peers_in``)."""
+
+    __slots__ = ("_rows", "_stats")
+
+    def __init__(self, rows: list[list[Any]]) -> None:
+        self._rows = rows
+        self._stats: tuple[PeerStat, ...] | None = None
+
+    def _made(self) -> tuple[PeerStat, ...]:
+        stats = self._stats
+        if stats is None:
+            new = bytes.__new__
+            stats = self._stats = tuple(
+                PeerStat(new(NodeId, bytes.fromhex(u)), float(h) if type(h) is int else h,
+                         float(t) if type(t) is int else t, s, v1, v2, v3, v4, v5, v6, v7)
+                for u, h, t, s, v1, v2, v3, v4, v5, v6, v7 in self._rows)
+            self._rows = []
+        return stats
+
+    def peers_in(self, states: Container[str]) -> set[NodeId]:
+        if self._stats is not None:
+            return {p.peer for p in self._stats if p.state in states}
+        new = bytes.__new__
+        return {new(NodeId, bytes.fromhex(row[0])) for row in self._rows if row[3] in states}
+
+    def __len__(self) -> int:
+        return len(self._rows) if self._stats is None else len(self._stats)
+
+    @overload
+    def __getitem__(self, index: int) -> PeerStat: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[PeerStat, ...]: ...
+    def __getitem__(self, index: int | slice) -> PeerStat | tuple[PeerStat, ...]:
+        return self._made()[index]
+
+    def __iter__(self) -> Iterator[PeerStat]:
+        return iter(self._made())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, CheckedRows | tuple | list):
+            return self._made() == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._made())
+
+    def __repr__(self) -> str:
+        return repr(self._made())
+
+
+_HEX_RUN_RE: Final = re.compile(r"[0-9a-f]*")
+
+
+def _rows_ok(rows: list[Any]) -> bool:
+    """Every row well formed, as PeerStat would check it, and no peer twice, in
+    one tight pass that makes no object per row (the uuids are matched at once,
+    joined).  False: let ``_peer_stats`` say what is wrong."""
+    states, top, inf = PEER_STATES, MAX_SEQ, math.inf
+    uuids = []
+    for row in rows:
+        if type(row) is not list or len(row) != 11:
+            return False
+        u, h, t, s, v1, v2, v3, v4, v5, v6, v7 = row
+        if not (
+            type(u) is str and len(u) == 32 and s in states
+            and (h is None or ((type(h) is float or type(h) is int) and 0 <= h < inf))
+            and (t is None or ((type(t) is float or type(t) is int) and 0 <= t < inf))
+            and type(v1) is int and type(v2) is int and type(v3) is int and type(v4) is int
+            and type(v5) is int and type(v6) is int and type(v7) is int
+            and 0 <= v1 <= top and 0 <= v2 <= top and 0 <= v3 <= top and 0 <= v4 <= top
+            and 0 <= v5 <= top and 0 <= v6 <= top and 0 <= v7 <= top
+        ):
+            return False
+        uuids.append(u)
+    return _HEX_RUN_RE.fullmatch("".join(uuids)) is not None and len(set(uuids)) == len(uuids)
+
+
 def _peer_stats(rows: list[Any]) -> tuple[PeerStat, ...]:
     """Every row of a RAWS report, in one pass: a row whose uuid and seconds
     are plainly well formed goes straight to PeerStat (whose constructor
@@ -876,7 +968,7 @@ def _d_raws(sender: NodeId, body: str) -> Message:
         beat=_number(obj, "beat", "RAWS"),
         lost=_field(obj, "lost", "RAWS", int),
         cut_off=_field(obj, "cut_off", "RAWS", bool),
-        peers=_peer_stats(rows),
+        peers=CheckedRows(rows) if _rows_ok(rows) else _peer_stats(rows),
         forged=_forged(obj["forged"]) if "forged" in obj else (),
     )
 
