@@ -1,4 +1,5 @@
-"""The log's vocabulary: what is held of one source.
+"""The log's vocabulary: what is held of one source, and how a record is encoded
+for its digest and its chain hash.
 
 Storage (:mod:`huddle.log.store`) and the replication protocol
 (:mod:`huddle.protocol.replication`) both speak it; it lives here, below
@@ -8,10 +9,18 @@ both, so that storage imports no protocol.
 from __future__ import annotations
 
 import bisect
+import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Final
 
-__all__ = ["SourceState"]
+__all__ = ["GENESIS", "RECORD_HEAD", "SourceState"]
+
+# A record's encoding, as its store digest and its chain hash cover it: this head (source,
+# sequence, timestamp, the kind's length), then the kind and the body in UTF-8; and the chain
+# hash before a source's first record (docs/protocol.md 12.5).
+RECORD_HEAD: Final = struct.Struct(">16sqdI")
+GENESIS: Final = bytes(32)
 
 
 @dataclass(slots=True)

@@ -37,7 +37,7 @@ from ..errors import HuddleError
 from ..ids import NodeId
 from ..wire import LogHead, LogRecord
 from ..wire.messages import MAX_SEQ, make_record
-from .model import SourceState
+from .model import GENESIS, RECORD_HEAD, SourceState
 
 __all__ = ["GENESIS", "SCHEMA_VERSION", "SqliteStore", "StoredRecord", "Verified", "record_digest", "row_verifies"]
 
@@ -92,8 +92,6 @@ _RUN_COLUMNS = 7
 _INSERT_RUN = ("INSERT OR IGNORE INTO events (grp, source, seq, ts, kind, body, hops, received_at, received_from, "
                "digest, chain) SELECT ?1, ?2, column1, column2, column3, column4, column5, ?3, ?4, column6, column7 "
                "FROM (VALUES " + ",".join(["(?,?,?,?,?,?,?)"] * _RUN_ROWS) + ")")
-_HEAD = struct.Struct(">16sqdI")  # a record's content as its digest and its chain hash cover it
-GENESIS = bytes(32)  # the chain hash before a source's first record (docs/protocol.md 12.5)
 _from_iterable = itertools_chain.from_iterable
 _seq, _ts, _kind, _body, _hops = (attrgetter(name) for name in ("seq", "timestamp", "kind", "body", "hops"))
 
@@ -102,7 +100,7 @@ def record_digest(source: bytes, seq: int, ts: float, kind: bytes, body: bytes) 
     """16 octets of BLAKE2b over a record's content: source, sequence,
     timestamp, kind and body (UTF-8); not the receipt metadata or hops, which
     differ from node to node."""
-    return hashlib.blake2b(_HEAD.pack(source, seq, ts, len(kind)) + kind + body, digest_size=16).digest()
+    return hashlib.blake2b(RECORD_HEAD.pack(source, seq, ts, len(kind)) + kind + body, digest_size=16).digest()
 
 
 def row_verifies(prev: bytes | None, source: bytes, seq: int, ts: float, kind: bytes, body: bytes,  # noqa: PLR0917
@@ -113,7 +111,7 @@ def row_verifies(prev: bytes | None, source: bytes, seq: int, ts: float, kind: b
     when that row is not held or has none.  (So a damaged chain hash fails the row
     after it, or itself where it has no digest.)  Raises ``struct.error`` or
     ``TypeError`` for a damaged value of the wrong type or size."""
-    encoded = _HEAD.pack(source, seq, ts, len(kind)) + kind + body
+    encoded = RECORD_HEAD.pack(source, seq, ts, len(kind)) + kind + body
     if digest is not None:
         return hashlib.blake2b(encoded, digest_size=16).digest() == digest
     return chain is not None and prev is not None and hashlib.sha256(prev + encoded).digest() == chain
@@ -339,7 +337,7 @@ class SqliteStore:
         self.commit()
         rows = bad = 0
         examples: list[tuple[str, bytes, int]] = []
-        pack, blake, sha = _HEAD.pack, hashlib.blake2b, hashlib.sha256
+        pack, blake, sha = RECORD_HEAD.pack, hashlib.blake2b, hashlib.sha256
         last_grp = last_source = last_chain = None
         last_seq = 0
         try:

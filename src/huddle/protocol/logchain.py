@@ -20,18 +20,16 @@ and verifies one signature.
 from __future__ import annotations
 
 import hashlib
-import struct
 from collections.abc import Sequence
 from typing import Final, Protocol
 
 from ..ids import NodeId
+from ..log.model import GENESIS, RECORD_HEAD  # h_0 of every source; e_n's head
 from ..security import key_derived, node_id_for, verify
 from ..wire import LogHead, LogRecord
 
 __all__ = ["GENESIS", "LogSigner", "chain_hashes", "check_batch", "head_message", "key_bound", "sign_head"]
 
-GENESIS: Final = bytes(32)  # h_0 of every source
-_ENC: Final = struct.Struct(">16sqdI")
 _DOMAIN: Final = b"huddle log head v1\x00"
 
 
@@ -53,7 +51,7 @@ def key_bound(source: NodeId) -> bool:
 def chain_hashes(prev: bytes, records: Sequence[LogRecord]) -> list[bytes]:
     """``h_a..h_b`` of consecutive ``records`` of one source, from ``prev`` = ``h_{a-1}``."""
     out: list[bytes] = []
-    append, pack, sha = out.append, _ENC.pack, hashlib.sha256
+    append, pack, sha = out.append, RECORD_HEAD.pack, hashlib.sha256
     h = prev
     last_kind: str | None = None
     kind, size = b"", 0
