@@ -294,3 +294,33 @@ def test_a_new_log_has_16_kib_pages(tmp_path: Path) -> None:
     store = start_check(data, me)
     assert store._db.execute("PRAGMA page_size").fetchone() == (16384,)
     store.close()
+
+
+def test_a_chained_run_stores_each_row_its_own_chain_hash(tmp_path: Path) -> None:
+    """250 rows: two statements of 100 rows and one of 50, the hashes bound as one blob."""
+    store = SqliteStore(tmp_path / "log.sqlite", GROUP)
+    me = NodeId.random()
+    mine = [LogRecord(me, q, 100.0 + q, "chat" if q % 3 else "doc", f'{{"n":{q}}}', q % 2) for q in range(1, 251)]
+    hashes = chain_hashes(GENESIS, mine)
+    store.stage(mine, PEER, 5.0, hashes)
+    store.commit()
+    rows = store._db.execute(
+        "SELECT seq, ts, kind, body, hops, received_at, received_from, digest IS NOT NULL, chain FROM events "
+        "ORDER BY seq").fetchall()
+    assert rows == [(r.seq, r.timestamp, r.kind, r.body, r.hops + 1, 5.0, bytes(PEER), r.seq == 1, h)
+                    for r, h in zip(mine, hashes, strict=True)]
+    assert store.verify() == Verified(250, 0, ())
+    store.close()
+
+
+def test_a_run_whose_chain_hashes_do_not_line_up_is_refused(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "log.sqlite", GROUP)
+    me = NodeId.random()
+    mine = [LogRecord(me, q, 100.0, "chat", "{}", 0) for q in (1, 2, 4)]  # not consecutive
+    with pytest.raises(ValueError, match="chain hashes"):
+        store.stage(mine, None, 1.0, chain_hashes(GENESIS, mine))
+    with pytest.raises(ValueError, match="chain hashes"):
+        store.stage(mine[:2], None, 1.0, [bytes(32), bytes(31)])  # a hash of the wrong size
+    store.commit()
+    assert store.count() == 0
+    store.close()

@@ -22,13 +22,14 @@ The ``heads`` table keeps the signed heads that cover them (docs/security.md,
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import sqlite3
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain as itertools_chain
-from itertools import islice, repeat
+from itertools import repeat
 from operator import add as _add
 from operator import attrgetter
 from pathlib import Path
@@ -83,15 +84,25 @@ CREATE TABLE IF NOT EXISTS node_stats (
 """
 _INSERT = ("INSERT OR IGNORE INTO events (grp, source, seq, ts, kind, body, hops, received_at, received_from, digest) "
            "VALUES (?,?,?,?,?,?,?,?,?,?)")
-_INSERT_CHAINED = ("INSERT OR IGNORE INTO events (grp, source, seq, ts, kind, body, hops, received_at, received_from, "
-                   "digest, chain) VALUES (?,?,?,?,?,?,?,?,?,?,?)")
-# One source's rows, _RUN_ROWS per statement: group, source, received_at and received_from
-# bound once (?1-?4), the _RUN_COLUMNS others per row.
+# One source's consecutive rows, up to _RUN_ROWS per statement.  Bound once per statement (?1-?7):
+# group, source, received_at, received_from, the run's first sequence and that row's digest, and the
+# run's chain hashes as one blob (_CHAIN octets per row, a row's taken by ``substr`` at its offset from
+# the first); per row only _RUN_COLUMNS integers, floats and text.  No bytes or None is bound per row:
+# the sqlite3 module tries to adapt each such value, which costs a failed attribute lookup with a
+# formatted exception (about 3 000-4 000 instructions a value, bench/README.md "Session 15").
 _RUN_ROWS = 100
-_RUN_COLUMNS = 7
-_INSERT_RUN = ("INSERT OR IGNORE INTO events (grp, source, seq, ts, kind, body, hops, received_at, received_from, "
-               "digest, chain) SELECT ?1, ?2, column1, column2, column3, column4, column5, ?3, ?4, column6, column7 "
-               "FROM (VALUES " + ",".join(["(?,?,?,?,?,?,?)"] * _RUN_ROWS) + ")")
+_RUN_COLUMNS = 5
+_CHAIN = 32
+
+
+@functools.lru_cache(maxsize=_RUN_ROWS)
+def _insert_run_sql(rows: int) -> str:
+    return ("INSERT OR IGNORE INTO events (grp, source, seq, ts, kind, body, hops, received_at, received_from, "
+            "digest, chain) SELECT ?1, ?2, column1, column2, column3, column4, column5, ?3, ?4, "
+            "CASE column1 WHEN ?5 THEN ?6 END, substr(?7, (column1 - ?5) * 32 + 1, 32) "  # 32: _CHAIN
+            "FROM (VALUES " + ",".join(["(?,?,?,?,?)"] * rows) + ")")
+
+
 _from_iterable = itertools_chain.from_iterable
 _seq, _ts, _kind, _body, _hops = (attrgetter(name) for name in ("seq", "timestamp", "kind", "body", "hops"))
 
@@ -253,33 +264,28 @@ class SqliteStore:
     def _insert_run(self, records: Sequence[LogRecord], received_at: float, frm: bytes | None, hop: int,
                     chain: Sequence[bytes]) -> None:
         """Insert one source's consecutive records with their ``chain`` hashes: _RUN_ROWS rows
-        per statement, the columns every row shares bound once (about half the CPU of
-        ``executemany``, which binds all eleven per row); the rest by ``executemany``.
-        The rows are made by zip and map, no Python code per row; hops stop at what an
-        INTEGER (and the wire) holds.  Only the first row gets a digest: each other row's
-        chain hash covers its content from the row before it (:meth:`verify`)."""
+        per statement, the columns every row shares bound once and the chain hashes as one
+        blob (about half the CPU of ``executemany``, which binds all eleven per row).  The
+        rows are made by zip and map, no Python code per row; hops stop at what an INTEGER
+        (and the wire) holds.  Only the first row gets a digest: each other row's chain hash
+        covers its content from the row before it (:meth:`verify`)."""
         n = len(records)
         hops = map(_hops, records)
         if hop:
             hops = map(min, map(_add, hops, repeat(hop, n)), repeat(MAX_SEQ, n))
-        if len(chain) != n:
-            raise ValueError(f"{n} records with {len(chain)} chain hashes")
         r = records[0]
+        hashes = b"".join(chain)
+        if len(chain) != n or len(hashes) != n * _CHAIN or records[-1].seq - r.seq != n - 1:
+            raise ValueError(f"{n} records (seq {r.seq}..{records[-1].seq}) with {len(chain)} chain hashes, "
+                             f"{len(hashes)} octets")
         first = record_digest(bytes(r.source), r.seq, r.timestamp, r.kind.encode(), r.body.encode())
-        digests = itertools_chain((first,), repeat(None, n - 1))
-        rows = zip(map(_seq, records), map(_ts, records), map(_kind, records), map(_body, records), hops, digests,
-                   chain, strict=True)
-        group, source = self.group, bytes(records[0].source)
-        full = n - n % _RUN_ROWS
-        if full:
-            flat = list(_from_iterable(islice(rows, full)))
-            shared = (group, source, received_at, frm)
-            step = _RUN_COLUMNS * _RUN_ROWS
-            for i in range(0, len(flat), step):
-                self._db.execute(_INSERT_RUN, (*shared, *flat[i : i + step]))
-        if full < n:
-            self._db.executemany(_INSERT_CHAINED, [
-                (group, source, q, ts, kind, body, h, received_at, frm, d, c) for q, ts, kind, body, h, d, c in rows])
+        flat = list(_from_iterable(zip(map(_seq, records), map(_ts, records), map(_kind, records),
+                                       map(_body, records), hops, strict=True)))
+        shared = (self.group, bytes(r.source), received_at, frm, r.seq, first, hashes)
+        step = _RUN_COLUMNS * _RUN_ROWS
+        for i in range(0, len(flat), step):
+            piece = flat[i : i + step]
+            self._db.execute(_insert_run_sql(len(piece) // _RUN_COLUMNS), (*shared, *piece))
 
     def add_heads(self, heads: Sequence[LogHead]) -> None:
         """Keep signed heads (in the open transaction; a head already kept is kept once)."""
