@@ -182,6 +182,38 @@ def test_canonical_json_is_the_json_modules_text_whichever_encoder_wrote_it(valu
     assert canonical_json(value) == expected
 
 
+canonical_events = st.lists(st.tuples(
+    st.sampled_from(["k", "score", "k\x01" * 50, "", "\ud800", "k" * 300]),
+    st.one_of(json_values.map(lambda v: json.dumps(v, ensure_ascii=False)), st.sampled_from([
+        '"\ud800"', '"\udfff x"', json.dumps("x" * (MAX_RECORD // 6)), json.dumps("x" * MAX_RECORD),
+        json.dumps("語" * (MAX_RECORD // 5), ensure_ascii=False)]))), min_size=1, max_size=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(canonical_events)
+def test_append_many_of_canonical_bodies_refuses_what_check_record_refuses(events: list[tuple[str, str]]) -> None:
+    # Bodies said to be canonical_json's are not parsed again; every other check holds, record by
+    # record, whatever kinds repeat (the first refused is named, and nothing is recorded).
+    stamp = 5.0
+    expected = None
+    for i, (kind, body) in enumerate(events):
+        try:
+            check_record(LogRecord(ME, i + 1, stamp, kind, body), canonical=True)
+        except LocalProtocolError as exc:
+            where = f"event {i + 1}: " if len(events) > 1 else ""
+            expected = f"{where}{exc}; nothing was recorded"
+            break
+    store = MemoryStore()
+    r = Replicator(ME, store, now=0.0)
+    if expected is None:
+        assert [x.body for x in r.append_many(events, 0.0, stamp, canonical=True)] == [b for _, b in events]
+    else:
+        with pytest.raises(LocalProtocolError) as refused:
+            r.append_many(events, 0.0, stamp, canonical=True)
+        assert str(refused.value) == expected
+        untouched(r, store)
+
+
 kinds = st.text(min_size=0, max_size=20)
 bodies = st.one_of(
     st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),

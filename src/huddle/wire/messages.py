@@ -446,6 +446,12 @@ def check_record(record: LogRecord, *, canonical: bool = False) -> None:
             f"event is larger than the {MAX_RECORD}-octet record limit ({record_size(record)} octets as a message)")
 
 
+def checked_room(kind: str) -> int:
+    """The most characters a body may have for a record of ``kind`` to be within
+    :data:`MAX_RECORD` whatever they are (:func:`check_record` computes no encoded size below)."""
+    return (MAX_RECORD - _RECORD_FRAME) // 6 - len(kind)
+
+
 CHAIN_HASH: Final = 32  # octets of a log chain hash (SHA-256)
 SIGNATURE: Final = 64  # octets of an Ed25519 signature
 PUBLIC_KEY: Final = 32  # octets of an Ed25519 public key
