@@ -191,24 +191,24 @@ class Node:
         self._check_writable()
         # Checked whole (text, JSON, size, sequence) before it is recorded: a
         # LocalProtocolError here means nothing was.
-        record = self.replicator.append(kind, self._body_text(body, 1), self.local_now(), self.mesh_time(),
-                                        canonical=True)
+        record = self.replicator.append(kind, self._body_texts([(kind, body)])[0][1], self.local_now(),
+                                        self.mesh_time(), canonical=True)
         self._execute()  # commits before anything is sent or returned
         return record
 
-    def _body_text(self, body: Any, events: int) -> str:
+    def _body_texts(self, events: list[tuple[str, Any]]) -> list[tuple[str, str]]:
+        """The events with their bodies as canonical JSON text (all counted refused if one is not JSON)."""
         try:
-            return canonical_json(body)
+            return [(kind, canonical_json(body)) for kind, body in events]
         except LocalProtocolError:
-            self.replicator.stats.events_refused += events
+            self.replicator.stats.events_refused += len(events)
             raise
 
     def emit_many(self, events: list[tuple[str, Any]]) -> list[LogRecord]:
         """Record several events in one transaction and as few messages as possible."""
         self._check_writable()
         now, stamp = self.local_now(), self.mesh_time()
-        records = self.replicator.append_many(
-            [(kind, self._body_text(body, len(events))) for kind, body in events], now, stamp, canonical=True)
+        records = self.replicator.append_many(self._body_texts(events), now, stamp, canonical=True)
         self._execute()
         return records
 
