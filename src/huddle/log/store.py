@@ -28,10 +28,6 @@ import sqlite3
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from itertools import chain as itertools_chain
-from itertools import repeat
-from operator import add as _add
-from operator import attrgetter
 from pathlib import Path
 
 from ..errors import HuddleError
@@ -101,10 +97,6 @@ def _insert_run_sql(rows: int) -> str:
             "digest, chain) SELECT ?1, ?2, column1, column2, column3, column4, column5, ?3, ?4, "
             "CASE column1 WHEN ?5 THEN ?6 END, substr(?7, (column1 - ?5) * 32 + 1, 32) "  # 32: _CHAIN
             "FROM (VALUES " + ",".join(["(?,?,?,?,?)"] * rows) + ")")
-
-
-_from_iterable = itertools_chain.from_iterable
-_seq, _ts, _kind, _body, _hops = (attrgetter(name) for name in ("seq", "timestamp", "kind", "body", "hops"))
 
 
 def record_digest(source: bytes, seq: int, ts: float, kind: bytes, body: bytes) -> bytes:
@@ -265,22 +257,28 @@ class SqliteStore:
                     chain: Sequence[bytes]) -> None:
         """Insert one source's consecutive records with their ``chain`` hashes: _RUN_ROWS rows
         per statement, the columns every row shares bound once and the chain hashes as one
-        blob (about half the CPU of ``executemany``, which binds all eleven per row).  The
-        rows are made by zip and map, no Python code per row; hops stop at what an INTEGER
-        (and the wire) holds.  Only the first row gets a digest: each other row's chain hash
-        covers its content from the row before it (:meth:`verify`)."""
+        blob (about half the CPU of ``executemany``, which binds all eleven per row); hops
+        stop at what an INTEGER (and the wire) holds.  Only the first row gets a digest: each
+        other row's chain hash covers its content from the row before it (:meth:`verify`)."""
         n = len(records)
-        hops = map(_hops, records)
-        if hop:
-            hops = map(min, map(_add, hops, repeat(hop, n)), repeat(MAX_SEQ, n))
         r = records[0]
         hashes = b"".join(chain)
         if len(chain) != n or len(hashes) != n * _CHAIN or records[-1].seq - r.seq != n - 1:
             raise ValueError(f"{n} records (seq {r.seq}..{records[-1].seq}) with {len(chain)} chain hashes, "
                              f"{len(hashes)} octets")
         first = record_digest(bytes(r.source), r.seq, r.timestamp, r.kind.encode(), r.body.encode())
-        flat = list(_from_iterable(zip(map(_seq, records), map(_ts, records), map(_kind, records),
-                                       map(_body, records), hops, strict=True)))
+        # A loop, not zip and map over attrgetters: Python 3.11 reads a slot in the loop about 3x
+        # faster than an attrgetter call does (500 rows: 140 against 450 ns a row).
+        flat: list[object] = []
+        extend = flat.extend
+        if hop:
+            for r in records:
+                h = r.hops + hop
+                extend((r.seq, r.timestamp, r.kind, r.body, h if h < MAX_SEQ else MAX_SEQ))
+        else:
+            for r in records:
+                extend((r.seq, r.timestamp, r.kind, r.body, r.hops))
+        r = records[0]
         shared = (self.group, bytes(r.source), received_at, frm, r.seq, first, hashes)
         step = _RUN_COLUMNS * _RUN_ROWS
         for i in range(0, len(flat), step):
