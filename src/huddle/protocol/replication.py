@@ -62,7 +62,7 @@ from ..log.model import SourceState
 from ..ratelog import RateLog
 from ..security import node_id_for
 from ..wire import MAX_BODY, Gsip, LogHead, LogRecord, Message, Xmsg
-from ..wire.messages import MAX_SEQ, check_record, checked_room, make_record
+from ..wire.messages import MAX_SEQ, check_record, checked_room, make_records
 from .events import Counters, LogAppended, Notify, Send
 from .logchain import GENESIS, LogSigner, chain_hashes, check_batch, key_bound, sign_head
 from .service import BUSY_POLL, DETACHED, MeshView, PeerFacts
@@ -523,7 +523,7 @@ class Replicator:
                 "and a sequence is at most 2^63-1; nothing was recorded")
         stamp = float(stamp)
         uuid = self.uuid
-        records = [make_record(uuid, first + i, stamp, kind, body, 0) for i, (kind, body) in enumerate(events)]
+        records = make_records(uuid, first, stamp, events)
         # Canonical bodies (not parsed again): a record whose kind is the one an earlier record passed
         # check_record with in full (source, stamp and hops are that record's, its seq in range:
         # checked above) passes it too when its body is ASCII text short enough to be within
