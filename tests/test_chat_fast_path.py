@@ -203,3 +203,30 @@ def test_the_driver_publishes_fast_chats_counts_their_octets_and_sends_chats_dir
     assert not mesh.take_actions()
     with pytest.raises(LocalProtocolError):
         driver.send_chat("no", to=HANDSHAKING)
+
+
+class _Connecting(_FakeTransport):
+    def connect(self, conn: int, endpoint: str) -> bool:
+        return True
+
+    def disconnect(self, conn: int, flush: bool = False) -> None:
+        pass
+
+
+def test_a_fast_chat_is_published_after_what_the_messages_before_it_in_its_batch_caused() -> None:
+    published: list[object] = []
+    mesh = _mesh()
+    driver = MeshDriver(time.monotonic, published.append)
+    transport = _Connecting()
+    driver.attach(mesh, transport)  # type: ignore[arg-type]
+    newcomer = NodeId(b"\x0f" * 16)
+    helo = Helo(newcomer, endpoint=f"tcp://{HOME}:7000", name="new", incarnation="33" * 8)
+    batch = [encode(helo), encode(Group(newcomer, group=GROUP)), [bytes(newcomer), b"CHAT", b"first words"],
+             [bytes(ALIVE), b"CHAT", b"hello"]]
+    driver.on_frames(batch, [HOME] * len(batch))
+    kinds = [type(e).__name__ for e in published]
+    assert kinds.index("PeerJoined") < kinds.index("ChatReceived")  # the BOUT admitted it before it spoke
+    chats = [e.text for e in published if isinstance(e, ChatReceived)]
+    assert chats == ["first words", "hello"]
+    assert driver.stats.receive_failures == 0 and driver.stats.action_failures == 0
+    assert transport.sent  # the HELO's answer went out

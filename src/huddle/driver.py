@@ -105,6 +105,9 @@ class MeshDriver:
                 if len(frames) == 3 and frames[1] == b"CHAT":
                     event = chat(frames, now, source)
                     if event is not None:
+                        if general:  # what the messages before it queued comes first, as it always did
+                            general = False
+                            self.execute()
                         publish(event)
                         continue
                 general = True
