@@ -27,6 +27,9 @@ class _FakeMesh:
     def receive(self, frames: list[bytes], now: float, source: str) -> None:
         self.received.append(frames)
 
+    def receive_chat(self, frames: list[bytes], now: float, source: str) -> None:
+        return None  # CHAT's fast path takes nothing here: every message goes to receive()
+
 
 class _FakeTransport:
     """Accepts every message except those on connection 9 (a peer whose queues are full)."""

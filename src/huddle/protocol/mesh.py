@@ -48,6 +48,7 @@ from ..wire import (
     Message,
     Peer,
     Time,
+    encode_parts,
 )
 from ..wire import decode as _decode
 from ..wire.messages import helo_signed
@@ -549,24 +550,13 @@ class Mesh:
         the HELO that opened it; a message under its UUID from another address is
         dropped and counted against that address (``blamed``), never against the
         session, except a HELO once the session is SUSPECT (the peer moved)."""
+        if len(frames) == 3 and frames[1] == b"CHAT":
+            event = self.receive_chat(frames, now, source)  # counted there, if it takes the message
+            if event is not None:
+                self._notify(event)
+                return True
         self.stats.received += 1
-        if len(frames) == 3 and frames[1] == b"CHAT" and not self._closed:
-            # Fast path for the most frequent message: an admitted peer's CHAT
-            # needs no more checking than the full decoder would do.
-            s = self._sessions.get(frames[0])  # type: ignore[call-overload]
-            body = frames[2]
-            if s is not None and s.admitted and len(body) <= MAX_BODY and (s.source == source or not source):
-                try:
-                    text = body.decode("utf-8")
-                except UnicodeDecodeError:
-                    pass  # the full decoder reports and counts it
-                else:
-                    self._heard(s, now)
-                    self._counts[s.uuid][1] += len(body)
-                    self.stats.chats_received += 1
-                    self._notify(ChatReceived(s.uuid, s.name, text, self.mesh_time(now)))
-                    return True
-        elif len(frames) == 3 and frames[1] == b"BEAT" and not frames[2] and not self._closed:
+        if len(frames) == 3 and frames[1] == b"BEAT" and not frames[2] and not self._closed:
             # Heartbeats are most of what an idle node receives: an admitted peer's needs no decoding.
             s = self._sessions.get(frames[0])  # type: ignore[call-overload]
             if s is not None and s.admitted and (s.source == source or not source):
@@ -596,6 +586,59 @@ class Mesh:
         if msg.sender in self._counts:
             self._counts[msg.sender][1] += len(frames[2]) if len(frames) == 3 else len(frames[2]) + len(frames[3])
         return self.handle(msg, now, source)
+
+    def receive_chat(self, frames: list[bytes], now: float, source: str = "") -> ChatReceived | None:
+        """CHAT's fast path (docs/architecture.md, "The CHAT fast path"): the commonest message,
+        decided here without a decoded ``Chat`` or a ``Notify``.  An ALIVE peer's CHAT from its
+        session's address (``source``, as :meth:`receive` takes it) whose body is UTF-8 within
+        MAX_BODY is counted exactly as :meth:`receive` counts it (received, chats, the peer
+        heard, its messages and octets) and its event returned, for the caller to publish.
+
+        None: this path does not take the message and has changed and counted nothing; hand the
+        same frames to :meth:`receive`, which decides (and counts any refusal) as for every
+        message: not a CHAT, a closed mesh, a sender with no session or one not ALIVE (a
+        handshake, or a SUSPECT peer, which the general path makes ALIVE again), another
+        address than its session's, a body too long or not UTF-8."""
+        if len(frames) != 3 or frames[1] != b"CHAT" or self._closed:
+            return None
+        s = self._sessions.get(frames[0])  # type: ignore[call-overload]
+        if s is None or s.phase is not Phase.ALIVE or (source and s.source != source):
+            return None
+        body = frames[2]
+        if len(body) > MAX_BODY:
+            return None
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        stats = self.stats
+        stats.received += 1
+        stats.chats_received += 1
+        uuid = s.uuid
+        s.last_heard = self._last_frame[uuid] = now  # _heard, for an ALIVE peer
+        counts = self._counts[uuid]
+        counts[0] += 1
+        counts[1] += len(body)
+        return ChatReceived(uuid, s.name, text, now + self.offset)
+
+    def chat_frames(self, text: str, to: NodeId | None = None) -> tuple[list[bytes], list[int]]:
+        """CHAT's fast path out: what :meth:`chat` decides, as the frames to send (type and
+        body, encoded once) and the connections to send them on (``to``'s, or every admitted
+        peer's), counted as sent, with no ``Chat`` or ``Send`` queued: the caller hands them to
+        the transport.  Raises LocalProtocolError as :meth:`chat` does (nothing counted)."""
+        if type(text) is str and len(text) <= MAX_BODY and text.isascii():  # Chat's own fast check
+            frames = [b"CHAT", text.encode("ascii")]
+        else:
+            frames = encode_parts(Chat(sender=self.uuid, text=text))  # checked whole, as chat() does
+        if to is not None:
+            s = self._sessions.get(to)
+            if s is None or not s.admitted:
+                raise LocalProtocolError(f"no alive peer {to}")
+            conns = [s.conn]
+        else:
+            conns = [s.conn for s in self._sessions.values() if s.admitted]
+        self.stats.sent += len(conns)
+        return frames, conns
 
     def handle(self, msg: Message, now: float, source: str = "") -> bool:
         """Handle a decoded message (from ``source``, "" if unknown).  True if it was accepted."""
