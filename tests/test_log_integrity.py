@@ -15,7 +15,8 @@ from huddle.log.integrity import MARK_FILE, PREVIOUS_FILE, LogDamaged, LogGuard,
 from huddle.log.store import Verified
 from huddle.protocol.logchain import GENESIS, chain_hashes
 from huddle.security import KEY_FILE, load_or_create_identity, node_id_for, own_id_refusal
-from huddle.wire import LogRecord
+from huddle.wire import LogRecord, Xmsg, decode, encode
+from huddle.wire.messages import RecordBatch
 
 GROUP = "g"
 PEER = NodeId(b"\x07" * 16)
@@ -294,3 +295,31 @@ def test_a_new_log_has_16_kib_pages(tmp_path: Path) -> None:
     store = start_check(data, me)
     assert store._db.execute("PRAGMA page_size").fetchone() == (16384,)
     store.close()
+
+
+@pytest.mark.parametrize("n", [1, 2, 99, 100, 101, 227, 500])  # the statement sizes: 100, then 64, 32, ... 1
+def test_a_received_batch_is_stored_as_its_records_would_be(tmp_path: Path, n: int) -> None:
+    """A decoded XMSG's records (a RecordBatch of columns) go into the same rows as the
+    same records one by one: each value, the digest of the first row only, every chain
+    hash a BLOB; and every row verifies."""
+    records = tuple(LogRecord(PEER, q, 1000.0 + q, "k" if q % 3 else "doc", f'{{"i":{q}}}', q % 4)
+                    for q in range(1, n + 1))
+    hashes = chain_hashes(GENESIS, records)
+    batch = decode(encode(Xmsg(PEER, records))).records
+    assert isinstance(batch, RecordBatch)
+    rows = []
+    for name, recs in (("tuple", records), ("batch", batch)):
+        store = SqliteStore(tmp_path / f"{name}.sqlite", GROUP)
+        store.stage(recs, NodeId(b"\x09" * 16), 5.0, hashes)
+        store.commit()
+        assert store.verify() == Verified(n, 0, ())
+        rows.append(store._db.execute(
+            "SELECT grp, source, seq, ts, kind, body, hops, received_at, received_from, digest, chain, typeof(chain) "
+            "FROM events ORDER BY seq").fetchall())
+        store.close()
+    assert rows[0] == rows[1]
+    assert [r[2] for r in rows[1]] == list(range(1, n + 1))
+    assert [r[6] for r in rows[1]] == [q % 4 + 1 for q in range(1, n + 1)]  # one hop more than it came with
+    assert [r[9] is not None for r in rows[1]] == [True] + [False] * (n - 1)
+    assert {r[11] for r in rows[1]} == {"blob"}
+    assert [r[10] for r in rows[1]] == hashes

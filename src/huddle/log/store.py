@@ -25,10 +25,10 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain as itertools_chain
-from itertools import islice, repeat
+from itertools import repeat
 from operator import add as _add
 from operator import attrgetter
 from pathlib import Path
@@ -36,7 +36,7 @@ from pathlib import Path
 from ..errors import HuddleError
 from ..ids import NodeId
 from ..wire import LogHead, LogRecord
-from ..wire.messages import MAX_SEQ, make_record
+from ..wire.messages import MAX_SEQ, RecordBatch, make_record
 from .model import GENESIS, RECORD_HEAD, SourceState
 
 __all__ = ["GENESIS", "SCHEMA_VERSION", "SqliteStore", "StoredRecord", "Verified", "record_digest", "row_verifies"]
@@ -85,13 +85,14 @@ _INSERT = ("INSERT OR IGNORE INTO events (grp, source, seq, ts, kind, body, hops
            "VALUES (?,?,?,?,?,?,?,?,?,?)")
 _INSERT_CHAINED = ("INSERT OR IGNORE INTO events (grp, source, seq, ts, kind, body, hops, received_at, received_from, "
                    "digest, chain) VALUES (?,?,?,?,?,?,?,?,?,?,?)")
-# One source's rows, _RUN_ROWS per statement: group, source, received_at and received_from
-# bound once (?1-?4), the _RUN_COLUMNS others per row.
-_RUN_ROWS = 100
-_RUN_COLUMNS = 7
-_INSERT_RUN = ("INSERT OR IGNORE INTO events (grp, source, seq, ts, kind, body, hops, received_at, received_from, "
-               "digest, chain) SELECT ?1, ?2, column1, column2, column3, column4, column5, ?3, ?4, column6, column7 "
-               "FROM (VALUES " + ",".join(["(?,?,?,?,?,?,?)"] * _RUN_ROWS) + ")")
+# One source's run: group, source, received_at and received_from bound once (?1-?4), the
+# _RUN_COLUMNS others per row, in statements of these many rows (a run takes as many of the
+# largest as fit, then at most one of each smaller size: a few statements SQLite keeps prepared).
+_RUN_SIZES = (100, 64, 32, 16, 8, 4, 2, 1)
+_RUN_COLUMNS = 6
+_RUN_HEAD = ("INSERT OR IGNORE INTO events (grp, source, seq, ts, kind, body, hops, received_at, received_from, chain) "
+             "SELECT ?1, ?2, column1, column2, column3, column4, column5, ?3, ?4, column6 FROM (VALUES ")
+_INSERT_RUN = {rows: _RUN_HEAD + ",".join(["(?,?,?,?,?,?)"] * rows) + ")" for rows in _RUN_SIZES}
 _from_iterable = itertools_chain.from_iterable
 _seq, _ts, _kind, _body, _hops = (attrgetter(name) for name in ("seq", "timestamp", "kind", "body", "hops"))
 
@@ -252,34 +253,53 @@ class SqliteStore:
 
     def _insert_run(self, records: Sequence[LogRecord], received_at: float, frm: bytes | None, hop: int,
                     chain: Sequence[bytes]) -> None:
-        """Insert one source's consecutive records with their ``chain`` hashes: _RUN_ROWS rows
-        per statement, the columns every row shares bound once (about half the CPU of
-        ``executemany``, which binds all eleven per row); the rest by ``executemany``.
-        The rows are made by zip and map, no Python code per row; hops stop at what an
-        INTEGER (and the wire) holds.  Only the first row gets a digest: each other row's
-        chain hash covers its content from the row before it (:meth:`verify`)."""
+        """Insert one source's consecutive records with their ``chain`` hashes.  Only the
+        first row gets a digest: each other row's chain hash covers its content from the
+        row before it (:meth:`verify`).  The others go _RUN_SIZES rows per statement, the
+        columns every row shares bound once (about half the CPU of ``executemany``, which
+        binds all eleven per row), made by zip and map with no Python code per row (a
+        decoded :class:`RecordBatch` gives its columns as they are); hops stop at what an
+        INTEGER (and the wire) holds.  Per row only integers, floats, text and bytearrays
+        are bound: Python's sqlite3 binds those as they are, but looks for an adapter for
+        every ``bytes`` or ``None`` value (a failed attribute lookup, about as costly as the
+        rest of the row's binding), so the chain hashes go as bytearrays and the digest
+        column is not bound per row at all."""
         n = len(records)
-        hops = map(_hops, records)
-        if hop:
-            hops = map(min, map(_add, hops, repeat(hop, n)), repeat(MAX_SEQ, n))
         if len(chain) != n:
             raise ValueError(f"{n} records with {len(chain)} chain hashes")
         r = records[0]
-        first = record_digest(bytes(r.source), r.seq, r.timestamp, r.kind.encode(), r.body.encode())
-        digests = itertools_chain((first,), repeat(None, n - 1))
-        rows = zip(map(_seq, records), map(_ts, records), map(_kind, records), map(_body, records), hops, digests,
-                   chain, strict=True)
-        group, source = self.group, bytes(records[0].source)
-        full = n - n % _RUN_ROWS
-        if full:
-            flat = list(_from_iterable(islice(rows, full)))
-            shared = (group, source, received_at, frm)
-            step = _RUN_COLUMNS * _RUN_ROWS
-            for i in range(0, len(flat), step):
-                self._db.execute(_INSERT_RUN, (*shared, *flat[i : i + step]))
-        if full < n:
-            self._db.executemany(_INSERT_CHAINED, [
-                (group, source, q, ts, kind, body, h, received_at, frm, d, c) for q, ts, kind, body, h, d, c in rows])
+        group, source = self.group, bytes(r.source)
+        execute = self._db.execute
+        execute(_INSERT_CHAINED, (group, source, r.seq, r.timestamp, r.kind, r.body, min(r.hops + hop, MAX_SEQ),
+                                  received_at, frm, record_digest(source, r.seq, r.timestamp, r.kind.encode(),
+                                                                  r.body.encode()), chain[0]))
+        if n == 1:
+            return
+        hops: Iterable[int]
+        seqs: Iterable[int]
+        stamps: Iterable[float]
+        kinds: Iterable[str]
+        bodies: Iterable[str]
+        if isinstance(records, RecordBatch):  # received: its columns as they are
+            hops, seqs, stamps, kinds, bodies = records.hops, records.seqs, records.stamps, records.kinds, records.bodies
+        else:
+            hops = map(_hops, records)
+            seqs, stamps = map(_seq, records), map(_ts, records)
+            kinds, bodies = map(_kind, records), map(_body, records)
+        if hop:
+            hops = map(min, map(_add, hops, repeat(hop, n)), repeat(MAX_SEQ, n))
+        rows = zip(seqs, stamps, kinds, bodies, hops, map(bytearray, chain), strict=True)
+        next(rows)  # the first, stored above
+        flat = list(_from_iterable(rows))
+        shared = (group, source, received_at, frm)
+        at, left = 0, n - 1
+        for size in _RUN_SIZES:
+            step = size * _RUN_COLUMNS
+            sql = _INSERT_RUN[size]
+            while left >= size:
+                execute(sql, (*shared, *flat[at : at + step]))
+                at += step
+                left -= size
 
     def add_heads(self, heads: Sequence[LogHead]) -> None:
         """Keep signed heads (in the open transaction; a head already kept is kept once)."""

@@ -62,7 +62,7 @@ from ..log.model import SourceState
 from ..ratelog import RateLog
 from ..security import node_id_for
 from ..wire import MAX_BODY, Gsip, LogHead, LogRecord, Message, Xmsg
-from ..wire.messages import MAX_SEQ, check_record, make_record
+from ..wire.messages import MAX_SEQ, RecordBatch, check_record, make_record
 from .events import Counters, LogAppended, Notify, Send
 from .logchain import GENESIS, LogSigner, chain_hashes, check_batch, key_bound, sign_head
 from .service import BUSY_POLL, DETACHED, MeshView, PeerFacts
@@ -1110,7 +1110,7 @@ def _coalesce(ranges: Sequence[tuple[int, int]]) -> Sequence[tuple[int, int]]:
 
 def _runs(records: Sequence[LogRecord]) -> Iterator[tuple[NodeId, int, Sequence[LogRecord]]]:
     """Split ``records`` into runs of consecutive sequences of one source: ``(source, first, run)``."""
-    if isinstance(records, RecordRun):
+    if isinstance(records, (RecordRun, RecordBatch)):  # one run by construction
         yield records.source, records.first, records
         return
     i, n = 0, len(records)
