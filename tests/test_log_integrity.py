@@ -297,13 +297,14 @@ def test_a_new_log_has_16_kib_pages(tmp_path: Path) -> None:
     store.close()
 
 
+@pytest.mark.parametrize("uniform", [False, True])  # every row of one kind and hop count: those bound once
 @pytest.mark.parametrize("n", [1, 2, 99, 100, 101, 227, 500])  # the statement sizes: 100, then 64, 32, ... 1
-def test_a_received_batch_is_stored_as_its_records_would_be(tmp_path: Path, n: int) -> None:
+def test_a_received_batch_is_stored_as_its_records_would_be(tmp_path: Path, n: int, uniform: bool) -> None:
     """A decoded XMSG's records (a RecordBatch of columns) go into the same rows as the
     same records one by one: each value, the digest of the first row only, every chain
     hash a BLOB; and every row verifies."""
-    records = tuple(LogRecord(PEER, q, 1000.0 + q, "k" if q % 3 else "doc", f'{{"i":{q}}}', q % 4)
-                    for q in range(1, n + 1))
+    records = tuple(LogRecord(PEER, q, 1000.0 + q, "k" if q % 3 or uniform else "doc", f'{{"i":{q}}}',
+                              3 if uniform else q % 4) for q in range(1, n + 1))
     hashes = chain_hashes(GENESIS, records)
     batch = decode(encode(Xmsg(PEER, records))).records
     assert isinstance(batch, RecordBatch)
@@ -319,7 +320,7 @@ def test_a_received_batch_is_stored_as_its_records_would_be(tmp_path: Path, n: i
         store.close()
     assert rows[0] == rows[1]
     assert [r[2] for r in rows[1]] == list(range(1, n + 1))
-    assert [r[6] for r in rows[1]] == [q % 4 + 1 for q in range(1, n + 1)]  # one hop more than it came with
+    assert [r[6] for r in rows[1]] == [(3 if uniform else q % 4) + 1 for q in range(1, n + 1)]  # one hop more
     assert [r[9] is not None for r in rows[1]] == [True] + [False] * (n - 1)
     assert {r[11] for r in rows[1]} == {"blob"}
     assert [r[10] for r in rows[1]] == hashes

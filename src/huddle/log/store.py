@@ -93,6 +93,12 @@ _RUN_COLUMNS = 6
 _RUN_HEAD = ("INSERT OR IGNORE INTO events (grp, source, seq, ts, kind, body, hops, received_at, received_from, chain) "
              "SELECT ?1, ?2, column1, column2, column3, column4, column5, ?3, ?4, column6 FROM (VALUES ")
 _INSERT_RUN = {rows: _RUN_HEAD + ",".join(["(?,?,?,?,?,?)"] * rows) + ")" for rows in _RUN_SIZES}
+# The same where every row has one kind and one hop count (a received batch, mostly): those
+# bound once too (?5, ?6), four columns per row.
+_UNIFORM_COLUMNS = 4
+_UNIFORM_HEAD = ("INSERT OR IGNORE INTO events (grp, source, seq, ts, kind, body, hops, received_at, received_from, "
+                 "chain) SELECT ?1, ?2, column1, column2, ?5, column3, ?6, ?3, ?4, column4 FROM (VALUES ")
+_INSERT_UNIFORM = {rows: _UNIFORM_HEAD + ",".join(["(?,?,?,?)"] * rows) + ")" for rows in _RUN_SIZES}
 _from_iterable = itertools_chain.from_iterable
 _seq, _ts, _kind, _body, _hops = (attrgetter(name) for name in ("seq", "timestamp", "kind", "body", "hops"))
 
@@ -280,8 +286,16 @@ class SqliteStore:
         stamps: Iterable[float]
         kinds: Iterable[str]
         bodies: Iterable[str]
+        shared: tuple[object, ...] = (group, source, received_at, frm)
         if isinstance(records, RecordBatch):  # received: its columns as they are
             hops, seqs, stamps, kinds, bodies = records.hops, records.seqs, records.stamps, records.kinds, records.bodies
+            one_kind, one_hops = {*kinds}, {*hops}
+            if len(one_kind) == 1 and len(one_hops) == 1:  # bound once
+                shared += (*one_kind, min(one_hops.pop() + hop, MAX_SEQ))
+                rows: Iterator[tuple[object, ...]] = zip(seqs, stamps, bodies, map(bytearray, chain), strict=True)
+                next(rows)  # the first, stored above
+                self._insert_rows(shared, list(_from_iterable(rows)), _INSERT_UNIFORM, _UNIFORM_COLUMNS)
+                return
         else:
             hops = map(_hops, records)
             seqs, stamps = map(_seq, records), map(_ts, records)
@@ -290,12 +304,17 @@ class SqliteStore:
             hops = map(min, map(_add, hops, repeat(hop, n)), repeat(MAX_SEQ, n))
         rows = zip(seqs, stamps, kinds, bodies, hops, map(bytearray, chain), strict=True)
         next(rows)  # the first, stored above
-        flat = list(_from_iterable(rows))
-        shared = (group, source, received_at, frm)
-        at, left = 0, n - 1
+        self._insert_rows(shared, list(_from_iterable(rows)), _INSERT_RUN, _RUN_COLUMNS)
+
+    def _insert_rows(self, shared: tuple[object, ...], flat: list[object], statements: dict[int, str],
+                     columns: int) -> None:
+        """Insert ``flat`` (``columns`` values a row) by ``statements`` (rows -> SQL), ``shared`` bound
+        once per statement: as many of the largest as fit, then at most one of each smaller."""
+        execute = self._db.execute
+        at, left = 0, len(flat) // columns
         for size in _RUN_SIZES:
-            step = size * _RUN_COLUMNS
-            sql = _INSERT_RUN[size]
+            step = size * columns
+            sql = statements[size]
             while left >= size:
                 execute(sql, (*shared, *flat[at : at + step]))
                 at += step
