@@ -324,3 +324,19 @@ def test_a_received_batch_is_stored_as_its_records_would_be(tmp_path: Path, n: i
     assert [r[9] is not None for r in rows[1]] == [True] + [False] * (n - 1)
     assert {r[11] for r in rows[1]} == {"blob"}
     assert [r[10] for r in rows[1]] == hashes
+
+
+def test_a_provider_reads_consecutive_records_as_one_batch_and_a_gap_record_by_record(tmp_path: Path) -> None:
+    records = [LogRecord(PEER, q, 1000.0 + q, "k", f'{{"i":{q}}}', 1) for q in (*range(1, 11), *range(12, 16))]
+    store = SqliteStore(tmp_path / "log.sqlite", GROUP)
+    store.stage(records, None, 5.0)
+    store.commit()
+    whole = store.read(PEER, 0, 10)
+    assert isinstance(whole, RecordBatch) and whole == records[:10]
+    assert encode(Xmsg(PEER, whole)) == encode(Xmsg(PEER, tuple(records[:10])))  # served as the records would be
+    tail = store.read(PEER, 11, 5)
+    assert isinstance(tail, RecordBatch) and tail.first == 12 and tail == records[10:]
+    gap = store.read(PEER, 0, 20)
+    assert not isinstance(gap, RecordBatch) and list(gap) == records
+    assert store.read(PEER, 15, 5) == []
+    store.close()

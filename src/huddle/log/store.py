@@ -289,9 +289,8 @@ class SqliteStore:
         shared: tuple[object, ...] = (group, source, received_at, frm)
         if isinstance(records, RecordBatch):  # received: its columns as they are
             hops, seqs, stamps, kinds, bodies = records.hops, records.seqs, records.stamps, records.kinds, records.bodies
-            one_kind, one_hops = {*kinds}, {*hops}
-            if len(one_kind) == 1 and len(one_hops) == 1:  # bound once
-                shared += (*one_kind, min(one_hops.pop() + hop, MAX_SEQ))
+            if records.kind is not None and records.hop is not None:  # one kind and hop count: bound once
+                shared += (records.kind, min(records.hop + hop, MAX_SEQ))
                 rows: Iterator[tuple[object, ...]] = zip(seqs, stamps, bodies, map(bytearray, chain), strict=True)
                 next(rows)  # the first, stored above
                 self._insert_rows(shared, list(_from_iterable(rows)), _INSERT_UNIFORM, _UNIFORM_COLUMNS)
@@ -447,12 +446,20 @@ class SqliteStore:
             (self.group, bytes(source))).fetchone()
         return 0 if row is None else int(row[0])
 
-    def read(self, source: NodeId, after: int, limit: int) -> list[LogRecord]:
+    def read(self, source: NodeId, after: int, limit: int) -> Sequence[LogRecord]:
+        """Consecutive records as one :class:`RecordBatch` of columns (what a provider serves
+        is encoded from them, no record made); records one by one where a gap comes first."""
         rows = self._db.execute(
             "SELECT seq, ts, kind, body, hops FROM events WHERE grp=? AND source=? AND seq>? ORDER BY seq LIMIT ?",
             (self.group, bytes(source), after, limit),
-        )
-        return [make_record(source, q, ts, kind, body, hops) for q, ts, kind, body, hops in rows]
+        ).fetchall()
+        if not rows:
+            return []
+        seqs, stamps, kinds, bodies, hops = zip(*rows, strict=True)
+        first = seqs[0]
+        if seqs == tuple(range(first, first + len(seqs))):
+            return RecordBatch(source, first, stamps, kinds, bodies, hops)
+        return [make_record(source, q, ts, kind, body, hop) for q, ts, kind, body, hop in rows]
 
     # ------------------------------------------------------------- queries
 

@@ -353,12 +353,14 @@ class RecordBatch(Sequence[LogRecord]):
     (protocol/logchain.py, log/store.py), so a catch-up makes no object per record.
     Equal to any sequence of the same records (a tuple of them, as the sender had)."""
 
-    __slots__ = ("bodies", "first", "hops", "kinds", "source", "stamps")
+    __slots__ = ("bodies", "first", "hop", "hops", "kind", "kinds", "source", "stamps")
 
     def __init__(self, source: NodeId, first: int, stamps: Sequence[float], kinds: Sequence[str],  # noqa: PLR0917
-                 bodies: Sequence[str], hops: Sequence[int]) -> None:
+                 bodies: Sequence[str], hops: Sequence[int], *, kind: str | None = None, hop: int | None = None) -> None:
         self.source, self.first = source, first
         self.stamps, self.kinds, self.bodies, self.hops = stamps, kinds, bodies, hops
+        # Every record's kind and hops, where they are one (None: not known to be).
+        self.kind, self.hop = kind, hop
 
     def __len__(self) -> int:
         return len(self.bodies)
@@ -379,7 +381,7 @@ class RecordBatch(Sequence[LogRecord]):
                 return tuple(self)[index]  # type: ignore[return-value]  # not asked for by huddle itself
             stop = max(start, stop)
             return RecordBatch(self.source, self.first + start, self.stamps[start:stop], self.kinds[start:stop],
-                               self.bodies[start:stop], self.hops[start:stop])
+                               self.bodies[start:stop], self.hops[start:stop], kind=self.kind, hop=self.hop)
         if index < 0:
             index += n
         if not 0 <= index < n:
@@ -778,10 +780,15 @@ def _xmsg_body(msg: Xmsg) -> bytes:
     """An XMSG's JSON, by orjson (about 5x faster than ``json`` here; the records were
     checked before: valid UTF-8 text, integers within 64 bits, finite timestamps)."""
     records = msg.records
-    first = records[0].source
-    hexed = first.hex()  # a batch mostly carries one source: its hex once
-    rows = [[hexed if r.source is first else r.source.hex(), r.seq, r.timestamp, r.kind, r.body, r.hops]
-            for r in records]
+    rows: list[Any]
+    if isinstance(records, RecordBatch):  # what a provider serves: its columns as they are (tuples: arrays)
+        rows = list(zip(repeat(records.source.hex()), records.seqs, records.stamps, records.kinds, records.bodies,
+                        records.hops))
+    else:
+        first = records[0].source
+        hexed = first.hex()  # a batch mostly carries one source: its hex once
+        rows = [[hexed if r.source is first else r.source.hex(), r.seq, r.timestamp, r.kind, r.body, r.hops]
+                for r in records]
     if not msg.heads:
         return _orjson_dumps({"records": rows})
     heads = [[h.source.hex(), h.seq, prev.hex(), h.chain.hex(), h.signature.hex(), h.key.hex()]
@@ -1119,6 +1126,7 @@ def _record(row: object, sources: dict[str, NodeId]) -> LogRecord:
 
 
 _LIST: Final = frozenset((list,))
+_SIX: Final = frozenset((6,))
 _INT: Final = frozenset((int,))
 _FLOAT: Final = frozenset((float,))
 _STR: Final = frozenset((str,))
@@ -1131,20 +1139,23 @@ def _batch(rows: list[Any], sources: dict[str, NodeId]) -> RecordBatch | None:
     shorter than ``_QUICK_BODY``, so orjson's verdict is strict JSON's and no record is near
     :data:`MAX_RECORD`).  None for any other batch: then each record is looked at alone
     (and the first bad one named)."""
-    if {*map(type, rows)} != _LIST or {*map(len, rows)} != {6}:
+    if not (_LIST.issuperset(map(type, rows)) and _SIX.issuperset(map(len, rows))):
         return None
     srcs, seqs, stamps, kinds, bodies, hops = zip(*rows, strict=True)
     n, source, first = len(rows), srcs[0], seqs[0]
     if (
         type(source) is not str or srcs.count(source) != n
-        or {*map(type, seqs)} != _INT or not 1 <= first <= MAX_SEQ - n + 1 or seqs != tuple(range(first, first + n))
-        or {*map(type, stamps)} != _FLOAT or not all(map(math.isfinite, stamps))
-        or {*map(type, kinds)} != _STR
-        or {*map(type, bodies)} != _STR or not all(map(str.isascii, bodies)) or max(map(len, bodies)) >= _QUICK_BODY
-        or {*map(type, hops)} != _INT or min(hops) < 0 or max(hops) > MAX_SEQ
+        or not _INT.issuperset(map(type, seqs)) or not 1 <= first <= MAX_SEQ - n + 1
+        or seqs != tuple(range(first, first + n))
+        or not _FLOAT.issuperset(map(type, stamps)) or not all(map(math.isfinite, stamps))
+        or not _STR.issuperset(map(type, kinds))
+        or not _STR.issuperset(map(type, bodies)) or not all(map(str.isascii, bodies))
+        or max(map(len, bodies)) >= _QUICK_BODY
+        or not _INT.issuperset(map(type, hops)) or min(hops) < 0 or max(hops) > MAX_SEQ
     ):
         return None
-    for kind in {*kinds}:
+    one_kind = {*kinds}
+    for kind in one_kind:
         if not 0 < len(kind) <= MAX_KIND or not kind.isascii():
             return None
     try:
@@ -1154,7 +1165,9 @@ def _batch(rows: list[Any], sources: dict[str, NodeId]) -> RecordBatch | None:
     except (ValueError, DecodeError):  # orjson.JSONDecodeError: the record is looked at alone
         return None
     sources[source] = src
-    return RecordBatch(src, first, stamps, kinds, bodies, hops)
+    one_hop = {*hops}
+    return RecordBatch(src, first, stamps, kinds, bodies, hops, kind=kinds[0] if len(one_kind) == 1 else None,
+                       hop=hops[0] if len(one_hop) == 1 else None)
 
 
 def _octets(value: object, size: int, what: str) -> bytes:
