@@ -15,7 +15,8 @@ from huddle.log.integrity import MARK_FILE, PREVIOUS_FILE, LogDamaged, LogGuard,
 from huddle.log.store import Verified
 from huddle.protocol.logchain import GENESIS, chain_hashes
 from huddle.security import KEY_FILE, load_or_create_identity, node_id_for, own_id_refusal
-from huddle.wire import LogRecord
+from huddle.wire import LogRecord, Xmsg, decode, encode
+from huddle.wire.messages import RecordBatch
 
 GROUP = "g"
 PEER = NodeId(b"\x07" * 16)
@@ -323,4 +324,49 @@ def test_a_run_whose_chain_hashes_do_not_line_up_is_refused(tmp_path: Path) -> N
         store.stage(mine[:2], None, 1.0, [bytes(32), bytes(31)])  # a hash of the wrong size
     store.commit()
     assert store.count() == 0
+    store.close()
+
+
+@pytest.mark.parametrize("uniform", [False, True])  # every row of one kind and hop count: those bound once
+@pytest.mark.parametrize("n", [1, 2, 99, 100, 101, 227, 500])  # the statement sizes: 100, then 64, 32, ... 1
+def test_a_received_batch_is_stored_as_its_records_would_be(tmp_path: Path, n: int, uniform: bool) -> None:
+    """A decoded XMSG's records (a RecordBatch of columns) go into the same rows as the
+    same records one by one: each value, the digest of the first row only, every chain
+    hash a BLOB; and every row verifies."""
+    records = tuple(LogRecord(PEER, q, 1000.0 + q, "k" if q % 3 or uniform else "doc", f'{{"i":{q}}}',
+                              3 if uniform else q % 4) for q in range(1, n + 1))
+    hashes = chain_hashes(GENESIS, records)
+    batch = decode(encode(Xmsg(PEER, records))).records
+    assert isinstance(batch, RecordBatch)
+    rows = []
+    for name, recs in (("tuple", records), ("batch", batch)):
+        store = SqliteStore(tmp_path / f"{name}.sqlite", GROUP)
+        store.stage(recs, NodeId(b"\x09" * 16), 5.0, hashes)
+        store.commit()
+        assert store.verify() == Verified(n, 0, ())
+        rows.append(store._db.execute(
+            "SELECT grp, source, seq, ts, kind, body, hops, received_at, received_from, digest, chain, typeof(chain) "
+            "FROM events ORDER BY seq").fetchall())
+        store.close()
+    assert rows[0] == rows[1]
+    assert [r[2] for r in rows[1]] == list(range(1, n + 1))
+    assert [r[6] for r in rows[1]] == [(3 if uniform else q % 4) + 1 for q in range(1, n + 1)]  # one hop more
+    assert [r[9] is not None for r in rows[1]] == [True] + [False] * (n - 1)
+    assert {r[11] for r in rows[1]} == {"blob"}
+    assert [r[10] for r in rows[1]] == hashes
+
+
+def test_a_provider_reads_consecutive_records_as_one_batch_and_a_gap_record_by_record(tmp_path: Path) -> None:
+    records = [LogRecord(PEER, q, 1000.0 + q, "k", f'{{"i":{q}}}', 1) for q in (*range(1, 11), *range(12, 16))]
+    store = SqliteStore(tmp_path / "log.sqlite", GROUP)
+    store.stage(records, None, 5.0)
+    store.commit()
+    whole = store.read(PEER, 0, 10)
+    assert isinstance(whole, RecordBatch) and whole == records[:10]
+    assert encode(Xmsg(PEER, whole)) == encode(Xmsg(PEER, tuple(records[:10])))  # served as the records would be
+    tail = store.read(PEER, 11, 5)
+    assert isinstance(tail, RecordBatch) and tail.first == 12 and tail == records[10:]
+    gap = store.read(PEER, 0, 20)
+    assert not isinstance(gap, RecordBatch) and list(gap) == records
+    assert store.read(PEER, 15, 5) == []
     store.close()

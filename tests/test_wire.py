@@ -31,6 +31,7 @@ from huddle.wire import (
     pack,
     unpack,
 )
+from huddle.wire.messages import RecordBatch, _batch, _record
 
 node_ids = st.binary(min_size=16, max_size=16).map(NodeId)
 hosts = st.sampled_from(["127.0.0.1", "10.99.0.3", "192.168.1.250", "laptop-7.local"])
@@ -257,3 +258,59 @@ def test_bulk_has_its_data_in_a_fourth_frame() -> None:
         Bulk(sender, b"", b"")
     with pytest.raises(LocalProtocolError, match="data"):
         Bulk(sender, b"h", b"x" * (MAX_BULK + 1))
+
+
+# ----------------------------------------------- XMSG records decoded as one batch of columns
+
+SOURCE_HEX = "ab" * 16
+SENDER_ID = NodeId(SENDER)
+# What a hostile peer might put in a record's fields (in place of a good value).
+odd_values = st.sampled_from([
+    True, False, None, 0, -1, 2**63, 1.0, 1.5, float("inf"), "", "x", "AB" * 16, "ab" * 15, "cd" * 16, [], {},
+    "NaN", "{", "[1", "1 2", " 1", "\x01", '"\x1f"', '"\\ud800"', "é", '"é"', "1e400", "[" * 2000 + "]" * 2000,
+    "k" * 256,
+])
+
+
+def _good_rows(n: int, first: int) -> list[list[object]]:
+    return [[SOURCE_HEX, first + i, 1000.0 + i, "bench.tick", f'{{"i":{i},"note":"penalty box"}}', i % 3]
+            for i in range(n)]
+
+
+@given(st.integers(1, 40), st.integers(1, 2**63 - 41), st.lists(
+    st.tuples(st.integers(0, 39), st.integers(0, 5), odd_values), max_size=3))
+def test_a_batch_of_columns_accepts_what_each_record_alone_is_accepted_as(
+    n: int, first: int, changes: list[tuple[int, int, object]],
+) -> None:
+    """The columnar decode of an XMSG's records accepts exactly the batches whose every record
+    the per-record decode accepts (it may leave a batch to it), and gives the same records."""
+    rows = _good_rows(n, first)
+    for row, field, value in changes:
+        rows[row % n][field] = value
+    try:
+        alone: tuple[LogRecord, ...] | None = tuple(_record(r, {}) for r in rows)
+    except DecodeError:
+        alone = None
+    batch = _batch(rows, {})
+    if alone is None:
+        assert batch is None
+    elif batch is not None:
+        assert batch == alone
+        assert tuple(batch) == alone
+        assert batch[1:] == alone[1:]
+
+
+def test_the_usual_xmsg_decodes_to_one_batch_of_columns() -> None:
+    source = NodeId(bytes.fromhex(SOURCE_HEX))
+    records = tuple(LogRecord(source, 7 + i, 1000.0, "bench.tick", f'{{"i":{i}}}', 0) for i in range(500))
+    msg = decode(encode(Xmsg(SENDER_ID, records)))
+    assert isinstance(msg, Xmsg) and isinstance(msg.records, RecordBatch)
+    assert msg.records == records and msg == Xmsg(SENDER_ID, records)
+    assert list(msg.records) == list(records) and msg.records[-1] == records[-1]
+    part = msg.records[100:200]
+    assert isinstance(part, RecordBatch) and part.first == 107 and part == records[100:200]
+    assert encode(msg) == encode(Xmsg(SENDER_ID, records))
+    # Not consecutive, or two sources: each record on its own, as before.
+    assert not isinstance(decode(encode(Xmsg(SENDER_ID, records[::2]))).records, RecordBatch)
+    mixed = (*records[:3], LogRecord(SENDER_ID, 10, 1000.0, "k", "1", 0))
+    assert decode(encode(Xmsg(SENDER_ID, mixed))) == Xmsg(SENDER_ID, mixed)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..wire import LogRecord
+from ..wire.messages import RecordBatch
 from .engine import DocEngine, Key, jams
 from .model import digest
 from .ops import DOC_KIND, OperationError
@@ -62,6 +63,8 @@ class DocumentDesk:
 
     def take(self, records: Iterable[LogRecord]) -> None:
         """Records new in the log: the ``doc`` ones change the document."""
+        if isinstance(records, RecordBatch) and DOC_KIND not in records.kinds:
+            return  # a received batch with no doc record: no record made to look at
         engine = self.engine
         for record in records:
             if record.kind == DOC_KIND:

@@ -22,18 +22,18 @@ The ``heads`` table keeps the signed heads that cover them (docs/security.md,
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import sqlite3
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import chain as itertools_chain
 from pathlib import Path
 
 from ..errors import HuddleError
 from ..ids import NodeId
 from ..wire import LogHead, LogRecord
-from ..wire.messages import MAX_SEQ, make_record
+from ..wire.messages import MAX_SEQ, RecordBatch, make_record
 from .model import GENESIS, RECORD_HEAD, SourceState
 
 __all__ = ["GENESIS", "SCHEMA_VERSION", "SqliteStore", "StoredRecord", "Verified", "record_digest", "row_verifies"]
@@ -80,23 +80,34 @@ CREATE TABLE IF NOT EXISTS node_stats (
 """
 _INSERT = ("INSERT OR IGNORE INTO events (grp, source, seq, ts, kind, body, hops, received_at, received_from, digest) "
            "VALUES (?,?,?,?,?,?,?,?,?,?)")
-# One source's consecutive rows, up to _RUN_ROWS per statement.  Bound once per statement (?1-?7):
-# group, source, received_at, received_from, the run's first sequence and that row's digest, and the
-# run's chain hashes as one blob (_CHAIN octets per row, a row's taken by ``substr`` at its offset from
-# the first); per row only _RUN_COLUMNS integers, floats and text.  No bytes or None is bound per row:
-# the sqlite3 module tries to adapt each such value, which costs a failed attribute lookup with a
-# formatted exception (about 3 000-4 000 instructions a value, bench/README.md "Session 15").
-_RUN_ROWS = 100
+# One source's consecutive rows, in statements of _RUN_SIZES rows (a run takes as many of the largest
+# as fit, then at most one of each smaller size: a few statements the sqlite3 module keeps prepared).
+# Bound once per statement (?1-?7): group, source, received_at, received_from, the run's first
+# sequence and that row's digest, and the run's chain hashes as one blob (_CHAIN octets per row, a
+# row's taken by ``substr`` at its offset from the first); per row only integers, floats and text.
+# No bytes or None is bound per row: the sqlite3 module tries to adapt each such value, which costs a
+# failed attribute lookup with a formatted exception (about 3 000-4 000 instructions a value,
+# bench/README.md "Session 15").  Where every row has one kind and one hop count (a received batch,
+# mostly) those are bound once too (?8, ?9): three values per row instead of five.
+_RUN_SIZES = (100, 64, 32, 16, 8, 4, 2, 1)
 _RUN_COLUMNS = 5
+_UNIFORM_COLUMNS = 3
 _CHAIN = 32
 
 
-@functools.lru_cache(maxsize=_RUN_ROWS)
-def _insert_run_sql(rows: int) -> str:
-    return ("INSERT OR IGNORE INTO events (grp, source, seq, ts, kind, body, hops, received_at, received_from, "
-            "digest, chain) SELECT ?1, ?2, column1, column2, column3, column4, column5, ?3, ?4, "
-            "CASE column1 WHEN ?5 THEN ?6 END, substr(?7, (column1 - ?5) * 32 + 1, 32) "  # 32: _CHAIN
-            "FROM (VALUES " + ",".join(["(?,?,?,?,?)"] * rows) + ")")
+def _insert_run_sql(rows: int, uniform: bool) -> str:
+    values = "column1, column2, ?8, column3, ?9" if uniform else "column1, column2, column3, column4, column5"
+    row = "(?,?,?)" if uniform else "(?,?,?,?,?)"
+    head = ("INSERT OR IGNORE INTO events (grp, source, seq, ts, kind, body, hops, received_at, received_from, "
+            "digest, chain) SELECT ?1, ?2, ")
+    tail = (", ?3, ?4, CASE column1 WHEN ?5 THEN ?6 END, substr(?7, (column1 - ?5) * 32 + 1, 32) "  # 32: _CHAIN
+            "FROM (VALUES ")
+    return head + values + tail + ",".join([row] * rows) + ")"  # constants only: no value in the text
+
+
+_INSERT_RUN = {rows: _insert_run_sql(rows, False) for rows in _RUN_SIZES}
+_INSERT_UNIFORM = {rows: _insert_run_sql(rows, True) for rows in _RUN_SIZES}
+_from_iterable = itertools_chain.from_iterable
 
 
 def record_digest(source: bytes, seq: int, ts: float, kind: bytes, body: bytes) -> bytes:
@@ -255,35 +266,58 @@ class SqliteStore:
 
     def _insert_run(self, records: Sequence[LogRecord], received_at: float, frm: bytes | None, hop: int,
                     chain: Sequence[bytes]) -> None:
-        """Insert one source's consecutive records with their ``chain`` hashes: _RUN_ROWS rows
+        """Insert one source's consecutive records with their ``chain`` hashes: _RUN_SIZES rows
         per statement, the columns every row shares bound once and the chain hashes as one
-        blob (about half the CPU of ``executemany``, which binds all eleven per row); hops
-        stop at what an INTEGER (and the wire) holds.  Only the first row gets a digest: each
-        other row's chain hash covers its content from the row before it (:meth:`verify`)."""
+        blob (about half the CPU of ``executemany``, which binds all eleven per row); a decoded
+        :class:`RecordBatch` gives its columns as they are; hops stop at what an INTEGER (and
+        the wire) holds.  Only the first row gets a digest: each other row's chain hash covers
+        its content from the row before it (:meth:`verify`)."""
         n = len(records)
-        r = records[0]
         hashes = b"".join(chain)
-        if len(chain) != n or len(hashes) != n * _CHAIN or records[-1].seq - r.seq != n - 1:
-            raise ValueError(f"{n} records (seq {r.seq}..{records[-1].seq}) with {len(chain)} chain hashes, "
+        batch = records if isinstance(records, RecordBatch) else None
+        r = records[0]
+        last = batch.first + n - 1 if batch is not None else records[-1].seq
+        if len(chain) != n or len(hashes) != n * _CHAIN or last - r.seq != n - 1:
+            raise ValueError(f"{n} records (seq {r.seq}..{last}) with {len(chain)} chain hashes, "
                              f"{len(hashes)} octets")
         first = record_digest(bytes(r.source), r.seq, r.timestamp, r.kind.encode(), r.body.encode())
-        # A loop, not zip and map over attrgetters: Python 3.11 reads a slot in the loop about 3x
-        # faster than an attrgetter call does (500 rows: 140 against 450 ns a row).
-        flat: list[object] = []
-        extend = flat.extend
-        if hop:
-            for r in records:
-                h = r.hops + hop
-                extend((r.seq, r.timestamp, r.kind, r.body, h if h < MAX_SEQ else MAX_SEQ))
+        shared: tuple[object, ...] = (self.group, bytes(r.source), received_at, frm, r.seq, first, hashes)
+        flat: list[object]
+        if batch is not None:  # received: its columns as they are
+            if batch.kind is not None and batch.hop is not None:  # one kind and hop count: bound once
+                shared += (batch.kind, min(batch.hop + hop, MAX_SEQ))
+                flat = list(_from_iterable(zip(batch.seqs, batch.stamps, batch.bodies, strict=True)))
+                self._insert_rows(shared, flat, _INSERT_UNIFORM, _UNIFORM_COLUMNS)
+                return
+            hops = [min(h + hop, MAX_SEQ) for h in batch.hops] if hop else batch.hops
+            flat = list(_from_iterable(zip(batch.seqs, batch.stamps, batch.kinds, batch.bodies, hops, strict=True)))
         else:
-            for r in records:
-                extend((r.seq, r.timestamp, r.kind, r.body, r.hops))
-        r = records[0]
-        shared = (self.group, bytes(r.source), received_at, frm, r.seq, first, hashes)
-        step = _RUN_COLUMNS * _RUN_ROWS
-        for i in range(0, len(flat), step):
-            piece = flat[i : i + step]
-            self._db.execute(_insert_run_sql(len(piece) // _RUN_COLUMNS), (*shared, *piece))
+            # A loop, not zip and map over attrgetters: Python 3.11 reads a slot in the loop about 3x
+            # faster than an attrgetter call does (500 rows: 140 against 450 ns a row).
+            flat = []
+            extend = flat.extend
+            if hop:
+                for r in records:
+                    h = r.hops + hop
+                    extend((r.seq, r.timestamp, r.kind, r.body, h if h < MAX_SEQ else MAX_SEQ))
+            else:
+                for r in records:
+                    extend((r.seq, r.timestamp, r.kind, r.body, r.hops))
+        self._insert_rows(shared, flat, _INSERT_RUN, _RUN_COLUMNS)
+
+    def _insert_rows(self, shared: tuple[object, ...], flat: list[object], statements: dict[int, str],
+                     columns: int) -> None:
+        """Insert ``flat`` (``columns`` values a row) by ``statements`` (rows -> SQL), ``shared`` bound
+        once per statement: as many of the largest as fit, then at most one of each smaller."""
+        execute = self._db.execute
+        at, left = 0, len(flat) // columns
+        for size in _RUN_SIZES:
+            step = size * columns
+            sql = statements[size]
+            while left >= size:
+                execute(sql, (*shared, *flat[at : at + step]))
+                at += step
+                left -= size
 
     def add_heads(self, heads: Sequence[LogHead]) -> None:
         """Keep signed heads (in the open transaction; a head already kept is kept once)."""
@@ -412,12 +446,20 @@ class SqliteStore:
             (self.group, bytes(source))).fetchone()
         return 0 if row is None else int(row[0])
 
-    def read(self, source: NodeId, after: int, limit: int) -> list[LogRecord]:
+    def read(self, source: NodeId, after: int, limit: int) -> Sequence[LogRecord]:
+        """Consecutive records as one :class:`RecordBatch` of columns (what a provider serves
+        is encoded from them, no record made); records one by one where a gap comes first."""
         rows = self._db.execute(
             "SELECT seq, ts, kind, body, hops FROM events WHERE grp=? AND source=? AND seq>? ORDER BY seq LIMIT ?",
             (self.group, bytes(source), after, limit),
-        )
-        return [make_record(source, q, ts, kind, body, hops) for q, ts, kind, body, hops in rows]
+        ).fetchall()
+        if not rows:
+            return []
+        seqs, stamps, kinds, bodies, hops = zip(*rows, strict=True)
+        first = seqs[0]
+        if seqs == tuple(range(first, first + len(seqs))):
+            return RecordBatch(source, first, stamps, kinds, bodies, hops)
+        return [make_record(source, q, ts, kind, body, hop) for q, ts, kind, body, hop in rows]
 
     # ------------------------------------------------------------- queries
 

@@ -21,12 +21,15 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from itertools import repeat
+from operator import add
 from typing import Final, Protocol
 
 from ..ids import NodeId
 from ..log.model import GENESIS, RECORD_HEAD  # h_0 of every source; e_n's head
 from ..security import key_derived, node_id_for, verify
 from ..wire import LogHead, LogRecord
+from ..wire.messages import RecordBatch
 
 __all__ = ["GENESIS", "LogSigner", "chain_hashes", "check_batch", "head_message", "key_bound", "sign_head"]
 
@@ -50,6 +53,8 @@ def key_bound(source: NodeId) -> bool:
 
 def chain_hashes(prev: bytes, records: Sequence[LogRecord]) -> list[bytes]:
     """``h_a..h_b`` of consecutive ``records`` of one source, from ``prev`` = ``h_{a-1}``."""
+    if isinstance(records, RecordBatch):
+        return _batch_hashes(prev, records)
     out: list[bytes] = []
     append, pack, sha = out.append, RECORD_HEAD.pack, hashlib.sha256
     h = prev
@@ -61,6 +66,21 @@ def chain_hashes(prev: bytes, records: Sequence[LogRecord]) -> list[bytes]:
             kind = last_kind.encode()
             size = len(kind)
         h = sha(h + pack(r.source, r.seq, r.timestamp, size) + kind + r.body.encode()).digest()
+        append(h)
+    return out
+
+
+def _batch_hashes(prev: bytes, batch: RecordBatch) -> list[bytes]:
+    """:func:`chain_hashes` of a decoded batch, from its columns: each record's encoding
+    made by ``map`` (no Python code per record), then hashed in turn."""
+    n = len(batch)
+    kinds = list(map(str.encode, batch.kinds)) if len({*batch.kinds}) > 1 else [batch.kinds[0].encode()] * n
+    heads = map(RECORD_HEAD.pack, repeat(bytes(batch.source), n), batch.seqs, batch.stamps, map(len, kinds))
+    out: list[bytes] = []
+    append, sha = out.append, hashlib.sha256
+    h = prev
+    for e in map(add, map(add, heads, kinds), map(str.encode, batch.bodies)):
+        h = sha(h + e).digest()
         append(h)
     return out
 

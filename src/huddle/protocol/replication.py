@@ -51,6 +51,7 @@ import logging
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from operator import add as _add
 from typing import Any, Final, Protocol, overload
 
 import orjson
@@ -62,7 +63,7 @@ from ..log.model import SourceState
 from ..ratelog import RateLog
 from ..security import node_id_for
 from ..wire import MAX_BODY, Gsip, LogHead, LogRecord, Message, Xmsg
-from ..wire.messages import MAX_SEQ, check_record, checked_room, make_records
+from ..wire.messages import MAX_SEQ, RecordBatch, check_record, checked_room, make_records
 from .events import Counters, LogAppended, Notify, Send
 from .logchain import GENESIS, LogSigner, chain_hashes, check_batch, key_bound, sign_head
 from .service import BUSY_POLL, DETACHED, MeshView, PeerFacts
@@ -303,7 +304,7 @@ class _Serve:
         else:
             if n < len(records):
                 records = records[:n]
-            octets = sum([len(r.body) + len(r.kind) for r in records]) + n * _RECORD_OVERHEAD
+            octets = _text_octets(records) + n * _RECORD_OVERHEAD
             if octets > self.octets:  # the window ends within these: find where
                 octets, i = 0, 0
                 while i < n:
@@ -1028,8 +1029,7 @@ class Replicator:
         start = i = size = 0
         cand: tuple[int, LogHead, int] | None = None  # a cut: end (exclusive), its head, octets up to it
         by_count = isinstance(records, RecordRun) or (  # short records (the usual): cut by count alone
-            (6 * max([len(r.body) + len(r.kind) for r in records]) + _RECORD_OVERHEAD) * t.batch_records
-            <= t.batch_bytes)
+            (6 * _longest(records) + _RECORD_OVERHEAD) * t.batch_records <= t.batch_bytes)
         for h in heads:
             j = h.seq - first + 1
             if by_count:
@@ -1059,7 +1059,7 @@ class Replicator:
         if not records:
             return
         n = t.batch_records
-        longest = max([len(r.body) + len(r.kind) for r in records])
+        longest = _longest(records)
         if (6 * longest + _RECORD_OVERHEAD) * n <= t.batch_bytes:  # short records (the usual): by count alone
             for i in range(0, len(records), n):
                 yield tuple(records[i : i + n])
@@ -1127,9 +1127,24 @@ def _coalesce(ranges: Sequence[tuple[int, int]]) -> Sequence[tuple[int, int]]:
     return [(a, 0 if b > MAX_SEQ else b) for a, b in merged]
 
 
+def _text_octets(records: Sequence[LogRecord]) -> int:
+    """Characters of kind and body in ``records``, in all (a batch's from its columns)."""
+    if isinstance(records, RecordBatch):
+        return sum(map(len, records.bodies)) + sum(map(len, records.kinds))
+    return sum([len(r.body) + len(r.kind) for r in records])
+
+
+def _longest(records: Sequence[LogRecord]) -> int:
+    """The most characters of kind and body one of ``records`` has (a batch's from its columns)."""
+    if isinstance(records, RecordBatch):
+        longest: int = max(map(_add, map(len, records.bodies), map(len, records.kinds)))
+        return longest
+    return max([len(r.body) + len(r.kind) for r in records])
+
+
 def _runs(records: Sequence[LogRecord]) -> Iterator[tuple[NodeId, int, Sequence[LogRecord]]]:
     """Split ``records`` into runs of consecutive sequences of one source: ``(source, first, run)``."""
-    if isinstance(records, RecordRun):
+    if isinstance(records, (RecordRun, RecordBatch)):  # one run by construction
         yield records.source, records.first, records
         return
     i, n = 0, len(records)

@@ -23,6 +23,7 @@ import re
 import struct
 from collections.abc import Callable, Container, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any, Final, cast, overload
 
 import orjson
@@ -57,6 +58,7 @@ __all__ = [
     "Peer",
     "PeerStat",
     "Raws",
+    "RecordBatch",
     "Time",
     "Xmsg",
     "check_record",
@@ -342,6 +344,68 @@ def make_record(source: NodeId, seq: int, timestamp: float, kind: str, body: str
     s_body(r, body)
     s_hops(r, hops)
     return r
+
+
+class RecordBatch(Sequence[LogRecord]):
+    """Consecutive records ``first..`` of one source, as decoded from an XMSG: held as
+    columns (timestamps, kinds, bodies, hops), each :class:`LogRecord` made only when
+    asked for.  A receiver checks, chains and stores a batch column by column
+    (protocol/logchain.py, log/store.py), so a catch-up makes no object per record.
+    Equal to any sequence of the same records (a tuple of them, as the sender had)."""
+
+    __slots__ = ("bodies", "first", "hop", "hops", "kind", "kinds", "source", "stamps")
+
+    def __init__(self, source: NodeId, first: int, stamps: Sequence[float], kinds: Sequence[str],  # noqa: PLR0917
+                 bodies: Sequence[str], hops: Sequence[int], *, kind: str | None = None, hop: int | None = None) -> None:
+        self.source, self.first = source, first
+        self.stamps, self.kinds, self.bodies, self.hops = stamps, kinds, bodies, hops
+        # Every record's kind and hops, where they are one (None: not known to be).
+        self.kind, self.hop = kind, hop
+
+    def __len__(self) -> int:
+        return len(self.bodies)
+
+    @property
+    def seqs(self) -> range:
+        return range(self.first, self.first + len(self.bodies))
+
+    @overload
+    def __getitem__(self, index: int) -> LogRecord: ...
+    @overload
+    def __getitem__(self, index: slice) -> RecordBatch: ...
+    def __getitem__(self, index: int | slice) -> LogRecord | RecordBatch:
+        n = len(self.bodies)
+        if isinstance(index, slice):
+            start, stop, step = index.indices(n)
+            if step != 1:
+                return tuple(self)[index]  # type: ignore[return-value]  # not asked for by huddle itself
+            stop = max(start, stop)
+            return RecordBatch(self.source, self.first + start, self.stamps[start:stop], self.kinds[start:stop],
+                               self.bodies[start:stop], self.hops[start:stop], kind=self.kind, hop=self.hop)
+        if index < 0:
+            index += n
+        if not 0 <= index < n:
+            raise IndexError(index)
+        return make_record(self.source, self.first + index, self.stamps[index], self.kinds[index],
+                           self.bodies[index], self.hops[index])
+
+    def __iter__(self) -> Iterator[LogRecord]:
+        return map(make_record, repeat(self.source), self.seqs, self.stamps, self.kinds, self.bodies, self.hops)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, RecordBatch):
+            return (self.source == other.source and self.first == other.first and len(self) == len(other)
+                    and list(self.stamps) == list(other.stamps) and list(self.kinds) == list(other.kinds)
+                    and list(self.bodies) == list(other.bodies) and list(self.hops) == list(other.hops))
+        if isinstance(other, (tuple, list)):
+            return len(other) == len(self) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"RecordBatch({self.source.short}, {self.first}..{self.first + len(self.bodies) - 1})"
 
 
 def strict_json(text: str) -> bool:
@@ -743,10 +807,15 @@ def _xmsg_body(msg: Xmsg) -> bytes:
     """An XMSG's JSON, by orjson (about 5x faster than ``json`` here; the records were
     checked before: valid UTF-8 text, integers within 64 bits, finite timestamps)."""
     records = msg.records
-    first = records[0].source
-    hexed = first.hex()  # a batch mostly carries one source: its hex once
-    rows = [[hexed if r.source is first else r.source.hex(), r.seq, r.timestamp, r.kind, r.body, r.hops]
-            for r in records]
+    rows: list[Any]
+    if isinstance(records, RecordBatch):  # what a provider serves: its columns as they are (tuples: arrays)
+        rows = list(zip(repeat(records.source.hex()), records.seqs, records.stamps, records.kinds, records.bodies,
+                        records.hops))
+    else:
+        first = records[0].source
+        hexed = first.hex()  # a batch mostly carries one source: its hex once
+        rows = [[hexed if r.source is first else r.source.hex(), r.seq, r.timestamp, r.kind, r.body, r.hops]
+                for r in records]
     if not msg.heads:
         return _orjson_dumps({"records": rows})
     heads = [[h.source.hex(), h.seq, prev.hex(), h.chain.hex(), h.signature.hex(), h.key.hex()]
@@ -1083,6 +1152,51 @@ def _record(row: object, sources: dict[str, NodeId]) -> LogRecord:
     return record
 
 
+_LIST: Final = frozenset((list,))
+_SIX: Final = frozenset((6,))
+_INT: Final = frozenset((int,))
+_FLOAT: Final = frozenset((float,))
+_STR: Final = frozenset((str,))
+
+
+def _batch(rows: list[Any], sources: dict[str, NodeId]) -> RecordBatch | None:
+    """An XMSG's records, the usual batch, as one :class:`RecordBatch`, checked column by column
+    as :func:`_record` checks each row, accepting what it accepts and nothing else: one
+    source, consecutive sequences, float timestamps, ASCII kinds and bodies (each body
+    shorter than ``_QUICK_BODY``, so orjson's verdict is strict JSON's and no record is near
+    :data:`MAX_RECORD`).  None for any other batch: then each record is looked at alone
+    (and the first bad one named)."""
+    if not (_LIST.issuperset(map(type, rows)) and _SIX.issuperset(map(len, rows))):
+        return None
+    srcs, seqs, stamps, kinds, bodies, hops = zip(*rows, strict=True)
+    n, source, first = len(rows), srcs[0], seqs[0]
+    if (
+        type(source) is not str or srcs.count(source) != n
+        or not _INT.issuperset(map(type, seqs)) or not 1 <= first <= MAX_SEQ - n + 1
+        or seqs != tuple(range(first, first + n))
+        or not _FLOAT.issuperset(map(type, stamps)) or not all(map(math.isfinite, stamps))
+        or not _STR.issuperset(map(type, kinds))
+        or not _STR.issuperset(map(type, bodies)) or not all(map(str.isascii, bodies))
+        or max(map(len, bodies)) >= _QUICK_BODY
+        or not _INT.issuperset(map(type, hops)) or min(hops) < 0 or max(hops) > MAX_SEQ
+    ):
+        return None
+    one_kind = {*kinds}
+    for kind in one_kind:
+        if not 0 < len(kind) <= MAX_KIND or not kind.isascii():
+            return None
+    try:
+        for _ in map(_orjson_loads, bodies):  # each body strict JSON (orjson refuses what strict_json does)
+            pass
+        src = _node_hex(source, "XMSG record source")
+    except (ValueError, DecodeError):  # orjson.JSONDecodeError: the record is looked at alone
+        return None
+    sources[source] = src
+    one_hop = {*hops}
+    return RecordBatch(src, first, stamps, kinds, bodies, hops, kind=kinds[0] if len(one_kind) == 1 else None,
+                       hop=hops[0] if len(one_hop) == 1 else None)
+
+
 def _octets(value: object, size: int, what: str) -> bytes:
     if not isinstance(value, str) or len(value) != 2 * size:
         raise DecodeError(f"{what} must be {2 * size} lowercase hex digits")
@@ -1110,7 +1224,9 @@ def _d_xmsg(sender: NodeId, body: str) -> Message:
     if not rows:
         raise DecodeError("an XMSG carries at least one record")
     sources: dict[str, NodeId] = {}  # a batch names few sources: parse each hex once
-    records = tuple([_record(r, sources) for r in rows])
+    records: Sequence[LogRecord] | None = _batch(rows, sources)
+    if records is None:
+        records = tuple([_record(r, sources) for r in rows])
     if "heads" not in obj:
         return Xmsg(sender=sender, records=records)
     heads = _field(obj, "heads", "XMSG", list)
