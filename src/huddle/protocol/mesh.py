@@ -216,6 +216,8 @@ class Stats(Counters):
     helos_misaddressed: int = 0  # signed HELOs meant for another node (a stale endpoint, or a copy sent on)
     late_ticks: int = 0  # ticks LATE_TICK or more after their deadline: this node's loop was late
     backoffs_spared: int = 0  # introduced handshakes timed out while this node was late: not backed off
+    seeds_kept: int = 0  # unanswered seed connections kept open past the handshake timeout: this node was late
+    seed_intros_skipped: int = 0  # introductions not dialled: a seed connection to that endpoint awaits its answer
 
 
 @dataclass(slots=True)
@@ -812,6 +814,12 @@ class Mesh:
             return
         if m.endpoint == self.endpoint or self._endpoint_known(m.endpoint):
             return
+        seed = self._seeds.get(m.endpoint)
+        if seed is not None and seed.conn is not None and seed.peer is None:
+            # Our HELO to that seed awaits its answer: a second connection to it would carry our
+            # identity too, and the seed's ROUTER would never read it (protocol.md 8.5).
+            self.stats.seed_intros_skipped += 1
+            return
         # Dial only what we would keep: for a live introducer, within the handshake
         # quotas, and not a node whose introduced handshake failed lately.
         key = f"peer:{s.uuid}"
@@ -973,9 +981,19 @@ class Mesh:
                         self._back_off(s.uuid, now)
         for seed in self._seeds.values():
             if seed.conn is not None and seed.peer is None and now - seed.opened >= t.handshake_timeout:
-                # No answer: drop the queued HELO; the next retry dials afresh.
+                if now - self._late_at < t.handshake_timeout:
+                    # Our own loop was late within the handshake's time: the answer may be what
+                    # waits unread.  A new connection would carry our identity while the old one
+                    # lingers at the seed, whose ROUTER then never reads it (protocol.md 8.5):
+                    # keep this one, and its retries go on it.
+                    self.stats.seeds_kept += 1
+                    seed.opened = now
+                    continue
+                # No answer: drop the queued HELO; the next retry dials afresh, not in this
+                # same turn (the seed must see this connection gone before the next one comes).
                 self._actions.append(Disconnect(seed.conn))
                 seed.conn = None
+                seed.next_try = max(seed.next_try, now + t.seed_retry)
         for uuid in [u for u, g in self._gone.items() if g.until <= now]:
             del self._gone[uuid]
         for uuid in [u for u, (_, _, at) in self._probes.items() if now - at >= t.handshake_timeout]:
@@ -1200,7 +1218,10 @@ class Mesh:
                 seed.peer = None
                 seed.conn = None
                 seed.backoff = 0.0
-                self._note(min(now, seed.next_try))  # dialled again at once
+                # Dialled again a retry interval on, not at once: a new connection that reaches the
+                # seed before it saw the old one close is never read there (protocol.md 8.5).
+                seed.next_try = now + self.timing.seed_retry
+                self._note(seed.next_try)
 
     def _refuse_endpoint(self, uuid: NodeId, endpoint: str, incarnation: str, reason: str, now: float) -> None:
         old = self._sessions.get(uuid)
