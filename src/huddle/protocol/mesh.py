@@ -166,7 +166,6 @@ class _Session:
 class _Seed:
     endpoint: str
     conn: int | None = None
-    opened: float = 0.0
     next_try: float = 0.0
     backoff: float = 0.0
     peer: NodeId | None = None
@@ -216,7 +215,6 @@ class Stats(Counters):
     helos_misaddressed: int = 0  # signed HELOs meant for another node (a stale endpoint, or a copy sent on)
     late_ticks: int = 0  # ticks LATE_TICK or more after their deadline: this node's loop was late
     backoffs_spared: int = 0  # introduced handshakes timed out while this node was late: not backed off
-    seeds_kept: int = 0  # unanswered seed connections kept open past the handshake timeout: this node was late
     seed_intros_skipped: int = 0  # introductions not dialled: a seed connection to that endpoint awaits its answer
 
 
@@ -979,21 +977,6 @@ class Mesh:
                         self.stats.backoffs_spared += 1
                     else:
                         self._back_off(s.uuid, now)
-        for seed in self._seeds.values():
-            if seed.conn is not None and seed.peer is None and now - seed.opened >= t.handshake_timeout:
-                if now - self._late_at < t.handshake_timeout:
-                    # Our own loop was late within the handshake's time: the answer may be what
-                    # waits unread.  A new connection would carry our identity while the old one
-                    # lingers at the seed, whose ROUTER then never reads it (protocol.md 8.5):
-                    # keep this one, and its retries go on it.
-                    self.stats.seeds_kept += 1
-                    seed.opened = now
-                    continue
-                # No answer: drop the queued HELO; the next retry dials afresh, not in this
-                # same turn (the seed must see this connection gone before the next one comes).
-                self._actions.append(Disconnect(seed.conn))
-                seed.conn = None
-                seed.next_try = max(seed.next_try, now + t.seed_retry)
         for uuid in [u for u, g in self._gone.items() if g.until <= now]:
             del self._gone[uuid]
         for uuid in [u for u, (_, _, at) in self._probes.items() if now - at >= t.handshake_timeout]:
@@ -1050,8 +1033,6 @@ class Mesh:
         for seed in self._seeds.values():
             if seed.refused is None and seed.peer is None:
                 due = min(due, seed.next_try)
-                if seed.conn is not None:
-                    due = min(due, seed.opened + t.handshake_timeout)
         for _, _, at in self._waiting.values():
             due = min(due, at + t.handshake_timeout)
         for _, _, at in self._probes.values():
@@ -1409,12 +1390,14 @@ class Mesh:
             if self._endpoint_known(seed.endpoint):
                 continue
             if seed.conn is None:
+                # Kept until the seed answers, its retries on it: a new connection would carry our
+                # identity while the old one may linger at the seed, whose ROUTER would then never
+                # read it (protocol.md 8.5).  ZeroMQ reconnects it when the seed is not up yet.
                 seed.conn = self._connect(seed.endpoint)
-                seed.opened = now
             self._send_hello(seed.conn, reply=False, to=None, now=now)
             seed.backoff = min(_SEED_BACKOFF_MAX, max(self.timing.seed_retry, seed.backoff * 2))
             seed.next_try = now + seed.backoff
-            self._note(min(seed.next_try, seed.opened + self.timing.handshake_timeout))
+            self._note(seed.next_try)
 
     def _adopt_seed_conn(self, uuid: NodeId, endpoint: str) -> int | None:
         seed = self._seeds.get(endpoint)
