@@ -78,6 +78,10 @@ __all__ = ["Mesh", "PeerInfo", "Phase", "Timing"]
 log = logging.getLogger("huddle.mesh")
 
 _SEED_BACKOFF_MAX: Final = 10.0
+# An unanswered seed DEALER is closed (and the next try connects afresh) only after this long:
+# long past any answer a busy seed is late with, so no second connection races the first
+# (protocol.md 8.5); the HELOs it queues while the seed is down stay few.
+_SEED_REOPEN_AFTER: Final = 30.0
 # What a flood of bad input makes the mesh log: per kind, one line a minute, saying how
 # many were left out (ratelog.py); every one of them is counted in Stats.
 _LOG_EVERY: Final = 60.0
@@ -166,6 +170,7 @@ class _Session:
 class _Seed:
     endpoint: str
     conn: int | None = None
+    opened: float = 0.0
     next_try: float = 0.0
     backoff: float = 0.0
     peer: NodeId | None = None
@@ -1389,11 +1394,20 @@ class Mesh:
                 continue
             if self._endpoint_known(seed.endpoint):
                 continue
+            if seed.conn is not None and now - seed.opened >= _SEED_REOPEN_AFTER:
+                # Unanswered this long: the seed is down or gone, not busy.  Drop the HELOs queued
+                # for it; the next try, not this same turn, connects afresh.
+                self._actions.append(Disconnect(seed.conn))
+                seed.conn = None
+                seed.next_try = now + self.timing.seed_retry
+                self._note(seed.next_try)
+                continue
             if seed.conn is None:
-                # Kept until the seed answers, its retries on it: a new connection would carry our
-                # identity while the old one may linger at the seed, whose ROUTER would then never
-                # read it (protocol.md 8.5).  ZeroMQ reconnects it when the seed is not up yet.
+                # Kept until the seed answers (or _SEED_REOPEN_AFTER), its retries on it: a new
+                # connection would carry our identity while the old one may linger at the seed,
+                # whose ROUTER would then never read it (protocol.md 8.5).
                 seed.conn = self._connect(seed.endpoint)
+                seed.opened = now
             self._send_hello(seed.conn, reply=False, to=None, now=now)
             seed.backoff = min(_SEED_BACKOFF_MAX, max(self.timing.seed_retry, seed.backoff * 2))
             seed.next_try = now + seed.backoff
