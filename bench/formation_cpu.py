@@ -52,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start-timeout", type=float, default=150.0, help="for every api line, s (default 150)")
     parser.add_argument("--timeout", type=float, default=30.0, help="for the full mesh, s")
     parser.add_argument("--json", help="write every node's peers here")
+    parser.add_argument("--poll-interval", type=float, default=0.005, help="as mesh_formation.py's (default 0.005)")
+    parser.add_argument("--wait", choices=("events", "poll"), default="events", help="as mesh_formation.py's")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="huddle-bench-") as tmp_name:
         tmp = Path(tmp_name)
@@ -66,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
             benchlib.read_api_lines(nodes, args.start_timeout)
             last_api = max(nd.api_at for nd in nodes)
             cpu0, mach0 = _cpu(nodes), _machine()
-            results = asyncio.run(mesh_formation._watch(nodes, 0.005, args.timeout))
+            results = asyncio.run(mesh_formation._watch(nodes, args.poll_interval, args.timeout, args.wait))
             cpu1, mach1 = _cpu(nodes), _machine()
             peers = asyncio.run(_peers(nodes))
         finally:
@@ -79,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     own = sorted(float(p["joined_local"]) - base - last_api for p in peers[last])  # type: ignore[arg-type]
     busy = 1 - (mach1[1] - mach0[1]) / max(1, mach1[0] - mach0[0])
     print(f"start spread {last_api - launched:.1f} s; joins {(max(r['joined'] for r in results) - last_api) * 1000:.0f} ms, "
-          f"polled {(max(r['done'] for r in results) - last_api) * 1000:.0f} ms")
+          f"polled {(max(r['done'] for r in results) - last_api) * 1000:.0f} ms; "
+          f"{sum(r['polls'] for r in results)} polls (--wait {args.wait})")
     print(f"nodes' CPU in the window {cpu1 - cpu0:.2f} s; machine busy {busy * 100:.1f} %; "
           f"admissions in the window {len(late)} "
           f"({sum(1 for x in late if nodes[last].name not in x[1:])} not involving the last node)")

@@ -53,44 +53,91 @@ TARGETS = {8: 0.100, 32: 1.0}  # seconds after the last node serves
 CLOCK_BASE = time.time() - time.monotonic()
 
 
-async def _watch(nodes: list[NodeProc], poll_interval: float, timeout: float) -> list[dict[str, Any]]:
-    """Poll every node until it reports all others alive; per node: when, polls."""
+async def _watch(nodes: list[NodeProc], poll_interval: float, timeout: float,
+                 wait: str = "events") -> list[dict[str, Any]]:
+    """Poll every node until it reports all others alive; per node: when, polls.
+
+    ``wait`` "poll": each node is asked again ``poll_interval`` after each answer, whatever
+    happened.  "events" (the default): each node's event stream (``GET /api/v1/events``,
+    WebSocket) is opened first, and a node is asked again only after a ``peer_*`` event
+    came since its last answer (and at least ``poll_interval`` after that answer).  The
+    clock is the same either way (the nodes' own admission times, or the first complete
+    answer); what changes is the load of the asking: at 64 nodes on 2 CPUs an answer took
+    about 1 s, and polling without pause kept the CPUs busy with the answers that the
+    formation being measured needed."""
     want = len(nodes) - 1
     deadline = time.monotonic() + timeout
     conn = aiohttp.TCPConnector(limit=0, force_close=False)
     async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=10)) as session:
 
-        async def watch(node: NodeProc) -> dict[str, Any]:
+        async def subscribe(node: NodeProc) -> aiohttp.ClientWebSocketResponse | None:
+            if wait != "events":
+                return None
+            while time.monotonic() < deadline:
+                try:
+                    return await session.ws_connect(node.api + "/api/v1/events", heartbeat=None)
+                except (TimeoutError, aiohttp.ClientError):
+                    await asyncio.sleep(poll_interval)
+            return None
+
+        async def changed(ws: aiohttp.ClientWebSocketResponse | None) -> None:
+            """Until a peer event came on ``ws`` (or the deadline): the node may be complete now."""
+            if ws is None or ws.closed:
+                await asyncio.sleep(poll_interval)
+                return
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                try:
+                    msg = await ws.receive(timeout=left)  # (aiohttp reads a timeout of 0 as none)
+                except TimeoutError:
+                    return
+                if msg.type != aiohttp.WSMsgType.TEXT:  # closed: poll from now on
+                    return
+                if '"type": "peer_' in msg.data or '"type":"peer_' in msg.data:
+                    return
+
+        async def watch(node: NodeProc, ws: aiohttp.ClientWebSocketResponse | None) -> dict[str, Any]:
             polls, alive, rtts = 0, 0, []
             not_yet = -math.inf  # request time of the last answer that was still incomplete
             url = node.api + "/api/v1/peers"
-            while True:
-                t_req = time.monotonic()
-                try:
-                    async with session.get(url) as resp:
-                        peers = await resp.json()
-                except (TimeoutError, aiohttp.ClientError):  # a node too busy to answer in time (64 on 2 CPUs)
-                    if time.monotonic() > deadline:
+            try:
+                while True:
+                    t_req = time.monotonic()
+                    try:
+                        async with session.get(url) as resp:
+                            peers = await resp.json()
+                    except (TimeoutError, aiohttp.ClientError):  # a node too busy to answer in time (64 on 2 CPUs)
+                        if time.monotonic() > deadline:
+                            return {"done": math.nan, "not_yet": not_yet, "polls": polls, "alive": alive,
+                                    "rtt": benchlib.median(rtts) if rtts else math.nan, "joined": math.nan}
+                        continue
+                    t = time.monotonic()
+                    polls += 1
+                    rtts.append(t - t_req)
+                    alive = sum(1 for p in peers if p["state"] == "alive")
+                    if alive == want:
+                        # The node's own clock (monotonic + its wall-clock base at start-up) of its last
+                        # admission, on this process's monotonic clock: the same CLOCK_MONOTONIC.
+                        joined = max(p["joined_local"] for p in peers) - CLOCK_BASE
+                        return {"done": t, "not_yet": not_yet, "polls": polls, "alive": alive,
+                                "rtt": benchlib.median(rtts), "joined": joined}
+                    not_yet = t_req
+                    if t > deadline:
                         return {"done": math.nan, "not_yet": not_yet, "polls": polls, "alive": alive,
-                                "rtt": benchlib.median(rtts) if rtts else math.nan, "joined": math.nan}
-                    continue
-                t = time.monotonic()
-                polls += 1
-                rtts.append(t - t_req)
-                alive = sum(1 for p in peers if p["state"] == "alive")
-                if alive == want:
-                    # The node's own clock (monotonic + its wall-clock base at start-up) of its last
-                    # admission, on this process's monotonic clock: the same CLOCK_MONOTONIC.
-                    joined = max(p["joined_local"] for p in peers) - CLOCK_BASE
-                    return {"done": t, "not_yet": not_yet, "polls": polls, "alive": alive,
-                            "rtt": benchlib.median(rtts), "joined": joined}
-                not_yet = t_req
-                if t > deadline:
-                    return {"done": math.nan, "not_yet": not_yet, "polls": polls, "alive": alive,
-                            "rtt": benchlib.median(rtts), "joined": math.nan}
-                await asyncio.sleep(poll_interval)
+                                "rtt": benchlib.median(rtts), "joined": math.nan}
+                    if ws is None:
+                        await asyncio.sleep(poll_interval)
+                    else:
+                        await asyncio.gather(changed(ws), asyncio.sleep(poll_interval))
+            finally:
+                if ws is not None:
+                    await ws.close()
 
-        return list(await asyncio.gather(*(watch(n) for n in nodes)))
+        # Subscribed before the first request: an admission after that answer comes as an event.
+        streams = await asyncio.gather(*(subscribe(n) for n in nodes))
+        return list(await asyncio.gather(*(watch(n, ws) for n, ws in zip(nodes, streams, strict=True))))
 
 
 def _start_broker(tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -104,7 +151,8 @@ def _start_broker(tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
     return proc, f"tcp://127.0.0.1:{pub}"
 
 
-def form(n: int, mode: str, beacon_interval: float, poll_interval: float, timeout: float) -> dict[str, Any]:
+def form(n: int, mode: str, beacon_interval: float, poll_interval: float, timeout: float,
+         wait: str = "events") -> dict[str, Any]:
     """Start ``n`` nodes, wait for the full mesh, kill them; return the figures."""
     with tempfile.TemporaryDirectory(prefix="huddle-bench-") as tmp_name:
         tmp = Path(tmp_name)
@@ -154,7 +202,7 @@ def form(n: int, mode: str, beacon_interval: float, poll_interval: float, timeou
                                    "--beacon-interval", str(beacon_interval)) for i in range(n)]
             benchlib.read_api_lines(nodes)
             last_api = max(nd.api_at for nd in nodes)
-            results = asyncio.run(_watch(nodes, poll_interval, timeout))
+            results = asyncio.run(_watch(nodes, poll_interval, timeout, wait))
         finally:
             benchlib.kill_all(nodes)
             if broker is not None:
@@ -181,7 +229,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated: seeds, beacons, mdns, naming, mixed (default: seeds,beacons)")
     parser.add_argument("--reps", type=int, default=3, help="formations per size and mode (default 3)")
     parser.add_argument("--beacon-interval", type=float, default=1.0, help="--beacon-interval of the nodes (default 1.0)")
-    parser.add_argument("--poll-interval", type=float, default=0.005, help="pause between polls of one node, s")
+    parser.add_argument("--poll-interval", type=float, default=0.005,
+                        help="least pause between polls of one node, s (default 0.005)")
+    parser.add_argument("--wait", choices=("events", "poll"), default="events",
+                        help="when to ask a node again: events, after a peer event on its event stream "
+                             "(default); poll, every --poll-interval whatever happened (before session 15)")
     parser.add_argument("--timeout", type=float, default=30.0, help="give up on a formation after this, s")
     parser.add_argument("--quick", action="store_true", help="1 formation per size and mode")
     parser.add_argument("--clock", choices=("joins", "poll"), default="joins",
@@ -194,14 +246,14 @@ def main(argv: list[str] | None = None) -> int:
     modes = [m.strip() for m in args.modes.split(",")]
     benchlib.header("Mesh formation: time from the last node serving to a full mesh on every node",
                     sizes=args.sizes, modes=args.modes, reps=args.reps, clock=args.clock, beacon_interval=args.beacon_interval,
-                    poll_interval=args.poll_interval)
+                    poll_interval=args.poll_interval, wait=args.wait)
     rows: list[list[object]] = []
     medians: dict[tuple[str, int], float] = {}
     for mode in modes:
         for n in sizes:
             runs = []
             for _ in range(args.reps):
-                r = form(n, mode, args.beacon_interval, args.poll_interval, args.timeout)
+                r = form(n, mode, args.beacon_interval, args.poll_interval, args.timeout, args.wait)
                 runs.append(r)
                 if r["incomplete"]:
                     print(f"  ! {mode} {n}: no full mesh within {args.timeout} s; alive counts {r['incomplete']}")

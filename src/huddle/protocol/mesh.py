@@ -79,6 +79,10 @@ __all__ = ["Mesh", "PeerInfo", "Phase", "Timing"]
 log = logging.getLogger("huddle.mesh")
 
 _SEED_BACKOFF_MAX: Final = 10.0
+# An unanswered seed DEALER is closed (and the next try connects afresh) only after this long:
+# long past any answer a busy seed is late with, so no second connection races the first
+# (protocol.md 8.5); the HELOs it queues while the seed is down stay few.
+_SEED_REOPEN_AFTER: Final = 30.0
 # What a flood of bad input makes the mesh log: per kind, one line a minute, saying how
 # many were left out (ratelog.py); every one of them is counted in Stats.
 _LOG_EVERY: Final = 60.0
@@ -217,6 +221,7 @@ class Stats(Counters):
     helos_misaddressed: int = 0  # signed HELOs meant for another node (a stale endpoint, or a copy sent on)
     late_ticks: int = 0  # ticks LATE_TICK or more after their deadline: this node's loop was late
     backoffs_spared: int = 0  # introduced handshakes timed out while this node was late: not backed off
+    seed_intros_skipped: int = 0  # introductions not dialled: a seed connection to that endpoint awaits its answer
 
 
 @dataclass(slots=True)
@@ -855,6 +860,12 @@ class Mesh:
             return
         if m.endpoint == self.endpoint or self._endpoint_known(m.endpoint):
             return
+        seed = self._seeds.get(m.endpoint)
+        if seed is not None and seed.conn is not None and seed.peer is None:
+            # Our HELO to that seed awaits its answer: a second connection to it would carry our
+            # identity too, and the seed's ROUTER would never read it (protocol.md 8.5).
+            self.stats.seed_intros_skipped += 1
+            return
         # Dial only what we would keep: for a live introducer, within the handshake
         # quotas, and not a node whose introduced handshake failed lately.
         key = f"peer:{s.uuid}"
@@ -1014,11 +1025,6 @@ class Mesh:
                         self.stats.backoffs_spared += 1
                     else:
                         self._back_off(s.uuid, now)
-        for seed in self._seeds.values():
-            if seed.conn is not None and seed.peer is None and now - seed.opened >= t.handshake_timeout:
-                # No answer: drop the queued HELO; the next retry dials afresh.
-                self._actions.append(Disconnect(seed.conn))
-                seed.conn = None
         for uuid in [u for u, g in self._gone.items() if g.until <= now]:
             del self._gone[uuid]
         for uuid in [u for u, (_, _, at) in self._probes.items() if now - at >= t.handshake_timeout]:
@@ -1075,8 +1081,6 @@ class Mesh:
         for seed in self._seeds.values():
             if seed.refused is None and seed.peer is None:
                 due = min(due, seed.next_try)
-                if seed.conn is not None:
-                    due = min(due, seed.opened + t.handshake_timeout)
         for _, _, at in self._waiting.values():
             due = min(due, at + t.handshake_timeout)
         for _, _, at in self._probes.values():
@@ -1243,7 +1247,10 @@ class Mesh:
                 seed.peer = None
                 seed.conn = None
                 seed.backoff = 0.0
-                self._note(min(now, seed.next_try))  # dialled again at once
+                # Dialled again a retry interval on, not at once: a new connection that reaches the
+                # seed before it saw the old one close is never read there (protocol.md 8.5).
+                seed.next_try = now + self.timing.seed_retry
+                self._note(seed.next_try)
 
     def _refuse_endpoint(self, uuid: NodeId, endpoint: str, incarnation: str, reason: str, now: float) -> None:
         old = self._sessions.get(uuid)
@@ -1430,13 +1437,24 @@ class Mesh:
                 continue
             if self._endpoint_known(seed.endpoint):
                 continue
+            if seed.conn is not None and now - seed.opened >= _SEED_REOPEN_AFTER:
+                # Unanswered this long: the seed is down or gone, not busy.  Drop the HELOs queued
+                # for it; the next try, not this same turn, connects afresh.
+                self._actions.append(Disconnect(seed.conn))
+                seed.conn = None
+                seed.next_try = now + self.timing.seed_retry
+                self._note(seed.next_try)
+                continue
             if seed.conn is None:
+                # Kept until the seed answers (or _SEED_REOPEN_AFTER), its retries on it: a new
+                # connection would carry our identity while the old one may linger at the seed,
+                # whose ROUTER would then never read it (protocol.md 8.5).
                 seed.conn = self._connect(seed.endpoint)
                 seed.opened = now
             self._send_hello(seed.conn, reply=False, to=None, now=now)
             seed.backoff = min(_SEED_BACKOFF_MAX, max(self.timing.seed_retry, seed.backoff * 2))
             seed.next_try = now + seed.backoff
-            self._note(min(seed.next_try, seed.opened + self.timing.handshake_timeout))
+            self._note(seed.next_try)
 
     def _adopt_seed_conn(self, uuid: NodeId, endpoint: str) -> int | None:
         seed = self._seeds.get(endpoint)
