@@ -9,6 +9,7 @@ import asyncio
 import json
 import socket
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -168,6 +169,42 @@ def test_the_node_acts_on_its_events_before_the_listeners_hear_them(tmp_path: Pa
     node._publish(PeerExcluded(PEER, "bob", "spam", 2.0))
     assert saved == [{PEER: "spam"}]  # on disk before any listener hears of it
     assert [type(e) for e in heard] == [BufferSpace, PeerExcluded]
+
+
+def test_listeners_added_or_removed_while_an_event_is_handed_out_change_only_the_next_events(
+        tmp_path: Path) -> None:
+    node, _, heard = _wired(tmp_path)
+    order: list[str] = []
+    late: list[Callable[[], None]] = []
+
+    def first(event: Event) -> None:
+        order.append("first")
+        remove_second()  # the event being handed out still reaches it
+        if not late:
+            late.append(node.add_listener(lambda e: order.append("late")))  # hears the next event only
+
+    remove_first = node.add_listener(first)
+    remove_second = node.add_listener(lambda e: order.append("second"))
+    chat = ChatReceived(PEER, "bob", "hi", 1.0)
+    node._publish(chat)
+    assert order == ["first", "second"]
+    node._publish(chat)
+    assert order == ["first", "second", "first", "late"]
+    remove_first()
+    remove_first()  # twice: nothing more happens
+    remove_second()
+    node._publish(chat)
+    assert order == ["first", "second", "first", "late", "late"]
+    assert heard == [chat] * 3  # the first listener, added before the others, heard every one
+
+
+def test_a_chat_event_is_immutable_and_equal_by_its_fields() -> None:
+    chat = ChatReceived(PEER, "bob", "hi", 1.0)
+    assert chat == ChatReceived(PEER, "bob", "hi", 1.0) and hash(chat) == hash(ChatReceived(PEER, "bob", "hi", 1.0))
+    assert chat != ChatReceived(PEER, "bob", "hi", 2.0)
+    with pytest.raises(AttributeError):
+        chat.text = "changed"  # type: ignore[misc]
+    assert chat.to_json() == {"type": "chat", "from": str(PEER), "name": "bob", "text": "hi", "time": 1.0}
 
 
 # ---------------------------------------------------------------- the exit stack

@@ -50,6 +50,8 @@ TICK_RETRY = 0.05
 # The driver logs a failure it survived at most this often, per kind (the rest are counted).
 FAILURE_LOG_EVERY = 60.0
 
+_CHAT_TYPE_OCTETS = len(b"CHAT")  # a CHAT's octets counted in TrafficStats: its type and its body
+
 Publish = Callable[[Event | ServiceEvent], None]
 
 
@@ -93,16 +95,16 @@ class MeshDriver:
         if mesh is None:
             return
         now = self.clock()
-        count = self.traffic.count_received
+        count, received = self.traffic.count_received, self.traffic.received
         chat, publish = mesh.receive_chat, self.publish
         general = False  # a message went through Mesh.receive: its actions are carried out after the batch
         for frames, source in zip(batch, sources, strict=True):
             try:
-                count(frames)
                 # CHAT's fast path (docs/architecture.md): the mesh decides and counts as receive()
                 # would, and hands the event back instead of queuing a Notify; anything it does not
                 # take goes to the general path.  It queues no action and moves no deadline.
                 if len(frames) == 3 and frames[1] == b"CHAT":
+                    received[b"CHAT"] += _CHAT_TYPE_OCTETS + len(frames[2])  # what count() adds for it
                     event = chat(frames, now, source)
                     if event is not None:
                         if general:  # what the messages before it queued comes first, as it always did
@@ -110,6 +112,8 @@ class MeshDriver:
                             self.execute()
                         publish(event)
                         continue
+                else:
+                    count(frames)
                 general = True
                 mesh.receive(frames, now, source)
             except Exception as exc:  # one message must not cost the others of the batch
@@ -260,8 +264,10 @@ class MeshDriver:
         """Send a chat line now, to ``to`` or every admitted peer: CHAT's fast path out
         (:meth:`Mesh.chat_frames`: the frames encoded once, straight to the transport, no
         actions); returns how many peers.  Raises LocalProtocolError as :meth:`Mesh.chat` does."""
-        transport = self.transport
-        frames, conns = self.running().chat_frames(text, to)
+        mesh, transport = self.mesh, self.transport
+        if mesh is None:
+            raise LocalProtocolError("the node is not running")
+        frames, conns = mesh.chat_frames(text, to)
         if transport is not None:
             octets = len(frames[0]) + len(frames[1])
             sent = 0

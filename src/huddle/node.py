@@ -99,7 +99,7 @@ class Node:
         self._follower: NetworkFollower | None = None  # follows the interface's address
         self._left = False  # the mesh said GBYE
         self.api_url: str | None = None
-        self._listeners: list[Listener] = []
+        self._listeners: tuple[Listener, ...] = ()  # replaced, never changed: no copy per event
         self._routes: dict[type, list[Subscriber]] = {}  # event type -> its subscribers, in order
         self.desk = DocumentDesk(Recording(writable=self._check_writable, stamp=self.mesh_time,
                                            origin=self._origin, record=self.emit_many))
@@ -128,8 +128,13 @@ class Node:
 
     def add_listener(self, fn: Listener) -> Callable[[], None]:
         """Call ``fn(event)`` for every event; returns a function that removes it."""
-        self._listeners.append(fn)
-        return lambda: self._listeners.remove(fn) if fn in self._listeners else None
+        self._listeners += (fn,)  # a new tuple: an event being handed out keeps the one it started with
+
+        def remove() -> None:
+            if fn in self._listeners:
+                k = self._listeners.index(fn)
+                self._listeners = self._listeners[:k] + self._listeners[k + 1:]
+        return remove
 
     def peers(self) -> list[PeerInfo]:
         return self.mesh.peers(self.local_now())
@@ -569,7 +574,7 @@ class Node:
         return False
 
     def _to_listeners(self, event: Event) -> bool:
-        for fn in list(self._listeners):
+        for fn in self._listeners:
             try:
                 fn(event)
             except Exception:  # a listener's bug must not stop the node
