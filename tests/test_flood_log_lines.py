@@ -64,6 +64,9 @@ class _Raising:
     def receive(self, frames: list[bytes], now: float, source: str) -> bool:
         raise RuntimeError("a bug")
 
+    def receive_chat(self, frames: list[bytes], now: float, source: str) -> None:  # CHAT's fast path
+        raise RuntimeError("a bug")
+
     def take_actions(self) -> list[object]:
         return []
 
