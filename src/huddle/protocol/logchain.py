@@ -74,7 +74,7 @@ def _batch_hashes(prev: bytes, batch: RecordBatch) -> list[bytes]:
     """:func:`chain_hashes` of a decoded batch, from its columns: each record's encoding
     made by ``map`` (no Python code per record), then hashed in turn."""
     n = len(batch)
-    kinds = list(map(str.encode, batch.kinds)) if len({*batch.kinds}) > 1 else [batch.kinds[0].encode()] * n
+    kinds = [batch.kind.encode()] * n if batch.kind is not None else list(map(str.encode, batch.kinds))
     heads = map(RECORD_HEAD.pack, repeat(bytes(batch.source), n), batch.seqs, batch.stamps, map(len, kinds))
     out: list[bytes] = []
     append, sha = out.append, hashlib.sha256

@@ -514,18 +514,19 @@ class Mesh:
     def chat(self, text: str, now: float, to: NodeId | None = None) -> int:
         """Send a CHAT to one admitted peer, or to every one.  Returns how many."""
         msg = Chat(sender=self.uuid, text=text)
-        if to is not None:
-            s = self._sessions.get(to)
-            if s is None or not s.admitted:
-                raise LocalProtocolError(f"no alive peer {to}")
-            self._send(s.conn, msg)
-            return 1
-        n = 0
-        for s in self._sessions.values():
-            if s.admitted:
-                self._send(s.conn, msg)
-                n += 1
-        return n
+        conns = self._chat_conns(to)
+        for conn in conns:
+            self._send(conn, msg)
+        return len(conns)
+
+    def _chat_conns(self, to: NodeId | None) -> list[int]:
+        """The connections a chat line goes on: ``to``'s, or every admitted peer's."""
+        if to is None:
+            return [s.conn for s in self._sessions.values() if s.admitted]
+        s = self._sessions.get(to)
+        if s is None or not s.admitted:
+            raise LocalProtocolError(f"no alive peer {to}")
+        return [s.conn]
 
     def leave(self, now: float) -> None:
         """Say GBYE to everyone and close every connection."""
@@ -635,13 +636,7 @@ class Mesh:
             frames = [b"CHAT", text.encode("ascii")]
         else:
             frames = encode_parts(Chat(sender=self.uuid, text=text))  # checked whole, as chat() does
-        if to is not None:
-            s = self._sessions.get(to)
-            if s is None or not s.admitted:
-                raise LocalProtocolError(f"no alive peer {to}")
-            conns = [s.conn]
-        else:
-            conns = [s.conn for s in self._sessions.values() if s.admitted]
+        conns = self._chat_conns(to)
         self.stats.sent += len(conns)
         return frames, conns
 
