@@ -154,6 +154,7 @@ class _Session:
     source: str = ""  # the address its HELO came from ("" not yet known): its frames must come from there
     opened_by: str = ""  # "peer:<uuid>" (a PEER) or "addr:<ip>" (a HELO): whose handshake quota it uses
     guests: int = 0  # its HELO's marco port: it hosts Noam guests (0: it does not)
+    deltas: bool = False  # its HELO says it understands RAWS deltas (protocol.md 14.1)
     joined: float = 0.0  # local clock when it was admitted (kept while it is SUSPECT)
     listed: frozenset[NodeId] = frozenset()  # the members named in the last list we sent it
     listed_at: float = -math.inf  # when we sent it
@@ -319,6 +320,7 @@ class Mesh:
         self._probes: dict[NodeId, tuple[int, str, float]] = {}
         self._aliases: dict[NodeId, str] = {}  # another endpoint a probe found the same incarnation at
         self.push_on_admit = True  # send a newly admitted peer our member list (tests turn it off)
+        self.deltas = True  # our HELO says we understand RAWS deltas (tests turn it off: an older node)
         # The peer services (protocol/service.py), in the order given: ticked, told of peers and
         # asked for actions in that order; each received message goes to the one that handles its type.
         self._services: Final[tuple[PeerService, ...]] = tuple(services)
@@ -797,6 +799,7 @@ class Mesh:
         s.node_type = m.node_type
         s.rate = m.rate
         s.guests = m.guests
+        s.deltas = m.deltas
         if source:
             s.source = source
         if m.beat:
@@ -1136,6 +1139,7 @@ class Mesh:
             lost=self.lost,
             rate=self.rate,
             guests=self.guests,
+            deltas=self.deltas,
             key=self.identity.public_key,
             sig=bytes(64),  # replaced by the signature of the rest below
             at=max(0, round(now * 1000)),
@@ -1196,7 +1200,7 @@ class Mesh:
             self._reported.add(s.uuid)
             self._notify(PeerNew(s.uuid, s.name, self.mesh_time(now)))
         if self._services:
-            facts = PeerFacts(s.incarnation or "", s.rate, s.name, s.node_type)
+            facts = PeerFacts(s.incarnation or "", s.rate, s.name, s.node_type, s.deltas)
             for service in self._services:
                 service.peer_up(s.uuid, s.conn, now, facts)
         # Our member list to the newcomer, if it may know fewer members than we do (it dials

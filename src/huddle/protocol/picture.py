@@ -32,13 +32,17 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
+from ..errors import LocalProtocolError
 from ..ids import NodeId
 from ..wire import Message, PeerStat, Raws
-from ..wire.messages import MAX_FORGED_ROWS
+from ..wire.messages import MAX_FORGED_ROWS, MAX_GONE_ROWS, merge_report
 from .events import Counters, Send
 from .service import DETACHED, MeshView, PeerFacts
 
-__all__ = ["REPORT_QUIET", "Picture", "PictureTiming", "Pictures", "ReportStats", "Reports", "compute", "report_facts"]
+__all__ = [
+    "REPORT_QUIET", "Picture", "PictureTiming", "Pictures", "ReportStats", "Reports", "compute", "report_delta",
+    "report_facts",
+]
 
 ADMITTED: Final = frozenset({"alive", "suspect"})
 REPORT_QUIET: Final = 0.2  # seconds without a change of our sessions before a report says so
@@ -167,6 +171,25 @@ def compute(reports: Mapping[NodeId, Raws], timing: PictureTiming = PictureTimin
     return Picture(tuple(members), tuple(links), digest)
 
 
+def _row_facts(p: PeerStat, timing: PictureTiming) -> tuple[object, ...]:
+    return (p.peer, p.state, p.heard is not None and p.heard <= timing.hear_window,
+            p.rtt is not None and p.rtt > timing.slow_rtt, p.sent, p.retrans, p.queued > timing.queue_limit)
+
+
+def report_delta(base: Raws, report: Raws, timing: PictureTiming) -> Raws | None:
+    """``report`` as a delta on ``base`` (the origin's previous report, full): the rows whose
+    facts (:func:`report_facts`) changed or that are new, and the peers whose rows were
+    dropped (protocol.md 14.1).  None when too many were dropped for one delta."""
+    before = {p.peer: _row_facts(p, timing) for p in base.peers}
+    changed = []
+    for p in report.peers:
+        if before.pop(p.peer, None) != _row_facts(p, timing):
+            changed.append(p)
+    if len(before) > MAX_GONE_ROWS:
+        return None
+    return replace(report, peers=tuple(changed), base=base.seq, gone=tuple(before))
+
+
 def report_facts(report: Raws, timing: PictureTiming) -> tuple[object, ...]:
     """What :func:`compute` reads of ``report`` (its facts): two reports of one origin with
     the same facts give every node the same picture and digest.  The counters, round trips
@@ -183,9 +206,10 @@ def report_facts(report: Raws, timing: PictureTiming) -> tuple[object, ...]:
 
 @dataclass(slots=True)
 class _Held:
-    report: Raws
+    report: Raws  # full, or merged of the full one and the deltas since
     received: float  # local time
-    previous: Raws | None = None
+    previous: Raws | None = None  # the full report before ``full`` (rates: counters of one moment)
+    full: Raws | None = None  # the last full report received (None: ``report`` is)
 
 
 @dataclass(slots=True)
@@ -245,9 +269,25 @@ class Pictures:
         held = self._held.get(report.origin)
         if held is not None and held.report.seq >= report.seq:
             return False
-        previous = held.report if held is not None else None
+        previous = None if held is None else held.full or held.report
         self._held[report.origin] = _Held(report, now, previous)
         return True
+
+    def merge(self, delta: Raws, now: float) -> Raws | None:
+        """Merge ``delta`` into the report held of its origin, if that is its base, and keep
+        the result (returned).  None: the base is not held (nothing kept).  Raises
+        LocalProtocolError if the delta does not fit its base."""
+        held = self._held.get(delta.origin)
+        if held is None or held.report.seq != delta.base:
+            return None
+        merged = merge_report(held.report, delta)
+        self._held[delta.origin] = _Held(merged, now, held.previous, held.full or held.report)
+        return merged
+
+    def holds_newer(self, report: Raws) -> bool:
+        """Whether the report held of ``report``'s origin is as new as it or newer."""
+        held = self._held.get(report.origin)
+        return held is not None and held.report.seq >= report.seq
 
     def scale(self) -> float:
         """How much longer than ``interval`` reports are apart in a group of
@@ -279,9 +319,9 @@ class Pictures:
         last two reports (not part of the digest)."""
         out: dict[NodeId, dict[str, float]] = {}
         for origin, h in self._held.items():
-            prev = h.previous
-            span = (h.report.seq - prev.seq) / 1000 if prev is not None else 0.0  # seq: the report's time in ms
-            totals = _totals(h.report.peers)
+            prev, last = h.previous, h.full or h.report  # a delta's rows that did not change keep old counters
+            span = (last.seq - prev.seq) / 1000 if prev is not None else 0.0  # seq: the report's time in ms
+            totals = _totals(last.peers)
             if prev is None or span <= 0:
                 out[origin] = dict.fromkeys(totals, 0.0)
                 continue
@@ -334,6 +374,10 @@ class ReportStats(Counters):
     reports_relayed: int = 0
     reports_not_relayed: int = 0  # reports not passed on to a peer admitted less than a report interval ago
     reports_unchanged: int = 0  # regular reports not sent: their facts were those of the last one sent (14)
+    reports_deltas: int = 0  # of reports_sent, deltas on our previous report (14.1)
+    reports_merged: int = 0  # deltas received and merged into the report held of their origin
+    reports_unbased: int = 0  # deltas refused: the report held of their origin is not their base
+    reports_bad_delta: int = 0  # deltas refused: relayed (not from their origin), or not fitting their base
 
 
 def _no_conn_counters(conn: int) -> tuple[int, int]:
@@ -376,7 +420,10 @@ class Reports:
         self._actions: list[Send] = []
         self._rng = random.Random(bytes(uuid))  # the spread of report times (deterministic per node)
         self._facts: tuple[object, ...] | None = None  # of the last report sent
-        self._refresh_at = -math.inf  # when a report is sent even if its facts did not change
+        self._refresh_at = -math.inf  # when a full report goes to every peer, its facts changed or not
+        self._sent: Raws | None = None  # the last report we sent (full): the base of the next delta
+        self._sent_to: set[NodeId] = set()  # the admitted peers it went to
+        self._deltas: set[NodeId] = set()  # admitted peers whose HELO says they understand deltas
 
     @property
     def timing(self) -> PictureTiming:
@@ -389,12 +436,19 @@ class Reports:
 
     def peer_up(self, peer: NodeId, conn: int, now: float, facts: PeerFacts) -> None:
         self._links[peer] = (conn, now)
+        self._sent_to.discard(peer)  # it holds none of our reports: the next one it gets is full
+        if facts.deltas:
+            self._deltas.add(peer)
+        else:
+            self._deltas.discard(peer)
         self.pictures.members = len(self._links) + 1
         self._facts = None  # the next report goes out whatever it says: the newcomer holds none of ours
         self.pictures.sessions_changed(now)
 
     def peer_down(self, peer: NodeId, now: float) -> None:
+        self._sent_to.discard(peer)
         if self._links.pop(peer, None) is not None:
+            self._deltas.discard(peer)
             self.pictures.members = len(self._links) + 1
             self.pictures.sessions_changed(now)
 
@@ -407,7 +461,8 @@ class Reports:
         mesh = self._mesh
         if msg.origin == self.uuid or msg.origin in mesh.excluded:
             return
-        if self.pictures.accept(msg, now):
+        kept = self._merge(peer, msg, now) if msg.base is not None else msg if self.pictures.accept(msg, now) else None
+        if kept is not None:
             # Pass it on only to peers that the report says its origin has no
             # session with: in a full mesh nobody relays; across a link open
             # one way, or a partial partition, the report still arrives.  Not to
@@ -415,7 +470,7 @@ class Reports:
             # likely predates it, and its origin meets it and reports within the
             # soon window (half that); relayed by every member, a crowd joining
             # cost N^3 rows.
-            direct = msg.peers_in(ADMITTED)
+            direct = kept.peers_in(ADMITTED)
             settled = now - self.pictures.timing.interval * self.pictures.scale()
             relayed: Raws | None = None
             for uuid, (conn, joined) in self._links.items():
@@ -423,9 +478,29 @@ class Reports:
                     if joined > settled:
                         self.stats.reports_not_relayed += 1
                         continue
-                    relayed = relayed or replace(msg, sender=self.uuid)
+                    relayed = relayed or replace(kept, sender=self.uuid)  # full, a delta merged
                     self.stats.reports_relayed += 1
                     self._actions.append(Send(conn, relayed))
+
+    def _merge(self, peer: NodeId, delta: Raws, now: float) -> Raws | None:
+        """A delta received (protocol.md 14.1): merged into the report held of its origin if that
+        is its base; refused, nothing kept, and counted otherwise."""
+        if peer != delta.origin:  # relays send full reports: a delta passed on is nobody's to make
+            self.stats.reports_bad_delta += 1
+            return None
+        pictures = self.pictures
+        if pictures.holds_newer(delta):
+            return None  # as a full report that is not newer
+        try:
+            merged = pictures.merge(delta, now)
+        except LocalProtocolError:  # a gone peer the base has no row for
+            self.stats.reports_bad_delta += 1
+            return None
+        if merged is None:
+            self.stats.reports_unbased += 1
+            return None
+        self.stats.reports_merged += 1
+        return merged
 
     def tick(self, now: float) -> None:
         pictures = self.pictures
@@ -441,16 +516,32 @@ class Reports:
         report = self.report(now)
         pictures.accept(report, now)  # ours, sent or not: its numbers are the freshest beside the picture
         facts = report_facts(report, timing)
-        if facts == self._facts and now < self._refresh_at:
+        full = now >= self._refresh_at
+        if facts == self._facts and not full:
             # Nothing the picture is computed from changed: the peers' copy of our last report
             # gives them the same picture.  Only the numbers beside it would be newer.
             self.stats.reports_unchanged += 1
             return
         self._facts = facts
-        self._refresh_at = now + timing.refresh * scale
-        for conn, _ in self._links.values():
+        # A peer that got our last report gets only what changed since (if it understands deltas);
+        # a newcomer, and every peer every refresh (scaled), the full report (protocol.md 14.1).
+        base, sent_to, deltas, links = self._sent, self._sent_to, self._deltas, self._links
+        delta = None if full or base is None else report_delta(base, report, timing)
+        fulls = []
+        if delta is None:
+            self._refresh_at = now + timing.refresh * scale
+            fulls = list(links.values())
+        else:
+            for uuid, link in links.items():
+                if uuid in sent_to and uuid in deltas:
+                    self._actions.append(Send(link[0], delta))  # one after the other: encoded once
+                    self.stats.reports_deltas += 1
+                else:
+                    fulls.append(link)
+        for conn, _ in fulls:
             self._actions.append(Send(conn, report))
-        self.stats.reports_sent += len(self._links)
+        self.stats.reports_sent += len(links)
+        self._sent, self._sent_to = report, set(links)
 
     def next_deadline(self, now: float) -> float:
         return self.pictures.next_report

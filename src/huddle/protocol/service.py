@@ -56,6 +56,7 @@ class PeerFacts:
     rate: int = 0  # octets per second it accepts of addressed messages (0: no limit)
     name: str = ""
     node_type: str = ""
+    deltas: bool = False  # it understands RAWS deltas (protocol.md 14.1)
 
 
 class PeerSeen(NamedTuple):

@@ -22,7 +22,7 @@ import math
 import re
 import struct
 from collections.abc import Callable, Container, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import repeat
 from typing import Any, Final, cast, overload
 
@@ -66,6 +66,7 @@ __all__ = [
     "encode",
     "encode_parts",
     "helo_signed",
+    "merge_report",
     "record_size",
     "strict_json",
     "valid_endpoint",
@@ -103,6 +104,7 @@ _LOWER_HEX_RE: Final = re.compile(r"[0-9a-f]*")
 MAX_BEAT: Final = 60.0  # seconds: the longest heartbeat interval a node may announce
 MAX_LOST: Final = 100  # the most heartbeats a node may allow to be lost
 MAX_FORGED_ROWS: Final = 1024  # peers a RAWS report's ``forged`` may name
+MAX_GONE_ROWS: Final = 1024  # peers a RAWS delta's ``gone`` may name (more: the origin sends a full report)
 PEER_STATES: Final = ("connecting", "handshake", "alive", "suspect", "none")
 
 
@@ -176,9 +178,13 @@ class Helo:
     sig: bytes = b""  # 64 octets, given with the key
     at: int = 0
     to: NodeId | None = None
+    # The sender understands RAWS deltas (protocol.md 14.1): only then may it be sent one.  Outside
+    # the signature (older nodes sign and check a fixed list of members without it).
+    deltas: bool = False
 
     def __post_init__(self) -> None:
         _check(isinstance(self.version, int) and 0 <= self.version < 2**31, "version must be a small integer")
+        _check(isinstance(self.deltas, bool), "deltas must be a boolean")
         _check(isinstance(self.key, bytes) and len(self.key) in (0, HELO_KEY), f"key must be {HELO_KEY} octets")
         _check(isinstance(self.sig, bytes) and len(self.sig) == (HELO_SIG if self.key else 0),
                f"sig must be {HELO_SIG} octets, given with the key and only with it")
@@ -702,6 +708,10 @@ class Raws:
     cut_off: bool
     peers: Sequence[PeerStat]  # a tuple, or (decoded) rows checked and turned into PeerStats when read
     forged: tuple[tuple[NodeId, int], ...] = ()  # forged log batches received, per peer that sent them
+    # A delta (protocol.md 14.1): ``peers`` holds only the rows changed since the origin's report
+    # ``base``, and ``gone`` the peers whose rows were dropped since it.  None: a full report.
+    base: int | None = None
+    gone: tuple[NodeId, ...] = ()
 
     def __post_init__(self) -> None:
         _check(isinstance(self.origin, NodeId), "origin must be a NodeId")
@@ -715,6 +725,17 @@ class Raws:
         _check(isinstance(self.cut_off, bool), "cut_off must be a boolean")
         if type(self.peers) is not CheckedRows:  # the decoder checked those, no peer twice included
             _check(len({p.peer for p in self.peers}) == len(self.peers), "a peer appears twice")
+        base, gone = self.base, self.gone
+        if base is not None or gone:
+            _check(type(base) is int and 1 <= base < self.seq, "base must be 1..seq-1, given with gone")
+            _check(len(gone) <= MAX_GONE_ROWS and all(type(g) is NodeId for g in gone),
+                   f"gone: at most {MAX_GONE_ROWS} peers")
+            _check(len(set(gone)) == len(gone), "a peer is gone twice")
+            _check(not gone or not self.peers_in(PEER_STATES).intersection(gone), "a peer is both gone and in peers")
+
+    @property
+    def is_delta(self) -> bool:
+        return self.base is not None
 
     def peers_in(self, states: Container[str]) -> set[NodeId]:
         """The peers whose row's state is one of ``states`` (without making a
@@ -758,6 +779,8 @@ def _encode_body(msg: Message) -> tuple[bytes, bytes]:
             body["rate"] = msg.rate
         if msg.guests:
             body["guests"] = msg.guests
+        if msg.deltas:
+            body["deltas"] = True
         if msg.key:
             body["key"] = msg.key.hex()
             body["sig"] = msg.sig.hex()
@@ -799,6 +822,9 @@ def _encode_body(msg: Message) -> tuple[bytes, bytes]:
         }
         if msg.forged:
             report["forged"] = {peer.hex(): n for peer, n in msg.forged}
+        if msg.base is not None:
+            report["base"] = msg.base
+            report["gone"] = [peer.hex() for peer in msg.gone]
         return b"RAWS", _json(report)
     raise LocalProtocolError(f"not a huddle message: {msg!r}")
 
@@ -904,6 +930,7 @@ def _d_helo(sender: NodeId, body: str) -> Message:
         sig=_hex_field(obj, "sig", HELO_SIG) if "key" in obj else b"",
         at=_field(obj, "at", "HELO", int) if "key" in obj else 0,
         to=NodeId(_hex_field(obj, "to", 16)) if "key" in obj and "to" in obj else None,
+        deltas=_field(obj, "deltas", "HELO", bool) if "deltas" in obj else False,
     )
 
 
@@ -1066,7 +1093,51 @@ def _d_raws(sender: NodeId, body: str) -> Message:
         cut_off=_field(obj, "cut_off", "RAWS", bool),
         peers=CheckedRows(rows) if _rows_ok(rows) else _peer_stats(rows),
         forged=_forged(obj["forged"]) if "forged" in obj else (),
+        base=_seq(obj["base"], "RAWS base") if "base" in obj else None,
+        gone=_gone(obj["gone"]) if "gone" in obj else (),
     )
+
+
+def _gone(value: object) -> tuple[NodeId, ...]:
+    if type(value) is not list or len(value) > MAX_GONE_ROWS:
+        raise DecodeError(f"RAWS gone must be a list of at most {MAX_GONE_ROWS} peers")
+    return tuple(_node_hex(v, "RAWS gone peer") for v in value)
+
+
+def merge_report(held: Raws, delta: Raws) -> Raws:
+    """The full report that ``delta`` makes of ``held``, the origin's report ``delta.base``
+    (protocol.md 14.1): ``held``'s rows, less those ``gone``, with the delta's rows in place of
+    (or, new peers, after) the held ones; name, type, timing, ``cut_off`` and ``forged`` the
+    delta's.  Raises LocalProtocolError when the delta does not fit ``held`` (another base or
+    origin, a gone peer ``held`` has no row for).  Decoded rows are merged as the JSON arrays
+    they came in: no PeerStat is made of the rows that did not change."""
+    _check(delta.base is not None and held.base is None and held.origin == delta.origin
+           and held.seq == delta.base, "a delta applies only to the full report it is based on")
+    hp, dp = held.peers, delta.peers
+    if type(hp) is CheckedRows and type(dp) is CheckedRows and hp._stats is None and dp._stats is None:
+        changed_rows: dict[str, list[Any]] = {row[0]: row for row in dp._rows}
+        gone_hex = {g.hex() for g in delta.gone}
+        rows = []
+        for row in hp._rows:
+            u = row[0]
+            if u in gone_hex:
+                gone_hex.discard(u)
+            else:
+                rows.append(changed_rows.pop(u, row))
+        _check(not gone_hex, "a gone peer has no row in the report the delta is based on")
+        rows.extend(changed_rows.values())
+        return replace(delta, peers=CheckedRows(rows), base=None, gone=())
+    changed = {p.peer: p for p in dp}
+    gone = set(delta.gone)
+    stats = []
+    for p in hp:
+        if p.peer in gone:
+            gone.discard(p.peer)
+        else:
+            stats.append(changed.pop(p.peer, p))
+    _check(not gone, "a gone peer has no row in the report the delta is based on")
+    stats.extend(changed.values())
+    return replace(delta, peers=tuple(stats), base=None, gone=())
 
 
 def _forged(value: object) -> tuple[tuple[NodeId, int], ...]:
