@@ -1,8 +1,10 @@
 """RAWS deltas (protocol.md 14.1): the codec, merging a delta into the report it is
-based on, the hostile deltas a receiver refuses, and what deltas save in the simulator."""
+based on, the hostile deltas a receiver refuses, and what deltas save in the simulator;
+and the report a change of sessions brings forward, put on a heartbeat (14)."""
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Any
 
@@ -282,3 +284,30 @@ def test_a_node_whose_helo_does_not_say_deltas_gets_only_full_reports() -> None:
     assert any(m.is_delta for to, m in got if to != old.mesh.name)
     assert not [m for to, m in got if to == old.mesh.name and m.is_delta]
     assert old.reports.stats.reports_deltas > 0  # it still sends deltas to the others
+
+
+# ------------------------------------------------- reports brought forward
+
+
+class _Beats(_View):
+    def heartbeat_after(self, when: float) -> float:
+        return float(math.ceil(when - 1e-9))  # a heartbeat every whole second
+
+
+def test_a_report_brought_forward_goes_on_the_next_heartbeat_when_the_window_allows() -> None:
+    # A change of our sessions brings the next report forward (after the quiet time Q); it then
+    # waits for the heartbeat moment after, whose BEATs it replaces, as a regular report does,
+    # but only if that is still within the soon window W of the change and not after the
+    # interval's own report: every change is still reported within W.
+    r = Reports(A, now=0.0, timing=PictureTiming(interval=2.0, expire_after=10.0))  # W 1 s, Q 0.2 s
+    r.attach(_Beats())  # type: ignore[arg-type]
+    pictures = r.pictures
+    pictures.published(100.0, regular=105.0)
+    r.peer_up(B, 1, 101.3, PeerFacts())
+    assert pictures.next_report == 102.0, "due at 101.5, on the heartbeat at 102 (within W: 102.3)"
+    pictures.published(102.0, regular=110.0)
+    r.peer_up(C, 2, 103.9, PeerFacts())
+    assert pictures.next_report == pytest.approx(104.1), "the heartbeat at 105 is after W (104.9)"
+    pictures.published(105.0, regular=106.5)
+    r.peer_down(C, 106.1)
+    assert pictures.next_report == pytest.approx(106.3), "the heartbeat at 107 is after the interval's report"

@@ -256,6 +256,14 @@ class Pictures:
         due = max(min(now + self.quiet(), self._changed + window), self._last + window)
         self.next_report = min(self._regular, due)
 
+    def put_off_to(self, moment: float) -> None:
+        """Report at ``moment`` instead (a heartbeat moment, whose BEATs the report then
+        replaces) if that is still within the soon window of the first change not yet
+        reported and not after the interval's own report: what the window promises holds."""
+        if self._changed is not None and self.next_report <= moment <= min(self._regular,
+                                                                           self._changed + self.soon_window()):
+            self.next_report = moment
+
     def published(self, now: float, regular: float | None = None) -> None:
         """We reported at ``now``: the next is due at ``regular`` (default: an interval
         later, scaled)."""
@@ -443,14 +451,21 @@ class Reports:
             self._deltas.discard(peer)
         self.pictures.members = len(self._links) + 1
         self._facts = None  # the next report goes out whatever it says: the newcomer holds none of ours
-        self.pictures.sessions_changed(now)
+        self._sessions_changed(now)
 
     def peer_down(self, peer: NodeId, now: float) -> None:
         self._sent_to.discard(peer)
         if self._links.pop(peer, None) is not None:
             self._deltas.discard(peer)
             self.pictures.members = len(self._links) + 1
-            self.pictures.sessions_changed(now)
+            self._sessions_changed(now)
+
+    def _sessions_changed(self, now: float) -> None:
+        # The report a change brings forward goes on the heartbeat moment after it falls due, as a
+        # regular report does (protocol.md 14), when that is still within the soon window.
+        pictures = self.pictures
+        pictures.sessions_changed(now)
+        pictures.put_off_to(self._mesh.heartbeat_after(pictures.next_report))
 
     def forget(self, peer: NodeId) -> None:
         self.pictures.forget(peer)
