@@ -56,6 +56,10 @@ def test_a_delta_round_trips_and_a_full_report_is_written_as_before() -> None:
     assert delta.is_delta and not full.is_delta
     assert wire(delta) == delta
     assert wire(report(A, seq=20, base=19)) == report(A, seq=20, base=19)  # nothing changed but, say, cut_off
+    # Whom a report shows its origin admitted, as hex (the relay's check), decoded or not.
+    mixed = report(A, stat(B), stat(C, state="none"), stat(D, state="suspect"))
+    for r in (mixed, wire(mixed)):
+        assert r.hex_peers_in({"alive", "suspect"}) == {B.hex(), D.hex()}
 
 
 def test_hostile_deltas_are_refused_by_the_codec() -> None:

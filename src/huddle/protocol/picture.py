@@ -425,6 +425,7 @@ class Reports:
         self._forgeries: Final = forgeries
         self._mesh: MeshView = DETACHED
         self._links: dict[NodeId, tuple[int, float]] = {}  # admitted peer -> (conn, when admitted)
+        self._hex: dict[NodeId, str] = {}  # admitted peer -> its uuid in hex, as reports' rows give it
         self._actions: list[Send] = []
         self._rng = random.Random(bytes(uuid))  # the spread of report times (deterministic per node)
         self._facts: tuple[object, ...] | None = None  # of the last report sent
@@ -444,6 +445,7 @@ class Reports:
 
     def peer_up(self, peer: NodeId, conn: int, now: float, facts: PeerFacts) -> None:
         self._links[peer] = (conn, now)
+        self._hex[peer] = peer.hex()
         self._sent_to.discard(peer)  # it holds none of our reports: the next one it gets is full
         if facts.deltas:
             self._deltas.add(peer)
@@ -456,6 +458,7 @@ class Reports:
     def peer_down(self, peer: NodeId, now: float) -> None:
         self._sent_to.discard(peer)
         if self._links.pop(peer, None) is not None:
+            del self._hex[peer]
             self._deltas.discard(peer)
             self.pictures.members = len(self._links) + 1
             self._sessions_changed(now)
@@ -485,11 +488,12 @@ class Reports:
             # likely predates it, and its origin meets it and reports within the
             # soon window (half that); relayed by every member, a crowd joining
             # cost N^3 rows.
-            direct = kept.peers_in(ADMITTED)
+            direct = kept.hex_peers_in(ADMITTED)  # as text: no NodeId made of every row of every report
             settled = now - self.pictures.timing.interval * self.pictures.scale()
             relayed: Raws | None = None
-            for uuid, (conn, joined) in self._links.items():
-                if uuid not in (peer, msg.origin) and uuid not in direct:
+            for uuid, text in self._hex.items():
+                if text not in direct and uuid not in (peer, msg.origin):
+                    conn, joined = self._links[uuid]
                     if joined > settled:
                         self.stats.reports_not_relayed += 1
                         continue

@@ -745,6 +745,14 @@ class Raws:
             return peers.peers_in(states)
         return {p.peer for p in peers if p.state in states}
 
+    def hex_peers_in(self, states: Container[str]) -> set[str]:
+        """``peers_in`` as lowercase hex: of decoded rows, the text they came in, no object made
+        (a node checks every report it receives against its links: whom to relay it to)."""
+        peers = self.peers
+        if type(peers) is CheckedRows and peers._stats is None:
+            return {row[0] for row in peers._rows if row[3] in states}
+        return {p.peer.hex() for p in peers if p.state in states}
+
 
 Message = Helo | Peer | Group | Gbye | Chat | Beat | Time | Xmsg | Gsip | Dmsg | Dack | Raws | Bulk | Members
 
