@@ -950,9 +950,10 @@ def _peer_stat(row: object, index: int) -> PeerStat:
 
 
 class _NodeIds(dict[str, NodeId]):
-    """NodeIds by their 32 lowercase hex digits, each made when first asked
-    for: every report names the same peers, and making a NodeId of a row's
-    text cost more than the rest of reading the report's admitted peers.  At
+    """NodeIds by their 32 lowercase hex digits (checked before), each made
+    when first asked for: every report, list and GSIP names the same peers,
+    and making a NodeId of a row's text cost more than the rest of reading
+    the report's admitted peers.  At
     most ``_NODE_IDS_KEPT`` (a report naming unknown peers by the thousand
     empties it, which costs the next reports what no cache would)."""
 
@@ -1171,7 +1172,12 @@ def _node_id(text: str) -> NodeId:
 
 
 def _node_hex(value: object, what: str) -> NodeId:
-    return NodeId(_octets(value, 16, what))
+    # A peer's id comes in every member list, report and GSIP: made once (``_NodeIds``).
+    node = _NODE_IDS.get(value) if type(value) is str else None
+    if node is None:
+        _octets(value, 16, what)  # 32 lowercase hex digits, or a DecodeError
+        node = _NODE_IDS[cast(str, value)]
+    return node
 
 
 def _record(row: object, sources: dict[str, NodeId]) -> LogRecord:
