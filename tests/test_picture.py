@@ -4,8 +4,12 @@ reports, the RAWS codec, and the picture the simulated mesh agrees on."""
 from __future__ import annotations
 
 import itertools
+import math
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from huddle import NodeId
 from huddle.errors import DecodeError, LocalProtocolError
@@ -14,6 +18,7 @@ from huddle.protocol.mesh import Timing
 from huddle.protocol.picture import Pictures, PictureTiming, compute
 from huddle.sim import SimNetwork, SimNode
 from huddle.wire import PeerStat, Raws, decode, encode
+from huddle.wire.messages import _NODE_IDS, _NODE_IDS_KEPT, PEER_STATES, CheckedRows, _peer_stats, _rows_ok
 
 A, B, C, D = (NodeId(bytes([i]) * 16) for i in (1, 2, 3, 4))
 NAMES = {A: "a", B: "b", C: "c", D: "d"}
@@ -205,6 +210,71 @@ def test_a_decoded_report_makes_its_rows_only_when_they_are_read(monkeypatch: py
         assert bad != frames[2]
         with pytest.raises(DecodeError):
             decode([frames[0], frames[1], bad])
+
+
+_POOL = [f"{i:02x}" * 16 for i in range(12)]  # few uuids, so that some come twice
+_good_row = st.tuples(
+    st.sampled_from(_POOL),
+    st.one_of(st.none(), st.floats(0, 1e9)),  # a whole number (JSON may write 2.0 as 2) as a spoilt field
+    st.one_of(st.none(), st.floats(0, 10)),
+    st.sampled_from(PEER_STATES),
+    *[st.one_of(st.integers(0, 1000), st.just(2**63 - 1), st.integers(10**17, 2**63 - 1)) for _ in range(7)],
+).map(list)
+# What a hostile report may hold in any field: what JSON can say (as orjson reads it: integers
+# within 64 bits, beyond them floats), and NaN and infinities besides.
+_bad_value = st.one_of(
+    st.sampled_from([math.nan, math.inf, -math.inf, -1.0, -0.0, 0, 7, 1e300, True, False, None, -1, 2**63, 2**64 - 1,
+                     10**18, "1", "", "0" * 32, "0A" * 16, "0a" * 15 + " 0", "alive", "ALIVE", "sleepy", [], [1], {}]),
+    st.integers(-(2**64), 2**64), st.floats(),
+    st.text(alphabet="0123456789abcdefABCDEFg \u0660-", min_size=30, max_size=34),
+)
+@st.composite
+def _raws_rows(draw: st.DrawFn) -> list[Any]:
+    rows: list[Any] = draw(st.lists(_good_row, max_size=6, unique_by=lambda r: r[0]))
+    for _ in range(draw(st.integers(0, 2))):  # spoil a field, seconds, a whole row, or name a peer twice
+        how = draw(st.sampled_from(["field", "seconds", "row", "twice"]))
+        full = [r for r in rows if type(r) is list and len(r) == 11]
+        if how == "row" or not full:
+            rows.insert(draw(st.integers(0, len(rows))), draw(st.one_of(
+                _good_row.map(lambda r: r[:-1]), _good_row.map(lambda r: [*r, 0]), _good_row.map(tuple),
+                _bad_value)))
+        elif how == "field":
+            draw(st.sampled_from(full))[draw(st.integers(0, 10))] = draw(_bad_value)
+        elif how == "seconds":  # NaN and infinity after good seconds: no min or max alone sees them
+            draw(st.sampled_from(full))[draw(st.sampled_from([1, 2]))] = draw(st.sampled_from(
+                [math.nan, math.inf, -math.inf, -1.0, -1e-300, 0, 3, 10**30, True, False, "1"]))
+        else:
+            draw(st.sampled_from(full))[0] = draw(st.sampled_from(full))[0]
+    return rows
+
+
+@settings(max_examples=600)
+@given(_raws_rows())
+def test_the_quick_check_of_report_rows_takes_exactly_what_peerstat_takes(rows: list[Any]) -> None:
+    # _rows_ok checks a decoded report's rows a column at a time; PeerStat and _peer_stats check them
+    # one by one (the path that says what is wrong): both take and refuse the same rows.  A bool is
+    # no count nor seconds; NaN, infinities, negatives, beyond 2^63-1, upper-case hex are refused.
+    try:
+        stats = _peer_stats(rows)
+        one_by_one = len({p.peer for p in stats}) == len(stats)
+    except DecodeError:
+        one_by_one = False
+    assert _rows_ok(rows) == one_by_one
+    if one_by_one:
+        checked = CheckedRows([list(r) for r in rows])
+        assert checked.peers_in(("alive", "suspect")) == {p.peer for p in stats if p.state in ("alive", "suspect")}
+        assert tuple(checked) == stats
+
+
+def test_the_node_ids_of_report_rows_are_made_once_and_kept_within_bounds() -> None:
+    # A report's admitted peers are NodeIds made once per text (every report names the same peers);
+    # rows naming peers by the thousand (made up) empty the store instead of growing it.
+    rows = [[f"{i:032x}", 0.5, 0.002, "alive", 1, 1, 1, 1, 0, 0, 0] for i in range(3 * _NODE_IDS_KEPT)]
+    first = CheckedRows(rows[:10]).peers_in({"alive"})
+    again = CheckedRows([list(r) for r in rows[:10]]).peers_in({"alive"})
+    assert first == again and {id(p) for p in first} == {id(p) for p in again}
+    assert CheckedRows(rows).peers_in({"alive"}) == {NodeId(bytes.fromhex(r[0])) for r in rows}
+    assert len(_NODE_IDS) <= _NODE_IDS_KEPT
 
 
 # ---------------------------------------------------------------- simulator

@@ -314,3 +314,20 @@ def test_the_usual_xmsg_decodes_to_one_batch_of_columns() -> None:
     assert not isinstance(decode(encode(Xmsg(SENDER_ID, records[::2]))).records, RecordBatch)
     mixed = (*records[:3], LogRecord(SENDER_ID, 10, 1000.0, "k", "1", 0))
     assert decode(encode(Xmsg(SENDER_ID, mixed))) == Xmsg(SENDER_ID, mixed)
+
+
+def test_a_known_node_id_is_made_once_and_its_text_still_checked() -> None:
+    # Every member list, report and GSIP names the same peers: a NodeId is made once per text.
+    # Only the exact text seen (checked) is taken as known: upper case, a dash, a list, still refused.
+    sender, member = NodeId(b"\x05" * 16), NodeId(b"\xab" * 16)
+    listed = Members(sender, members=((member, "tcp://10.0.0.6:5000", "66" * 8),))
+    first, again = decode(encode(listed)), decode(encode(listed))
+    assert isinstance(first, Members) and isinstance(again, Members) and first == listed
+    assert first.members[0][0] is again.members[0][0]
+    frames = encode(listed)
+    for bad in (member.hex().upper(), member.hex()[:31] + "-", member.hex()[:31]):
+        spoilt = frames[2].replace(member.hex().encode(), bad.encode())
+        with pytest.raises(DecodeError):
+            decode([frames[0], frames[1], spoilt])
+    with pytest.raises(DecodeError):
+        decode([frames[0], frames[1], frames[2].replace(f'"{member.hex()}"'.encode(), b'["' + member.hex().encode() + b'"]')])

@@ -321,6 +321,9 @@ class Mesh:
         self._aliases: dict[NodeId, str] = {}  # another endpoint a probe found the same incarnation at
         self.push_on_admit = True  # send a newly admitted peer our member list (tests turn it off)
         self.deltas = True  # our HELO says we understand RAWS deltas (tests turn it off: an older node)
+        # While a member list is read: how many members it and its sender name, which the HELOs
+        # sent on its word say we know (protocol.md 4.8), so the members dialled need not list them.
+        self._listed_count = 0
         # The peer services (protocol/service.py), in the order given: ticked, told of peers and
         # asked for actions in that order; each received message goes to the one that handles its type.
         self._services: Final[tuple[PeerService, ...]] = tuple(services)
@@ -883,17 +886,26 @@ class Mesh:
         any of our members."""
         self.stats.lists_received += 1
         entries = m.members[: self.limits.max_members_listed]
-        for uuid, endpoint, incarnation in entries:
-            if uuid in (self.uuid, s.uuid):
-                continue
-            known = self._sessions.get(uuid)
-            if known is None:
-                self._on_peer(s, Peer(sender=s.uuid, peer=uuid, endpoint=endpoint), now, live)
-            elif live and known.incarnation != incarnation:
-                self._follow(uuid, endpoint, incarnation, now)
+        self._listed_count = len(entries) + 1  # the list's members and its sender
+        try:
+            for uuid, endpoint, incarnation in entries:
+                if uuid in (self.uuid, s.uuid):
+                    continue
+                known = self._sessions.get(uuid)
+                if known is None:
+                    self._on_peer(s, Peer(sender=s.uuid, peer=uuid, endpoint=endpoint), now, live)
+                elif live and known.incarnation != incarnation:
+                    self._follow(uuid, endpoint, incarnation, now)
+        finally:
+            self._listed_count = 0
         if not m.reply:
             listed = {uuid for uuid, _, _ in entries}
-            lacking = [x.uuid for x in self._sessions.values() if x.admitted and x.uuid not in listed and x is not s]
+            # Not the members we admitted lately, since we opened the session with its sender:
+            # they met us in the same wave of handshakes, most likely on the same lists, and
+            # dial it; if not, the next periodic lists tell.
+            lately = now - self.timing.membership_interval
+            lacking = [x.uuid for x in self._sessions.values() if x.admitted and x.uuid not in listed
+                       and x is not s and (x.joined < s.created or x.joined < lately)]
             if not lacking:
                 return
             # Lists cross in a crowd joining at once: if the one we sent it lately
@@ -1126,7 +1138,9 @@ class Mesh:
     def _send_hello(self, conn: int, *, reply: bool, to: NodeId | None, now: float) -> None:
         """Our HELO (signed: protocol.md 4.1) and BOUT on ``conn``, to ``to`` (None: a seed,
         whose id we do not know)."""
-        admitted = sum(1 for x in self._sessions.values() if x.admitted)
+        # Our admitted peers; dialling the members of a list, as many as it names (we know them
+        # all, and each member we dial then sends us its own list only if it may know more).
+        admitted = max(self._listed_count, sum(1 for x in self._sessions.values() if x.admitted))
         helo = Helo(
             sender=self.uuid,
             endpoint=self.endpoint,

@@ -23,7 +23,8 @@ import re
 import struct
 from collections.abc import Callable, Container, Iterator, Sequence
 from dataclasses import dataclass, replace
-from itertools import repeat
+from itertools import compress, repeat
+from operator import itemgetter
 from typing import Any, Final, cast, overload
 
 import orjson
@@ -983,6 +984,29 @@ def _peer_stat(row: object, index: int) -> PeerStat:
         raise DecodeError(f"RAWS peer row {index}: {exc}") from None
 
 
+class _NodeIds(dict[str, NodeId]):
+    """NodeIds by their 32 lowercase hex digits (checked before), each made
+    when first asked for: every report, list and GSIP names the same peers,
+    and making a NodeId of a row's text cost more than the rest of reading
+    the report's admitted peers.  At
+    most ``_NODE_IDS_KEPT`` (a report naming unknown peers by the thousand
+    empties it, which costs the next reports what no cache would)."""
+
+    __slots__ = ()
+
+    def __missing__(self, text: str) -> NodeId:
+        if len(self) >= _NODE_IDS_KEPT:
+            self.clear()
+        node = self[text] = bytes.__new__(NodeId, bytes.fromhex(text))
+        return node
+
+
+_NODE_IDS_KEPT: Final = 4096
+_NODE_IDS: Final = _NodeIds()
+_UUID: Final = itemgetter(0)
+_STATE: Final = itemgetter(3)
+
+
 class CheckedRows(Sequence[PeerStat]):
     """The rows of a decoded RAWS report, every field checked (``_rows_ok``) but
     kept as the JSON arrays they came in: a PeerStat is made of each only when
@@ -1011,8 +1035,8 @@ class CheckedRows(Sequence[PeerStat]):
     def peers_in(self, states: Container[str]) -> set[NodeId]:
         if self._stats is not None:
             return {p.peer for p in self._stats if p.state in states}
-        new = bytes.__new__
-        return {new(NodeId, bytes.fromhex(row[0])) for row in self._rows if row[3] in states}
+        rows = self._rows  # each row's uuid where its state is one of states, as a NodeId made once
+        return set(map(_NODE_IDS.__getitem__, compress(map(_UUID, rows), map(states.__contains__, map(_STATE, rows)))))
 
     def __len__(self) -> int:
         return len(self._rows) if self._stats is None else len(self._stats)
@@ -1039,31 +1063,55 @@ class CheckedRows(Sequence[PeerStat]):
         return repr(self._made())
 
 
-_HEX_RUN_RE: Final = re.compile(r"[0-9a-f]*")
+_STATE_SET: Final = frozenset(PEER_STATES)
+_SECONDS_TYPES: Final = frozenset({float, int, type(None)})
+_COUNTER_TEXT: Final = b"[" + b"[]" * 7 + b"]"  # the seven counter columns as JSON, without digits and commas
+_DIGITS_AS_9: Final = bytes.maketrans(b"012345678", b"999999999")
+_NINETEEN_DIGITS: Final = b"9" * 19  # any number of 18 digits or fewer is below 2^63
 
 
 def _rows_ok(rows: list[Any]) -> bool:
-    """Every row well formed, as PeerStat would check it, and no peer twice, in
-    one tight pass that makes no object per row (the uuids are matched at once,
-    joined).  False: let ``_peer_stats`` say what is wrong."""
-    states, top, inf = PEER_STATES, MAX_SEQ, math.inf
-    uuids = []
-    for row in rows:
-        if type(row) is not list or len(row) != 11:
+    """Every row well formed, as PeerStat would check it, and no peer twice,
+    a column at a time with builtins, no Python step per row or per field
+    (every node checks every member's report, each naming all its peers).
+    False: let ``_peer_stats`` say what is wrong.  tests/test_picture.py
+    checks that this takes exactly the rows PeerStat takes."""
+    if not rows:
+        return True
+    if set(map(type, rows)) != {list} or set(map(len, rows)) != {11}:
+        return False
+    try:
+        uuids, heard, rtt, states, *counts = zip(*rows, strict=False)  # every row 11 long
+        if not _STATE_SET.issuperset(states):
             return False
-        u, h, t, s, v1, v2, v3, v4, v5, v6, v7 = row
-        if not (
-            type(u) is str and len(u) == 32 and s in states
-            and (h is None or ((type(h) is float or type(h) is int) and 0 <= h < inf))
-            and (t is None or ((type(t) is float or type(t) is int) and 0 <= t < inf))
-            and type(v1) is int and type(v2) is int and type(v3) is int and type(v4) is int
-            and type(v5) is int and type(v6) is int and type(v7) is int
-            and 0 <= v1 <= top and 0 <= v2 <= top and 0 <= v3 <= top and 0 <= v4 <= top
-            and 0 <= v5 <= top and 0 <= v6 <= top and 0 <= v7 <= top
-        ):
+        # The counters written back as JSON hold nothing but digits, commas and
+        # the columns' brackets: no sign, fraction, exponent, true/false (a bool
+        # is no count), null, string or nested value.
+        text = orjson.dumps(counts)
+        if text.translate(None, b"0123456789,") != _COUNTER_TEXT:
             return False
-        uuids.append(u)
-    return _HEX_RUN_RE.fullmatch("".join(uuids)) is not None and len(set(uuids)) == len(uuids)
+        joined = "".join(uuids)  # str only
+    except TypeError:  # a state not hashable, a counter beyond 64 bits, a uuid not a string
+        return False
+    if _NINETEEN_DIGITS in text.translate(_DIGITS_AS_9) and max(map(max, counts)) > MAX_SEQ:
+        return False
+    if set(map(len, uuids)) != {32} or len(set(uuids)) != len(uuids):
+        return False
+    seconds: Sequence[Any] = heard + rtt
+    kinds = set(map(type, seconds))
+    if not _SECONDS_TYPES.issuperset(kinds):
+        return False
+    if type(None) in kinds:
+        seconds = [x for x in seconds if x is not None]
+    if int in kinds:  # a whole number of seconds: as PeerStat's check has it (no int is NaN; one may be huge)
+        if not all(0 <= x < math.inf for x in seconds):
+            return False
+    elif seconds and (min(seconds) < 0 or not all(map(math.isfinite, seconds))):
+        return False  # a NaN can hide from min, not from isfinite
+    try:  # lowercase hex digits only: what fromhex reads and hex writes back the same
+        return bytes.fromhex(joined).hex() == joined
+    except ValueError:
+        return False
 
 
 def _peer_stats(rows: list[Any]) -> tuple[PeerStat, ...]:
@@ -1203,7 +1251,12 @@ def _node_id(text: str) -> NodeId:
 
 
 def _node_hex(value: object, what: str) -> NodeId:
-    return NodeId(_octets(value, 16, what))
+    # A peer's id comes in every member list, report and GSIP: made once (``_NodeIds``).
+    node = _NODE_IDS.get(value) if type(value) is str else None
+    if node is None:
+        _octets(value, 16, what)  # 32 lowercase hex digits, or a DecodeError
+        node = _NODE_IDS[cast(str, value)]
+    return node
 
 
 def _record(row: object, sources: dict[str, NodeId]) -> LogRecord:
