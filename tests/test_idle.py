@@ -11,8 +11,11 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
+
 from huddle.protocol.events import PeerLeft, PeerStateChanged
 from huddle.protocol.mesh import Timing
+from huddle.protocol.replication import ReplicationTiming, canonical_json
 from huddle.sim import SimNetwork, SimNode
 
 N = 16
@@ -84,3 +87,57 @@ def test_a_crashed_node_is_still_found_gone_on_time_when_timers_run_only_when_du
         assert len(suspect) == 1
         # Within gone_after of its last heartbeat (at most one heartbeat before the crash).
         assert left[0].time - node.mesh.offset <= crashed + Timing().gone_after + 0.01
+
+
+def test_a_large_group_probes_and_gossips_each_peer_less_often_yet_keeps_its_clocks_and_round_trips() -> None:
+    # Past 10 nodes a peer's TIME probes and idle GSIPs are S = n / 10 times further apart
+    # (protocol.md 4.6, 12.3).  At 48 a node sent and answered 18.8 probes a second and received
+    # 9.4 idle digests (every peer every 5 s); now about 3.9 and 2.
+    n = 48
+    net = SimNetwork(seed=16, latency=0.002)
+    # Clocks far apart: every node takes the group's clock (section 7) from the first two's.
+    nodes = [net.add(f"n{i:02d}", "g", log=True, skew=3.0 * i) for i in range(n)]
+    nodes[1].mesh.add_seed(nodes[0].mesh.endpoint, net.local(nodes[1]))
+    assert net.settle(3.0, lambda: len(nodes[0].mesh.alive_peers()) == 1)
+    for node in nodes[2:]:
+        node.mesh.add_seed(nodes[0].mesh.endpoint, net.local(node))
+    assert net.settle(10.0, lambda: all(len(x.mesh.alive_peers()) == n - 1 for x in nodes))
+    net.run_on_deadlines(15.0)
+    times = [node.mesh.mesh_time(net.local(node)) for node in nodes]
+    assert max(times) - min(times) < 0.001, (min(times), max(times))
+
+    net.latency = 0.02  # every round trip changes: the probes must find it out
+    net.trace = []
+    window = Timing().rtt_probe_interval * n / 10 + 2.0  # one scaled probe interval, and a little
+    net.run_on_deadlines(window)
+    kinds = Counter(type(m).__name__ for _, _, m in net.trace)
+    per_node = {k: v / n / window for k, v in kinds.items()}
+    assert 2.0 < per_node["Time"] < 5.0, per_node  # before: 18.8
+    assert 1.0 < per_node["Gsip"] < 3.0, per_node  # before: 9.4
+    for node in nodes:  # every peer's round trip renewed within the scaled interval
+        rtts = [p.rtt for p in node.mesh.peers(node.mesh.mesh_time(net.local(node)))]
+        assert len(rtts) == n - 1 and all(r == pytest.approx(0.04, abs=0.005) for r in rtts), rtts
+    assert all(len(node.mesh.alive_peers()) == n - 1 for node in nodes)
+
+
+def test_a_record_missed_in_a_large_group_is_found_by_the_next_idle_gsip_of_any_peer() -> None:
+    # Each peer's idle GSIPs keep a phase of their own, random within the scaled interval, and a
+    # GSIP between does not put them off: a node hears some peer's digest about every
+    # gossip_idle x S / peers (0.5 s), so a record it missed while every digest to it was lost
+    # is found at once.  Before: every peer's idle GSIP came gossip_idle after the (lost) one
+    # that told of the change, all together, about 3.5 s after this cut heals.
+    n = 32
+    net, nodes = quiet_group(n)
+    source, lacking = nodes[3], nodes[7]
+    for node in nodes:
+        if node is not lacking:
+            net.block(node, lacking)
+    local = net.local(source)
+    source.log.append("k", canonical_json("missed"), local, source.mesh.mesh_time(local))
+    net.run_on_deadlines(1.5)  # the record, and every GSIP telling of it, lost on the way to it
+    assert lacking.log.version_vector().get(source.mesh.uuid, 0) == 0
+    assert all(node.log.version_vector().get(source.mesh.uuid, 0) == 1 for node in nodes if node is not lacking)
+    net.heal()
+    healed = net.now
+    assert net.settle(ReplicationTiming().gossip_idle, lambda: lacking.log.version_vector().get(source.mesh.uuid, 0) == 1)
+    assert net.now - healed < 1.5, net.now - healed

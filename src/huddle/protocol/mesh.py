@@ -1011,6 +1011,7 @@ class Mesh:
         # A TIME probe replaces the BEAT it goes with; its interval counts from the heartbeat's
         # place on the grid, so that the next one falls on a heartbeat too.
         probe_base = beat_at if now - beat_at < t.heartbeat_interval else now
+        probe_every = t.rtt_probe_interval * self._probe_scale() if beating else 0.0
         told: set[int] = set()
         for s in list(self._sessions.values()):
             silence = now - s.last_heard
@@ -1023,7 +1024,7 @@ class Mesh:
                     self._notify(PeerStateChanged(s.uuid, s.name, s.phase.value, self.mesh_time(now)))
                 if beating and now >= s.next_probe:
                     self._probe(s, now)
-                    s.next_probe = probe_base + t.rtt_probe_interval
+                    s.next_probe = probe_base + probe_every
                     told.add(s.conn)
             elif now - s.created >= t.handshake_timeout and silence >= t.handshake_timeout:
                 self._actions.append(Disconnect(s.conn))
@@ -1226,15 +1227,26 @@ class Mesh:
         # two lone nodes meet, the one with the smaller UUID is the reference.
         s.sync_pending = not others and (s.helo_peers > 0 or s.uuid < self.uuid)
         self._probe(s, now)
-        # The next probe half an interval on: between the idle GSIPs the log sends this peer
-        # every gossip_idle from now, so that each replaces a heartbeat of its own.
-        s.next_probe = now + self.timing.rtt_probe_interval / 2
+        # The next probe half an interval on (the first round trip, measured while the peer was
+        # busy being admitted, is soon renewed).
+        s.next_probe = now + self.timing.rtt_probe_interval * self._probe_scale() / 2
         self._answer_waiting(now)  # a handshake slot just freed
 
     def _probe(self, s: _Session, now: float) -> None:
         s.probe_t0 = now
-        s.next_probe = now + self.timing.rtt_probe_interval
         self._send(s.conn, Time(sender=self.uuid, t0=now))
+
+    def _probe_scale(self) -> float:
+        """How much longer than ``rtt_probe_interval`` a peer's probes are apart: past 10
+        nodes (our admitted peers plus one), the group's size / 10, as the picture scales its
+        reports (protocol.md 4.6, 14).  Every member probes every other, so the probes and
+        their replies would grow with the square of the group; scaled, a node sends and
+        answers about 4 a second whatever the group's size (at 64: 25 a second before)."""
+        members = 1
+        for s in self._sessions.values():
+            if s.admitted:
+                members += 1
+        return members / 10 if members > 10 else 1.0
 
     def _end(self, s: _Session, reason: str, now: float) -> None:
         self._actions.append(Disconnect(s.conn))

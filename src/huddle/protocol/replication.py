@@ -49,6 +49,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from operator import add as _add
@@ -280,6 +281,8 @@ class _Peer:
     sent_at: dict[NodeId, float] = field(default_factory=dict)
     told: dict[NodeId, int] | None = None  # the vector of our last GSIP to it
     told_at: float = float("-inf")
+    phase: float = 0.0  # its idle GSIPs go when now / (gossip_idle x S) + phase passes an integer ...
+    idle_slot: int = -1  # ... the last integer passed (a GSIP between does not move them)
     unacked: int = 0  # records of a catch-up we asked it for, received since our last GSIP to it
     introduced: int = 0  # sources it made us track
 
@@ -384,6 +387,7 @@ class Replicator:
         self._mesh: MeshView = DETACHED
         self._peers: dict[NodeId, _Peer] = {}
         self._log_next: dict[str, int] = {}  # counter name -> the value at which it is logged next
+        self._rng = random.Random(bytes(uuid))  # the idle GSIPs' phases (deterministic in the simulator)
         self.reload(now)
 
     def reload(self, now: float) -> None:
@@ -392,7 +396,7 @@ class Replicator:
         counters go on; peers still up stay, as if just admitted."""
         self.sources: dict[NodeId, SourceState] = self.store.load()
         self.sources.setdefault(self.uuid, SourceState())
-        self._peers = {peer: _Peer(conn=p.conn) for peer, p in self._peers.items()}
+        self._peers = {peer: _Peer(conn=p.conn, phase=p.phase) for peer, p in self._peers.items()}
         self._asks: dict[NodeId, _Ask] = {}  # source -> whom we asked for its missing records
         self._best: dict[NodeId, int] = {}  # source -> the most any peer is known to hold
         self._lacking: set[NodeId] = {s for s, st in self.sources.items() if st.ahead}
@@ -621,7 +625,11 @@ class Replicator:
     def peer_up(self, peer: NodeId, conn: int, now: float, facts: PeerFacts | None = None) -> None:
         """A peer was admitted: tell it at once what we hold (it may be a late joiner)."""
         self._now = now
-        self._peers[peer] = _Peer(conn=conn)
+        # Its idle GSIPs at a phase of their own (protocol.md 12.3): the group's, spread over the
+        # interval, keep a node hearing some peer's digest about every gossip_idle x S / peers.
+        phase = self._rng.random()
+        self._peers[peer] = p = _Peer(conn=conn, phase=phase)
+        p.idle_slot = math.floor((now + BUSY_POLL) / self._idle_every() + phase)
         self._send_gsip(peer, now)
 
     def peer_down(self, peer: NodeId, now: float = 0.0) -> None:
@@ -796,14 +804,21 @@ class Replicator:
         t = self.timing
         asked = self._plan_asks(now)
         vv = self._current_vv()
+        # Idle: due every gossip_idle (scaled), at each peer's phase, on the first tick within
+        # BUSY_POLL of that (ticks come with the heartbeats then: a tick a little early does not
+        # put it off by one).  On a grid of the node's clock, so the phases stay spread however
+        # the group's size changes the interval.
+        grid = (now + BUSY_POLL) / self._idle_every()
         for peer, p in self._peers.items():
+            slot = math.floor(grid + p.phase)
+            if slot != p.idle_slot:
+                p.idle_slot = slot
+                if peer not in asked:
+                    self._send_gsip(peer, now, vv)
+                    continue
             if peer in asked:
                 continue
-            # Idle: due gossip_idle after the last, on the first tick within BUSY_POLL of that
-            # (ticks come with the heartbeats then: a tick a little early does not put it off by one).
-            if now - p.told_at >= t.gossip_idle - BUSY_POLL or (
-                now - p.told_at >= t.gossip_interval and p.told is not vv and vv != p.told
-            ):
+            if now - p.told_at >= t.gossip_interval and p.told is not vv and vv != p.told:
                 self._send_gsip(peer, now, vv)
         self._unsettled = False
         due = math.inf
@@ -811,6 +826,14 @@ class Replicator:
             if p.told is not vv and p.told_at < due and vv != p.told:
                 due = p.told_at
         self._gossip_due = due + t.gossip_interval
+
+    def _idle_every(self) -> float:
+        """How often each peer gets an idle GSIP: ``gossip_idle``, times S = (peers + 1) / 10
+        past 10 nodes, as the picture scales its reports (protocol.md 12.3, 14): every
+        member gossips to every other, so the idle digests would grow with the square of the
+        group; scaled, a node receives about 2 a second whatever the group's size."""
+        members = len(self._peers) + 1
+        return self.timing.gossip_idle * (members / 10 if members > 10 else 1.0)
 
     def take_actions(self) -> list[Send | Notify]:
         """Make staged records durable, then hand out what to send and announce."""
