@@ -35,7 +35,6 @@ from .doc.desk import DocumentDesk, Recording
 from .driver import MeshDriver
 from .errors import ConfigError, CutOffReadOnly, LocalProtocolError
 from .finders import Finders
-from .guests.bridge import BridgeSettings, GuestBridge, room_key_of
 from .ids import NodeId
 from .log import SqliteStore
 from .log.datadir import DataDir
@@ -64,7 +63,8 @@ from .transport.zap import AllowList, MeshSecurity
 from .transport.zmq_transport import ZmqTransport
 from .wire import LogRecord
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the guests' side loads only with --guests
+    from .guests.bridge import GuestBridge
     from .guests.server import GuestServer
 
 __all__ = ["Node", "run_node"]
@@ -338,6 +338,8 @@ class Node:
         cfg, uuid = self.config, self.uuid
         assert uuid is not None  # run() read it
         if cfg.guests:
+            from .guests.bridge import GuestBridge  # noqa: PLC0415 - the guests' side loads only with --guests
+
             self._bridge = GuestBridge()
         links = None if self._bridge is None else self._bridge.links
         driver = self._driver
@@ -387,13 +389,7 @@ class Node:
             mesh.add_seed(resolve_seed(seed), self.local_now())
         await self._finders.start(stack, cfg, uuid=uuid, iface=iface, port=port, endpoint=endpoint)
         if self._bridge is not None:
-            driver.on_disconnect.append(self._bridge.forget)
-            stack.push_async_callback(self._bridge.close)
-            await self._bridge.start(
-                BridgeSettings(group=cfg.group, me=uuid, marco_port=cfg.guest_marco_port, tcp_port=cfg.guest_port,
-                               ws_port=cfg.guest_ws_port, max_frame=cfg.guest_max_message,
-                               limits=cfg.limits.guests, room_key=room_key_of(cfg.group_secret)),
-                iface.ip, mesh, emit=self.emit, clock=self.local_now)
+            await self._start_guests(self._bridge, stack, iface, mesh)
         if self.security is not None and self.security.keyring is not None:  # transport/rotation.py
             here = lambda: iface.ip if self._follower is None else self._follower.interface.ip  # noqa: E731
             self.rotation = KeyRotation(self.security, transport, host=here, port=port, port_range=cfg.port_range,
@@ -418,6 +414,19 @@ class Node:
         else:
             log.info("mesh secured (CurveZMQ): %s mode, group key %s; this node's key: %s", said["mode"],
                      said["key_id"], self.identity.fingerprint)
+
+    async def _start_guests(self, bridge: GuestBridge, stack: contextlib.AsyncExitStack, iface: Interface,
+                            mesh: Mesh) -> None:
+        from .guests.bridge import BridgeSettings, room_key_of  # noqa: PLC0415 - with --guests (_start loaded it)
+
+        cfg, uuid = self.config, mesh.uuid
+        self._driver.on_disconnect.append(bridge.forget)
+        stack.push_async_callback(bridge.close)
+        await bridge.start(
+            BridgeSettings(group=cfg.group, me=uuid, marco_port=cfg.guest_marco_port, tcp_port=cfg.guest_port,
+                           ws_port=cfg.guest_ws_port, max_frame=cfg.guest_max_message,
+                           limits=cfg.limits.guests, room_key=room_key_of(cfg.group_secret)),
+            iface.ip, mesh, emit=self.emit, clock=self.local_now)
 
     def _followers(self, transport: ZmqTransport) -> Followers:
         """Who follows an address change, in order: the ROUTER, the mesh (HELO to the
@@ -445,6 +454,8 @@ class Node:
             naming.key = naming.state.key = keys[0]
             naming.state.also_accepted = tuple(keys[1:])
         if self.guests is not None:
+            from .guests.bridge import room_key_of  # noqa: PLC0415 - with --guests (_start loaded it)
+
             self.guests.room.room_key = room_key_of(keyring.current)
 
     def _set_endpoint(self, endpoint: str) -> None:
