@@ -42,6 +42,7 @@ CASES = [
     ("addressed", "addressed", ["--messages", "2000", "--pings", "100", "--reps", "1"], "RESULT addressed"),
     ("chat_hop", "chat_hop", ["--hops", "200", "--reps", "1"], "main thread CPU"),
     ("rt_timeline", "rt_timeline", ["--pings", "100"], "round trip (t0 -> alice's listener)"),
+    ("start_cpu", "start_cpu", ["--runs", "1", "src"], "node CPU ms"),
 ]
 
 

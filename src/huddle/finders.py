@@ -21,10 +21,10 @@ from .discovery import BeaconService, Interface
 from .discovery.follow import Followers
 from .errors import ConfigError
 from .ids import NodeId
-from .transport.naming import NamingClient
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # each loads only when configured (--mdns, --naming)
     from .discovery.mdns import MdnsService
+    from .transport.naming import NamingClient
 
 __all__ = ["Finders"]
 
@@ -61,6 +61,8 @@ class Finders:
             stack.push_async_callback(_close_quietly, mdns.close)
             await mdns.start()
         if cfg.naming:
+            from .transport.naming import NamingClient  # noqa: PLC0415 - only with --naming
+
             naming = NamingClient(
                 uuid=uuid, name=cfg.name, group=cfg.group, endpoint=endpoint, brokers=cfg.naming,
                 interval=cfg.naming_interval, timeout=cfg.naming_timeout, on_peer=self.on_peer,

@@ -35,13 +35,12 @@ from .doc.desk import DocumentDesk, Recording
 from .driver import MeshDriver
 from .errors import ConfigError, CutOffReadOnly, LocalProtocolError
 from .finders import Finders
-from .guests.bridge import BridgeSettings, GuestBridge, room_key_of
 from .ids import NodeId
 from .log import SqliteStore
 from .log.datadir import DataDir
 from .log.integrity import LogGuard
 from .log.stats import STATS_INTERVAL, StatRows
-from .memtune import raise_descriptor_limit
+from .memtune import raise_descriptor_limit, without_ca_bundle
 from .posts.model import Policy
 from .posts.peer import POSTS_INPUTS, PostsPeer
 from .posts.service import PostService, PostSettings
@@ -64,7 +63,8 @@ from .transport.zap import AllowList, MeshSecurity
 from .transport.zmq_transport import ZmqTransport
 from .wire import LogRecord
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the guests' side loads only with --guests
+    from .guests.bridge import GuestBridge
     from .guests.server import GuestServer
 
 __all__ = ["Node", "run_node"]
@@ -337,7 +337,13 @@ class Node:
     async def _start(self, stack: contextlib.AsyncExitStack, iface: Interface) -> None:
         cfg, uuid = self.config, self.uuid
         assert uuid is not None  # run() read it
+        # aiohttp: imported when a node runs, not with huddle.node; before the transport starts
+        # libzmq's threads, as the environment is changed meanwhile (memtune.without_ca_bundle)
+        with without_ca_bundle():  # aiohttp's unused client TLS contexts: not worth 70 ms of CPU
+            from .api.http import start_api  # noqa: PLC0415 - (see above)
         if cfg.guests:
+            from .guests.bridge import GuestBridge  # noqa: PLC0415 - the guests' side loads only with --guests
+
             self._bridge = GuestBridge()
         links = None if self._bridge is None else self._bridge.links
         driver = self._driver
@@ -387,21 +393,13 @@ class Node:
             mesh.add_seed(resolve_seed(seed), self.local_now())
         await self._finders.start(stack, cfg, uuid=uuid, iface=iface, port=port, endpoint=endpoint)
         if self._bridge is not None:
-            driver.on_disconnect.append(self._bridge.forget)
-            stack.push_async_callback(self._bridge.close)
-            await self._bridge.start(
-                BridgeSettings(group=cfg.group, me=uuid, marco_port=cfg.guest_marco_port, tcp_port=cfg.guest_port,
-                               ws_port=cfg.guest_ws_port, max_frame=cfg.guest_max_message,
-                               limits=cfg.limits.guests, room_key=room_key_of(cfg.group_secret)),
-                iface.ip, mesh, emit=self.emit, clock=self.local_now)
+            await self._start_guests(self._bridge, stack, iface, mesh)
         if self.security is not None and self.security.keyring is not None:  # transport/rotation.py
             here = lambda: iface.ip if self._follower is None else self._follower.interface.ip  # noqa: E731
             self.rotation = KeyRotation(self.security, transport, host=here, port=port, port_range=cfg.port_range,
                                         data_dir=self.data_dir.path, advertise=lambda p: self._advertise(iface, p),
                                         changed=self._keys_changed)
             self._keys_changed(self.rotation.keyring)  # restarted during a rotation: both keys held
-        from .api.http import start_api  # noqa: PLC0415 - aiohttp: imported when a node runs, not with huddle.node
-
         api_runner, self.api_url = await start_api(self, cfg.api, cfg.limits.api, token_dir=self.data_dir.path,
                                                    require_token=cfg.api_require_token)
         stack.push_async_callback(api_runner.cleanup)
@@ -418,6 +416,19 @@ class Node:
         else:
             log.info("mesh secured (CurveZMQ): %s mode, group key %s; this node's key: %s", said["mode"],
                      said["key_id"], self.identity.fingerprint)
+
+    async def _start_guests(self, bridge: GuestBridge, stack: contextlib.AsyncExitStack, iface: Interface,
+                            mesh: Mesh) -> None:
+        from .guests.bridge import BridgeSettings, room_key_of  # noqa: PLC0415 - with --guests (_start loaded it)
+
+        cfg, uuid = self.config, mesh.uuid
+        self._driver.on_disconnect.append(bridge.forget)
+        stack.push_async_callback(bridge.close)
+        await bridge.start(
+            BridgeSettings(group=cfg.group, me=uuid, marco_port=cfg.guest_marco_port, tcp_port=cfg.guest_port,
+                           ws_port=cfg.guest_ws_port, max_frame=cfg.guest_max_message,
+                           limits=cfg.limits.guests, room_key=room_key_of(cfg.group_secret)),
+            iface.ip, mesh, emit=self.emit, clock=self.local_now)
 
     def _followers(self, transport: ZmqTransport) -> Followers:
         """Who follows an address change, in order: the ROUTER, the mesh (HELO to the
@@ -445,6 +456,8 @@ class Node:
             naming.key = naming.state.key = keys[0]
             naming.state.also_accepted = tuple(keys[1:])
         if self.guests is not None:
+            from .guests.bridge import room_key_of  # noqa: PLC0415 - with --guests (_start loaded it)
+
             self.guests.room.room_key = room_key_of(keyring.current)
 
     def _set_endpoint(self, endpoint: str) -> None:

@@ -7,14 +7,16 @@ them with its parts, and :class:`~huddle.api.ports.ApiNode` serves the results.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import NodeType
-from ..guests.server import GuestServer
 from ..protocol import Mesh
 from ..protocol.picture import Reports
 from ..protocol.replication import Replicator
 from ..security import NodeIdentity
+
+if TYPE_CHECKING:  # the guest servers load only with --guests
+    from ..guests.server import GuestServer
 
 __all__ = ["log_summary", "node_info", "system_picture"]
 

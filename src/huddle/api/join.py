@@ -15,7 +15,6 @@ from __future__ import annotations
 import io
 from urllib.parse import quote
 
-import segno
 from aiohttp import web
 
 from ..security import GroupSecret
@@ -35,6 +34,8 @@ def join_uri(secret: GroupSecret) -> str:
 
 def join_svg(secret: GroupSecret) -> bytes:
     """The QR code of :func:`join_uri` as an SVG document (error correction M, 4 px a module)."""
+    import segno  # noqa: PLC0415 - deferred: a node's start need not load the QR encoder
+
     out = io.BytesIO()
     segno.make(join_uri(secret), error="m", micro=False).save(out, kind="svg", scale=4, title="join code")
     return out.getvalue()

@@ -8,11 +8,10 @@ satisfies it without naming it, so ``huddle.api`` does not import
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..config import NodeType
 from ..doc import DocEngine
-from ..guests.server import GuestServer
 from ..ids import NodeId
 from ..log import SqliteStore
 from ..posts.service import PostService
@@ -20,6 +19,9 @@ from ..protocol import Event, PeerInfo
 from ..security import GroupSecret
 from ..security.trust import TrustedKey
 from ..wire import LogRecord
+
+if TYPE_CHECKING:  # the guest servers load only with --guests
+    from ..guests.server import GuestServer
 
 __all__ = ["ApiMesh", "ApiNode", "RotationPort", "TrustPort"]
 

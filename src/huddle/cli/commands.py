@@ -25,14 +25,12 @@ from ..config import BUILTIN_TYPES, DEFAULT_API, NodeConfig, load_config
 from ..errors import ConfigError, HuddleError
 from ..limits import describe
 from ..log.datadir import DataDir
-from ..log.export import export
-from ..log.integrity import repair
 from ..memtune import tune_malloc
-from ..posts import cli as posts_cli
 from ..security import GroupSecret, load_group_file, renew_identity
-from ..sim import run_scenario
-from ..simhostile import run_hostile_scenario
 
+# Each command imports what only it needs inside its handler (deferred on purpose): `huddle node`
+# and `huddle --help` do not load the simulator, the exporter, the repair or the posts commands
+# (tests/test_startup.py lists what a node's start must not import).
 if TYPE_CHECKING:  # the client imports aiohttp: loaded by the commands that call a node, not by `huddle --help`
     from ..client import ApiClient
 
@@ -102,6 +100,9 @@ def _node(args: argparse.Namespace) -> int:
 
 
 def _simulate(args: argparse.Namespace) -> int:
+    from ..sim import run_scenario  # noqa: PLC0415 - deferred: the simulator, not a node's
+    from ..simhostile import run_hostile_scenario  # noqa: PLC0415 - deferred: the simulator, not a node's
+
     if args.nodes < 1 or args.events < 0 or args.runs < 1 or not 0.0 <= args.loss < 1.0:
         raise ConfigError("need --nodes >= 1, --events >= 0, --runs >= 1 and 0 <= --loss < 1")
     if args.appends is not None and not 1 <= args.appends <= max(1, args.events):
@@ -201,6 +202,8 @@ def _pipeline(args: argparse.Namespace) -> int:
 
 
 def _repair(args: argparse.Namespace) -> int:
+    from ..log.integrity import repair  # noqa: PLC0415 - deferred: only this command repairs
+
     if not (args.data_dir / "node-id").exists() and not (args.data_dir / "log.sqlite").exists():
         raise ConfigError(f"{args.data_dir} is not a huddle data directory (no node-id, no log.sqlite)")
     data_dir = DataDir(args.data_dir)
@@ -279,6 +282,8 @@ def _group_on_nodes(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
+    from ..log.export import export  # noqa: PLC0415 - deferred: only this command exports
+
     count = export(args.data_dir, args.out, args.format)
     print(f"exported {count} events to {args.out}")
     return 0
@@ -428,6 +433,12 @@ async def _trust(api: ApiClient, args: argparse.Namespace) -> Shown:
     return listed, "\n".join([f"{len(lines)} trusted keys (and this node's own):", *lines])
 
 
+async def _posts(api: ApiClient, args: argparse.Namespace) -> Shown:
+    from ..posts.cli import run  # noqa: PLC0415 - deferred: the posts commands' handlers, not a node's
+
+    return await run(api, args)
+
+
 DOC_ACTIONS: Mapping[str, Handler] = {
     "show": _on_api(_doc_show), "apply": _on_api(_doc_apply), "export": _on_api(_doc_export),
     "history": _on_api(_doc_history), "jams": _on_api(_doc_jams),
@@ -453,5 +464,5 @@ COMMANDS: Mapping[str, Handler] = {
     "peers": _on_api(_peers), "guests": _on_api(_guests), "system": _on_api(_system), "info": _on_api(_info),
     "chat": _on_api(_chat), "emit": _on_api(_emit), "log": _on_api(_log), "exclude": _on_api(_exclude),
     "send": _on_api(_send), "tail": _on_api(_tail), "doc": _doc, "trust": _on_api(_trust),
-    "post": _on_api(posts_cli.run), "posts": _on_api(posts_cli.run),
+    "post": _on_api(_posts), "posts": _on_api(_posts),
 }

@@ -20,9 +20,6 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Any, Final
 
-from defusedxml import DefusedXmlException
-from defusedxml.ElementTree import fromstring
-
 from ..errors import HuddleError
 from .model import SCHEMA, TEAMS
 
@@ -352,16 +349,25 @@ def _normal_node(node: Any, depth: int, count: list[int]) -> bool:
 # --------------------------------------------------------------------------- XML
 
 
-def parse_xml_ops(text: str) -> list[dict[str, Any]]:
-    """``<add|remove|set ...>`` or an ``<action>`` holding several of them."""
+def _parse_xml(text: str) -> ET.Element:
+    """``text`` parsed by defusedxml (no DTDs, no entities); OperationError when refused.
+    defusedxml is imported here, by the first XML operation, not by every node's start."""
+    from defusedxml import DefusedXmlException  # noqa: PLC0415 - deferred (see above)
+    from defusedxml.ElementTree import fromstring  # noqa: PLC0415 - deferred (see above)
+
     try:
-        root = fromstring(text)
+        return fromstring(text)
     except ET.ParseError as exc:
         raise OperationError(f"malformed XML: {exc}") from None
     except DefusedXmlException as exc:
         raise OperationError(f"XML with DTDs or entities is refused: {exc}") from None
     except RecursionError:
         raise OperationError("XML nested too deeply") from None
+
+
+def parse_xml_ops(text: str) -> list[dict[str, Any]]:
+    """``<add|remove|set ...>`` or an ``<action>`` holding several of them."""
+    root = _parse_xml(text)
     ops = list(root) if root.tag == "action" else [root]
     if not ops:
         raise OperationError("<action> holds no operation")
@@ -397,12 +403,7 @@ def _op_from_xml(e: ET.Element) -> dict[str, Any]:
 
 
 def _parse_fragment(text: str) -> list[ET.Element]:
-    try:
-        return list(fromstring(f"<fragment>{text}</fragment>"))
-    except ET.ParseError as exc:
-        raise OperationError(f"malformed XML: {exc}") from None
-    except DefusedXmlException as exc:
-        raise OperationError(f"XML with DTDs or entities is refused: {exc}") from None
+    return list(_parse_xml(f"<fragment>{text}</fragment>"))
 
 
 def _node_from_xml(e: ET.Element, depth: int) -> dict[str, Any]:
