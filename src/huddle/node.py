@@ -337,10 +337,6 @@ class Node:
     async def _start(self, stack: contextlib.AsyncExitStack, iface: Interface) -> None:
         cfg, uuid = self.config, self.uuid
         assert uuid is not None  # run() read it
-        # aiohttp: imported when a node runs, not with huddle.node; before the transport starts
-        # libzmq's threads, as the environment is changed meanwhile (memtune.without_ca_bundle)
-        with without_ca_bundle():  # aiohttp's unused client TLS contexts: not worth 70 ms of CPU
-            from .api.http import start_api  # noqa: PLC0415 - (see above)
         if cfg.guests:
             from .guests.bridge import GuestBridge  # noqa: PLC0415 - the guests' side loads only with --guests
 
@@ -400,6 +396,9 @@ class Node:
                                         data_dir=self.data_dir.path, advertise=lambda p: self._advertise(iface, p),
                                         changed=self._keys_changed)
             self._keys_changed(self.rotation.keyring)  # restarted during a rotation: both keys held
+        with without_ca_bundle():  # aiohttp's unused client TLS contexts: not worth 70 ms of CPU (memtune.py)
+            from .api.http import start_api  # noqa: PLC0415 - aiohttp: imported when a node runs, not with huddle.node
+
         api_runner, self.api_url = await start_api(self, cfg.api, cfg.limits.api, token_dir=self.data_dir.path,
                                                    require_token=cfg.api_require_token)
         stack.push_async_callback(api_runner.cleanup)
