@@ -17,7 +17,6 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 from conftest import free_port
@@ -25,7 +24,7 @@ from conftest import free_port
 SRC = Path(__file__).resolve().parent.parent / "src"
 
 # Runs `huddle node ARGS...` through the CLI's own main(); the node's ready callback
-# prints what it finds as JSON and leaves at once (os._exit: nothing else to stop).
+# prints sys.modules as JSON and leaves at once (os._exit: nothing else to stop).
 _START = """
 import json, os, sys
 import huddle.cli
@@ -35,11 +34,7 @@ real_run_node = huddle.node.run_node
 
 def run_node(config, on_ready=None):
     def ready(node):
-        import aiohttp.connector
-        cas = [c.cert_store_stats()["x509_ca"] for c in (aiohttp.connector._SSL_CONTEXT_VERIFIED,
-                                                         aiohttp.connector._SSL_CONTEXT_UNVERIFIED)]
-        print(json.dumps({"modules": sorted(sys.modules), "aiohttp_cas": cas,
-                          "SSL_CERT_FILE": os.environ.get("SSL_CERT_FILE")}), flush=True)
+        print(json.dumps(sorted(sys.modules)), flush=True)
         os._exit(0)
     real_run_node(config, ready)
 
@@ -56,19 +51,13 @@ NOT_ON_A_NODES_START = (
 )
 
 
-def _started(*argv: str, **env_extra: str) -> dict[str, Any]:
-    env = {k: v for k, v in os.environ.items() if k != "SSL_CERT_FILE"}  # unless the test sets it
-    env |= {"PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]), **env_extra}
+def _loaded(*argv: str) -> list[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run([sys.executable, "-c", _START, *argv], capture_output=True, text=True, env=env,
                           timeout=120, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    seen: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return seen
-
-
-def _loaded(*argv: str) -> list[str]:
-    modules: list[str] = _started(*argv)["modules"]
-    return modules
+    loaded: list[str] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return loaded
 
 
 def _heavy(loaded: list[str], names: tuple[str, ...]) -> list[str]:
@@ -91,15 +80,3 @@ def test_an_option_still_loads_what_it_needs(tmp_path: Path) -> None:
                      "--guests", "--guest-marco-port", str(free_port(socket.SOCK_DGRAM)))
     assert {"huddle.guests.bridge", "huddle.guests.server"} <= set(loaded)
     assert _heavy(loaded, NOT_ON_A_NODES_START) == _heavy(loaded, ("huddle.guests",))
-
-
-@pytest.mark.parametrize("user_setting", [None, "/etc/ssl/certs/ca-certificates.crt"])
-def test_the_api_import_reads_no_ca_bundle_and_leaves_the_environment_as_it_was(
-        tmp_path: Path, user_setting: str | None) -> None:
-    """aiohttp's default client TLS contexts, made as the API is imported, hold no CA
-    (nothing parsed: a node opens no TLS connection); SSL_CERT_FILE is as before."""
-    extra = {} if user_setting is None else {"SSL_CERT_FILE": user_setting}
-    seen = _started("node", "--name", "t", "--group", "startup", "--data-dir", str(tmp_path / "t"),
-                    "--interface", "lo", "--api", "127.0.0.1:0", "--no-beacon", "--log-level", "warning", **extra)
-    assert seen["aiohttp_cas"] == [0, 0]
-    assert seen["SSL_CERT_FILE"] == user_setting

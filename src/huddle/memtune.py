@@ -1,6 +1,5 @@
-"""Process-wide settings for a node process: malloc (glibc only), the
-limit on open descriptors (:func:`raise_descriptor_limit`), and the TLS
-trust store kept out of the API's import (:func:`without_ca_bundle`).
+"""Process-wide settings for a node process: malloc (glibc only), and the
+limit on open descriptors (:func:`raise_descriptor_limit`).
 
 A node moving a large post allocates and frees buffers of 1 MiB many times a
 second: the content read for each CONTENT on the serving side, ZeroMQ's
@@ -27,9 +26,8 @@ import ctypes
 import os
 import platform
 import resource
-from collections.abc import Iterator
 
-__all__ = ["MMAP_THRESHOLD", "TRIM_THRESHOLD", "raise_descriptor_limit", "tune_malloc", "without_ca_bundle"]
+__all__ = ["MMAP_THRESHOLD", "TRIM_THRESHOLD", "raise_descriptor_limit", "tune_malloc"]
 
 # glibc's mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD = -1
@@ -70,26 +68,3 @@ def raise_descriptor_limit(want: int = 65536) -> int:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
             soft = target
     return soft
-
-
-@contextlib.contextmanager
-def without_ca_bundle() -> Iterator[None]:
-    """While inside: OpenSSL's default CA file is the empty ``os.devnull`` (``SSL_CERT_FILE``),
-    so a TLS context made meanwhile trusts no certificate authority; the environment is
-    restored on the way out, for every context made later.
-
-    For a node importing its API server: ``import aiohttp`` imports aiohttp's client too,
-    which makes two default TLS client contexts at import time, each parsing the
-    system's whole CA bundle (about 70 ms of CPU together, a tenth of a node's start,
-    paid by each of 64 nodes starting at once).  A node opens no TLS connection with
-    them; if one ever did, a context trusting nothing refuses every server (it fails
-    closed, it does not trust more)."""
-    before = os.environ.get("SSL_CERT_FILE")
-    os.environ["SSL_CERT_FILE"] = os.devnull
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ["SSL_CERT_FILE"]
-        else:
-            os.environ["SSL_CERT_FILE"] = before

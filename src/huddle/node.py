@@ -40,7 +40,7 @@ from .log import SqliteStore
 from .log.datadir import DataDir
 from .log.integrity import LogGuard
 from .log.stats import STATS_INTERVAL, StatRows
-from .memtune import raise_descriptor_limit, without_ca_bundle
+from .memtune import raise_descriptor_limit
 from .posts.model import Policy
 from .posts.peer import POSTS_INPUTS, PostsPeer
 from .posts.service import PostService, PostSettings
@@ -396,8 +396,7 @@ class Node:
                                         data_dir=self.data_dir.path, advertise=lambda p: self._advertise(iface, p),
                                         changed=self._keys_changed)
             self._keys_changed(self.rotation.keyring)  # restarted during a rotation: both keys held
-        with without_ca_bundle():  # aiohttp's unused client TLS contexts: not worth 70 ms of CPU (memtune.py)
-            from .api.http import start_api  # noqa: PLC0415 - aiohttp: imported when a node runs, not with huddle.node
+        from .api.http import start_api  # noqa: PLC0415 - aiohttp: imported when a node runs, not with huddle.node
 
         api_runner, self.api_url = await start_api(self, cfg.api, cfg.limits.api, token_dir=self.data_dir.path,
                                                    require_token=cfg.api_require_token)
