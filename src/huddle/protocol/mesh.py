@@ -70,7 +70,7 @@ from .events import (
     PeerStateChanged,
     Send,
 )
-from .service import BUSY_POLL, PeerFacts, PeerSeen, PeerService
+from .service import BUSY_POLL, PeerFacts, PeerSeen, PeerService, group_scale
 
 S = TypeVar("S")
 
@@ -1242,11 +1242,7 @@ class Mesh:
         reports (protocol.md 4.6, 14).  Every member probes every other, so the probes and
         their replies would grow with the square of the group; scaled, a node sends and
         answers about 4 a second whatever the group's size (at 64: 25 a second before)."""
-        members = 1
-        for s in self._sessions.values():
-            if s.admitted:
-                members += 1
-        return members / 10 if members > 10 else 1.0
+        return group_scale(1 + sum(1 for s in self._sessions.values() if s.admitted))
 
     def _end(self, s: _Session, reason: str, now: float) -> None:
         self._actions.append(Disconnect(s.conn))

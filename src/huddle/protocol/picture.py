@@ -37,7 +37,7 @@ from ..ids import NodeId
 from ..wire import Message, PeerStat, Raws
 from ..wire.messages import MAX_FORGED_ROWS, MAX_GONE_ROWS, merge_report
 from .events import Counters, Send
-from .service import DETACHED, MeshView, PeerFacts
+from .service import DETACHED, MeshView, PeerFacts, group_scale
 
 __all__ = [
     "REPORT_QUIET", "Picture", "PictureTiming", "Pictures", "ReportStats", "Reports", "compute", "report_delta",
@@ -306,7 +306,7 @@ class Pictures:
         admitted peers plus one: a node that just joined a large group holds
         few reports yet."""
         size = len(self._held)
-        return max(1.0, (size if size > self.members else self.members) / 10)
+        return group_scale(size if size > self.members else self.members)
 
     def expire(self, now: float) -> None:
         limit = self.timing.expire_after * self.scale()

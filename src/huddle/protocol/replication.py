@@ -67,7 +67,7 @@ from ..wire import MAX_BODY, Gsip, LogHead, LogRecord, Message, Xmsg
 from ..wire.messages import MAX_SEQ, RecordBatch, check_record, checked_room, make_records
 from .events import Counters, LogAppended, Notify, Send
 from .logchain import GENESIS, LogSigner, chain_hashes, check_batch, key_bound, sign_head
-from .service import BUSY_POLL, DETACHED, MeshView, PeerFacts
+from .service import BUSY_POLL, DETACHED, MeshView, PeerFacts, group_scale
 
 __all__ = [
     "EventStore", "MemoryStore", "RecordRun", "ReplicationTiming", "Replicator", "SourceState", "canonical_json",
@@ -832,8 +832,7 @@ class Replicator:
         past 10 nodes, as the picture scales its reports (protocol.md 12.3, 14): every
         member gossips to every other, so the idle digests would grow with the square of the
         group; scaled, a node receives about 2 a second whatever the group's size."""
-        members = len(self._peers) + 1
-        return self.timing.gossip_idle * (members / 10 if members > 10 else 1.0)
+        return self.timing.gossip_idle * group_scale(len(self._peers) + 1)
 
     def take_actions(self) -> list[Send | Notify]:
         """Make staged records durable, then hand out what to send and announce."""

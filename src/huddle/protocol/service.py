@@ -40,12 +40,21 @@ from ..ids import NodeId
 from ..wire import Message
 from .events import Action
 
-__all__ = ["BUSY_POLL", "DETACHED", "MeshView", "PayloadTaker", "PeerFacts", "PeerSeen", "PeerService"]
+__all__ = ["BUSY_POLL", "DETACHED", "MeshView", "PayloadTaker", "PeerFacts", "PeerSeen", "PeerService", "group_scale"]
 
 # How often a service's timers run while it has work in flight (an ask, a frame not yet
 # acknowledged, a change not yet gossiped): its next_deadline is at most this far away
 # then.  An idle service has no deadline of its own and rides on the mesh's heartbeats.
 BUSY_POLL: Final = 0.1
+
+
+def group_scale(members: int) -> float:
+    """How much longer than its configured interval a message that every member sends
+    every other is apart in a group of ``members`` nodes: 1 up to 10 nodes, then
+    members / 10 (as RTCP scales its reports), so such traffic grows with the group,
+    not with its square.  The picture's reports, TIME probes and idle GSIPs use it
+    (protocol.md 4.6, 12.3, 14)."""
+    return members / 10 if members > 10 else 1.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,11 +21,11 @@ import json
 import math
 import re
 import struct
-from collections.abc import Callable, Container, Iterator, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from itertools import compress, repeat
-from operator import itemgetter
-from typing import Any, Final, cast, overload
+from operator import attrgetter, itemgetter
+from typing import Any, Final, TypeVar, cast, overload
 
 import orjson
 
@@ -1171,29 +1171,31 @@ def merge_report(held: Raws, delta: Raws) -> Raws:
            and held.seq == delta.base, "a delta applies only to the full report it is based on")
     hp, dp = held.peers, delta.peers
     if type(hp) is CheckedRows and type(dp) is CheckedRows and hp._stats is None and dp._stats is None:
-        changed_rows: dict[str, list[Any]] = {row[0]: row for row in dp._rows}
-        gone_hex = {g.hex() for g in delta.gone}
-        rows = []
-        for row in hp._rows:
-            u = row[0]
-            if u in gone_hex:
-                gone_hex.discard(u)
-            else:
-                rows.append(changed_rows.pop(u, row))
-        _check(not gone_hex, "a gone peer has no row in the report the delta is based on")
-        rows.extend(changed_rows.values())
+        rows = _merged_rows(hp._rows, dp._rows, {g.hex() for g in delta.gone}, _UUID)
         return replace(delta, peers=CheckedRows(rows), base=None, gone=())
-    changed = {p.peer: p for p in dp}
-    gone = set(delta.gone)
-    stats = []
-    for p in hp:
-        if p.peer in gone:
-            gone.discard(p.peer)
-        else:
-            stats.append(changed.pop(p.peer, p))
-    _check(not gone, "a gone peer has no row in the report the delta is based on")
-    stats.extend(changed.values())
+    stats = _merged_rows(hp, dp, set(delta.gone), _PEER)
     return replace(delta, peers=tuple(stats), base=None, gone=())
+
+
+_PEER: Final = attrgetter("peer")
+_R = TypeVar("_R")
+
+
+def _merged_rows(held: Iterable[_R], changed: Iterable[_R], gone: set[Any], key: Callable[[_R], Any]) -> list[_R]:
+    """``held``'s rows in order, less the ``gone`` keys, each replaced by the ``changed`` row
+    of its key if any; then the changed rows of new keys.  Raises LocalProtocolError if a
+    gone key has no held row (``gone`` is used up)."""
+    by_key = {key(row): row for row in changed}
+    out = []
+    for row in held:
+        k = key(row)
+        if k in gone:
+            gone.discard(k)
+        else:
+            out.append(by_key.pop(k, row))
+    _check(not gone, "a gone peer has no row in the report the delta is based on")
+    out.extend(by_key.values())
+    return out
 
 
 def _forged(value: object) -> tuple[tuple[NodeId, int], ...]:
