@@ -141,3 +141,26 @@ def test_a_record_missed_in_a_large_group_is_found_by_the_next_idle_gsip_of_any_
     healed = net.now
     assert net.settle(ReplicationTiming().gossip_idle, lambda: lacking.log.version_vector().get(source.mesh.uuid, 0) == 1)
     assert net.now - healed < 1.5, net.now - healed
+
+
+def test_a_join_sends_no_idle_gsips_between_the_members_already_there() -> None:
+    # The idle GSIPs' interval grows with the group (S): a join changes it.  Each peer's next
+    # idle GSIP is set when one goes, so the change moves nothing that was due.  Before: every
+    # tick recomputed the grid's slot from the new interval, and each admission made every
+    # member send an idle GSIP to every other at once (here 1 045 GSIPs among the 32 members
+    # in the 1.05 s of one node's join, where their idle rate gives about 63; now 46).
+    n = 32
+    net, nodes = quiet_group(n)
+    old = {node.mesh.name for node in nodes}
+    newcomer = net.add("late", "g", log=True)
+    net.trace = []
+    started = net.now
+    newcomer.mesh.add_seed(nodes[0].mesh.endpoint, net.local(newcomer))
+    assert net.settle(5.0, lambda: len(newcomer.mesh.alive_peers()) == n
+                      and all(len(x.mesh.alive_peers()) == n for x in nodes))
+    net.run_on_deadlines(1.0)
+    elapsed = net.now - started
+    among_old = sum(1 for frm, to, m in net.trace if type(m).__name__ == "Gsip" and frm in old and to in old)
+    # Idle GSIPs among the old members: n x (n - 1) every gossip_idle x S (S = (n + 1) / 10).
+    idle_rate = n * (n - 1) / (ReplicationTiming().gossip_idle * (n + 1) / 10)
+    assert among_old < 2 * idle_rate * elapsed + 20, (among_old, idle_rate, elapsed)

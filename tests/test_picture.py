@@ -391,6 +391,29 @@ def test_a_burst_of_session_changes_brings_one_report_forward() -> None:
     assert held.next_report == pytest.approx(111.0), "... and no later than the window after the first"
 
 
+def test_admissions_alone_are_reported_at_the_window_and_a_departure_after_the_quiet_time() -> None:
+    # A crowd joining is the commonest burst of changes, and a newcomer's arrival can wait:
+    # admissions alone bring the report forward to the soon window W after the first of them
+    # (less the slack given: room for the heartbeat it then waits for), where a departure, which
+    # the picture's health is about, still goes once the sessions were quiet for Q.
+    held = Pictures(A, PictureTiming(interval=2.0, expire_after=10.0))
+    held.members = 32  # S = 3.2: W = 3.2 s, Q = 0.64 s, the interval 6.4 s
+    held.published(100.0)
+    assert held.next_report == pytest.approx(106.4)
+    held.sessions_changed(104.0, ended=False, slack=1.0)
+    assert held.next_report == pytest.approx(106.2), "the window after the first admission, less the slack"
+    held.sessions_changed(104.5, ended=False, slack=1.0)
+    assert held.next_report == pytest.approx(106.2), "more admissions: the same window"
+    held.sessions_changed(105.0, ended=True, slack=1.0)
+    assert held.next_report == pytest.approx(105.64), "a departure: once quiet for Q"
+    held.published(105.64)
+    held.sessions_changed(106.0, ended=False, slack=1.0)
+    assert held.next_report == pytest.approx(108.84), "no sooner than W after the last report"
+    held.published(108.84)
+    held.sessions_changed(115.0, ended=False, slack=5.0)
+    assert held.next_report == 115.0, "never before the change itself"
+
+
 def test_the_group_size_reports_are_scaled_by_counts_admitted_peers_before_their_reports_come() -> None:
     held = Pictures(A, PictureTiming(interval=2.0, expire_after=10.0))
     held.first_report(100.0)

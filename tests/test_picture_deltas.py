@@ -164,6 +164,7 @@ class _View:
 
     def __init__(self) -> None:
         self.excluded: dict[NodeId, str] = {}
+        self.beat = 1.0
 
     def heartbeat_after(self, when: float) -> float:
         return when
@@ -299,19 +300,22 @@ class _Beats(_View):
 
 
 def test_a_report_brought_forward_goes_on_the_next_heartbeat_when_the_window_allows() -> None:
-    # A change of our sessions brings the next report forward (after the quiet time Q); it then
-    # waits for the heartbeat moment after, whose BEATs it replaces, as a regular report does,
-    # but only if that is still within the soon window W of the change and not after the
-    # interval's own report: every change is still reported within W.
+    # A change of our sessions brings the next report forward: a departure after the quiet time
+    # Q, admissions alone at the soon window W less a heartbeat.  It then waits for the heartbeat
+    # moment after, whose BEATs it replaces, as a regular report does, but only if that is still
+    # within W of the change and not after the interval's own report: every change is still
+    # reported within W.
     r = Reports(A, now=0.0, timing=PictureTiming(interval=2.0, expire_after=10.0))  # W 1 s, Q 0.2 s
     r.attach(_Beats())  # type: ignore[arg-type]
     pictures = r.pictures
     pictures.published(100.0, regular=105.0)
     r.peer_up(B, 1, 101.3, PeerFacts())
-    assert pictures.next_report == 102.0, "due at 101.5, on the heartbeat at 102 (within W: 102.3)"
+    assert pictures.next_report == 102.0, "due at 101.3 (W less a beat), on the heartbeat at 102 (within W: 102.3)"
+    r.peer_up(C, 2, 101.5, PeerFacts())
+    assert pictures.next_report == 102.0, "another admission: still the first change's window"
     pictures.published(102.0, regular=110.0)
-    r.peer_up(C, 2, 103.9, PeerFacts())
-    assert pictures.next_report == pytest.approx(104.1), "the heartbeat at 105 is after W (104.9)"
+    r.peer_down(C, 103.9)
+    assert pictures.next_report == pytest.approx(104.1), "a departure: after Q; the heartbeat at 105 is after W (104.9)"
     pictures.published(105.0, regular=106.5)
-    r.peer_down(C, 106.1)
+    r.peer_down(B, 106.1)
     assert pictures.next_report == pytest.approx(106.3), "the heartbeat at 107 is after the interval's report"

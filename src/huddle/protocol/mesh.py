@@ -144,7 +144,8 @@ class _Session:
     rtt: float | None = None
     probe_t0: float | None = None
     sync_pending: bool = False
-    next_probe: float = 0.0
+    probed: float = 0.0  # its next probe is due probe_in x the scaled interval after this
+    probe_in: float = 1.0
     seed: str | None = None
     errors: int = 0  # undecodable messages from it while admitted
     suspect_after: float = 2.5  # from its HELO's beat and lost, else our own timing
@@ -1011,7 +1012,7 @@ class Mesh:
         # A TIME probe replaces the BEAT it goes with; its interval counts from the heartbeat's
         # place on the grid, so that the next one falls on a heartbeat too.
         probe_base = beat_at if now - beat_at < t.heartbeat_interval else now
-        probe_every = t.rtt_probe_interval * self._probe_scale() if beating else 0.0
+        probe_every = t.rtt_probe_interval * self._probe_scale() if beating else 0.0  # S as the group is now
         told: set[int] = set()
         for s in list(self._sessions.values()):
             silence = now - s.last_heard
@@ -1022,9 +1023,9 @@ class Mesh:
                 if silence >= s.suspect_after and s.phase is Phase.ALIVE:
                     s.phase = Phase.SUSPECT
                     self._notify(PeerStateChanged(s.uuid, s.name, s.phase.value, self.mesh_time(now)))
-                if beating and now >= s.next_probe:
+                if beating and now >= s.probed + s.probe_in * probe_every:
                     self._probe(s, now)
-                    s.next_probe = probe_base + probe_every
+                    s.probed, s.probe_in = probe_base, 1.0
                     told.add(s.conn)
             elif now - s.created >= t.handshake_timeout and silence >= t.handshake_timeout:
                 self._actions.append(Disconnect(s.conn))
@@ -1226,10 +1227,17 @@ class Mesh:
         # Time: a node alone takes its clock from the first peer it meets.  When
         # two lone nodes meet, the one with the smaller UUID is the reference.
         s.sync_pending = not others and (s.helo_peers > 0 or s.uuid < self.uuid)
-        self._probe(s, now)
-        # The next probe half an interval on (the first round trip, measured while the peer was
-        # busy being admitted, is soon renewed).
-        s.next_probe = now + self.timing.rtt_probe_interval * self._probe_scale() / 2
+        # The round trip: measured at once by one end of the pair, the one with the smaller UUID
+        # (and by a node taking the peer's clock); the other end's first probe comes at a random
+        # point of the next half interval.  The next probe half an interval on (the first round
+        # trip, measured while the peer was busy being admitted, is soon renewed): of the
+        # interval as the group's size scales it then, so that the peers admitted while the
+        # group was small are not all probed again amid a crowd joining.
+        if s.sync_pending or self.uuid < s.uuid:
+            self._probe(s, now)
+            s.probed, s.probe_in = now, 0.5
+        else:
+            s.probed, s.probe_in = now, 0.5 * self._rng.random()
         self._answer_waiting(now)  # a handshake slot just freed
 
     def _probe(self, s: _Session, now: float) -> None:

@@ -223,6 +223,7 @@ class Pictures:
     next_report: float = 0.0  # when our next report is due: the earlier of the two below
     _regular: float = 0.0  # the interval's next report
     _changed: float | None = None  # the first change of our sessions not yet reported
+    _ended: bool = False  # ... and whether a session ended since the last report
     _last: float = -math.inf  # when we last reported
     members: int = 1  # this node and its admitted peers (the group as our sessions show it)
 
@@ -243,18 +244,35 @@ class Pictures:
         with the group)."""
         return max(REPORT_QUIET, self.timing.interval / 2) * self.scale()
 
-    def sessions_changed(self, now: float) -> None:
+    def sessions_changed(self, now: float, ended: bool = True, slack: float = 0.0) -> None:
         """Our admitted sessions changed (a peer admitted or ended): bring the
-        next report forward, to once they have not changed for :meth:`quiet`
-        seconds, but within :meth:`soon_window` of the first change not yet
-        reported and no sooner than that window after the last report.  A burst
-        of admissions (a crowd joining) makes one report, not one each, and no
-        report waits more than the window after the change it shows."""
+        next report forward, within :meth:`soon_window` of the first change not
+        yet reported and no sooner than that window after the last report.  A
+        session ended since the last report (``ended``) is reported once the
+        sessions have not changed for :meth:`quiet` seconds; admissions alone
+        wait for the window, less ``slack`` (room for the heartbeat moment it
+        then waits for): a newcomer's arrival can wait, a departure is what the
+        picture's health is about, and a crowd joining is the commonest burst of
+        changes.  A burst makes one report, not one each, and no report waits
+        more than the window after the change it shows."""
         window = self.soon_window()
         if self._changed is None:
             self._changed = now
-        due = max(min(now + self.quiet(), self._changed + window), self._last + window)
-        self.next_report = min(self._regular, due)
+        self._ended = self._ended or ended
+        quiet = min(now + self.quiet(), self._changed + window)
+        soon = quiet if self._ended else max(now, self._changed + window - slack)
+        self.next_report = min(self._regular, max(soon, self._last + window))
+
+    @property
+    def last(self) -> float:
+        """When we last reported (-inf: never)."""
+        return self._last
+
+    def regular_not_before(self, moment: float) -> None:
+        """The interval's own next report no sooner than ``moment`` (the group grew since it
+        was set: the interval is scaled by the group's size).  Call before
+        :meth:`sessions_changed`, which brings the next report forward from it."""
+        self._regular = max(self._regular, moment)
 
     def put_off_to(self, moment: float) -> None:
         """Report at ``moment`` instead (a heartbeat moment, whose BEATs the report then
@@ -269,6 +287,7 @@ class Pictures:
         later, scaled)."""
         self._last = now
         self._changed = None
+        self._ended = False
         self.next_report = self._regular = now + self.timing.interval * self.scale() if regular is None else regular
 
     def accept(self, report: Raws, now: float) -> bool:
@@ -428,6 +447,8 @@ class Reports:
         self._hex: dict[NodeId, str] = {}  # admitted peer -> its uuid in hex, as reports' rows give it
         self._actions: list[Send] = []
         self._rng = random.Random(bytes(uuid))  # the spread of report times (deterministic per node)
+        self._spread = 1.0  # the last regular report's interval, as a fraction of the scaled interval
+        self._scaled_for = 1.0  # ... and the scale it was last set for
         self._facts: tuple[object, ...] | None = None  # of the last report sent
         self._refresh_at = -math.inf  # when a full report goes to every peer, its facts changed or not
         self._sent: Raws | None = None  # the last report we sent (full): the base of the next delta
@@ -453,7 +474,7 @@ class Reports:
             self._deltas.discard(peer)
         self.pictures.members = len(self._links) + 1
         self._facts = None  # the next report goes out whatever it says: the newcomer holds none of ours
-        self._sessions_changed(now)
+        self._sessions_changed(now, ended=False)
 
     def peer_down(self, peer: NodeId, now: float) -> None:
         self._sent_to.discard(peer)
@@ -463,11 +484,18 @@ class Reports:
             self.pictures.members = len(self._links) + 1
             self._sessions_changed(now)
 
-    def _sessions_changed(self, now: float) -> None:
+    def _sessions_changed(self, now: float, ended: bool = True) -> None:
         # The report a change brings forward goes on the heartbeat moment after it falls due, as a
         # regular report does (protocol.md 14), when that is still within the soon window.
         pictures = self.pictures
-        pictures.sessions_changed(now)
+        # The group grew: so does the interval of the next regular report (a node's first report,
+        # made alone, would otherwise come an unscaled interval later, amid the crowd joining).
+        scale = pictures.scale()
+        if scale > self._scaled_for and pictures.last > -math.inf:
+            self._scaled_for = scale
+            span = pictures.timing.interval * scale * self._spread
+            pictures.regular_not_before(self._mesh.heartbeat_after(pictures.last + span))
+        pictures.sessions_changed(now, ended, self._mesh.beat)
         pictures.put_off_to(self._mesh.heartbeat_after(pictures.next_report))
 
     def forget(self, peer: NodeId) -> None:
@@ -529,7 +557,8 @@ class Reports:
         # the group's reports spread over time instead of coming in step; then put off to the next
         # heartbeat, which it replaces (protocol.md 14): it costs the peers no wake-up of its own.
         timing, scale = pictures.timing, pictures.scale()
-        span = timing.interval * scale * (0.9 + 0.2 * self._rng.random())
+        self._spread, self._scaled_for = 0.9 + 0.2 * self._rng.random(), scale
+        span = timing.interval * scale * self._spread
         pictures.published(now, self._mesh.heartbeat_after(now + span))
         pictures.expire(now)
         report = self.report(now)

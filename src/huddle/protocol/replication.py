@@ -281,8 +281,8 @@ class _Peer:
     sent_at: dict[NodeId, float] = field(default_factory=dict)
     told: dict[NodeId, int] | None = None  # the vector of our last GSIP to it
     told_at: float = float("-inf")
-    phase: float = 0.0  # its idle GSIPs go when now / (gossip_idle x S) + phase passes an integer ...
-    idle_slot: int = -1  # ... the last integer passed (a GSIP between does not move them)
+    phase: float = 0.0  # its idle GSIPs go when now / (gossip_idle x S) + phase is an integer ...
+    idle_at: float = float("-inf")  # ... the next such time (a GSIP between does not move it)
     unacked: int = 0  # records of a catch-up we asked it for, received since our last GSIP to it
     introduced: int = 0  # sources it made us track
 
@@ -629,7 +629,7 @@ class Replicator:
         # interval, keep a node hearing some peer's digest about every gossip_idle x S / peers.
         phase = self._rng.random()
         self._peers[peer] = p = _Peer(conn=conn, phase=phase)
-        p.idle_slot = math.floor((now + BUSY_POLL) / self._idle_every() + phase)
+        p.idle_at = _on_grid(now + BUSY_POLL, self._idle_every(), phase)
         self._send_gsip(peer, now)
 
     def peer_down(self, peer: NodeId, now: float = 0.0) -> None:
@@ -806,13 +806,14 @@ class Replicator:
         vv = self._current_vv()
         # Idle: due every gossip_idle (scaled), at each peer's phase, on the first tick within
         # BUSY_POLL of that (ticks come with the heartbeats then: a tick a little early does not
-        # put it off by one).  On a grid of the node's clock, so the phases stay spread however
-        # the group's size changes the interval.
-        grid = (now + BUSY_POLL) / self._idle_every()
+        # put it off by one).  On a grid of the node's clock, so the phases stay spread.  Each
+        # peer's next time is set when one goes, at least half an interval on: a change of the
+        # group's size (of the interval) moves the grid from then on, and sends nothing itself.
+        every = self._idle_every()
+        soon = now + BUSY_POLL
         for peer, p in self._peers.items():
-            slot = math.floor(grid + p.phase)
-            if slot != p.idle_slot:
-                p.idle_slot = slot
+            if soon >= p.idle_at:
+                p.idle_at = _on_grid(now + every / 2, every, p.phase)
                 if peer not in asked:
                     self._send_gsip(peer, now, vv)
                     continue
@@ -1133,6 +1134,11 @@ class Replicator:
         step = _GSIP_BUDGET // _VV_ENTRY
         for i in range(room, len(items), step):
             self._actions.append(Send(p.conn, Gsip(self.uuid, items[i : i + step])))
+
+
+def _on_grid(after: float, every: float, phase: float) -> float:
+    """The first time past ``after`` at which ``time / every + phase`` is an integer."""
+    return (math.floor(after / every + phase) + 1 - phase) * every
 
 
 def _coalesce(ranges: Sequence[tuple[int, int]]) -> Sequence[tuple[int, int]]:
