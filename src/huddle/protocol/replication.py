@@ -350,6 +350,7 @@ class ReplicationStats(Counters):
     serve_trimmed: int = 0  # GSIPs whose asks were answered only up to serve_records / serve_bytes
     asks_deferred: int = 0  # sources not asked for yet: the GSIP was full (asked on a later tick)
     gsip_split: int = 0  # GSIPs sent in more than one message (the vector did not fit one body)
+    gsip_empty: int = 0  # GSIPs not sent: they would have named no source and asked nothing (no record held)
     forgeries: int = 0  # batches rejected whole: a bad chain or signature, unsigned records of a key-bound source
     forgers_excluded: int = 0  # peers excluded (until they restart) after max_forgeries forged batches
     unsigned_refused: int = 0  # unsigned records refused in secure mode (a legacy, not key-bound source)
@@ -1121,8 +1122,14 @@ class Replicator:
         p.told = vv
         p.told_at = now
         p.unacked = 0
-        self.stats.gsip_sent += 1
         items = self._vv_items if vv is current else tuple(vv.items())  # shared by every GSIP until it changes
+        if not items and not ask:
+            # We hold no record and ask for none: such a GSIP tells the peer nothing (its receiver
+            # reads a source it does not name as none held).  A group forming, logs empty, sent
+            # one each way on every admission and every peer's idle ones (protocol.md 12.3).
+            self.stats.gsip_empty += 1
+            return
+        self.stats.gsip_sent += 1
         # The whole vector may not fit one body (many sources): then it goes in
         # pieces, the ask with the first; a GSIP need not name every source.
         room = (_GSIP_BUDGET - sum(_ASK_SOURCE + _ASK_RANGE * len(r) for _, r in ask)) // _VV_ENTRY
