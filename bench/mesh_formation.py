@@ -26,8 +26,10 @@ with a resolution of about one poll period (printed).  Starting 32 Python
 processes on a small machine takes a while; that time is printed ("start
 spread") but not counted.
 
-The issue states targets, not a baseline: 8 nodes fully meshed within 100 ms
-of the last one serving, 32 within 1 s.  Medians of ``--reps`` formations.
+The issues state targets, not a baseline: 8 nodes fully meshed within 100 ms
+of the last one serving (issue 5), 32 within 300 ms and 64 within 1 s (issue 20;
+issue 5 asked 1 s of 32).  Medians of ``--reps`` formations; 64 nodes run only
+when asked (``--sizes 64``).
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ import aiohttp
 import benchlib
 from benchlib import NodeProc
 
-TARGETS = {8: 0.100, 32: 1.0}  # seconds after the last node serves
+TARGETS = {8: 0.100, 32: 0.300, 64: 1.0}  # seconds after the last node serves (issues 5 and 20)
 # A node's local clock is time.monotonic() plus (time.time() - time.monotonic()) read at its start-up;
 # read here the same way, the two bases differ by the few microseconds between the two reads.
 CLOCK_BASE = time.time() - time.monotonic()

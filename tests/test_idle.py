@@ -32,6 +32,26 @@ def quiet_group(n: int) -> tuple[SimNetwork, list[SimNode]]:
     return net, nodes
 
 
+def write(node: SimNode, net: SimNetwork, body: str) -> None:
+    """An event of ``node``'s own, in its log (then replicated as any)."""
+    local = net.local(node)
+    node.log.append("k", canonical_json(body), local, node.mesh.mesh_time(local))
+
+
+def miss_one_record(net: SimNetwork, nodes: list[SimNode], body: str) -> tuple[SimNode, SimNode]:
+    """nodes[3] writes a record that nodes[7] misses, with every GSIP telling of it (nothing
+    reaches nodes[7] for 1.5 s); every other node holds it.  The cut is still on: heal it."""
+    source, lacking = nodes[3], nodes[7]
+    for node in nodes:
+        if node is not lacking:
+            net.block(node, lacking)
+    write(source, net, body)
+    net.run_on_deadlines(1.5)
+    assert lacking.log.version_vector().get(source.mesh.uuid, 0) == 0
+    assert all(node.log.version_vector().get(source.mesh.uuid, 0) == 1 for node in nodes if node is not lacking)
+    return source, lacking
+
+
 def test_a_quiet_group_wakes_each_node_about_once_a_heartbeat_and_sends_little_more_than_heartbeats() -> None:
     net, nodes = quiet_group(N)
     for node in nodes:
@@ -102,9 +122,7 @@ def test_a_large_group_probes_and_gossips_each_peer_less_often_yet_keeps_its_clo
     for node in nodes[2:]:
         node.mesh.add_seed(nodes[0].mesh.endpoint, net.local(node))
     assert net.settle(10.0, lambda: all(len(x.mesh.alive_peers()) == n - 1 for x in nodes))
-    source = nodes[5]  # a record everywhere: a node holding none sends no GSIP (protocol.md 12.3)
-    local = net.local(source)
-    source.log.append("k", canonical_json("held"), local, source.mesh.mesh_time(local))
+    write(nodes[5], net, "held")  # a record everywhere: a node holding none sends no GSIP (protocol.md 12.3)
     net.run_on_deadlines(15.0)
     assert all(node.log.version_vector() for node in nodes)
     times = [node.mesh.mesh_time(net.local(node)) for node in nodes]
@@ -132,15 +150,7 @@ def test_a_record_missed_in_a_large_group_is_found_by_the_next_idle_gsip_of_any_
     # that told of the change, all together, about 3.5 s after this cut heals.
     n = 32
     net, nodes = quiet_group(n)
-    source, lacking = nodes[3], nodes[7]
-    for node in nodes:
-        if node is not lacking:
-            net.block(node, lacking)
-    local = net.local(source)
-    source.log.append("k", canonical_json("missed"), local, source.mesh.mesh_time(local))
-    net.run_on_deadlines(1.5)  # the record, and every GSIP telling of it, lost on the way to it
-    assert lacking.log.version_vector().get(source.mesh.uuid, 0) == 0
-    assert all(node.log.version_vector().get(source.mesh.uuid, 0) == 1 for node in nodes if node is not lacking)
+    source, lacking = miss_one_record(net, nodes, "missed")
     net.heal()
     healed = net.now
     assert net.settle(ReplicationTiming().gossip_idle, lambda: lacking.log.version_vector().get(source.mesh.uuid, 0) == 1)
@@ -155,9 +165,7 @@ def test_a_join_sends_no_idle_gsips_between_the_members_already_there() -> None:
     # in the 1.05 s of one node's join, where their idle rate gives about 63; now 46).
     n = 32
     net, nodes = quiet_group(n)
-    source = nodes[5]  # a record everywhere: a node holding none sends no GSIP (protocol.md 12.3)
-    local = net.local(source)
-    source.log.append("k", canonical_json("held"), local, source.mesh.mesh_time(local))
+    write(nodes[5], net, "held")  # a record everywhere: a node holding none sends no GSIP (protocol.md 12.3)
     net.run_on_deadlines(5.0)
     assert all(node.log.version_vector() for node in nodes)
     old = {node.mesh.name for node in nodes}
@@ -188,14 +196,7 @@ def test_nodes_holding_no_record_send_no_gsip_and_still_catch_up_once_one_is_wri
     assert kinds["Gsip"] == 0, kinds
     assert sum(node.log.stats.gsip_empty for node in nodes) > 0
     # A record missed by the live push is still found: once written, its holders gossip it.
-    source, lacking = nodes[3], nodes[7]
-    for node in nodes:
-        if node is not lacking:
-            net.block(node, lacking)
-    local = net.local(source)
-    source.log.append("k", canonical_json("late"), local, source.mesh.mesh_time(local))
-    net.run_on_deadlines(1.5)
-    assert lacking.log.version_vector().get(source.mesh.uuid, 0) == 0
+    source, _ = miss_one_record(net, nodes, "late")
     net.heal()
     assert net.settle(ReplicationTiming().gossip_idle,
                       lambda: all(node.log.version_vector().get(source.mesh.uuid, 0) == 1 for node in nodes))
