@@ -16,7 +16,6 @@ import json
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import aiohttp
@@ -48,10 +47,7 @@ async def _peers(nodes: list[NodeProc]) -> list[list[dict[str, object]]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--nodes", type=int, default=64)
-    parser.add_argument("--start-timeout", type=float, default=150.0, help="for every api line, s (default 150)")
-    parser.add_argument("--timeout", type=float, default=30.0, help="for the full mesh, s")
-    parser.add_argument("--json", help="write every node's peers here")
+    mesh_formation.window_options(parser, "write every node's peers here")
     parser.add_argument("--poll-interval", type=float, default=0.005, help="as mesh_formation.py's (default 0.005)")
     parser.add_argument("--wait", choices=("events", "poll"), default="events", help="as mesh_formation.py's")
     args = parser.parse_args(argv)
@@ -59,12 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(tmp_name)
         nodes: list[NodeProc] = []
         try:
-            port0 = benchlib.free_port()
-            nodes.append(NodeProc("n00", tmp, "--no-beacon", "--port", str(port0)))
-            benchlib.read_api_lines(nodes)
-            launched = time.monotonic()
-            nodes += [NodeProc(f"n{i:02d}", tmp, "--no-beacon", "--seed", f"127.0.0.1:{port0}")
-                      for i in range(1, args.nodes)]
+            launched = mesh_formation.start_seeds(tmp, args.nodes, nodes)
             benchlib.read_api_lines(nodes, args.start_timeout)
             last_api = max(nd.api_at for nd in nodes)
             cpu0, mach0 = _cpu(nodes), _machine()

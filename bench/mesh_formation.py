@@ -153,6 +153,27 @@ def _start_broker(tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
     return proc, f"tcp://127.0.0.1:{pub}"
 
 
+def start_seeds(tmp: Path, n: int, nodes: list[NodeProc]) -> float:
+    """The seeds mode's start: node 0 (``--port P --no-beacon``) until it serves, then the
+    other n-1 at once with ``--seed 127.0.0.1:P --no-beacon``, appended to ``nodes`` (which
+    the caller kills, whatever happens).  Returns when the n-1 were launched (monotonic)."""
+    port0 = benchlib.free_port()
+    nodes.append(NodeProc("n00", tmp, "--no-beacon", "--port", str(port0)))
+    benchlib.read_api_lines(nodes)
+    launched = time.monotonic()
+    nodes += [NodeProc(f"n{i:02d}", tmp, "--no-beacon", "--seed", f"127.0.0.1:{port0}") for i in range(1, n)]
+    return launched
+
+
+def window_options(parser: argparse.ArgumentParser, json_help: str) -> None:
+    """The options of the scripts that take one seeds formation apart (formation_cpu.py,
+    formation_window.py): how many nodes, how long to wait, where to write what they saw."""
+    parser.add_argument("--nodes", type=int, default=64)
+    parser.add_argument("--start-timeout", type=float, default=150.0, help="for every api line, s (default 150)")
+    parser.add_argument("--timeout", type=float, default=30.0, help="for the full mesh, s (default 30)")
+    parser.add_argument("--json", help=json_help)
+
+
 def form(n: int, mode: str, beacon_interval: float, poll_interval: float, timeout: float,
          wait: str = "events") -> dict[str, Any]:
     """Start ``n`` nodes, wait for the full mesh, kill them; return the figures."""
@@ -191,12 +212,7 @@ def form(n: int, mode: str, beacon_interval: float, poll_interval: float, timeou
                         extra = ["--no-beacon", "--seed", f"127.0.0.1:{p_mdns if i % 2 else p_named}"]
                     nodes.append(NodeProc(f"n{i:02d}", tmp, *extra))
             elif mode == "seeds":
-                port0 = benchlib.free_port()
-                nodes.append(NodeProc("n00", tmp, "--no-beacon", "--port", str(port0)))
-                benchlib.read_api_lines(nodes)
-                launched = time.monotonic()
-                nodes += [NodeProc(f"n{i:02d}", tmp, "--no-beacon", "--seed", f"127.0.0.1:{port0}")
-                          for i in range(1, n)]
+                launched = start_seeds(tmp, n, nodes)
             else:
                 bport = benchlib.free_port(socket.SOCK_DGRAM)
                 launched = time.monotonic()

@@ -39,6 +39,7 @@ CASES = [
     ("posts_transfer", "posts_transfer", ["--size-mb", "2", "--runs", "1"], "TARGET"),
     ("mesh_formation", "mesh_formation", ["--sizes", "3", "--modes", "seeds", "--reps", "1"], "seeds"),
     ("formation_cpu", "formation_cpu", ["--nodes", "3"], "nodes' CPU in the window"),
+    ("formation_window", "formation_window", ["--nodes", "3"], "receive CPU ms"),
     ("addressed", "addressed", ["--messages", "2000", "--pings", "100", "--reps", "1"], "RESULT addressed"),
     ("chat_hop", "chat_hop", ["--hops", "200", "--reps", "1"], "main thread CPU"),
     ("rt_timeline", "rt_timeline", ["--pings", "100"], "round trip (t0 -> alice's listener)"),
