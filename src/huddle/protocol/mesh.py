@@ -79,10 +79,6 @@ __all__ = ["Mesh", "PeerInfo", "Phase", "Timing"]
 log = logging.getLogger("huddle.mesh")
 
 _SEED_BACKOFF_MAX: Final = 10.0
-# An unanswered seed DEALER is closed (and the next try connects afresh) only after this long:
-# long past any answer a busy seed is late with, so no second connection races the first
-# (protocol.md 8.5); the HELOs it queues while the seed is down stay few.
-_SEED_REOPEN_AFTER: Final = 30.0
 # What a flood of bad input makes the mesh log: per kind, one line a minute, saying how
 # many were left out (ratelog.py); every one of them is counted in Stats.
 _LOG_EVERY: Final = 60.0
@@ -114,6 +110,10 @@ class Timing:
     exclude_after_errors: int = 100  # undecodable messages from an admitted peer before it is excluded (0: never)
     exclude_slow_after: float = 60.0  # seconds a peer's send buffer may stay full before it is excluded (0: never)
     membership_interval: float = 3.0  # mean seconds between two member lists (MEMB) sent to one random peer
+    # An unanswered seed DEALER is closed (and the next try connects afresh) only after this long:
+    # long past any answer a busy seed is late with, so no second connection races the first
+    # (protocol.md 8.5); the HELOs it queues while the seed is down stay few.
+    seed_reopen_after: float = 30.0
 
     def __post_init__(self) -> None:
         if self.heartbeat_interval <= 0:
@@ -122,7 +122,8 @@ class Timing:
             raise ValueError("suspect_after must be positive and not above gone_after")
         if self.gone_after <= self.heartbeat_interval:
             raise ValueError("gone_after must exceed the heartbeat interval")
-        for name in ("handshake_timeout", "seed_retry", "rtt_probe_interval", "gone_retention", "membership_interval"):
+        for name in ("handshake_timeout", "seed_retry", "rtt_probe_interval", "gone_retention", "membership_interval",
+                     "seed_reopen_after"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         if self.exclude_after_errors < 0 or self.exclude_slow_after < 0:
@@ -324,7 +325,6 @@ class Mesh:
         self.deltas = True  # our HELO says we understand RAWS deltas (tests turn it off: an older node)
         # While a member list is read: how many members it and its sender name, which the HELOs
         # sent on its word say we know (protocol.md 4.8), so the members dialled need not list them.
-        self._listed_count = 0
         # The peer services (protocol/service.py), in the order given: ticked, told of peers and
         # asked for actions in that order; each received message goes to the one that handles its type.
         self._services: Final[tuple[PeerService, ...]] = tuple(services)
@@ -854,9 +854,11 @@ class Mesh:
         self._notify(PeerRefused(s.uuid, s.endpoint, reason, False, self.mesh_time(now)))
         return True
 
-    def _on_peer(self, s: _Session, m: Peer, now: float, live: bool) -> None:
+    def _on_peer(self, s: _Session, m: Peer, now: float, live: bool, listed: int = 0) -> None:
+        """``listed``: the size of the member list that named the peer (with its sender), if a
+        list did: our HELO then says as many peers (:meth:`_send_hello`)."""
         if m.peer in self._sessions and live:
-            self._follow(m.peer, m.endpoint, None, now)  # it may have restarted elsewhere
+            self._follow(m.peer, m.endpoint, None, now, listed)  # it may have restarted elsewhere
             return
         if m.peer == self.uuid or m.peer in self._sessions or m.peer in self._refused or m.peer in self.excluded:
             return
@@ -878,7 +880,7 @@ class Mesh:
         if not self._room(key, self._introducer_cap(s)):
             self._wait(m, str(s.uuid), now)  # an honest crowd joining at once: its turn comes
             return
-        self._open(m.peer, m.endpoint, now, introducer=s.uuid).opened_by = key
+        self._open(m.peer, m.endpoint, now, introducer=s.uuid, listed=listed).opened_by = key
 
     def _on_members(self, s: _Session, m: Members, now: float, live: bool) -> None:
         """A member list: dial the members we have no session with (as if each were a PEER
@@ -887,18 +889,15 @@ class Mesh:
         any of our members."""
         self.stats.lists_received += 1
         entries = m.members[: self.limits.max_members_listed]
-        self._listed_count = len(entries) + 1  # the list's members and its sender
-        try:
-            for uuid, endpoint, incarnation in entries:
-                if uuid in (self.uuid, s.uuid):
-                    continue
-                known = self._sessions.get(uuid)
-                if known is None:
-                    self._on_peer(s, Peer(sender=s.uuid, peer=uuid, endpoint=endpoint), now, live)
-                elif live and known.incarnation != incarnation:
-                    self._follow(uuid, endpoint, incarnation, now)
-        finally:
-            self._listed_count = 0
+        size = len(entries) + 1  # the list's members and its sender
+        for uuid, endpoint, incarnation in entries:
+            if uuid in (self.uuid, s.uuid):
+                continue
+            known = self._sessions.get(uuid)
+            if known is None:
+                self._on_peer(s, Peer(sender=s.uuid, peer=uuid, endpoint=endpoint), now, live, size)
+            elif live and known.incarnation != incarnation:
+                self._follow(uuid, endpoint, incarnation, now, size)
         if not m.reply:
             listed = {uuid for uuid, _, _ in entries}
             # Not the members we admitted lately, since we opened the session with its sender:
@@ -929,7 +928,7 @@ class Mesh:
         to.listed_at = now
         self._send(to.conn, Members(sender=self.uuid, members=tuple(members), reply=reply))
 
-    def _follow(self, uuid: NodeId, endpoint: str, incarnation: str | None, now: float) -> None:
+    def _follow(self, uuid: NodeId, endpoint: str, incarnation: str | None, now: float, listed: int = 0) -> None:
         """A list, PEER or discovery names ``uuid``, which we have a session with, at
         ``endpoint`` (and ``incarnation`` if known): if that is new, it may have restarted
         there.  A session still dialling is redirected; an admitted one is kept until the
@@ -943,7 +942,7 @@ class Mesh:
                 self._actions.append(Disconnect(s.conn))
                 s.conn = self._connect(endpoint)
                 s.endpoint = endpoint
-                self._send_hello(s.conn, reply=False, to=uuid, now=now)
+                self._send_hello(s.conn, reply=False, to=uuid, now=now, listed=listed)
             return
         if incarnation is None and self._aliases.get(uuid) == endpoint:
             return
@@ -958,7 +957,7 @@ class Mesh:
             return
         self.stats.members_probed += 1
         conn = self._connect(endpoint)
-        self._send_hello(conn, reply=False, to=uuid, now=now)
+        self._send_hello(conn, reply=False, to=uuid, now=now, listed=listed)
         self._probes[uuid] = (conn, endpoint, now)
         self._note(now + self.timing.handshake_timeout)
 
@@ -1137,12 +1136,12 @@ class Mesh:
         self._actions.append(Connect(conn, endpoint))
         return conn
 
-    def _send_hello(self, conn: int, *, reply: bool, to: NodeId | None, now: float) -> None:
+    def _send_hello(self, conn: int, *, reply: bool, to: NodeId | None, now: float, listed: int = 0) -> None:
         """Our HELO (signed: protocol.md 4.1) and BOUT on ``conn``, to ``to`` (None: a seed,
-        whose id we do not know)."""
+        whose id we do not know); ``listed``: the size of the member list we dial on, if any."""
         # Our admitted peers; dialling the members of a list, as many as it names (we know them
         # all, and each member we dial then sends us its own list only if it may know more).
-        admitted = max(self._listed_count, sum(1 for x in self._sessions.values() if x.admitted))
+        admitted = max(listed, sum(1 for x in self._sessions.values() if x.admitted))
         helo = Helo(
             sender=self.uuid,
             endpoint=self.endpoint,
@@ -1178,11 +1177,12 @@ class Mesh:
         return s
 
     def _open(
-        self, uuid: NodeId, endpoint: str, now: float, introducer: NodeId | None, send_helo: bool = True
+        self, uuid: NodeId, endpoint: str, now: float, introducer: NodeId | None, *, send_helo: bool = True,
+        listed: int = 0,
     ) -> _Session:
         s = self._new_session(uuid, self._connect(endpoint), endpoint, now, introducer)
         if send_helo:
-            self._send_hello(s.conn, reply=False, to=uuid, now=now)
+            self._send_hello(s.conn, reply=False, to=uuid, now=now, listed=listed)
         return s
 
     def _heard(self, s: _Session, now: float) -> None:
@@ -1466,7 +1466,7 @@ class Mesh:
                 continue
             if self._endpoint_known(seed.endpoint):
                 continue
-            if seed.conn is not None and now - seed.opened >= _SEED_REOPEN_AFTER:
+            if seed.conn is not None and now - seed.opened >= self.timing.seed_reopen_after:
                 # Unanswered this long: the seed is down or gone, not busy.  Drop the HELOs queued
                 # for it; the next try, not this same turn, connects afresh.
                 self._actions.append(Disconnect(seed.conn))
@@ -1475,7 +1475,7 @@ class Mesh:
                 self._note(seed.next_try)
                 continue
             if seed.conn is None:
-                # Kept until the seed answers (or _SEED_REOPEN_AFTER), its retries on it: a new
+                # Kept until the seed answers (or seed_reopen_after), its retries on it: a new
                 # connection would carry our identity while the old one may linger at the seed,
                 # whose ROUTER would then never read it (protocol.md 8.5).
                 seed.conn = self._connect(seed.endpoint)
