@@ -323,8 +323,6 @@ class Mesh:
         self._aliases: dict[NodeId, str] = {}  # another endpoint a probe found the same incarnation at
         self.push_on_admit = True  # send a newly admitted peer our member list (tests turn it off)
         self.deltas = True  # our HELO says we understand RAWS deltas (tests turn it off: an older node)
-        # While a member list is read: how many members it and its sender name, which the HELOs
-        # sent on its word say we know (protocol.md 4.8), so the members dialled need not list them.
         # The peer services (protocol/service.py), in the order given: ticked, told of peers and
         # asked for actions in that order; each received message goes to the one that handles its type.
         self._services: Final[tuple[PeerService, ...]] = tuple(services)

@@ -259,8 +259,8 @@ class Pictures:
         if self._changed is None:
             self._changed = now
         self._ended = self._ended or ended
-        quiet = min(now + self.quiet(), self._changed + window)
-        soon = quiet if self._ended else max(now, self._changed + window - slack)
+        soon = (min(now + self.quiet(), self._changed + window) if self._ended
+                else max(now, self._changed + window - slack))
         self.next_report = min(self._regular, max(soon, self._last + window))
 
     @property
