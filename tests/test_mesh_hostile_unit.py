@@ -9,11 +9,14 @@ import dataclasses
 import os
 
 from huddle import NodeId
+from huddle.ids import address_of
 from huddle.limits import MeshLimits
 from huddle.protocol import Connect, Mesh, Notify, PeerLeft, Send
 from huddle.protocol.events import ChatReceived, PeerExcluded
+from huddle.security import NodeIdentity
 from huddle.transport.zmq_transport import ZmqTransport
 from huddle.wire import Chat, Gbye, Group, Helo, Peer, encode
+from huddle.wire.messages import helo_signed
 
 GROUP = "g"
 HOME = "10.0.0.2"  # the honest member's address
@@ -32,7 +35,8 @@ def fresh() -> NodeId:
 def join(mesh: Mesh, uuid: NodeId, source: str, now: float, port: int = 6000, *,
          beat: float = 0.0, lost: int = 0, incarnation: str = "22" * 8) -> None:
     """A HELO and a BOUT from ``uuid`` arriving from ``source``."""
-    helo = Helo(uuid, endpoint=f"tcp://{source or '10.0.0.4'}:{port}", name="peer", incarnation=incarnation, beat=beat, lost=lost)
+    host = address_of(source) or "10.0.0.4"
+    helo = Helo(uuid, endpoint=f"tcp://{host}:{port}", name="peer", incarnation=incarnation, beat=beat, lost=lost)
     mesh.receive(encode(helo), now, source)
     mesh.receive(encode(Group(uuid, group=GROUP)), now, source)
 
@@ -291,3 +295,108 @@ def test_the_transport_reports_a_connection_it_cannot_open_instead_of_raising() 
         assert 7 not in transport.conns and transport.send(7, [b"BEAT", b""]) is False
     finally:
         transport.close()
+
+
+# ------------------------------------------------------- connections: no squatting a member's id
+
+def signed_helo(who: NodeIdentity, endpoint: str, at: float) -> Helo:
+    """A HELO under the id ``who``'s key gives, signed, stamped ``at`` (the mesh's clock, seconds)."""
+    helo = Helo(who.node_id, endpoint=endpoint, name="bob", incarnation="22" * 8, key=who.public_key,
+                sig=bytes(64), at=round(at * 1000))
+    return dataclasses.replace(helo, sig=who.sign(helo_signed(helo)))
+
+def test_a_connection_squatting_a_members_uuid_holds_nothing_and_its_restart_is_followed_at_once() -> None:
+    """Sources name connections (address#routing suffix): another connection from the member's own
+    address (a squatter on its machine, or behind its NAT) gets nothing through under its UUID but a
+    HELO, judged as any HELO is: the member's restart, on a new connection, is followed at once."""
+    mesh = node()
+    bob = fresh()
+    first, squat, restarted = f"{HOME}#aa", f"{HOME}#bb", f"{HOME}#cc"
+    join(mesh, bob, first, 0.0)
+    mesh.take_actions()
+    assert mesh.receive(encode(Chat(bob, text="not bob")), 0.5, squat) is False
+    assert mesh.receive([bytes(bob), b"BEAT", b""], 0.5, squat) is False
+    assert mesh.receive(encode(Gbye(bob, reason="")), 0.5, squat) is False
+    assert mesh.alive_peers() == [bob] and events(mesh, ChatReceived) == []
+    assert mesh.stats.foreign_frames == 3 and mesh.blamed == {HOME: 3}  # counted by address
+    join(mesh, bob, restarted, 0.6, port=6001, incarnation="55" * 8)  # while its old session is ALIVE
+    assert mesh.stats.restarts_followed == 1
+    assert [(p.state, p.endpoint) for p in mesh.peers(0.6)] == [("alive", f"tcp://{HOME}:6001")]
+    mesh.take_actions()
+    mesh.receive(encode(Chat(bob, text="back")), 0.7, restarted)
+    mesh.receive(encode(Chat(bob, text="stale")), 0.7, first)
+    assert [e.text for e in events(mesh, ChatReceived)] == ["back"]  # type: ignore[attr-defined]
+    assert mesh.stats.foreign_frames == 4
+
+
+def test_a_members_newer_helo_on_another_connection_from_its_address_binds_that_one_too() -> None:
+    """A member's probe, or a DEALER it re-opened, says HELO on a second connection: both carry
+    its messages (the old one drains), and an older HELO out of order binds nothing."""
+    mesh = node()
+    key = NodeIdentity.generate()
+    bob, first, second, third = key.node_id, f"{HOME}#aa", f"{HOME}#bb", f"{HOME}#cc"
+    helo = signed_helo(key, f"tcp://{HOME}:6000", 0.0)
+    mesh.receive(encode(helo), 0.0, first)
+    mesh.receive(encode(Group(bob, group=GROUP)), 0.0, first)
+    assert mesh.alive_peers() == [bob]
+    mesh.receive(encode(signed_helo(key, f"tcp://{HOME}:6000", 0.1)), 0.1, second)
+    mesh.receive(encode(helo), 0.1, third)  # no newer than the last: answered, binds nothing
+    mesh.take_actions()
+    for source in (first, second, third):
+        mesh.receive(encode(Chat(bob, text=source)), 0.2, source)
+    assert [e.text for e in events(mesh, ChatReceived)] == [first, second]  # type: ignore[attr-defined]
+    assert mesh.stats.foreign_frames == 1 and mesh.stats.refused_identity == 0
+
+
+# ------------------------------------------------------- one address filling the session table
+
+def test_a_wave_of_ghost_helos_from_one_address_does_not_keep_a_newcomer_out() -> None:
+    """Ghosts (HELO and BOUT, then silence) from one address fill the table; a newcomer from
+    another address takes a silent ghost's place, and a second wave from the ghosts' address,
+    which holds more than its share, is refused: the newcomer stays."""
+    mesh = node(max_sessions=20, max_sessions_per_address=5, max_waiting_helos=0)
+    for i in range(60):
+        join(mesh, fresh(), EVIL, 0.0, port=7000 + i, beat=60.0, lost=100)
+    assert len(mesh.alive_peers()) == 20 and mesh.stats.helos_refused == 40
+    newcomer = fresh()
+    join(mesh, newcomer, HOME, 1.5)
+    assert newcomer in mesh.alive_peers() and len(mesh.alive_peers()) == 20
+    assert mesh.stats.sessions_evicted == 1
+    left = events(mesh, PeerLeft)
+    assert [e.reason for e in left] == ["evicted: silent since its admission"]  # type: ignore[attr-defined]
+    for i in range(60):
+        join(mesh, fresh(), EVIL, 2.0, port=8000 + i, beat=60.0, lost=100)
+    assert newcomer in mesh.alive_peers() and mesh.stats.sessions_evicted == 1
+    assert mesh.stats.helos_refused == 100
+
+
+def test_when_the_table_is_full_of_live_peers_only_an_address_over_its_share_gives_way() -> None:
+    mesh = node(max_sessions=10, max_sessions_per_address=4, max_waiting_helos=0)
+    crowd = [fresh() for _ in range(8)]  # honest peers on one machine, all beating
+    for i, u in enumerate(crowd):
+        join(mesh, u, EVIL, 0.0, port=7000 + i)
+    others = {fresh(): f"10.0.7.{i + 1}" for i in range(2)}
+    for u, source in others.items():
+        join(mesh, u, source, 0.0)
+    for u in crowd[1:]:
+        mesh.receive([bytes(u), b"BEAT", b""], 1.5, EVIL)
+    for u, source in others.items():
+        mesh.receive([bytes(u), b"BEAT", b""], 1.5, source)
+    mesh.receive([bytes(crowd[0]), b"BEAT", b""], 1.0, EVIL)  # heard from longest ago
+    newcomer = fresh()
+    join(mesh, newcomer, HOME, 2.0)
+    assert newcomer in mesh.alive_peers() and crowd[0] not in mesh.alive_peers()
+    assert mesh.stats.sessions_evicted == 1
+    assert [e.reason for e in events(mesh, PeerLeft)] == [  # type: ignore[attr-defined]
+        "evicted: its address holds more than 4 sessions"]
+    # From the crowd's own address (over its share), a HELO makes no room: it is refused.
+    join(mesh, fresh(), EVIL, 2.1, port=9000)
+    assert mesh.stats.sessions_evicted == 1 and mesh.stats.helos_refused == 1
+    # Each address within its share, no one silent: a newcomer is refused, nobody ended.
+    calm = node(max_sessions=4, max_sessions_per_address=4, max_waiting_helos=0)
+    for i in range(4):
+        u = fresh()
+        join(calm, u, f"10.0.8.{i + 1}", 0.0)
+        calm.receive([bytes(u), b"BEAT", b""], 1.0, f"10.0.8.{i + 1}")
+    join(calm, fresh(), HOME, 2.0)
+    assert calm.stats.sessions_evicted == 0 and calm.stats.helos_refused == 1

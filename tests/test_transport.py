@@ -133,3 +133,55 @@ def test_connections_are_not_watched_unless_asked() -> None:
     transport = ZmqTransport(NodeId(os.urandom(16)), on_frames=lambda batch, sources: None)
     assert transport.links is None
     transport.close()
+
+
+def test_a_silent_connection_under_a_nodes_uuid_does_not_shut_that_node_out() -> None:
+    """Someone connects to the ROUTER under node C's UUID (public: beacons, the API) and says
+    nothing.  C's own connections carry a routing suffix of their own, so they share no identity
+    with it: C's messages are read at once, with its UUID as the sender frame and its connection
+    (address#suffix) as their source; the squatter's id, a bare UUID, names no connection of C's."""
+
+    async def run() -> tuple[list[list[bytes]], list[str]]:
+        got: list[list[bytes]] = []
+        sources: list[str] = []
+        arrived = asyncio.Event()
+
+        def on_frames(batch: list[list[bytes]], srcs: list[str]) -> None:
+            got.extend(batch)
+            sources.extend(srcs)
+            arrived.set()
+
+        receiver = ZmqTransport(NodeId(os.urandom(16)), on_frames=on_frames)
+        receiver.start(asyncio.get_running_loop())
+        c = NodeId(os.urandom(16))
+        member = ZmqTransport(c, on_frames=lambda batch, srcs: None)
+        ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        squatter = ctx.socket(zmq.DEALER)
+        squatter.setsockopt(zmq.IDENTITY, bytes(c))
+        squatter.setsockopt(zmq.LINGER, 0)
+        monitor = squatter.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
+        try:
+            port = receiver.bind("127.0.0.1", 0, (20000, 60000))
+            squatter.connect(f"tcp://127.0.0.1:{port}")
+            async with asyncio.timeout(5.0):  # the squatter's connection holds its id at the ROUTER
+                while not monitor.poll(0):
+                    await asyncio.sleep(0.01)
+            assert member.connect(1, f"tcp://127.0.0.1:{port}")
+            assert member.send(1, [b"BEAT", b""])
+            async with asyncio.timeout(5.0):
+                while not got:
+                    arrived.clear()
+                    await arrived.wait()
+        finally:
+            squatter.disable_monitor()
+            monitor.close()
+            squatter.close()
+            ctx.term()
+            member.close()
+            receiver.close()
+        return got, sources
+
+    got, sources = asyncio.run(run())
+    assert len(got) == 1 and got[0][1:] == [b"BEAT", b""] and len(got[0][0]) == 16
+    address, mark, suffix = sources[0].partition("#")
+    assert (address, mark, len(bytes.fromhex(suffix))) == ("127.0.0.1", "#", 8)

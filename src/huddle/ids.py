@@ -4,7 +4,20 @@ from __future__ import annotations
 
 import uuid as _uuid
 
-__all__ = ["NodeId"]
+__all__ = ["CONN_MARK", "CONN_SUFFIX", "NodeId", "address_of"]
+
+# A DEALER's routing identity is its node's 16-octet UUID followed by CONN_SUFFIX random octets of
+# its own (docs/protocol.md 2.1): no two connections share one, so no connection can hold another's.
+# The receiving transport hands the UUID on as the sender frame and the suffix with the address
+# the message came from, as "<address>#<suffix in hex>": a message's *source* names its connection.
+CONN_SUFFIX = 8
+CONN_MARK = "#"
+
+
+def address_of(source: str) -> str:
+    """The address part of a message's source (the whole of it for an older node's connection,
+    whose routing identity is its bare UUID): what per-address bounds and blame count by."""
+    return source.partition(CONN_MARK)[0]
 
 
 class NodeId(bytes):

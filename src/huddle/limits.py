@@ -69,6 +69,11 @@ class MeshLimits:
         "sessions not yet admitted opened on one peer's PEER introductions (member lists included; one of "
         "this node's own seeds: up to max-handshaking), or on HELOs from one address",
         default=8)
+    max_sessions_per_address: int = _doc(
+        "admitted sessions whose connection comes from one address, once max-sessions is reached: a HELO from "
+        "an address holding this many is not answered then, and one from another address may end a session of "
+        "an address holding more (sessions silent since their admission go first, whatever their address)",
+        default=64)
     introduction_backoff: float = _doc(
         "seconds a node introduced by PEER whose handshake failed is not dialled again on a PEER",
         default=30.0)

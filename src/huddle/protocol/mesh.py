@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Final, TypeVar
 
 from ..errors import DecodeError, LocalProtocolError
-from ..ids import NodeId
+from ..ids import NodeId, address_of
 from ..limits import MeshLimits
 from ..ratelog import RateLog
 from ..security import NodeIdentity, fingerprint, key_derived, node_id_for, verify
@@ -87,6 +87,9 @@ _LOG_EVERY: Final = 60.0
 LATE_TICK: Final = 0.5
 # The messages the mesh handles itself (membership, time, chat): no service may claim them.
 _OWN_TYPES: Final = frozenset({Helo, Gbye, Group, Time, Beat, Chat, Peer, Members})
+# Connections from a session's own address, besides its latest, that carried a HELO of the session
+# and so may carry its messages (a probe's, a re-dialled DEALER's, while the older one closes).
+_PROVEN: Final = 3
 
 
 class Phase(enum.Enum):
@@ -153,7 +156,10 @@ class _Session:
     gone_after: float = 5.0
     node_type: str = ""
     rate: int = 0  # octets per second it accepts of addressed messages (0: no limit)
-    source: str = ""  # the address its HELO came from ("" not yet known): its frames must come from there
+    # The connection its HELO came from: address and routing suffix (ids.CONN_MARK; "" not yet
+    # known): its frames must come from there, or from one of ``proven``.
+    source: str = ""
+    proven: list[str] = dataclasses.field(default_factory=list)  # earlier connections from its address
     opened_by: str = ""  # "peer:<uuid>" (a PEER) or "addr:<ip>" (a HELO): whose handshake quota it uses
     guests: int = 0  # its HELO's marco port: it hosts Noam guests (0: it does not)
     deltas: bool = False  # its HELO says it understands RAWS deltas (protocol.md 14.1)
@@ -211,7 +217,7 @@ class Stats(Counters):
     introductions_waited: int = 0  # PEERs held until a handshake slot freed
     introductions_refused: int = 0  # PEERs and discoveries not dialled: caps, back-off, introducer not ALIVE
     connect_failed: int = 0  # outgoing connections the driver could not open (EMFILE, ...)
-    foreign_frames: int = 0  # frames under a session's UUID from another address than the session's
+    foreign_frames: int = 0  # frames under a session's UUID from another connection (or address) than the session's
     auto_excluded: int = 0  # sessions ended and their incarnation refused: undecodable messages, a stuck buffer
     endpoint_changes: int = 0  # this node's own endpoint changed (set_endpoint: its address moved)
     endpoints_followed: int = 0  # an admitted peer said HELO from a new endpoint: connected there instead
@@ -225,6 +231,7 @@ class Stats(Counters):
     late_ticks: int = 0  # ticks LATE_TICK or more after their deadline: this node's loop was late
     backoffs_spared: int = 0  # introduced handshakes timed out while this node was late: not backed off
     seed_intros_skipped: int = 0  # introductions not dialled: a seed connection to that endpoint awaits its answer
+    sessions_evicted: int = 0  # admitted sessions ended to make room for a HELO (silent ones, an address over its share)
 
 
 @dataclass(slots=True)
@@ -307,7 +314,7 @@ class Mesh:
         # Frames under a session's UUID from another address: counted per address (the
         # oldest address forgotten past max-blamed-addresses), never against the session.
         self.blamed: dict[str, int] = {}
-        self._lines = RateLog(log, period=_LOG_EVERY)  # per kind: decode, foreign, helo, intro
+        self._lines = RateLog(log, period=_LOG_EVERY)  # per kind: decode, foreign, helo, intro, evict
         self._intro_backoff: dict[NodeId, float] = {}  # introduced nodes whose handshake failed -> until
         # HELOs that came while no handshake slot was free: answered, oldest first, when one frees
         # (an honest crowd joining at once, many nodes behind one address), dropped after handshake_timeout.
@@ -555,11 +562,14 @@ class Mesh:
         """Handle the frames of one message from the ROUTER.  True if it was
         accepted, False if it was dropped (and counted).
 
-        ``source`` is the address the message came from ("" if the driver cannot
-        tell: then no address is checked).  A session is bound to the address of
-        the HELO that opened it; a message under its UUID from another address is
-        dropped and counted against that address (``blamed``), never against the
-        session, except a HELO once the session is SUSPECT (the peer moved)."""
+        ``source`` is the connection the message came from: its address, and the
+        sender's routing suffix if it has one (ids.CONN_MARK; "" if the driver cannot
+        tell: then nothing is checked).  A session is bound to the connection of the
+        HELO that opened it (and of the later HELOs it took from that address); a
+        message under its UUID from another connection is dropped and counted against
+        that address (``blamed``), never against the session, except a HELO from the
+        session's own address (a restart, a probe; judged as any HELO) or, once the
+        session is SUSPECT, from another (the peer moved)."""
         if len(frames) == 3 and frames[1] == b"CHAT":
             event = self.receive_chat(frames, now, source)  # counted there, if it takes the message
             if event is not None:
@@ -578,7 +588,7 @@ class Mesh:
             self.stats.decode_errors += 1
             limit = self.timing.exclude_after_errors
             s = self._sessions.get(frames[0]) if frames and isinstance(frames[0], bytes) else None  # type: ignore[call-overload]
-            if s is not None and source and s.source and s.source != source:
+            if s is not None and source and not self._from_session(s, source):
                 self._blame(source, now)  # not the session's connection: never towards its exclusion
             elif s is not None and s.admitted and limit:
                 s.errors += 1
@@ -589,13 +599,19 @@ class Mesh:
             return False
         if source:
             s = self._sessions.get(msg.sender)
-            if (s is not None and s.source and s.source != source
-                    and not (isinstance(msg, Helo) and s.phase is Phase.SUSPECT)):
+            if (s is not None and not self._from_session(s, source)
+                    and not (isinstance(msg, Helo) and (s.phase is Phase.SUSPECT
+                                                        or address_of(source) == address_of(s.source)))):
                 self._blame(source, now)
                 return False
         if msg.sender in self._counts:
             self._counts[msg.sender][1] += len(frames[2]) if len(frames) == 3 else len(frames[2]) + len(frames[3])
         return self.handle(msg, now, source)
+
+    @staticmethod
+    def _from_session(s: _Session, source: str) -> bool:
+        """Whether ``source`` is a connection ``s`` is bound to (any, before its first HELO)."""
+        return not s.source or s.source == source or source in s.proven
 
     def receive_chat(self, frames: list[bytes], now: float, source: str = "") -> ChatReceived | None:
         """CHAT's fast path (docs/architecture.md, "The CHAT fast path"): the commonest message,
@@ -726,7 +742,7 @@ class Mesh:
         if node_id_for(m.key) != m.sender and (derived or self.secure):
             return f"the key {fingerprint(m.key)} does not give this id"
         if (s is not None and s.incarnation == m.incarnation and s.helo_at and source and s.source
-                and source != s.source and m.at <= s.helo_at):
+                and address_of(source) != address_of(s.source) and m.at <= s.helo_at):
             # Only where it would move the session: from its own address HELOs may cross on two
             # connections (a probe's, the session's) and arrive out of order, harmlessly.
             return "a HELO of its session no newer than the last, from another address"
@@ -768,7 +784,9 @@ class Mesh:
             if conn is None:
                 conn = self._adopt_probe(m.sender, m.endpoint)
             if conn is None:
-                key = f"addr:{source}" if source else ""
+                key = f"addr:{address_of(source)}" if source else ""
+                if len(self._sessions) >= self.limits.max_sessions:
+                    self._make_room(address_of(source), now)
                 if not self._room(key):
                     self._wait(m, source, now)
                     return False
@@ -792,6 +810,9 @@ class Mesh:
         else:
             self._moving.pop(m.sender, None)  # it answered a HELO: it knows our endpoint
         s.incarnation = m.incarnation
+        # From another connection of its address, only a HELO newer than the last binds it: one
+        # crossing ours out of order (on a probe's connection) is answered, and binds nothing.
+        newer = not m.key or m.at > s.helo_at or not s.source
         if m.key:
             s.key = m.key
             s.verified = node_id_for(m.key) == m.sender
@@ -802,8 +823,8 @@ class Mesh:
         s.rate = m.rate
         s.guests = m.guests
         s.deltas = m.deltas
-        if source:
-            s.source = source
+        if source and source != s.source and newer:
+            self._bind(s, source)
         if m.beat:
             # Its node type says how often it beats and how many beats may be lost
             # (clamped: a HELO must not keep a silent ghost for long).
@@ -813,6 +834,22 @@ class Mesh:
         if s.phase is Phase.CONNECTING:
             s.phase = Phase.HANDSHAKE
         return True
+
+    @staticmethod
+    def _bind(s: _Session, source: str) -> None:
+        """Bind ``s`` to the connection ``source``, whose HELO passed the identity checks.  A
+        connection from the same address it was bound to stays good too (the last _PROVEN):
+        the peer's probe, or a DEALER it re-opened while the old one drains; another address
+        (the peer moved) leaves the old one's connections nothing."""
+        if s.source and address_of(s.source) == address_of(source):
+            proven = s.proven
+            if source in proven:
+                proven.remove(source)
+            proven.append(s.source)
+            del proven[:-_PROVEN]
+        else:
+            s.proven.clear()
+        s.source = source
 
     def _on_bout(self, s: _Session, m: Group, now: float) -> bool:
         if m.group != self.group:
@@ -1366,16 +1403,51 @@ class Mesh:
         return pending < lim.max_handshaking and (
             not key or mine < (lim.max_handshaking_per_introducer if cap is None else cap))
 
+    def _make_room(self, address: str, now: float) -> None:
+        """The session table is full and a HELO from ``address`` needs a slot (protocol.md 8.6):
+        unless that address already holds ``max-sessions-per-address`` admitted sessions, end
+        one session to make room.  First one that has sent nothing since its admission, a
+        heartbeat or more ago (a ghost: a HELO and a BOUT, then silence; an honest peer beats),
+        of the address holding the most sessions, the earliest admitted; failing that, the
+        session heard from longest ago of the address holding the most, if it holds more than
+        its share.  Nothing else is ended: a table full of live peers, each address within its
+        share, refuses the newcomer as before."""
+        cap = self.limits.max_sessions_per_address
+        held: dict[str, list[_Session]] = {}
+        for x in self._sessions.values():
+            if x.admitted:
+                held.setdefault(address_of(x.source), []).append(x)
+        if len(held.get(address, ())) >= cap:
+            return
+        due = now - self.beat
+        silent = [x for x in self._sessions.values()
+                  if x.admitted and x.last_heard <= x.joined and x.joined <= due]
+        if silent:
+            victim = min(silent, key=lambda x: (-len(held[address_of(x.source)]), x.joined))
+            why = "silent since its admission"
+        else:
+            most = max(held.values(), key=len, default=[])
+            if len(most) <= cap:
+                return
+            victim = min(most, key=lambda x: x.last_heard)
+            why = f"its address holds more than {cap} sessions"
+        self.stats.sessions_evicted += 1
+        self._lines.warning("evict", now, "ended the session of %s from %s to make room for a HELO from %s: %s "
+                            "(%d so far)", victim.uuid.short, address_of(victim.source) or "?", address or "?",
+                            why, self.stats.sessions_evicted)
+        self._end(victim, f"evicted: {why}", now)
+
     def _wait(self, m: Helo | Peer, via: str, now: float) -> None:
-        """No handshake slot for this HELO (``via``: its source address) or PEER (``via``:
-        the introducer's UUID, hex) now: hold it (bounded, the oldest dropped first)."""
+        """No handshake slot for this HELO (``via``: its source, counted by its address) or PEER
+        (``via``: the introducer's UUID, hex) now: hold it (bounded, the oldest dropped first)."""
         waiting = self._waiting
         uuid = m.sender if isinstance(m, Helo) else m.peer
         waiting.pop(uuid, None)
         limit = self.limits.max_waiting_helos
         # One address or introducer holds at most a quarter of the room (at least the per-key cap):
         # a flood from one place must not push out an honest crowd's turn.
-        if sum(1 for x, v, _ in waiting.values() if v == via and type(x) is type(m)) >= max(
+        place = address_of(via)
+        if sum(1 for x, v, _ in waiting.values() if address_of(v) == place and type(x) is type(m)) >= max(
                 self.limits.max_handshaking_per_introducer, limit // 4):
             self._given_up(m, now)
             return
@@ -1415,7 +1487,7 @@ class Mesh:
             if uuid in self._sessions:
                 del waiting[uuid]
                 continue
-            key = (f"addr:{via}" if via else "") if isinstance(m, Helo) else f"peer:{m.sender}"
+            key = (f"addr:{address_of(via)}" if via else "") if isinstance(m, Helo) else f"peer:{m.sender}"
             introducer = None if isinstance(m, Helo) else self._sessions.get(m.sender)
             if not self._room(key, None if introducer is None else self._introducer_cap(introducer)):
                 if not self._room(""):
@@ -1444,9 +1516,10 @@ class Mesh:
         table[uuid] = now + self.limits.introduction_backoff
 
     def _blame(self, source: str, now: float) -> None:
-        """A message under a session's UUID came from another address than the session's."""
+        """A message under a session's UUID came from another connection than the session's."""
         self.stats.foreign_frames += 1
         blamed = self.blamed
+        source = address_of(source)  # counted per address, whichever of its connections
         n = blamed.pop(source, 0) + 1  # re-inserted last: the most recent address
         if n == 1:
             while blamed and len(blamed) >= self.limits.max_blamed_addresses:

@@ -14,9 +14,16 @@ Receiving is bounded in bytes as well as messages: ZeroMQ queues at most
 and the driver hands over batches of at most ``receive_batch_bytes`` octets
 (and RECV_BATCH messages) before it lets the event loop run again.  Each
 message is handed over with the address it came from (``Peer-Address``), so
-that the mesh can tie a session to its connection.  The ROUTER does not hand
-an identity over to a second connection (the first keeps it); TCP keep-alive
-frees the identity of a connection that went dead within seconds.
+that the mesh can tie a session to its connection.  Each DEALER's identity is
+the node's UUID followed by a random suffix of its own (``CONN_SUFFIX`` octets,
+kept when ZeroMQ reconnects it or a key rotation re-opens it), so no two
+connections share a routing identity: a connection opened under another node's
+UUID holds nothing of that node's (docs/protocol.md 2.1).  The receiving side
+hands the UUID on as the sender frame and the suffix with the address, as
+``<address>#<suffix hex>`` (a bare UUID, an older node's, with the address alone).
+The ROUTER does not hand an identity over to a second connection (the first
+keeps it: a reconnect of the same DEALER); TCP keep-alive frees the identity of
+a connection that went dead within seconds.
 
 No ZeroMQ heartbeats (ZMTP PING/PONG) on the ROUTER: with them, libzmq 4.3.5
 aborts the whole process (``Assertion failed: !_io_error
@@ -44,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import random
 import time
 from collections import deque
@@ -54,7 +62,7 @@ from typing import cast
 import zmq
 import zmq.backend
 
-from ..ids import NodeId
+from ..ids import CONN_MARK, CONN_SUFFIX, NodeId
 from ..limits import MeshLimits
 from ..ratelog import RateLog
 from ..security import CurveKeypair
@@ -91,6 +99,8 @@ LOG_EVERY = 10.0  # seconds between two warnings of one kind of failure
 # recovery (anti-entropy, HELO again each heartbeat).  Only for the milliseconds of a handshake.
 MAX_UNCONFIRMED = 1024
 MAX_UNCONFIRMED_OCTETS = 1 << 20
+_UUID = 16  # octets of a node's UUID, the start of a DEALER's routing identity
+_ROUTING_ID = _UUID + CONN_SUFFIX  # a DEALER's identity: its node's UUID and its own suffix
 
 
 def _send_parts(sock: zmq.Socket[bytes], frames: list[bytes]) -> zmq.MessageTracker | None:
@@ -158,6 +168,7 @@ class Conn:
     confirmed: bool = False
     unconfirmed: list[list[bytes]] | None = None
     unconfirmed_octets: int = 0
+    suffix: bytes = b""  # the random end of its routing identity (after our UUID): kept by a re-dial
 
 
 class ZmqTransport:
@@ -299,9 +310,16 @@ class ZmqTransport:
                         guard.stats.dropped_messages += 1
                         continue
                     # The address the message came from (~0.5 us a message, the head's own
-                    # "more" flag saving the getsockopt it would otherwise take).
-                    sources.append(cast(str, head.get("Peer-Address")))
-                    parts = [head.bytes]
+                    # "more" flag saving the getsockopt it would otherwise take), and the
+                    # connection: the routing identity's suffix after the sender's UUID.
+                    address = cast(str, head.get("Peer-Address"))
+                    rid = head.bytes
+                    if len(rid) == _ROUTING_ID:
+                        sources.append(address + CONN_MARK + rid[_UUID:].hex())
+                        parts = [rid[:_UUID]]
+                    else:  # an older node's bare UUID (or a malformed one, which decoding refuses)
+                        sources.append(address)
+                        parts = [rid]
                     more: object = head.more
                     while more:
                         # Each frame as a zmq.Frame: its own "more" flag saves a getsockopt(RCVMORE)
@@ -364,23 +382,24 @@ class ZmqTransport:
             last = self._last_closed
             if last is not None and last[:2] == (conn, endpoint):  # re-opened (a HELO from a new endpoint)
                 key = self.guard.dial_key(last[2]) or key  # with the key that worked there
+        suffix = os.urandom(CONN_SUFFIX)
         try:
-            sock = self._dealer(conn, endpoint, key)
+            sock = self._dealer(conn, endpoint, key, suffix)
         except zmq.ZMQError as exc:
             self._failed(conn, endpoint, exc)
             return False
-        c = self.conns[conn] = Conn(sock=sock, endpoint=endpoint)
+        c = self.conns[conn] = Conn(sock=sock, endpoint=endpoint, suffix=suffix)
         if key is not None:
             c.key_id, c.tried = key.key_id, [key.key_id]
             if self._rotating():
                 c.unconfirmed = []
         return True
 
-    def _dealer(self, conn: int, endpoint: str, key: DialKey | None) -> zmq.Socket[bytes]:
+    def _dealer(self, conn: int, endpoint: str, key: DialKey | None, suffix: bytes) -> zmq.Socket[bytes]:
         sock: zmq.Socket[bytes] | None = None
         try:
             sock = self.ctx.socket(zmq.DEALER)
-            sock.setsockopt(zmq.IDENTITY, bytes(self.identity))
+            sock.setsockopt(zmq.IDENTITY, bytes(self.identity) + suffix)
             sock.setsockopt(zmq.SNDHWM, self.sndhwm)
             sock.setsockopt(zmq.SNDTIMEO, 0)
             sock.setsockopt(zmq.LINGER, 0)
@@ -460,7 +479,7 @@ class ZmqTransport:
             self.links.unwatch(conn)
         c.sock.close(linger=0)
         try:
-            c.sock = self._dealer(conn, c.endpoint, key)
+            c.sock = self._dealer(conn, c.endpoint, key, c.suffix)
         except zmq.ZMQError as exc:
             self.conns.pop(conn, None)
             self._failed(conn, c.endpoint, exc)
