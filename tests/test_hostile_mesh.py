@@ -249,3 +249,71 @@ def test_an_honest_crowd_on_one_machine_is_not_taken_for_a_flood(cluster: Cluste
     waited = sum(node_stats(n.api)["helos_waited"] + node_stats(n.api)["introductions_waited"] for n in nodes)
     assert waited > 0, "the caps were never reached"
     assert sum(node_stats(n.api)["introductions_refused"] for n in nodes) == 0
+
+
+def test_a_silent_connection_under_a_members_id_does_not_keep_it_out_while_it_restarts(cluster: Cluster) -> None:
+    """Carol restarts while someone holds a connection to alice under carol's UUID (a bare
+    16-octet routing id, as every DEALER had before) and says nothing that counts: carol is
+    back as fast as without it (the rejoin tests' 5 s), not once the squatter leaves."""
+    alice = cluster.start("alice", beacon=False)
+    seed = endpoint_of(alice.api).removeprefix("tcp://")
+    carol = cluster.start("carol", "--seed", seed, beacon=False)
+    wait_for(lambda: cluster.mesh_complete([alice, carol]), 20, "mesh")
+    carol_id = node_uuid(carol.api)
+    carol.signal(signal.SIGKILL)
+    carol.wait()
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    try:
+        errors = node_stats(alice.api)["decode_errors"]
+        squatter = raw_dealer(ctx, endpoint_of(alice.api), bytes(carol_id))
+        squatter.send_multipart([b"WHAT", b"?"])  # read: its connection holds that routing id at alice
+        wait_for(lambda: node_stats(alice.api)["decode_errors"] > errors, 10, "the squatter's connection to be read")
+        carol = cluster.start("carol", "--seed", seed, beacon=False)
+        started = time.monotonic()
+        wait_for(lambda: cluster.mesh_complete([alice, carol]), 5, "carol back while the squatter stays")
+        assert time.monotonic() - started < 5.5
+        squatter.send_multipart([b"BEAT", b""])  # under carol's UUID, not on carol's connection
+        wait_for(lambda: node_stats(alice.api)["foreign_frames"] >= 2, 5, "the squatter's frames to be blamed")
+    finally:
+        ctx.destroy(linger=0)
+    still_serving(cluster, [alice, carol])
+
+
+def test_waves_of_ghost_helos_from_one_address_leave_room_for_a_newcomer(cluster: Cluster) -> None:
+    """Ghosts (HELO and BOUT under fresh keys, then silence) from 127.0.0.2 fill alice's session
+    table, in waves; a newcomer from another address is still admitted at once, in place of a
+    silent ghost, and the ghosts' address, over its share, gets no more."""
+    alice = cluster.start("alice", "--limit", "mesh.max-sessions=16", "--limit", "mesh.max-sessions-per-address=4")
+    bob = cluster.start("bob")
+    wait_for(lambda: cluster.mesh_complete([alice, bob]), 20, "mesh")
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    endpoint = endpoint_of(alice.api)
+    received = node_stats(alice.api)["received"]
+    try:
+        for _ in range(3):
+            socks = []
+            for _ in range(20):
+                key = NodeIdentity.generate()
+                sock = raw_dealer(ctx, endpoint, bytes(key.node_id), source="127.0.0.2")
+                send(sock, signed_helo(key, dead_endpoint(), "ghost", "77" * 8, beat=60.0, lost=100))
+                send(sock, Group(key.node_id, group=GROUP))
+                socks.append(sock)
+            received += 40
+            wait_for(lambda target=received: node_stats(alice.api)["received"] >= target, 10, "the wave to arrive")
+            for sock in socks:
+                sock.close(linger=2000)
+        wait_for(lambda: sum(p["state"] == "alive" for p in get(alice.api, "/api/v1/peers")) == 16, 10,
+                 "the ghosts to fill alice's table")
+        assert node_stats(alice.api)["helos_refused"] + node_stats(alice.api)["helos_waited"] > 0
+        t0 = time.monotonic()
+        carol = cluster.start("carol")
+        honest = [alice, bob, carol]
+
+        def admitted() -> bool:  # every honest node alive at every other (alice still holds ghosts too)
+            return all(alive_names(n.api) >= {m.name for m in honest if m is not n} for n in honest)
+        wait_for(admitted, 15, "the newcomer to be admitted")
+        assert time.monotonic() - t0 < 15
+        assert node_stats(alice.api)["sessions_evicted"] >= 1
+        assert sum(p["state"] == "alive" for p in get(alice.api, "/api/v1/peers")) <= 16
+    finally:
+        ctx.destroy(linger=2000)
