@@ -193,3 +193,17 @@ def test_after_a_restart_junk_gives_way_and_members_vouched_for_before_stay(tmp_
     assert [sum(k.node_id in held for k in junk), sum(bool(store.heads_in(k.node_id, 1, 2)) for k in junk)] == [8, 8]
     assert set(store.vouched()) == {VILLAIN.node_id, honest, newcomer} | {k.node_id for k in made_up(5, 500)}
     store.close()
+
+
+def test_a_key_of_the_trust_list_is_vouched_for_before_it_is_ever_admitted() -> None:
+    """Allow-list mode: the node vouches for its trust list's keys at start (node.py), so their
+    records forwarded by others are stored even with the table full."""
+    r = replicator(MemoryStore())
+    villain = admit(r, VILLAIN, 1, VILLAIN_HOST)
+    honest = admit(r, HONEST, 2, "10.0.0.4")
+    flood(r, villain, made_up(40))
+    r.vouch([NEWCOMER.node_id])
+    r.on_xmsg(honest, signed(NEWCOMER, 2, honest), 3.0, 3.0)
+    assert r.sources[NEWCOMER.node_id].contig == 2 and r.stats.sources_evicted == 1
+    assert r.stats.vouches_refused == 0
+    r.take_actions()
