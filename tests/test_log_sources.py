@@ -11,6 +11,7 @@ from pathlib import Path
 from huddle import NodeId
 from huddle.limits import LogLimits
 from huddle.log import SqliteStore
+from huddle.log.export import export
 from huddle.protocol.logchain import GENESIS, chain_hashes, sign_head
 from huddle.protocol.replication import EventStore, MemoryStore, Replicator
 from huddle.protocol.service import PeerFacts
@@ -192,7 +193,11 @@ def test_after_a_restart_junk_gives_way_and_members_vouched_for_before_stay(tmp_
     # The evicted are gone from disk, records and heads; the 8 made-up sources left give way next.
     assert [sum(k.node_id in held for k in junk), sum(bool(store.heads_in(k.node_id, 1, 2)) for k in junk)] == [8, 8]
     assert set(store.vouched()) == {VILLAIN.node_id, honest, newcomer} | {k.node_id for k in made_up(5, 500)}
+    # What reads the whole log takes it as it is: the start's integrity check, the export.
+    assert store.verify().bad == 0
     store.close()
+    (tmp_path / "node-id").write_text(str(ME.node_id))
+    assert export(tmp_path, tmp_path / "out", "jsonl") == sum(held.values())
 
 
 def test_a_key_of_the_trust_list_is_vouched_for_before_it_is_ever_admitted() -> None:
