@@ -316,7 +316,6 @@ class _Peer:
     idle_at: float = float("-inf")  # ... the next such time (a GSIP between does not move it)
     unacked: int = 0  # records of a catch-up we asked it for, received since our last GSIP to it
     forwarder: str = ""  # whose quota of sources no one vouches for it uses: "addr:<ip>" (else "peer:<uuid>")
-    address: str = ""  # where its session came from ("": not known)
 
 
 @dataclass(slots=True)
@@ -443,8 +442,7 @@ class Replicator:
                 self._vouched_from[address] = self._vouched_from.get(address, 0) + 1
         self._introduced: dict[NodeId, str] = {}  # a source no one vouches for -> the forwarder that brought it
         self._introductions: dict[str, int] = {}  # forwarder -> sources tracked that it brought, held now
-        self._peers = {peer: _Peer(conn=p.conn, phase=p.phase, forwarder=p.forwarder, address=p.address)
-                       for peer, p in self._peers.items()}
+        self._peers = {peer: _Peer(conn=p.conn, phase=p.phase, forwarder=p.forwarder) for peer, p in self._peers.items()}
         self._asks: dict[NodeId, _Ask] = {}  # source -> whom we asked for its missing records
         self._best: dict[NodeId, int] = {}  # source -> the most any peer is known to hold
         self._lacking: set[NodeId] = {s for s, st in self.sources.items() if st.ahead}
@@ -761,7 +759,7 @@ class Replicator:
         phase = self._rng.random()
         address = "" if facts is None else facts.address
         forwarder = f"addr:{address}" if address else f"peer:{peer.hex()}"
-        self._peers[peer] = p = _Peer(conn=conn, phase=phase, forwarder=forwarder, address=address)
+        self._peers[peer] = p = _Peer(conn=conn, phase=phase, forwarder=forwarder)
         self.vouch((peer,), address or f"peer:{peer.hex()}")
         p.idle_at = _on_grid(now + BUSY_POLL, self._idle_every(), phase)
         self._send_gsip(peer, now)
