@@ -247,3 +247,31 @@ def test_one_small_gsip_is_answered_with_one_window(
     raw.leave()
     replicates(cluster, pair)
     healthy(alice)
+
+
+def test_made_up_sources_filling_the_limit_do_not_keep_a_newcomer_out_before_or_after_a_restart(
+    cluster: Cluster, ctx: zmq.Context[zmq.Socket[bytes]],
+) -> None:
+    """issue 31 part 4: made-up sources fill log.max-sources (here 40); a newcomer's events are
+    still stored, in the place of made-up ones, and again after alice restarts on that log."""
+    limit = ("--limit", "log.max-sources=40")
+    alice = cluster.start("alice", *limit)
+    raw = admitted(ctx, alice)
+    raw.xmsg([row(made_up(i), 1) for i in range(100)])
+    wait_for(lambda: len(summary(alice.api)["version_vector"]) == 39, 20, "the made-up sources to fill the table")
+    assert log_stats(alice.api)["sources_refused"] == 100 - 39
+    raw.leave()
+    for name in ("carol", "dave"):  # a newcomer; then alice restarts on the full log and meets another
+        newcomer = cluster.start(name)
+        pair = [alice, newcomer]
+        wait_for(lambda pair=pair: cluster.mesh_complete(pair), 20, "mesh")
+        rec = emitted(newcomer, name)
+        wait_for(lambda api=alice.api, rec=rec: summary(api)["version_vector"].get(rec["source"]) == rec["seq"], 20,
+                 f"{name}'s event to reach alice")
+        assert len(summary(alice.api)["version_vector"]) <= 40 and log_stats(alice.api)["sources_evicted"] >= 1
+        newcomer.signal(signal.SIGTERM)
+        newcomer.wait(20)
+        alice.signal(signal.SIGTERM)
+        alice.wait(20)
+        alice = cluster.start("alice", *limit)
+    healthy(alice)

@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from huddle.simhostile import ATTACKS, run_hostile_scenario
+from huddle.simhostile import ATTACKS, run_hostile_scenario, run_sources_scenario
 
 # Part of the seeds in CI (each takes a few seconds); `huddle simulate --hostile --runs N` runs more.
 SEEDS = range(12)
@@ -53,3 +53,16 @@ def test_a_hostile_seed_replays_exactly() -> None:
         logging.disable(logging.NOTSET)
     assert a.stats == b.stats
     assert a.rerun == "huddle simulate --hostile --nodes 5 --events 120 --attacks 10 --seed 5"
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_members_filling_the_sources_limit_do_not_keep_a_newcomers_events_out(seed: int) -> None:
+    """Hostile members send made-up signed sources past log.max-sources (protocol.md 12.2): an
+    honest newcomer's events still reach every honest node, in the place of made-up sources."""
+    logging.disable(logging.WARNING)
+    try:
+        result = run_sources_scenario(seed=seed)
+    finally:
+        logging.disable(logging.NOTSET)
+    assert result.converged, f"{result.problems} -- rerun: {result.rerun}"
+    assert result.stats["sources_evicted"] > 0 and result.stats["sources_refused"] > 0

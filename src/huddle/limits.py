@@ -103,8 +103,13 @@ class LogLimits:
     (docs/limits.md, "Log")."""
 
     max_sources: int = _doc("sources (node UUIDs) the log tracks in all", default=4096)
-    max_new_sources_per_peer: int = _doc("new sources one peer may introduce during its session", default=1024)
+    max_new_sources_per_peer: int = _doc(
+        "sources no one vouches for that one forwarder (one address: a new id does not renew it) has the log track "
+        "at once", default=1024)
     max_new_sources_per_message: int = _doc("new sources one XMSG or GSIP may introduce", default=256)
+    max_vouched_per_address: int = _doc(
+        "node ids admitted from one address that the log vouches for (their sources are never evicted)",
+        default=1024)
     max_gap_ranges: int = _doc("disjoint ranges held beyond a gap, per source", default=1024)
     max_ask_ranges: int = _doc("missing ranges of one source asked for in one GSIP", default=1000)
     serve_records: int = _doc("records sent in answer to one GSIP, across all its asks", default=20_000)

@@ -377,6 +377,9 @@ class Node:
         driver.attach(mesh, transport)
         stack.callback(self._leave)  # a start that fails half-way still says GBYE to the peers it met
         self._replicator = mesh.service(Replicator)
+        allow = self.allow_list
+        if allow is not None and self._replicator is not None:  # the trust list's keys are vouched for (12.2)
+            self._replicator.vouch(node_id_for(k.public_key) for k in allow.trust.entries())
         self.desk.reload(store.of_kind(DOC_KIND))
         settings = PostSettings(policy=Policy.parse(cfg.posts_policy), chunk_size=cfg.posts_chunk,
                                 interval=cfg.posts_interval, require_seal=cfg.group_secret is not None)

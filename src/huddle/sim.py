@@ -23,6 +23,7 @@ from .doc import DocEngine, to_xml
 from .errors import DecodeError
 from .gcutil import few_collections
 from .ids import NodeId
+from .limits import LogLimits
 from .log.export import event_schema, write_tables
 from .protocol import Connect, Disconnect, Event, Mesh, Notify, Send, Timing
 from .protocol.delivery import Delivery, DeliveryTiming
@@ -127,6 +128,7 @@ class SimNetwork:
         picture: PictureTiming | None = None,
         rate: int = 0,
         log_signer: LogSigner | None = None,
+        log_limits: LogLimits | None = None,
     ) -> SimNode:
         if endpoint is None:
             # Each node on a host of its own, as on a real network: the mesh binds a
@@ -152,7 +154,7 @@ class SimNetwork:
         if log and store is None:
             store = MemoryStore()
         services = build_services(node_id, now=self.now + skew, store=store, log_timing=log_timing,
-                                  delivery=delivery, picture=picture, log_signer=log_signer)
+                                  log_limits=log_limits, delivery=delivery, picture=picture, log_signer=log_signer)
         mesh = Mesh(
             node_id, name=name, group=group, endpoint=endpoint,
             incarnation=self.rng.randbytes(8).hex(), now=self.now + skew, timing=timing,
@@ -175,6 +177,7 @@ class SimNetwork:
             uuid=None if lose_data else node.mesh.uuid, timing=node.mesh.timing, skew=node.clock_skew,
             log=node.store is not None, store=store,
             log_timing=None if node.store is None else node.log.timing,
+            log_limits=None if node.store is None else node.log.limits,
             delivery=None if (d := node.mesh.service(Delivery)) is None else d.timing,
             node_type=node.mesh.node_type, picture=node.pictures.timing, rate=node.mesh.rate,
         )

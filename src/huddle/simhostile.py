@@ -34,6 +34,7 @@ from nacl.signing import SigningKey
 
 from .gcutil import few_collections
 from .ids import NodeId
+from .limits import LogLimits
 from .protocol import Timing
 from .protocol.logchain import GENESIS, chain_hashes, sign_head
 from .protocol.replication import MemoryStore
@@ -42,7 +43,8 @@ from .sim import ScenarioResult, SimNetwork, SimNode
 from .wire import MAX_BODY, LogRecord, Xmsg, encode
 from .wire.messages import MAX_SEQ
 
-__all__ = ["ATTACKS", "HostileBounds", "attack_frames", "run_forger_scenario", "run_hostile_scenario"]
+__all__ = ["ATTACKS", "HostileBounds", "attack_frames", "run_forger_scenario", "run_hostile_scenario",
+           "run_sources_scenario"]
 
 
 @dataclass(frozen=True)
@@ -387,3 +389,85 @@ def _run_forger(*, seed: int, nodes: int, events: int, settle: float) -> Scenari
 
 def _seeded_key(rng: random.Random) -> SigningKey:
     return SigningKey(rng.randbytes(32))
+
+
+# ------------------------------------------------------------- members that fill the sources limit
+
+
+def run_sources_scenario(*, seed: int, nodes: int = 4, villains: int = 3, made_up: int = 40, events: int = 30,
+                         settle: float = 30.0) -> ScenarioResult:
+    """``nodes`` honest members and ``villains`` hostile ones, each on a host of its own, with
+    ``log.max-sources`` 48 (``max-new-sources-per-peer`` 32).  Every hostile member sends every
+    honest node records of ``made_up`` made-up sources of its own, validly signed (a key per
+    source), until the honest nodes' tables are full; an honest newcomer joins then and
+    records events.  What must hold (protocol.md 12.2, sources no one vouches for are
+    reclaimable): the newcomer's events, and every honest event, reach every honest node; no
+    node tracks more than 48 sources; made-up sources were evicted to make room."""
+    with few_collections():
+        return _run_sources(seed=seed, nodes=nodes, villains=villains, made_up=made_up, events=events,
+                            settle=settle)
+
+
+def _run_sources(*, seed: int, nodes: int, villains: int, made_up: int, events: int,
+                 settle: float) -> ScenarioResult:
+    rng = random.Random(seed)
+    net = SimNetwork(seed=seed, latency=0.001 + rng.random() * 0.004)
+    start = net.now
+    fast = Timing(heartbeat_interval=0.5, suspect_after=1.5, gone_after=3.0, handshake_timeout=2.0)
+    limits = LogLimits(max_sources=48, max_new_sources_per_peer=32, max_new_sources_per_message=64)
+    honest = [net.add(f"n{i}", "sim", store=MemoryStore(), timing=fast, log_limits=limits) for i in range(nodes)]
+    hostile = [net.add(f"villain{j}", "sim", store=MemoryStore(), timing=fast) for j in range(villains)]
+    for i, node in enumerate([*honest[1:], *hostile], 1):
+        other = honest[rng.randrange(min(i, nodes))]
+        node.mesh.discovered(other.mesh.uuid, other.mesh.endpoint, net.now)
+    net.run(3.0)
+    originated: dict[bytes, int] = {}
+
+    def record(node: SimNode) -> None:
+        local = net.local(node)
+        node.log.append("score", json.dumps(rng.randrange(1000)), local, node.mesh.mesh_time(local))
+        originated[bytes(node.mesh.uuid)] = originated.get(bytes(node.mesh.uuid), 0) + 1
+
+    for _ in range(events // 2):
+        record(rng.choice(honest))
+        net.run(rng.random() * 0.1)
+    for villain in hostile:  # each member's made-up sources, signed, to every honest node
+        host = villain.mesh.endpoint.removeprefix("tcp://").rpartition(":")[0]
+        records: list[LogRecord] = []
+        heads = []
+        for _ in range(made_up):
+            key = NodeIdentity(_seeded_key(rng))
+            run = tuple(LogRecord(key.node_id, q, 1.0, "x", "1") for q in range(1, rng.randrange(2, 4)))
+            records += run
+            heads.append((GENESIS, sign_head(key, key.node_id, len(run), chain_hashes(GENESIS, run)[-1])))
+        msg = Xmsg(villain.mesh.uuid, tuple(records), tuple(heads))
+        for victim in honest:
+            net.deliver_raw(victim.mesh.endpoint, encode(msg), net.latency, host)
+        net.run(0.5)
+    net.run(3.0)
+    problems = [f"{n.mesh.name} tracks {len(n.log.sources)} sources, not the 48 of a full table"
+                for n in honest if len(n.log.sources) < limits.max_sources]
+    newcomer = net.add("newcomer", "sim", store=MemoryStore(), timing=fast, log_limits=limits)
+    newcomer.mesh.discovered(honest[0].mesh.uuid, honest[0].mesh.endpoint, net.now)
+    net.run(3.0)
+    everyone = [*honest, newcomer]
+    for _ in range(events - events // 2):
+        record(rng.choice(everyone))
+        net.run(rng.random() * 0.1)
+    deadline = net.now + settle
+    check = ["not run"]
+    while net.now < deadline:
+        net.run(1.0)
+        check = _check(everyone, originated, HostileBounds(sources=limits.max_sources))
+        if not check:
+            break
+    problems += check
+    stats: dict[str, int] = {}
+    for node in everyone:
+        for k, v in node.log.stats.as_dict().items():
+            stats[k] = stats.get(k, 0) + v
+    return ScenarioResult(
+        seed=seed, converged=not problems, problems=problems[:20], events=sum(originated.values()),
+        nodes=len(everyone), sim_seconds=net.now - start, stats=stats,
+        rerun=f"run_sources_scenario(seed={seed}, nodes={nodes}, villains={villains}, made_up={made_up})",
+    )

@@ -132,8 +132,18 @@ class RangeStore:
         self.overlaps: list[str] = []
         self.committed = 0
         self._staged = 0
+        self.vouches: dict[NodeId, str] = {}
 
     # ---------------------------------------------------------------- port
+
+    def vouched(self) -> dict[NodeId, str]:
+        return dict(self.vouches)
+
+    def vouch(self, source: NodeId, address: str) -> None:
+        self.vouches.setdefault(source, address)
+
+    def drop_source(self, source: NodeId) -> None:
+        self.segments.pop(source, None)
 
     def load(self) -> dict[NodeId, SourceState]:
         out: dict[NodeId, SourceState] = {}

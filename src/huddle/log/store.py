@@ -70,6 +70,12 @@ CREATE TABLE IF NOT EXISTS heads (
     key       BLOB    NOT NULL,
     PRIMARY KEY (grp, source, seq)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS vouched (
+    grp     TEXT NOT NULL,
+    source  BLOB NOT NULL,
+    address TEXT NOT NULL,
+    PRIMARY KEY (grp, source)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS node_stats (
     ts     REAL NOT NULL,
     grp    TEXT NOT NULL,
@@ -229,6 +235,19 @@ class SqliteStore:
                 st = SourceState.of(q for (q,) in seqs)
             state[NodeId(source)] = st
         return state
+
+    def vouched(self) -> dict[NodeId, str]:
+        rows = self._db.execute("SELECT source, address FROM vouched WHERE grp=?", (self.group,))
+        return {NodeId(source): address for source, address in rows}
+
+    def vouch(self, source: NodeId, address: str) -> None:
+        self._begin(full=False)
+        self._db.execute("INSERT OR IGNORE INTO vouched VALUES (?,?,?)", (self.group, bytes(source), address))
+
+    def drop_source(self, source: NodeId) -> None:
+        self._begin(full=False)
+        self._db.execute("DELETE FROM events WHERE grp=? AND source=?", (self.group, bytes(source)))
+        self._db.execute("DELETE FROM heads WHERE grp=? AND source=?", (self.group, bytes(source)))
 
     def _begin(self, full: bool) -> None:
         """Open a transaction; ``full``: one that commits with synchronous=FULL

@@ -1251,7 +1251,7 @@ class Mesh:
             self._reported.add(s.uuid)
             self._notify(PeerNew(s.uuid, s.name, self.mesh_time(now)))
         if self._services:
-            facts = PeerFacts(s.incarnation or "", s.rate, s.name, s.node_type, s.deltas)
+            facts = PeerFacts(s.incarnation or "", s.rate, s.name, s.node_type, s.deltas, s.source)
             for service in self._services:
                 service.peer_up(s.uuid, s.conn, now, facts)
         # Our member list to the newcomer, if it may know fewer members than we do (it dials

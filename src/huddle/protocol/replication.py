@@ -28,6 +28,14 @@ the source document's "GSIP engine":
   records, so a catch-up of millions of events exhausts neither side's memory.
 * A node's own source is its own: records of it from others are dropped, and a
   peer's claim to hold more of it than the node wrote is not believed.
+* Sources no one vouches for are reclaimable (protocol.md 12.2): a source is
+  *vouched for* when it is this node, a peer this node admitted (now or before:
+  kept in the store), or a key of the node's trust list.  Any other source
+  counts against the forwarder that made the node track it, keyed by the
+  forwarding session's address (so a new id does not renew the quota), and is
+  evicted, records and all, the one holding least first, when a vouched-for
+  source needs its place: an admitted member's records are never refused for
+  room.
 * What a peer can make the node hold or send is bounded (:class:`LogLimits`):
   the sources it may introduce (per message, per peer, in all), the ranges
   held beyond a gap, and what one GSIP is served (records and octets, across
@@ -180,6 +188,16 @@ class EventStore(Protocol):
 
     def load(self) -> dict[NodeId, SourceState]: ...
 
+    def vouched(self) -> dict[NodeId, str]:
+        """The sources vouched for (:meth:`vouch`), each with the address it was vouched for from."""
+
+    def vouch(self, source: NodeId, address: str) -> None:
+        """Keep ``source`` as vouched for (with the next commit); ``address``: where its
+        session came from ("" when none did: the trust list)."""
+
+    def drop_source(self, source: NodeId) -> None:
+        """Delete every record and head of ``source`` (with the next commit): it was evicted."""
+
     def stage(self, records: Sequence[LogRecord], received_from: NodeId | None, received_at: float,
               chain: Sequence[bytes] | None = None) -> None:
         """Write ``records`` (with their chain hashes, when they have them).  Received
@@ -214,9 +232,22 @@ class MemoryStore:
         self.committed = 0
         self.chains: dict[tuple[NodeId, int], bytes] = {}
         self.heads: dict[NodeId, dict[int, LogHead]] = {}
+        self.vouches: dict[NodeId, str] = {}
 
     def load(self) -> dict[NodeId, SourceState]:
         return {source: SourceState.of(sorted(recs)) for source, recs in self.records.items()}
+
+    def vouched(self) -> dict[NodeId, str]:
+        return dict(self.vouches)
+
+    def vouch(self, source: NodeId, address: str) -> None:
+        self.vouches.setdefault(source, address)
+
+    def drop_source(self, source: NodeId) -> None:
+        for q in self.records.pop(source, {}):
+            self.receipts.pop((source, q), None)
+            self.chains.pop((source, q), None)
+        self.heads.pop(source, None)
 
     def stage(self, records: Sequence[LogRecord], received_from: NodeId | None, received_at: float,
               chain: Sequence[bytes] | None = None) -> None:
@@ -284,7 +315,7 @@ class _Peer:
     phase: float = 0.0  # its idle GSIPs go when now / (gossip_idle x S) + phase is an integer ...
     idle_at: float = float("-inf")  # ... the next such time (a GSIP between does not move it)
     unacked: int = 0  # records of a catch-up we asked it for, received since our last GSIP to it
-    introduced: int = 0  # sources it made us track
+    forwarder: str = ""  # whose quota of sources no one vouches for it uses: "addr:<ip>" (else "peer:<uuid>")
 
 
 @dataclass(slots=True)
@@ -346,6 +377,7 @@ class ReplicationStats(Counters):
     own_refused: int = 0  # records of our own source received from others: dropped
     own_claims: int = 0  # GSIP entries claiming more of our source than we wrote: not believed
     sources_refused: int = 0  # records or GSIP entries of new sources past a sources limit: dropped
+    sources_evicted: int = 0  # sources no one vouches for, dropped with their records to make room for one vouched for
     gaps_refused: int = 0  # records that would open a range past max_gap_ranges: dropped
     serve_trimmed: int = 0  # GSIPs whose asks were answered only up to serve_records / serve_bytes
     asks_deferred: int = 0  # sources not asked for yet: the GSIP was full (asked on a later tick)
@@ -355,6 +387,7 @@ class ReplicationStats(Counters):
     forgers_excluded: int = 0  # peers excluded (until they restart) after max_forgeries forged batches
     unsigned_refused: int = 0  # unsigned records refused in secure mode (a legacy, not key-bound source)
     rechained: int = 0  # own records chained and signed at start (a log from before signed heads)
+    vouches_refused: int = 0  # admitted peers not vouched for: their address vouched for max_vouched_per_address
 
 
 
@@ -397,7 +430,19 @@ class Replicator:
         counters go on; peers still up stay, as if just admitted."""
         self.sources: dict[NodeId, SourceState] = self.store.load()
         self.sources.setdefault(self.uuid, SourceState())
-        self._peers = {peer: _Peer(conn=p.conn, phase=p.phase) for peer, p in self._peers.items()}
+        # Vouched for: this node, the peers it admitted (kept in the store, with the address each
+        # was admitted from), its trust list's keys.  Sources reloaded that are none of these hold
+        # no place: they count against no forwarder (who sent them is not known) and are the first
+        # evicted when a source vouched for needs room, as junk kept across a restart must be.
+        self._vouched: dict[NodeId, str] = self.store.vouched()
+        self._vouched[self.uuid] = ""
+        self._vouched_from: dict[str, int] = {}  # address -> ids admitted from it and vouched for
+        for address in self._vouched.values():
+            if address:
+                self._vouched_from[address] = self._vouched_from.get(address, 0) + 1
+        self._introduced: dict[NodeId, str] = {}  # a source no one vouches for -> the forwarder that brought it
+        self._introductions: dict[str, int] = {}  # forwarder -> sources tracked that it brought, held now
+        self._peers = {peer: _Peer(conn=p.conn, phase=p.phase, forwarder=p.forwarder) for peer, p in self._peers.items()}
         self._asks: dict[NodeId, _Ask] = {}  # source -> whom we asked for its missing records
         self._best: dict[NodeId, int] = {}  # source -> the most any peer is known to hold
         self._lacking: set[NodeId] = {s for s, st in self.sources.items() if st.ahead}
@@ -464,15 +509,98 @@ class Replicator:
 
     def _new_source(self, p: _Peer, peer: NodeId, s: NodeId, new_here: int, n: int) -> SourceState | None:
         """Track source ``s``, named by ``peer`` for the first time, if the
-        limits let it (``new_here`` other new sources came in the same message)."""
+        limits let it (``new_here`` other new sources came in the same message).
+        A source vouched for is tracked whatever its forwarder brought before, and
+        takes the place of one no one vouches for when the table is full."""
         lim = self.limits
-        if (new_here >= lim.max_new_sources_per_message or p.introduced >= lim.max_new_sources_per_peer
-                or len(self.sources) >= lim.max_sources):
-            self._refused("sources_refused", n, "dropped a new source past a sources limit", peer)
-            return None
-        p.introduced += 1
+        if s in self._vouched:
+            if len(self.sources) >= lim.max_sources and not self._evict_one():
+                self._refused("sources_refused", n, "dropped a new source past a sources limit", peer)
+                return None
+        else:
+            forwarder = p.forwarder
+            if (new_here >= lim.max_new_sources_per_message
+                    or self._introductions.get(forwarder, 0) >= lim.max_new_sources_per_peer
+                    or len(self.sources) >= lim.max_sources):
+                self._refused("sources_refused", n, "dropped a new source past a sources limit", peer)
+                return None
+            self._introductions[forwarder] = self._introductions.get(forwarder, 0) + 1
+            self._introduced[s] = forwarder
         st = self.sources[s] = SourceState()
         return st
+
+    def _evict_one(self) -> bool:
+        """Make room for a source vouched for: drop the source no one vouches for that holds
+        the fewest records (ties: the one whose forwarder brought the most, then the one
+        tracked first), with its records.  False if every source is vouched for."""
+        vouched, introduced, introductions = self._vouched, self._introduced, self._introductions
+        victim: NodeId | None = None
+        least: tuple[int, int] | None = None
+        for s, st in self.sources.items():
+            if s in vouched:
+                continue
+            rank = (st.count(), -introductions.get(introduced.get(s, ""), 0))
+            if least is None or rank < least:
+                victim, least = s, rank
+                if rank[0] == 0 and rank[1] <= -self.limits.max_new_sources_per_peer:
+                    break  # nothing held, from a forwarder at its quota: none ranks lower
+        if victim is None:
+            return False
+        self._drop(victim)
+        self.stats.sources_evicted += 1
+        self._refusals_log.warning("sources_evicted", self._now, "evicted source %s (no one vouches for it, "
+                                   "%d records) to make room for one vouched for; %d so far", victim.short,
+                                   least[0] if least else 0, self.stats.sources_evicted)
+        return True
+
+    def _drop(self, s: NodeId) -> None:
+        """Forget source ``s`` (not ours) and what peers were known to hold of it, and
+        delete its records from the store if it held any."""
+        st = self.sources.pop(s)
+        self._asks.pop(s, None)
+        self._lacking.discard(s)
+        self._best.pop(s, None)
+        for p in self._peers.values():
+            p.known.pop(s, None)
+            p.sent.pop(s, None)
+            p.sent_at.pop(s, None)
+        self._unintroduce(s)
+        if st.contig or st.ahead:
+            self.store.drop_source(s)
+            self._dirty = self._vv_changed = self._unsettled = True
+
+    def _unintroduce(self, s: NodeId) -> None:
+        """``s`` no longer counts against the forwarder that brought it."""
+        forwarder = self._introduced.pop(s, None)
+        if forwarder is not None:
+            left = self._introductions[forwarder] - 1
+            if left:
+                self._introductions[forwarder] = left
+            else:
+                del self._introductions[forwarder]
+
+    def vouch(self, sources: Iterable[NodeId], address: str = "") -> None:
+        """Vouch for ``sources`` (the node's trust list in allow-list mode; the replicator
+        itself for each peer it admits, ``address`` where its session came from): their
+        records are stored whatever the sources limits, in place of sources no one vouches
+        for.  An address vouches by admission for at most ``log.max-vouched-per-address``
+        ids; past it an id admitted from there is counted (``vouches_refused``) and not
+        vouched for."""
+        for s in sources:
+            if s in self._vouched:
+                continue
+            if address:
+                n = self._vouched_from.get(address, 0)
+                if n >= self.limits.max_vouched_per_address:
+                    self.stats.vouches_refused += 1
+                    self._refusals_log.warning("vouches_refused", self._now, "did not vouch for %s: its address "
+                                               "%s vouched for %d ids already", s.short, address, n)
+                    continue
+                self._vouched_from[address] = n + 1
+            self._vouched[s] = address
+            self.store.vouch(s, address)
+            self._unintroduce(s)
+            self._dirty = True
 
     # ------------------------------------------------------------- queries
 
@@ -629,7 +757,10 @@ class Replicator:
         # Its idle GSIPs at a phase of their own (protocol.md 12.3): the group's, spread over the
         # interval, keep a node hearing some peer's digest about every gossip_idle x S / peers.
         phase = self._rng.random()
-        self._peers[peer] = p = _Peer(conn=conn, phase=phase)
+        address = "" if facts is None else facts.address
+        forwarder = f"addr:{address}" if address else f"peer:{peer.hex()}"
+        self._peers[peer] = p = _Peer(conn=conn, phase=phase, forwarder=forwarder)
+        self.vouch((peer,), address or f"peer:{peer.hex()}")
         p.idle_at = _on_grid(now + BUSY_POLL, self._idle_every(), phase)
         self._send_gsip(peer, now)
 
@@ -645,9 +776,7 @@ class Replicator:
             empty = [s for s, st in self.sources.items()
                      if not st.contig and not st.ahead and s != self.uuid and s not in self._best]
             for s in empty:
-                del self.sources[s]
-                self._asks.pop(s, None)
-                self._lacking.discard(s)
+                self._drop(s)
 
     def _note_known(self, p: _Peer, s: NodeId, q: int) -> None:
         if q > p.known.get(s, 0):

@@ -66,6 +66,7 @@ class PeerFacts:
     name: str = ""
     node_type: str = ""
     deltas: bool = False  # it understands RAWS deltas (protocol.md 14.1)
+    address: str = ""  # the address its session came from ("": not known)
 
 
 class PeerSeen(NamedTuple):
