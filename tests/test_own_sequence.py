@@ -7,6 +7,8 @@ when one does.  A peer's word alone moves nothing."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pytest
 
 from huddle import NodeId
@@ -29,7 +31,7 @@ WAIT, QUIET = 2.0, 1.0
 class View:
     """The mesh as a replicator sees it: its clock (no exclusions asked for here)."""
 
-    excluded: dict[NodeId, str] = {}
+    excluded: Mapping[NodeId, str] = {}
 
     def mesh_time(self, now: float) -> float:
         return now

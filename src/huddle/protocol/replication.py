@@ -72,12 +72,13 @@ from ..ratelog import RateLog
 from ..security import node_id_for
 from ..wire import MAX_BODY, Gsip, LogHead, LogRecord, Message, Xmsg
 from ..wire.messages import MAX_SEQ, RecordBatch, check_record, checked_room, make_records
-from .events import Counters, LogAppended, Notify, Send
+from .events import Counters, LogAppended, Notify, Send, ServiceEvent
 from .logchain import GENESIS, LogSigner, chain_hashes, check_batch, key_bound, sign_head
 from .service import BUSY_POLL, DETACHED, MeshView, PeerFacts, group_scale
 
 __all__ = [
-    "EventStore", "MemoryStore", "RecordRun", "ReplicationTiming", "Replicator", "SourceState", "canonical_json",
+    "EventStore", "IdentityRetired", "MemoryStore", "RecordRun", "ReplicationTiming", "Replicator", "SourceState",
+    "canonical_json",
 ]
 
 log = logging.getLogger("huddle.replication")
@@ -333,6 +334,16 @@ class _Serve:
         return self.records <= 0 or self.octets <= 0
 
 
+@dataclass(frozen=True, slots=True)
+class IdentityRetired(ServiceEvent):
+    """This node's identity records nothing more (:attr:`Replicator.retired`): the node
+    takes a new one.  ``since``: the own sequence it held at start (what it recorded
+    after it was recorded under numbers its peers hold with other content)."""
+
+    reason: str
+    since: int
+
+
 @dataclass(slots=True)
 class _Hold:
     """The start-up window (:meth:`Replicator.hold_own`): nothing is recorded until
@@ -417,6 +428,7 @@ class Replicator:
         # our name, signed with our key, that differs from ours.
         self.retired: str | None = None
         self.reload(now)
+        self.start_top = self.sources[uuid].top  # our own records held at start
 
     def reload(self, now: float) -> None:
         """Read what the store holds afresh (the node dropped records from it: an
@@ -548,7 +560,7 @@ class Replicator:
         own = self.sources[self.uuid]
         if self._hold is not None or self.retired is not None:
             self.stats.events_refused += len(events)
-            raise LocalProtocolError(self._why_not_recording())
+            raise LocalProtocolError(self.why_not_recording())
         # Our sequence continues what we wrote: records of ours never come from
         # others unless signed with our key and continuing our chain (on_xmsg).
         first = own.top + 1
@@ -603,7 +615,7 @@ class Replicator:
         Its records are stored with the run's first record's timestamp as
         their receipt time."""
         if self._hold is not None or self.retired is not None:
-            raise LocalProtocolError(self._why_not_recording())
+            raise LocalProtocolError(self.why_not_recording())
         if run.source != self.uuid or run.first != self.next_seq or run.hops != 0:
             raise LocalProtocolError(
                 f"a run to originate must be ours, start at {self.next_seq} and have 0 hops, not {run!r}")
@@ -652,7 +664,12 @@ class Replicator:
         """Does this node record events now (not in its start-up window, its identity not retired)?"""
         return self._hold is None and self.retired is None
 
-    def _why_not_recording(self) -> str:
+    @property
+    def starting(self) -> bool:
+        """In the start-up window (:meth:`hold_own`): events wait for its end."""
+        return self._hold is not None
+
+    def why_not_recording(self) -> str:
         if self.retired is not None:
             return f"{self.retired}; this identity records nothing more, nothing was recorded"
         return ("this node is starting: it records nothing until its peers have shown what they hold in its "
@@ -682,7 +699,7 @@ class Replicator:
         return self.store.chain_of(self.uuid, seq)
 
     def _take_back(self, peer: NodeId, msg: Xmsg, run: Sequence[LogRecord], signed: tuple[list[bytes], LogHead],
-                   now: float, stamp: float) -> bool:
+                   *, now: float, stamp: float) -> bool:
         """A verified run of records in our name from ``peer`` (signed with our key):
         where it meets our chain, the same record is ours (duplicates; records past
         our top are taken back as ours); a different one retires this identity.
@@ -736,6 +753,7 @@ class Replicator:
             self._lacking.discard(self.uuid)
             self._asks.pop(self.uuid, None)
             log.error("%s; this identity records nothing more", self.retired)
+            self._actions.append(Notify(IdentityRetired(self.retired, self.start_top)))
 
     # ---------------------------------------------------- the peer service
 
@@ -821,7 +839,7 @@ class Replicator:
             hi = lo + len(run) - 1
             if s == self.uuid:  # ours come only from us: a peer cannot write in our name
                 signed = chains.get(i)
-                if signed is None or not self._take_back(peer, msg, run, signed, now, stamp):
+                if signed is None or not self._take_back(peer, msg, run, signed, now=now, stamp=stamp):
                     self._refused("own_refused", len(run), "dropped records of this node's own source from a peer",
                                   peer)
                 continue
