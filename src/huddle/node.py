@@ -568,7 +568,7 @@ class Node:
         finally:
             store.close()
         new = renew_identity(self.data_dir.path).node_id
-        take_new_identity(self.data_dir.path, new, why="sequence reused")
+        take_new_identity(self.data_dir.path, new, why="sequence-reused")
         self.renewed = {"previous": str(old), "reason": retired.reason}
         log.error("this node retired its identity %s and continues as %s (%d events to record again): %s",
                   old, new, len(self.carried), retired.reason)
