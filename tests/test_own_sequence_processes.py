@@ -63,17 +63,35 @@ def stop(node: NodeProcess) -> None:
     assert node.wait(20) == 0
 
 
-def sixty_with_a_copy_at_thirty(cluster: Cluster, tmp_path: Path) -> tuple[NodeProcess, NodeProcess, str]:
-    """a records 30 events, its data directory is copied aside (to ``tmp/a-copy``), it records
-    30 more, all reach b; a is stopped.  Returns a (stopped), b and a's id."""
+def snapshot(src: Path, dst: Path) -> None:
+    """A copy of a running node's data directory (a backup, a virtual machine's snapshot):
+    its files, the log taken whole by SQLite's backup."""
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("log.sqlite*", "lock"))
+    live, copy = sqlite3.connect(src / "log.sqlite"), sqlite3.connect(dst / "log.sqlite")
+    try:
+        live.backup(copy)
+    finally:
+        live.close()
+        copy.close()
+
+
+def sixty_with_a_copy_at_thirty(cluster: Cluster, tmp_path: Path, *, stopped: bool = False,
+                                ) -> tuple[NodeProcess, NodeProcess, str]:
+    """a records 30 events, its data directory is copied aside (to ``tmp/a-copy``: ``stopped``,
+    a stopped for it, so its mark file says 30; else a snapshot of it running), it records 30
+    more, all reach b; a is stopped.  Returns a (stopped), b and a's id."""
     a, b = cluster.start("a"), cluster.start("b")
     wait_for(lambda: cluster.mesh_complete([a, b]), 20, "mesh")
     me = uuid_of(a)
     assert [emit(a, i) for i in range(1, 31)][-1] == 30
-    stop(a)
-    shutil.copytree(tmp_path / "a", tmp_path / "a-copy")
-    a = cluster.start("a", data_dir=tmp_path / "a")
-    wait_for(lambda: cluster.mesh_complete([a, b]), 20, "a back in the mesh")
+    if stopped:
+        stop(a)
+        shutil.copytree(tmp_path / "a", tmp_path / "a-copy")
+        assert '"test": 30' in (tmp_path / "a-copy" / "log-mark.json").read_text()
+        a = cluster.start("a", data_dir=tmp_path / "a")
+        wait_for(lambda: cluster.mesh_complete([a, b]), 20, "a back in the mesh")
+    else:
+        snapshot(tmp_path / "a", tmp_path / "a-copy")
     assert [emit(a, i) for i in range(31, 61)][-1] == 60
     wait_for(lambda: get(b.api, "/api/v1/log/summary")["version_vector"].get(me) == 60, 10, "b to hold a's 60")
     stop(a)
@@ -81,7 +99,7 @@ def sixty_with_a_copy_at_thirty(cluster: Cluster, tmp_path: Path) -> tuple[NodeP
 
 
 def test_a_data_dir_restored_from_an_older_copy_takes_back_what_it_lost(cluster: Cluster, tmp_path: Path) -> None:
-    _, b, me = sixty_with_a_copy_at_thirty(cluster, tmp_path)
+    _, b, me = sixty_with_a_copy_at_thirty(cluster, tmp_path, stopped=True)
     shutil.rmtree(tmp_path / "a")
     shutil.copytree(tmp_path / "a-copy", tmp_path / "a")  # log and mark file as they were at 30
     a = cluster.start("a", data_dir=tmp_path / "a")

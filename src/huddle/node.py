@@ -98,6 +98,7 @@ class Node:
         self.carried = list(carried or ())  # (kind, body as canonical JSON) to record when recording starts
         self.renewed = renewed  # the previous identity and why it was retired (shown in info())
         self.retired: IdentityRetired | None = None  # this run's identity was retired: the next takes a new one
+        self._new_identity = False  # made at this start: no window (nothing in its name anywhere)
         self.node_type = config.type_spec()
         self.data_dir = DataDir(config.data_dir)
         self.uuid: NodeId | None = None
@@ -347,6 +348,8 @@ class Node:
             self.data_dir.lock()
             stack.callback(self.data_dir.unlock)
             stack.callback(self._renew_identity)  # after the store closed, before the unlock
+            # A new identity (a new data directory, or one just taken): no peer can hold records in its name.
+            self._new_identity = self.renewed is not None or not (self.data_dir.path / "node-id").exists()
             self.identity = load_or_create_identity(self.data_dir.path)
             self.uuid = self.data_dir.node_id(new=node_id_for(self.identity.public_key))
             if self.config.group_secret is not None and (why := own_id_refusal(self.uuid, self.identity,
@@ -422,7 +425,8 @@ class Node:
         self._replicator = mesh.service(Replicator)
         # Nothing recorded until the peers have shown what they hold in this node's name
         # (a log restored from an older copy takes back what it lost: protocol.md 12.1).
-        self.replicator.hold_own(self.local_now(), cfg.limits.log.own_wait, cfg.limits.log.own_quiet)
+        if not self._new_identity:
+            self.replicator.hold_own(self.local_now(), cfg.limits.log.own_wait, cfg.limits.log.own_quiet)
         self.desk.reload(store.of_kind(DOC_KIND))
         settings = PostSettings(policy=Policy.parse(cfg.posts_policy), chunk_size=cfg.posts_chunk,
                                 interval=cfg.posts_interval, require_seal=cfg.group_secret is not None)
@@ -535,7 +539,8 @@ class Node:
         if events and self.replicator.recording:
             self.replicator.append_many(events, self.local_now(), self.mesh_time())
             self._execute()
-            log.info("recorded %d events that waited for the start-up window's end", len(events))
+            log.info("recorded %d events that waited for the start-up window's end%s", len(events),
+                     "" if self.renewed is None else " (with those recorded under the retired identity since its start)")
 
     def _record_guest(self, kind: str, body: Any) -> LogRecord | None:
         """A guest's event: recorded, or kept for the start-up window's end (a guest may speak
