@@ -95,6 +95,7 @@ async def _node(name: str, tmp: str, seed: str | None, n: int, conn: Connection)
                 await asyncio.sleep(0.005)
             conn.send(("has",))
         elif cmd == "emit":  # the node -> node baseline, from A
+            await node.until_recording(30.0)  # its start-up window (docs/protocol.md 12.1)
             t0 = time.monotonic()
             for i in range(n):
                 node.emit("node-bench", {"i": i, "pad": "x" * 40})

@@ -274,6 +274,7 @@ async def _node_origin(n: int, k: int, batch: int, tmp: str, group_key: str | No
     await _full_mesh(node, k)
     # The events are built before the clock starts; emit_many still encodes each body.
     batches = [[(KIND, body_of(i)) for i in range(j + 1, min(n, j + batch) + 1)] for j in range(0, n, batch)]
+    await node.until_recording(30.0)  # its start-up window (docs/protocol.md 12.1)
     conn.send(("ready",))
     await benchlib.arecv(conn)  # "go"
     cpu0 = cpu_seconds()

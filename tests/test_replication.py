@@ -174,11 +174,10 @@ def test_records_lost_with_a_data_dir_are_replayed_by_the_others() -> None:
     assert check_converged([fresh, b, c]) == [] or net.settle(3.0, lambda: not check_converged([fresh, b, c]))
 
 
-def test_own_records_from_peers_are_refused_even_after_a_partial_loss() -> None:
-    """A node's own source is its own: a node that lost its last records (same
-    UUID) does not take them back from its peers, nor believe their claims; it
-    continues after what it still holds.  (A real node finds such a loss at start,
-    from its log's integrity check, and is repaired with a new UUID: huddle repair.)"""
+def test_own_records_lost_are_taken_back_from_peers_signed_with_the_nodes_key() -> None:
+    """A node that lost its last records (same UUID) takes them back from its peers:
+    they carry its own signature and continue its chain (protocol.md 12.1, "A restored
+    log"); it continues after them, so no sequence number names two records."""
     net = SimNetwork()
     a, b = group(net, 2)
     for i in range(10):
@@ -190,11 +189,11 @@ def test_own_records_from_peers_are_refused_even_after_a_partial_loss() -> None:
         del a.store.records[a.mesh.uuid][q]
     a2 = net.restart(a, rejoin=b)
     assert a2.log.own_seq == 7
-    assert net.settle(5.0, lambda: a2.log.stats.own_claims > 0)
-    net.run(3.0)
-    assert a2.log.own_seq == 7
+    assert net.settle(5.0, lambda: a2.log.own_seq == 10)
+    assert a2.log.stats.own_taken_back == 3 and a2.log.retired is None
     assert a2.log.gaps() == {}
-    assert emit(net, a2, "k", "next").seq == 8
+    assert emit(net, a2, "k", "next").seq == 11
+    assert net.settle(3.0, lambda: not check_converged([a2, b]))
 
 
 def test_partitioned_halves_merge_their_histories() -> None:

@@ -14,6 +14,7 @@ __all__ = [
     "DecodeError",
     "HuddleError",
     "LocalProtocolError",
+    "NotRecording",
     "ProtocolError",
     "RemoteProtocolError",
 ]
@@ -49,3 +50,8 @@ class DataDirLocked(HuddleError):
 
 class CutOffReadOnly(HuddleError):
     """This node's type keeps it read-only while it is cut off from every peer."""
+
+
+class NotRecording(HuddleError):
+    """This node records no event for the moment: it is starting (its peers are showing
+    what they hold in its name) or taking a new identity (docs/protocol.md 12.1)."""

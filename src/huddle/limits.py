@@ -117,6 +117,11 @@ class LogLimits:
     serve_ranges: int = _doc("ranges of one GSIP's asks answered (each may cost a read of the store)", default=4096)
     max_forgeries: int = _doc("forged batches of log records (a bad chain or signature) one peer may send before "
                               "it is excluded until it restarts (0: never excluded)", default=3)
+    own_wait: float = _doc("seconds a starting node records nothing while no peer is admitted, or while a peer "
+                           "claims more of its own records than it holds and none of them came (0: no window)",
+                           default=2.0)
+    own_quiet: float = _doc("seconds after its first peer's admission a starting node records nothing, unless a "
+                            "peer claims more of its own records", default=1.0)
 
 
 # -------------------------------------------------------------------- the HTTP API

@@ -33,12 +33,12 @@ from .discovery.interfaces import LOOPBACK
 from .doc import DOC_KIND, DocEngine
 from .doc.desk import DocumentDesk, Recording
 from .driver import MeshDriver
-from .errors import ConfigError, CutOffReadOnly, LocalProtocolError
+from .errors import ConfigError, CutOffReadOnly, LocalProtocolError, NotRecording
 from .finders import Finders
 from .ids import NodeId
 from .log import SqliteStore
 from .log.datadir import DataDir
-from .log.integrity import LogGuard
+from .log.integrity import LogGuard, take_new_identity
 from .log.stats import STATS_INTERVAL, StatRows
 from .memtune import raise_descriptor_limit
 from .posts.model import Policy
@@ -55,9 +55,18 @@ from .protocol.events import (
     ServiceEvent,
     stat_row,
 )
-from .protocol.replication import Replicator, canonical_json
+from .protocol.replication import IdentityRetired, Replicator, canonical_json
 from .protocol.stack import build_services
-from .security import GroupSecret, Keyring, NodeIdentity, TrustList, load_or_create_identity, node_id_for, own_id_refusal
+from .security import (
+    GroupSecret,
+    Keyring,
+    NodeIdentity,
+    TrustList,
+    load_or_create_identity,
+    node_id_for,
+    own_id_refusal,
+    renew_identity,
+)
 from .transport.rotation import KeyRotation
 from .transport.zap import AllowList, MeshSecurity
 from .transport.zmq_transport import ZmqTransport
@@ -80,8 +89,16 @@ EVENT_TYPES: tuple[type, ...] = typing.get_args(Event)
 class Node:
     """A running huddle node.  Create, then ``await node.run()``."""
 
-    def __init__(self, config: NodeConfig) -> None:
+    def __init__(self, config: NodeConfig, *, carried: list[tuple[str, str]] | None = None,
+                 renewed: dict[str, str] | None = None) -> None:
+        """``carried`` and ``renewed``: what the node that ran before under the identity it
+        retired left (:meth:`_renew_identity`): the events it recorded under numbers its peers
+        held with other content, recorded again once this node records, and why it changed."""
         self.config = config
+        self.carried = list(carried or ())  # (kind, body as canonical JSON) to record when recording starts
+        self.renewed = renewed  # the previous identity and why it was retired (shown in info())
+        self.retired: IdentityRetired | None = None  # this run's identity was retired: the next takes a new one
+        self._new_identity = False  # made at this start: no window (nothing in its name anywhere)
         self.node_type = config.type_spec()
         self.data_dir = DataDir(config.data_dir)
         self.uuid: NodeId | None = None
@@ -143,9 +160,16 @@ class Node:
         stats = self._driver.counters(self._finders.stats())
         stats["log_forgeries"] = {str(peer): n for peer, n in self.replicator.forgeries.items()}
         stats["security"] = None if self.security is None else self.security.stats()
-        return node_info(self.mesh, identity=self.identity, node_type=self.node_type, mesh_time=self.mesh_time(),
-                         started_at=self.started_at, read_only=self.read_only, guests=self.guests,
-                         security=None if self.security is None else self.security.describe(), stats=stats)
+        out = node_info(self.mesh, identity=self.identity, node_type=self.node_type, mesh_time=self.mesh_time(),
+                        started_at=self.started_at, read_only=self.read_only, guests=self.guests,
+                        security=None if self.security is None else self.security.describe(), stats=stats)
+        # Whether events are recorded now, and why not (starting, or this identity retired: protocol.md 12.1);
+        # the identity this node took over from, if it retired one.
+        replicator = self.replicator
+        out["recording"] = replicator.recording
+        out["not_recording"] = None if replicator.recording else replicator.why_not_recording()
+        out["identity_renewed"] = self.renewed
+        return out
 
     def system(self) -> dict[str, Any]:
         return system_picture(self.mesh, self.local_now(), self.mesh_time())
@@ -181,6 +205,21 @@ class Node:
         """True while a read-only node type (e.g. console) is cut off."""
         return self.node_type.on_cut_off == "read-only" and self._mesh is not None and self._mesh.cut_off
 
+    def _check_recording(self, n: int = 1) -> None:
+        """Events wait for the start-up window's end, and none is recorded under a retired identity."""
+        replicator = self.replicator
+        if not replicator.recording:
+            replicator.stats.events_refused += n
+            raise NotRecording(replicator.why_not_recording())
+
+    async def until_recording(self, timeout: float) -> None:
+        """Wait, at most ``timeout`` s, for the start-up window to end (protocol.md 12.1):
+        a write made as the node starts is held, not refused."""
+        deadline = time.monotonic() + timeout
+        while (self._replicator is not None and self._replicator.starting and self._replicator.retired is None
+               and time.monotonic() < deadline):
+            await asyncio.sleep(0.05)
+
     def _check_writable(self) -> None:
         if self.read_only:
             raise CutOffReadOnly(
@@ -190,8 +229,10 @@ class Node:
     def emit(self, kind: str, body: Any) -> LogRecord:
         """Record an event of this node: persisted, then sent to every peer.
         ``body`` is any JSON value.  Returns the record (source, seq, ...).
-        Raises CutOffReadOnly on a read-only node type while cut off."""
+        Raises CutOffReadOnly on a read-only node type while cut off; NotRecording while
+        it starts or after its identity was retired."""
         self._check_writable()
+        self._check_recording()
         # Checked whole (text, JSON, size, sequence) before it is recorded: a
         # LocalProtocolError here means nothing was.
         record = self.replicator.append(kind, self._body_texts([(kind, body)])[0][1], self.local_now(),
@@ -210,6 +251,7 @@ class Node:
     def emit_many(self, events: list[tuple[str, Any]]) -> list[LogRecord]:
         """Record several events in one transaction and as few messages as possible."""
         self._check_writable()
+        self._check_recording(len(events))
         now, stamp = self.local_now(), self.mesh_time()
         records = self.replicator.append_many(self._body_texts(events), now, stamp, canonical=True)
         self._execute()
@@ -301,10 +343,15 @@ class Node:
 
     async def run(self, on_ready: Callable[[Node], None] | None = None) -> None:
         """Start everything, serve until :meth:`stop`, then stop everything.  Each part
-        started is pushed on one exit stack; leaving it stops them in reverse order."""
+        started is pushed on one exit stack; leaving it stops them in reverse order.
+        It also returns when this identity was retired (:attr:`retired`; protocol.md 12.1):
+        the data directory has a new one then, and :func:`run_node` starts a new node on it."""
         async with contextlib.AsyncExitStack() as stack:
             self.data_dir.lock()
             stack.callback(self.data_dir.unlock)
+            stack.callback(self._renew_identity)  # after the store closed, before the unlock
+            # A new identity (a new data directory, or one just taken): no peer can hold records in its name.
+            self._new_identity = self.renewed is not None or not (self.data_dir.path / "node-id").exists()
             self.identity = load_or_create_identity(self.data_dir.path)
             self.uuid = self.data_dir.node_id(new=node_id_for(self.identity.public_key))
             if self.config.group_secret is not None and (why := own_id_refusal(self.uuid, self.identity,
@@ -329,6 +376,7 @@ class Node:
                     tasks.append(tg.create_task(self._posts.run()))
                 if self._follower is not None:
                     tasks.append(tg.create_task(self._follower.run()))
+                tasks.append(tg.create_task(self._record_carried()))  # ends once the node records
                 await self._stop.wait()
                 for task in tasks:
                     task.cancel()
@@ -380,6 +428,10 @@ class Node:
         allow = self.allow_list
         if allow is not None and self._replicator is not None:  # the trust list's keys are vouched for (12.2)
             self._replicator.vouch(node_id_for(k.public_key) for k in allow.trust.entries())
+        # Nothing recorded until the peers have shown what they hold in this node's name
+        # (a log restored from an older copy takes back what it lost: protocol.md 12.1).
+        if not self._new_identity:
+            self.replicator.hold_own(self.local_now(), cfg.limits.log.own_wait, cfg.limits.log.own_quiet)
         self.desk.reload(store.of_kind(DOC_KIND))
         settings = PostSettings(policy=Policy.parse(cfg.posts_policy), chunk_size=cfg.posts_chunk,
                                 interval=cfg.posts_interval, require_seal=cfg.group_secret is not None)
@@ -429,7 +481,7 @@ class Node:
             BridgeSettings(group=cfg.group, me=uuid, marco_port=cfg.guest_marco_port, tcp_port=cfg.guest_port,
                            ws_port=cfg.guest_ws_port, max_frame=cfg.guest_max_message,
                            limits=cfg.limits.guests, room_key=room_key_of(cfg.group_secret)),
-            iface.ip, mesh, emit=self.emit, clock=self.local_now)
+            iface.ip, mesh, emit=self._record_guest, clock=self.local_now)
 
     def _followers(self, transport: ZmqTransport) -> Followers:
         """Who follows an address change, in order: the ROUTER, the mesh (HELO to the
@@ -483,6 +535,58 @@ class Node:
             self._mesh.leave(self.local_now())
             self._execute()
 
+    async def _record_carried(self) -> None:
+        """Once the start-up window ends: record what waited for it (guests' events), and,
+        under a new identity, what the node recorded under the one it retired."""
+        while self.replicator.starting:
+            await asyncio.sleep(0.05)
+        events, self.carried = self.carried, []
+        if events and self.replicator.recording:
+            try:
+                self.replicator.append_many(events, self.local_now(), self.mesh_time())
+            except LocalProtocolError as exc:  # they passed these checks once: not expected, but not fatal either
+                log.error("could not record the %d events that waited for the start-up window: %s", len(events), exc)
+                return
+            self._execute()
+            log.info("recorded %d events that waited for the start-up window's end%s", len(events),
+                     "" if self.renewed is None else " (with those recorded under the retired identity since its start)")
+
+    def _record_guest(self, kind: str, body: Any) -> LogRecord | None:
+        """A guest's event: recorded, or kept for the start-up window's end (a guest may speak
+        as soon as its host is back; protocol.md 12.1)."""
+        if self.replicator.starting:
+            self.carried.append(self._body_texts([(kind, body)])[0])
+            return None
+        return self.emit(kind, body)
+
+    def _identity_retired(self, event: IdentityRetired) -> bool:
+        """A peer showed a record in this node's name, signed with its key, that differs from its own:
+        this identity's sequence was reused.  The node stops and starts again under a new one."""
+        if self.retired is None:
+            self.retired = event
+            self._stop.set()
+        return True
+
+    def _renew_identity(self) -> None:
+        """Once the store is closed, after a retirement: the events recorded under the retired
+        identity since the start are taken out of the log (the group holds that identity's own
+        records of those numbers, which it replays to the new identity as another source's) to
+        be recorded again, and the node takes a new key and the id it gives, as ``huddle repair
+        --new-identity`` does (the old id listed in ``previous-ids``, the old key kept aside)."""
+        retired, old = self.retired, self.uuid
+        if retired is None or old is None:
+            return
+        store = SqliteStore(self.data_dir.path / "log.sqlite", self.config.group)
+        try:
+            self.carried = store.take_after(old, retired.since) + self.carried  # then guests' events that waited
+        finally:
+            store.close()
+        new = renew_identity(self.data_dir.path).node_id
+        take_new_identity(self.data_dir.path, new, why="sequence-reused")
+        self.renewed = {"previous": str(old), "reason": retired.reason}
+        log.error("this node retired its identity %s and continues as %s (%d events to record again): %s",
+                  old, new, len(self.carried), retired.reason)
+
     def _close_store(self, store: SqliteStore, guard: LogGuard) -> None:
         guard.note(store)  # the own-sequence mark follows what is durable
         store.close()
@@ -531,6 +635,7 @@ class Node:
         every = EVENT_TYPES
         routes: list[tuple[tuple[type, ...], Subscriber]] = [
             (POSTS_INPUTS, self.posts.handle),
+            ((IdentityRetired,), self._identity_retired),
             ((PeerExcluded,), self._save_excluded),
             ((BufferSpace,), self._driver.wake_sender),
         ]
@@ -541,7 +646,8 @@ class Node:
             (tuple(kind for kind in every if not issubclass(kind, NOT_STATISTICS)), self._stat_row),
             (every, self._to_listeners),
         ]
-        self._routes = {kind: [fn for kinds, fn in routes if kind in kinds] for kind in (*every, *POSTS_INPUTS)}
+        self._routes = {kind: [fn for kinds, fn in routes if kind in kinds]
+                        for kind in (*every, *POSTS_INPUTS, IdentityRetired)}
 
     def _publish(self, event: Event | ServiceEvent) -> None:
         for subscriber in self._routes.get(type(event), ()):
@@ -601,11 +707,18 @@ def run_node(config: NodeConfig, on_ready: Callable[[Node], None] | None = None)
     raise_descriptor_limit()
 
     async def main() -> None:
-        node = Node(config)
+        cfg, node = config, Node(config)
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, node.stop)
-        await node.run(on_ready)
+        while True:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, node.stop)
+            await node.run(on_ready)
+            if node.retired is None:
+                return
+            # Its identity retired (protocol.md 12.1): on again under the new one, the API on the same address.
+            if node.api_url is not None:
+                cfg = cfg.with_overrides(api=node.api_url.removeprefix("http://").removeprefix("https://"))
+            node = Node(cfg, carried=node.carried, renewed=node.renewed)
 
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(main())

@@ -16,7 +16,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 from urllib.parse import parse_qs, quote
 
 from aiohttp import WSMsgType, web
@@ -24,7 +24,7 @@ from aiohttp.web_protocol import RequestHandler
 
 from ..config import parse_hostport
 from ..doc import OperationError, jams, parse_json_ops, parse_ops, to_json, to_xml
-from ..errors import ConfigError, CutOffReadOnly, LocalProtocolError
+from ..errors import ConfigError, CutOffReadOnly, LocalProtocolError, NotRecording
 from ..ids import NodeId
 from ..limits import ApiLimits
 from ..protocol import Event, PeerInfo
@@ -134,6 +134,10 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _error(exc.status, reason)
     except CutOffReadOnly as exc:
         return _error(409, str(exc))
+    except NotRecording as exc:  # held past _HOLD_WRITES as the node starts, or its identity retired
+        response = _error(503, str(exc))
+        response.headers["Retry-After"] = "1"
+        return response
     except asyncio.CancelledError:
         raise
     except Exception:
@@ -252,6 +256,11 @@ async def _post_chat(request: web.Request) -> web.Response:
     return web.json_response({"sent_to": count}, status=202)
 
 
+# A write made while the node starts waits this long at most for its start-up window to end
+# (protocol.md 12.1, "A restored log"; log.own-wait and log.own-quiet), then gets 503.
+_HOLD_WRITES: Final = 10.0
+
+
 async def _post_event(request: web.Request) -> web.Response:
     node = request.app[NODE_KEY]
     body = await _read_json(request)
@@ -261,6 +270,7 @@ async def _post_event(request: web.Request) -> web.Response:
         return _error(400, "'kind' must be a non-empty string")
     if "body" not in body:
         return _error(400, "'body' is required (any JSON value)")
+    await node.until_recording(_HOLD_WRITES)
     try:
         record = node.emit(kind, body["body"])
     except LocalProtocolError as exc:
@@ -488,6 +498,7 @@ async def _post_doc_ops(request: web.Request) -> web.Response:
             ops = parse_ops(text, request.content_type)
     except OperationError as exc:  # malformed
         return _error(400, str(exc))
+    await node.until_recording(_HOLD_WRITES)
     try:
         applied = node.apply_ops(ops)
     except OperationError as exc:  # well formed, but does not fit the document
@@ -538,6 +549,7 @@ async def _get_jams(request: web.Request) -> web.Response:
 
 async def _post_jam(request: web.Request) -> web.Response:
     node = request.app[NODE_KEY]
+    await node.until_recording(_HOLD_WRITES)
     try:
         state = node.start_jam() if request.match_info["action"] == "start" else node.stop_jam()
     except OperationError as exc:

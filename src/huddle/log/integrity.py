@@ -330,12 +330,13 @@ def repair(data_dir: Path, *, new_id: Callable[[], NodeId] = NodeId.random, alwa
     return Repaired(tuple(problems), counts["kept"], counts["dropped"], counts["unreadable"], aside, old_id, taken)
 
 
-def take_new_identity(data_dir: Path, new: NodeId) -> tuple[NodeId | None, NodeId]:
-    """``new`` as the ``node-id``; the old one is appended to ``previous-ids`` and its mark dropped."""
+def take_new_identity(data_dir: Path, new: NodeId, why: str = "repair") -> tuple[NodeId | None, NodeId]:
+    """``new`` as the ``node-id``; the old one is appended to ``previous-ids`` (with
+    ``why``) and its mark dropped."""
     old = _node_id(data_dir)
     if old is not None:
         with (data_dir / PREVIOUS_FILE).open("a") as f:
-            f.write(f"{old} {time.strftime('%Y-%m-%dT%H:%M:%S')} repair\n")
+            f.write(f"{old} {time.strftime('%Y-%m-%dT%H:%M:%S')} {why}\n")
     path = data_dir / "node-id"
     tmp = path.with_suffix(".tmp")
     tmp.write_text(f"{new}\n")

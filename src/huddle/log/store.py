@@ -503,6 +503,18 @@ class SqliteStore:
             "DELETE FROM events WHERE grp=? AND source=? AND received_from IS NOT NULL", (self.group, bytes(source)))
         return cur.rowcount
 
+    def take_after(self, source: NodeId, seq: int) -> list[tuple[str, str]]:
+        """Delete the records of ``source`` after ``seq`` and their heads; returns their
+        kinds and bodies, in sequence order (a node that reused sequence numbers records
+        them again under its new identity: docs/protocol.md 12.1)."""
+        self.commit()
+        key = (self.group, bytes(source), seq)
+        taken = [(str(kind), str(body)) for kind, body in self._db.execute(
+            "SELECT kind, body FROM events WHERE grp=? AND source=? AND seq>? ORDER BY seq", key)]
+        self._db.execute("DELETE FROM events WHERE grp=? AND source=? AND seq>?", key)
+        self._db.execute("DELETE FROM heads WHERE grp=? AND source=? AND seq>?", key)
+        return taken
+
     def drop_others(self, keep: NodeId) -> int:
         """Delete every event of this group whose source is not ``keep``; returns how many."""
         self.commit()

@@ -27,7 +27,14 @@ the source document's "GSIP engine":
   peer; the receiver acknowledges progress with a GSIP every ``ack_every``
   records, so a catch-up of millions of events exhausts neither side's memory.
 * A node's own source is its own: records of it from others are dropped, and a
-  peer's claim to hold more of it than the node wrote is not believed.
+  peer's claim to hold more of it than the node holds is not believed.  A node
+  that signs asks for them, though: records in its name signed with its own key
+  that continue its chain are its own from an earlier life (a log restored from
+  an older copy), taken back; one that differs from its own record of that
+  number means this identity's sequence was reused, and it records no more under
+  it (:attr:`Replicator.retired`).  A node started with :meth:`Replicator.hold_own`
+  records nothing until its peers have had a short window to show what they hold
+  of its source (docs/protocol.md 12.1, "A restored log").
 * Sources no one vouches for are reclaimable (protocol.md 12.2): a source is
   *vouched for* when it is this node, a peer this node admitted (now or before:
   kept in the store), or a key of the node's trust list.  Any other source
@@ -73,12 +80,13 @@ from ..ratelog import RateLog
 from ..security import node_id_for
 from ..wire import MAX_BODY, Gsip, LogHead, LogRecord, Message, Xmsg
 from ..wire.messages import MAX_SEQ, RecordBatch, check_record, checked_room, make_records
-from .events import Counters, LogAppended, Notify, Send
+from .events import Counters, LogAppended, Notify, Send, ServiceEvent
 from .logchain import GENESIS, LogSigner, chain_hashes, check_batch, key_bound, sign_head
 from .service import BUSY_POLL, DETACHED, MeshView, PeerFacts, group_scale
 
 __all__ = [
-    "EventStore", "MemoryStore", "RecordRun", "ReplicationTiming", "Replicator", "SourceState", "canonical_json",
+    "EventStore", "IdentityRetired", "MemoryStore", "RecordRun", "ReplicationTiming", "Replicator", "SourceState",
+    "canonical_json",
 ]
 
 log = logging.getLogger("huddle.replication")
@@ -357,6 +365,28 @@ class _Serve:
         return self.records <= 0 or self.octets <= 0
 
 
+@dataclass(frozen=True, slots=True)
+class IdentityRetired(ServiceEvent):
+    """This node's identity records nothing more (:attr:`Replicator.retired`): the node
+    takes a new one.  ``since``: the own sequence it held at start (what it recorded
+    after it was recorded under numbers its peers hold with other content)."""
+
+    reason: str
+    since: int
+
+
+@dataclass(slots=True)
+class _Hold:
+    """The start-up window (:meth:`Replicator.hold_own`): nothing is recorded until
+    it ends."""
+
+    until: float  # no peer admitted by then: it ends
+    quiet: float  # after the first admission, it ends this long after it unless a peer claims more of ours
+    wait: float  # ... and a claim keeps it open until this long without a record of ours taken back
+    moved: float  # the first admission, or the last record of ours taken back
+    peer_at: float | None = None
+
+
 @dataclass(slots=True)
 class _Ask:
     provider: NodeId
@@ -388,6 +418,8 @@ class ReplicationStats(Counters):
     unsigned_refused: int = 0  # unsigned records refused in secure mode (a legacy, not key-bound source)
     rechained: int = 0  # own records chained and signed at start (a log from before signed heads)
     vouches_refused: int = 0  # admitted peers not vouched for: their address vouched for max_vouched_per_address
+    own_taken_back: int = 0  # own records from peers, signed with our key and continuing our chain: taken back
+    own_conflicts: int = 0  # records in our name signed with our key that differ from ours: the identity retired
 
 
 
@@ -422,7 +454,14 @@ class Replicator:
         self._peers: dict[NodeId, _Peer] = {}
         self._log_next: dict[str, int] = {}  # counter name -> the value at which it is logged next
         self._rng = random.Random(bytes(uuid))  # the idle GSIPs' phases (deterministic in the simulator)
+        # Peers that claim more of our source than we hold (a node that signs asks them for it).
+        self._claims: dict[NodeId, int] = {}
+        self._hold: _Hold | None = None  # the start-up window, while it lasts
+        # Why this identity records no more (None: it records): a peer showed a record in
+        # our name, signed with our key, that differs from ours.
+        self.retired: str | None = None
         self.reload(now)
+        self.start_top = self.sources[uuid].top  # our own records held at start
 
     def reload(self, now: float) -> None:
         """Read what the store holds afresh (the node dropped records from it: an
@@ -647,8 +686,11 @@ class Replicator:
         ``canonical``: every body is :func:`canonical_json`'s text, so its JSON is
         not parsed again (:func:`~huddle.wire.messages.check_record`)."""
         own = self.sources[self.uuid]
+        if self._hold is not None or self.retired is not None:
+            self.stats.events_refused += len(events)
+            raise LocalProtocolError(self.why_not_recording())
         # Our sequence continues what we wrote: records of ours never come from
-        # others (on_xmsg), so ``top`` is ours alone.
+        # others unless signed with our key and continuing our chain (on_xmsg).
         first = own.top + 1
         if len(events) > MAX_SEQ - own.top:
             self.stats.events_refused += len(events)
@@ -680,6 +722,8 @@ class Replicator:
             return records
         self._now = now
         own.add(first, records[-1].seq)
+        if (ask := self._asks.get(self.uuid)) is not None:
+            ask.contig_at = own.contig  # our own records are no progress of an ask for records in our name
         if self.signer is not None:
             self._chain_new(records)
         run = tuple(records)  # a copy: the caller gets the list
@@ -698,6 +742,8 @@ class Replicator:
         ``run`` must be ours, start at :attr:`next_seq` and have ``hops`` 0.
         Its records are stored with the run's first record's timestamp as
         their receipt time."""
+        if self._hold is not None or self.retired is not None:
+            raise LocalProtocolError(self.why_not_recording())
         if run.source != self.uuid or run.first != self.next_seq or run.hops != 0:
             raise LocalProtocolError(
                 f"a run to originate must be ours, start at {self.next_seq} and have 0 hops, not {run!r}")
@@ -728,6 +774,115 @@ class Replicator:
         """The chain hash of our record ``seq``, pending or the last signed before them."""
         return self._pending_prev if seq == self._pending_base else self._pending_hashes[seq - self._pending_base - 1]
 
+    # ------------------------------------------- our own sequence after a restore
+
+    def hold_own(self, now: float, wait: float, quiet: float) -> None:
+        """Record nothing until the peers have had a window to show what they hold
+        of our source, signed with our key (a node starting on a log restored from
+        an older copy takes back what it lost and continues after it, docs/protocol.md
+        12.1).  The window ends ``wait`` after ``now`` if no peer is admitted; else
+        ``quiet`` after the first admission, unless a peer claims more of ours than we
+        hold: then once ``wait`` passes with no record of ours taken back.  Only a
+        node that signs holds (what it cannot verify it would not take back)."""
+        if wait > 0 and self.signer is not None:
+            self._hold = _Hold(until=now + wait, quiet=quiet, wait=wait, moved=now)
+
+    @property
+    def recording(self) -> bool:
+        """Does this node record events now (not in its start-up window, its identity not retired)?"""
+        return self._hold is None and self.retired is None
+
+    @property
+    def starting(self) -> bool:
+        """In the start-up window (:meth:`hold_own`): events wait for its end."""
+        return self._hold is not None
+
+    def why_not_recording(self) -> str:
+        if self.retired is not None:
+            return f"{self.retired}; this identity records nothing more, nothing was recorded"
+        return ("this node is starting: it records nothing until its peers have shown what they hold in its "
+                "name (a few seconds at most); nothing was recorded")
+
+    def _settle(self, now: float) -> None:
+        """End the start-up window when it is due (:meth:`hold_own`)."""
+        hold = self._hold
+        assert hold is not None
+        top = self.sources[self.uuid].top
+        claimed = max((q for peer, q in self._claims.items() if peer in self._peers), default=0)
+        if claimed > top:
+            if now - hold.moved < hold.wait:
+                return  # a peer says it holds more of ours: wait while it shows them
+        elif now < hold.until and (hold.peer_at is None or now < hold.peer_at + hold.quiet):
+            return
+        self._hold = None
+        log.info("recording from sequence %d (%d of this node's records taken back from its peers)%s", top + 1,
+                 self.stats.own_taken_back, f"; a claim of {claimed} went unproven" if claimed > top else "")
+
+    def _own_hash(self, seq: int) -> bytes | None:
+        """The chain hash of our record ``seq`` (held), pending or stored."""
+        if seq == 0:
+            return GENESIS
+        if seq >= self._pending_base:
+            return self._chained(seq)
+        return self.store.chain_of(self.uuid, seq)
+
+    def _take_back(self, peer: NodeId, msg: Xmsg, run: Sequence[LogRecord], signed: tuple[list[bytes], LogHead],
+                   *, now: float, stamp: float) -> bool:
+        """A verified run of records in our name from ``peer`` (signed with our key):
+        where it meets our chain, the same record is ours (duplicates; records past
+        our top are taken back as ours); a different one retires this identity.
+        False: it does not meet our chain (dropped as before)."""
+        uuid = self.uuid
+        own = self.sources[uuid]
+        hashes, head = signed
+        lo, hi, top = run[0].seq, run[-1].seq, own.top
+        if lo - 1 > top or own.ahead:
+            return False  # past a gap: it does not continue ours (asks start right after our top)
+        at = min(hi, top)
+        theirs = hashes[at - lo] if at >= lo else next(prev for prev, h in msg.heads if h.source == uuid)
+        ours = self._own_hash(at)
+        if ours is None:
+            return False  # an unchained record of ours (cannot be compared): dropped
+        if ours != theirs:
+            self._conflict(peer, at)
+            return True
+        self.stats.duplicates += at - lo + 1
+        if hi <= top:
+            return True
+        if self._pending_hashes or self._own:
+            return False  # our own new records not staged yet (cannot happen between our appends' actions)
+        fresh = run[top + 1 - lo :]
+        self.store.stage(fresh, None, stamp, hashes[top + 1 - lo :])  # ours: stored as written here
+        self.store.add_heads((head,))
+        own.add(top + 1, hi)
+        self._own_tip = self._pending_base, self._pending_prev = hi, hashes[-1]
+        # What the peers hold of ours is believed now up to what we hold (live records go to them).
+        for other, q in ((peer, hi), *self._claims.items()):
+            p = self._peers.get(other)
+            if p is not None and min(q, hi) > p.known.get(uuid, 0):
+                p.known[uuid] = min(q, hi)
+        self._appended.append((fresh, None))
+        self.stats.own_taken_back += len(fresh)
+        if self._hold is not None:
+            self._hold.moved = now
+        self._dirty = self._vv_changed = self._unsettled = True
+        return True
+
+    def _conflict(self, peer: NodeId, seq: int) -> None:
+        """``peer`` holds a record ``seq`` in our name, signed with our key, that is not
+        ours: this identity's sequence was reused.  It records nothing more."""
+        self.stats.own_conflicts += 1
+        if self.retired is None:
+            self.retired = (f"peer {peer.short} holds a record {seq} in this node's name, signed with its key, that "
+                            "differs from its own: this identity's sequence numbers were reused (a log restored "
+                            "from an older copy recorded before its peers could show what it had lost)")
+            self._hold = None
+            self._claims.clear()
+            self._lacking.discard(self.uuid)
+            self._asks.pop(self.uuid, None)
+            log.error("%s; this identity records nothing more", self.retired)
+            self._actions.append(Notify(IdentityRetired(self.retired, self.start_top)))
+
     # ---------------------------------------------------- the peer service
 
     def attach(self, mesh: MeshView) -> None:
@@ -747,7 +902,7 @@ class Replicator:
         """Asks open or records lacking (a catch-up), or a change since the last tick: every
         BUSY_POLL; else a GSIP owed for a change.  The idle GSIP (every gossip_idle) needs no
         deadline: it goes with the first heartbeat tick once due."""
-        if self._unsettled or self._lacking or self._asks:
+        if self._unsettled or self._lacking or self._asks or self._hold is not None:
             return now + BUSY_POLL
         return self._gossip_due
 
@@ -762,9 +917,13 @@ class Replicator:
         self._peers[peer] = p = _Peer(conn=conn, phase=phase, forwarder=forwarder)
         self.vouch((peer,), address or f"peer:{peer.hex()}")
         p.idle_at = _on_grid(now + BUSY_POLL, self._idle_every(), phase)
+        hold = self._hold
+        if hold is not None and hold.peer_at is None:
+            hold.peer_at = hold.moved = now
         self._send_gsip(peer, now)
 
     def peer_down(self, peer: NodeId, now: float = 0.0) -> None:
+        self._claims.pop(peer, None)
         if self._peers.pop(peer, None) is not None:
             self._best = {}
             for p in self._peers.values():
@@ -808,7 +967,10 @@ class Replicator:
         for i, (s, lo, run) in enumerate(runs):
             hi = lo + len(run) - 1
             if s == self.uuid:  # ours come only from us: a peer cannot write in our name
-                self._refused("own_refused", len(run), "dropped records of this node's own source from a peer", peer)
+                signed = chains.get(i)
+                if signed is None or not self._take_back(peer, msg, run, signed, now=now, stamp=stamp):
+                    self._refused("own_refused", len(run), "dropped records of this node's own source from a peer",
+                                  peer)
                 continue
             signed = chains.get(i)
             if signed is None and self.secure:
@@ -865,7 +1027,7 @@ class Replicator:
         seen: set[NodeId] = set()
         for i, (s, _lo, run) in enumerate(runs):
             signed = heads.get(s)
-            if s == self.uuid:  # dropped as ours whatever it carries
+            if s == self.uuid and (signed is None or self.signer is None):  # dropped as ours, unless signed
                 seen.add(s)
                 continue
             if signed is None:
@@ -902,8 +1064,12 @@ class Replicator:
                 if st is None:
                     continue
                 new_here += 1
-            elif s == uuid and q > st.top:  # more of ours than we wrote: not believed
-                self._refused("own_claims", 1, "a peer claims more of this node's own source than it wrote", peer)
+            elif s == uuid and q > st.top:  # more of ours than we hold: not believed, but asked for if we sign
+                self._refused("own_claims", 1, "a peer claims more of this node's own source than it holds", peer)
+                if self.signer is not None and self.retired is None and q > self._claims.get(peer, 0):
+                    self._claims[peer] = q
+                    self._lacking.add(uuid)
+                    more = True  # asked for at once
                 q = st.top
             if q > known.get(s, 0):
                 self._note_known(p, s, q)
@@ -933,6 +1099,8 @@ class Replicator:
         self._now = now
         t = self.timing
         asked = self._plan_asks(now)
+        if self._hold is not None:
+            self._settle(now)
         vv = self._current_vv()
         # Idle: due every gossip_idle (scaled), at each peer's phase, on the first tick within
         # BUSY_POLL of that (ticks come with the heartbeats then: a tick a little early does not
@@ -1035,7 +1203,14 @@ class Replicator:
         for s in list(self._lacking):
             st = self.sources[s]
             top = st.top
-            best = self._best.get(s, 0)
+            if s == self.uuid:  # claims of more of ours (on_gsip): asked for, believed only signed
+                if (ask := self._asks.get(s)) is not None and st.contig <= ask.contig_at and (
+                        now - ask.at >= t.resend_after):
+                    self._claims.pop(ask.provider, None)  # it did not back its claim up: asked no more
+                self._claims = {peer: q for peer, q in self._claims.items() if q > top}
+                best = max(self._claims.values(), default=0)
+            else:
+                best = self._best.get(s, 0)
             if best <= top and not st.ahead:
                 self._asks.pop(s, None)
                 self._lacking.discard(s)
@@ -1047,11 +1222,18 @@ class Replicator:
                     continue
                 if now - ask.at < t.resend_after:
                     continue
-            holders = [peer for peer, p in self._peers.items() if p.known.get(s, 0) > st.contig]
+            if s == self.uuid:
+                holders = [peer for peer in self._claims if peer in self._peers]
+                claims = self._claims
+                holders.sort(key=lambda peer: (-claims[peer], peer))
+            else:
+                holders = [peer for peer, p in self._peers.items() if p.known.get(s, 0) > st.contig]
             if not holders:
                 continue
             if s in holders:
                 provider = s  # the source itself, when it is a peer
+            elif s == self.uuid:
+                provider = holders[0]
             else:
                 holders.sort(key=lambda peer: (-self._peers[peer].known.get(s, 0), peer))
                 previous = None if ask is None else ask.provider
