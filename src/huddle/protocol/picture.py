@@ -554,9 +554,9 @@ class Reports:
         mesh = self._mesh
         if msg.origin == self.uuid or msg.origin in mesh.excluded or self.pictures.holds_newer(msg):
             return  # (one not newer than the one held: nothing to check, nothing recorded)
-        if not self._authentic(peer, msg):
-            return
         first_hand = peer == msg.origin
+        if not first_hand and not self._authentic(msg):
+            return
         kept = (self._merge(msg, now, first_hand) if msg.base is not None
                 else msg if self.pictures.accept(msg, now, first_hand) else None)
         # An unsigned report of a key-bound origin (an older node's) is good only first-hand: not passed on.
@@ -577,6 +577,8 @@ class Reports:
                     if joined > settled:
                         self.stats.reports_not_relayed += 1
                         continue
+                    if relayed is None and first_hand and msg.sig and not self._authentic(msg):
+                        return  # taken on its session's word, but passed on only as it can be checked
                     # Signed: as received, full or delta, the origin's octets and signature (a delta's
                     # receiver holds its base as we do, or refuses it until the next full report).
                     # Unsigned (a legacy id's, open mode): full, a delta merged, as before.
@@ -584,16 +586,14 @@ class Reports:
                     self.stats.reports_relayed += 1
                     self._actions.append(Send(conn, relayed))
 
-    def _authentic(self, peer: NodeId, msg: Raws) -> bool:
-        """Whether ``msg`` speaks for its origin (protocol.md 14.1): signed by the key that gives
-        the origin's id; or unsigned from the origin's own session (an older node: it speaks for
-        itself only); or, in open mode, an unsigned full report of a legacy id (which no key
-        gives: as its log records, 12.5, it cannot be checked, and travels as before).  Refused
-        and counted otherwise."""
+    def _authentic(self, msg: Raws) -> bool:
+        """Whether ``msg``, relayed, speaks for its origin (protocol.md 14.1): signed by the key
+        that gives the origin's id; or, in open mode, an unsigned full report of a legacy id
+        (which no key gives: as its log records, 12.5, it cannot be checked, and travels as
+        before).  Counted otherwise.  (From the origin's own session a report is taken on the
+        session's word, as everything else it says, signed or not: checked only to be passed on.)"""
         origin = msg.origin
         if not msg.sig:
-            if peer == origin:
-                return True
             if self._secure or key_derived(origin):
                 self.stats.reports_unsigned += 1
             elif msg.base is None:
