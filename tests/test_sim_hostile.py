@@ -42,6 +42,10 @@ def test_every_attack_is_refused_and_counted_where_it_lands() -> None:
     for counter in ("own_refused", "sources_refused", "mesh_helos_refused", "mesh_introductions_refused",
                     "mesh_foreign_frames", "mesh_decode_errors"):
         assert result.stats.get(counter, 0) > 0, (counter, result.stats)
+    # Reports in another member's name and of made-up nodes (forged-report): refused, or dropped
+    # once no member vouched for them; no honest picture showed them (checked by converged).
+    for counter in ("reports_unsigned", "reports_bad_signature", "reports_unvouched"):
+        assert result.stats.get(counter, 0) > 0, (counter, result.stats)
 
 
 def test_a_hostile_seed_replays_exactly() -> None:

@@ -414,7 +414,8 @@ class Node:
                         "its sequence continues what it wrote itself", returned)
         services = build_services(uuid, now=self.local_now(), store=store, log_limits=cfg.limits.log,
                                   delivery=cfg.delivery_timing(), conn_counters=transport.counters,
-                                  log_signer=self.identity, log_secure=cfg.group_secret is not None)
+                                  log_signer=self.identity, log_secure=cfg.group_secret is not None,
+                                  report_signer=self.identity)
         mesh = self._mesh = Mesh(
             uuid, name=cfg.name, group=cfg.group, endpoint=endpoint,
             incarnation=os.urandom(8).hex(), now=self.local_now(), timing=cfg.timing(),

@@ -154,7 +154,8 @@ class SimNetwork:
         if log and store is None:
             store = MemoryStore()
         services = build_services(node_id, now=self.now + skew, store=store, log_timing=log_timing,
-                                  log_limits=log_limits, delivery=delivery, picture=picture, log_signer=log_signer)
+                                  log_limits=log_limits, delivery=delivery, picture=picture, log_signer=log_signer,
+                                  report_signer=identity)
         mesh = Mesh(
             node_id, name=name, group=group, endpoint=endpoint,
             incarnation=self.rng.randbytes(8).hex(), now=self.now + skew, timing=timing,

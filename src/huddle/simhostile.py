@@ -6,8 +6,9 @@ malicious device on the same network would: undecodable frames, frames under
 another member's identity, records that claim the receiver as their source
 or sit at the top of the sequence range, messages naming thousands of made-up
 sources, gossip that asks for everything, introductions of nodes that do not
-exist, floods of HELOs from fresh identities announcing absurd timings, and
-oversized bodies.  The honest nodes go on originating events throughout.
+exist, floods of HELOs from fresh identities announcing absurd timings,
+oversized bodies, and system-picture reports in another member's name or of
+nodes it made up.  The honest nodes go on originating events throughout.
 
 What must hold at the end (:func:`run_hostile_scenario`):
 
@@ -18,7 +19,10 @@ What must hold at the end (:func:`run_hostile_scenario`):
   originated by it;
 - no honest node excluded another honest node;
 - what the hostile node made each honest node hold stays bounded: sessions
-  (admitted or handshaking) and sources known.
+  (admitted or handshaking) and sources known;
+- every honest node's system picture shows the honest members and the hostile
+  one and no other, none of the honest cut off or forging, and holds no
+  report of an honest member that it did not make.
 
 Pure: no sockets, no clock; a failing seed replays exactly.
 """
@@ -40,8 +44,8 @@ from .protocol.logchain import GENESIS, chain_hashes, sign_head
 from .protocol.replication import MemoryStore
 from .security import NodeIdentity
 from .sim import ScenarioResult, SimNetwork, SimNode
-from .wire import MAX_BODY, LogRecord, Xmsg, encode
-from .wire.messages import MAX_SEQ
+from .wire import MAX_BODY, LogRecord, PeerStat, Raws, Xmsg, encode
+from .wire.messages import MAX_SEQ, sign_raws
 
 __all__ = ["ATTACKS", "HostileBounds", "attack_frames", "run_forger_scenario", "run_hostile_scenario",
            "run_sources_scenario"]
@@ -162,6 +166,27 @@ def _bad_records(rng: random.Random, me: bytes, victim: bytes, others: list[byte
     return [[me, b"XMSG", _json({"records": [row]})] for row in bad]
 
 
+def _forged_report(rng: random.Random, me: bytes, victim: bytes, others: list[bytes]) -> list[list[bytes]]:
+    """System-picture reports in another member's name (cut off, forging, the highest ``seq``):
+    unsigned, then signed with a key of its own and with a made-up signature; and reports of 40 nodes it made up,
+    each signed with a key of its own (protocol.md 14, 14.1)."""
+    sender = NodeId(me)
+    out = []
+    if others:
+        honest = NodeId(rng.choice(others))
+        lie = Raws(sender, honest, MAX_SEQ, "liar", "standard", 1.0, 4, True,
+                   (PeerStat(NodeId(victim), None, None, "none"),), forged=((NodeId(victim), 9),))
+        mine = NodeIdentity(_seeded_key(rng))
+        out += [encode(lie), encode(sign_raws(lie, mine.public_key, mine.sign)),
+                encode(sign_raws(lie, bytes(32), lambda _: bytes(64)))]
+    for _ in range(40):
+        ghost = NodeIdentity(_seeded_key(rng))
+        made_up = Raws(ghost.node_id, ghost.node_id, MAX_SEQ, "ghost", "standard", 1.0, 4, False,
+                       (PeerStat(sender, 0.1, 0.001, "alive"),))
+        out.append(encode(replace(sign_raws(made_up, ghost.public_key, ghost.sign), sender=sender)))
+    return out
+
+
 ATTACKS: dict[str, Attack] = {
     "garbage": _garbage,
     "impersonate": _impersonate,
@@ -174,6 +199,7 @@ ATTACKS: dict[str, Attack] = {
     "helo-flood": _helo_flood,
     "oversized": _oversized,
     "bad-records": _bad_records,
+    "forged-report": _forged_report,
 }
 
 
@@ -248,6 +274,8 @@ def _run(*, seed: int, nodes: int, events: int, attacks: int, settle: float, bou
             stats[k] = stats.get(k, 0) + v
         for k, v in node.mesh.stats.as_dict().items():
             stats[f"mesh_{k}"] = stats.get(f"mesh_{k}", 0) + v
+        for k, v in node.reports.stats.as_dict().items():
+            stats[k] = stats.get(k, 0) + v
     return ScenarioResult(
         seed=seed, converged=not problems, problems=problems, events=sum(originated.values()), nodes=nodes,
         sim_seconds=net.now - start, stats=stats,
@@ -289,7 +317,25 @@ def _check(honest: list[SimNode], originated: dict[bytes, int], bounds: HostileB
             reference = held
         elif held != reference:
             problems.append(f"{name}'s honest records differ from {honest[0].mesh.name}'s")
+        problems += _picture_problems(node, honest)
     return problems[:20]
+
+
+def _picture_problems(node: SimNode, honest: list[SimNode]) -> list[str]:
+    """What is wrong with ``node``'s system picture: members no node made up (the honest and one
+    hostile), no honest member cut off or forging, no report of an honest member it did not make."""
+    problems = []
+    made = {n.mesh.uuid: n.pictures.next_seq for n in honest}
+    reports = node.pictures.reports()
+    if len(set(reports) - set(made)) > 1:
+        problems.append(f"{node.mesh.name}'s picture shows {len(set(reports) - set(made))} members that are not honest")
+    for origin, report in reports.items():
+        if origin in made and report.seq >= made[origin]:
+            problems.append(f"{node.mesh.name} holds a report of {origin.short} (seq {report.seq}) it did not make")
+    for m in node.pictures.picture().members:
+        if NodeId.from_hex(m["uuid"]) in made and m["health"] in ("cut-off", "forging"):
+            problems.append(f"{node.mesh.name}'s picture shows honest {m['name']} {m['health']}")
+    return problems
 
 
 # ------------------------------------------------------------- a member that forges log records

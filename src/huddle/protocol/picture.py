@@ -34,9 +34,11 @@ from typing import Any, Final
 
 from ..errors import LocalProtocolError
 from ..ids import NodeId
+from ..security import key_derived, node_id_for, verify
 from ..wire import Message, PeerStat, Raws
-from ..wire.messages import MAX_FORGED_ROWS, MAX_GONE_ROWS, merge_report
+from ..wire.messages import MAX_FORGED_ROWS, MAX_GONE_ROWS, merge_report, raws_signed, sign_raws
 from .events import Counters, Send
+from .logchain import LogSigner
 from .service import DETACHED, MeshView, PeerFacts, group_scale
 
 __all__ = [
@@ -210,6 +212,7 @@ class _Held:
     received: float  # local time
     previous: Raws | None = None  # the full report before ``full`` (rates: counters of one moment)
     full: Raws | None = None  # the last full report received (None: ``report`` is)
+    direct: bool = False  # a report of this origin came from the origin itself (not only relayed)
 
 
 @dataclass(slots=True)
@@ -290,17 +293,18 @@ class Pictures:
         self._ended = False
         self.next_report = self._regular = now + self.timing.interval * self.scale() if regular is None else regular
 
-    def accept(self, report: Raws, now: float) -> bool:
+    def accept(self, report: Raws, now: float, direct: bool = True) -> bool:
         """Keep ``report`` if it is newer than what is held of its origin.
-        True if it was (then it should be passed on)."""
+        True if it was (then it should be passed on).  ``direct``: it came from its
+        origin (not relayed), as every report of the origin held so far did or not."""
         held = self._held.get(report.origin)
         if held is not None and held.report.seq >= report.seq:
             return False
         previous = None if held is None else held.full or held.report
-        self._held[report.origin] = _Held(report, now, previous)
+        self._held[report.origin] = _Held(report, now, previous, None, direct or (held is not None and held.direct))
         return True
 
-    def merge(self, delta: Raws, now: float) -> Raws | None:
+    def merge(self, delta: Raws, now: float, direct: bool = True) -> Raws | None:
         """Merge ``delta`` into the report held of its origin, if that is its base, and keep
         the result (returned).  None: the base is not held (nothing kept).  Raises
         LocalProtocolError if the delta does not fit its base."""
@@ -308,7 +312,7 @@ class Pictures:
         if held is None or held.report.seq != delta.base:
             return None
         merged = merge_report(held.report, delta)
-        self._held[delta.origin] = _Held(merged, now, held.previous, held.full or held.report)
+        self._held[delta.origin] = _Held(merged, now, held.previous, held.full or held.report, direct or held.direct)
         return merged
 
     def holds_newer(self, report: Raws) -> bool:
@@ -323,14 +327,48 @@ class Pictures:
         grows with it (as RTCP does), and so do the time to expire and the
         soon window.  The size is the larger of the reports held and our
         admitted peers plus one: a node that just joined a large group holds
-        few reports yet."""
-        size = len(self._held)
+        few reports yet.  Reports only ever relayed count only while they are
+        no more than those that came first-hand: a member that makes up hundreds
+        of nodes' reports must not slow every report of the group down (nor keep
+        its made-up nodes until a report expires, scaled by their number)."""
+        held = self._held
+        size = len(held)
+        if size > self.members:
+            direct = sum(1 for h in held.values() if h.direct)
+            size = min(size, 2 * direct)
         return group_scale(size if size > self.members else self.members)
 
     def expire(self, now: float) -> None:
         limit = self.timing.expire_after * self.scale()
         for origin in [o for o, h in self._held.items() if o != self.uuid and now - h.received > limit]:
             del self._held[origin]
+
+    def unvouched(self) -> list[NodeId]:
+        """The origins whose reports only ever came relayed and that no member still vouches
+        for (protocol.md 14): a node is vouched for by ours (our admitted peers, as our own
+        report lists them) and by the report of every node vouched for, each for the peers
+        its report lists with an admitted session.  A report relayed to us speaks of a node we
+        cannot check: it is kept only while some node we can reach says it has a session with
+        it, so the members a departed node made up leave the picture with it.  A node we had a
+        session with is kept until its report expires, as before: it is shown gone, not
+        forgotten."""
+        held = self._held
+        if all(h.direct for h in held.values()):
+            return []  # the commonest case by far: a full mesh relays nothing
+        own = held.get(self.uuid)
+        if own is None:
+            return []
+        reached = {self.uuid.hex()}
+        todo = [own.report]
+        by_hex = {o.hex(): h.report for o, h in held.items()}
+        while todo:
+            for text in todo.pop().hex_peers_in(ADMITTED):
+                if text not in reached:
+                    reached.add(text)
+                    report = by_hex.get(text)
+                    if report is not None:
+                        todo.append(report)
+        return [o for o, h in held.items() if not h.direct and o.hex() not in reached]
 
     def forget(self, origin: NodeId) -> None:
         self._held.pop(origin, None)
@@ -404,7 +442,10 @@ class ReportStats(Counters):
     reports_deltas: int = 0  # of reports_sent, deltas on our previous report (14.1)
     reports_merged: int = 0  # deltas received and merged into the report held of their origin
     reports_unbased: int = 0  # deltas refused: the report held of their origin is not their base
-    reports_bad_delta: int = 0  # deltas refused: relayed (not from their origin), or not fitting their base
+    reports_bad_delta: int = 0  # deltas refused: unsigned and relayed (not from their origin), or not fitting their base
+    reports_unsigned: int = 0  # unsigned reports of a key-bound origin (any, with a group secret) refused: relayed (14.1)
+    reports_bad_signature: int = 0  # signed reports refused: a key that does not give the origin, or a bad signature
+    reports_unvouched: int = 0  # reports dropped: only ever relayed, of a node no member vouches for any more (14)
 
 
 def _no_conn_counters(conn: int) -> tuple[int, int]:
@@ -434,8 +475,14 @@ class Reports:
         conn_counters: Callable[[int], tuple[int, int]] | None = None,
         delivery_counters: Callable[[NodeId], tuple[int, int, int]] | None = None,
         forgeries: Callable[[], Mapping[NodeId, int]] | None = None,
+        signer: LogSigner | None = None,
+        secure: bool = False,
     ) -> None:
         self.uuid: Final = uuid
+        self._secure: Final = secure  # a group secret is set: every member's id is key-bound
+        # Our reports are signed when our key gives our id (protocol.md 14.1): a key that does
+        # not (a legacy id) could prove nothing to a node that is not our peer.
+        self._signer: Final = signer if signer is not None and node_id_for(signer.public_key) == uuid else None
         self.pictures: Final = Pictures(uuid, timing or PictureTiming())
         self.pictures.first_report(now)
         self.stats = ReportStats()
@@ -505,10 +552,15 @@ class Reports:
         assert isinstance(msg, Raws)
         self.stats.reports_received += 1
         mesh = self._mesh
-        if msg.origin == self.uuid or msg.origin in mesh.excluded:
+        if msg.origin == self.uuid or msg.origin in mesh.excluded or self.pictures.holds_newer(msg):
+            return  # (one not newer than the one held: nothing to check, nothing recorded)
+        first_hand = peer == msg.origin
+        if not first_hand and not self._authentic(msg):
             return
-        kept = self._merge(peer, msg, now) if msg.base is not None else msg if self.pictures.accept(msg, now) else None
-        if kept is not None:
+        kept = (self._merge(msg, now, first_hand) if msg.base is not None
+                else msg if self.pictures.accept(msg, now, first_hand) else None)
+        # An unsigned report of a key-bound origin (an older node's) is good only first-hand: not passed on.
+        if kept is not None and (msg.sig or not key_derived(msg.origin)):
             # Pass it on only to peers that the report says its origin has no
             # session with: in a full mesh nobody relays; across a link open
             # one way, or a partial partition, the report still arrives.  Not to
@@ -525,21 +577,41 @@ class Reports:
                     if joined > settled:
                         self.stats.reports_not_relayed += 1
                         continue
-                    relayed = relayed or replace(kept, sender=self.uuid)  # full, a delta merged
+                    if relayed is None and first_hand and msg.sig and not self._authentic(msg):
+                        return  # taken on its session's word, but passed on only as it can be checked
+                    # Signed: as received, full or delta, the origin's octets and signature (a delta's
+                    # receiver holds its base as we do, or refuses it until the next full report).
+                    # Unsigned (a legacy id's, open mode): full, a delta merged, as before.
+                    relayed = relayed or replace(msg if msg.sig else kept, sender=self.uuid)
                     self.stats.reports_relayed += 1
                     self._actions.append(Send(conn, relayed))
 
-    def _merge(self, peer: NodeId, delta: Raws, now: float) -> Raws | None:
+    def _authentic(self, msg: Raws) -> bool:
+        """Whether ``msg``, relayed, speaks for its origin (protocol.md 14.1): signed by the key
+        that gives the origin's id; or, in open mode, an unsigned full report of a legacy id
+        (which no key gives: as its log records, 12.5, it cannot be checked, and travels as
+        before).  Counted otherwise.  (From the origin's own session a report is taken on the
+        session's word, as everything else it says, signed or not: checked only to be passed on.)"""
+        origin = msg.origin
+        if not msg.sig:
+            if self._secure or key_derived(origin):
+                self.stats.reports_unsigned += 1
+            elif msg.base is None:
+                return True
+            else:  # relays send an unsigned report full: a delta passed on is nobody's to make
+                self.stats.reports_bad_delta += 1
+            return False
+        if not key_derived(origin) or node_id_for(msg.key) != origin or not verify(msg.key, raws_signed(msg), msg.sig):
+            self.stats.reports_bad_signature += 1
+            return False
+        return True
+
+    def _merge(self, delta: Raws, now: float, direct: bool) -> Raws | None:
         """A delta received (protocol.md 14.1): merged into the report held of its origin if that
         is its base; refused, nothing kept, and counted otherwise."""
-        if peer != delta.origin:  # relays send full reports: a delta passed on is nobody's to make
-            self.stats.reports_bad_delta += 1
-            return None
         pictures = self.pictures
-        if pictures.holds_newer(delta):
-            return None  # as a full report that is not newer
         try:
-            merged = pictures.merge(delta, now)
+            merged = pictures.merge(delta, now, direct)
         except LocalProtocolError:  # a gone peer the base has no row for
             self.stats.reports_bad_delta += 1
             return None
@@ -563,6 +635,9 @@ class Reports:
         pictures.expire(now)
         report = self.report(now)
         pictures.accept(report, now)  # ours, sent or not: its numbers are the freshest beside the picture
+        for origin in pictures.unvouched():  # after ours: it lists our sessions as they are now
+            pictures.forget(origin)
+            self.stats.reports_unvouched += 1
         facts = report_facts(report, timing)
         full = now >= self._refresh_at
         if facts == self._facts and not full:
@@ -575,6 +650,9 @@ class Reports:
         # a newcomer, and every peer every refresh (scaled), the full report (protocol.md 14.1).
         base, sent_to, deltas, links = self._sent, self._sent_to, self._deltas, self._links
         delta = None if full or base is None else report_delta(base, report, timing)
+        signer = self._signer
+        if delta is not None and signer is not None:
+            delta = sign_raws(delta, signer.public_key, signer.sign)
         fulls = []
         if delta is None:
             self._refresh_at = now + timing.refresh * scale
@@ -586,6 +664,8 @@ class Reports:
                     self.stats.reports_deltas += 1
                 else:
                     fulls.append(link)
+        if fulls and signer is not None:
+            report = sign_raws(report, signer.public_key, signer.sign)
         for conn, _ in fulls:
             self._actions.append(Send(conn, report))
         self.stats.reports_sent += len(links)

@@ -36,12 +36,14 @@ def build_services(
     conn_counters: Callable[[int], tuple[int, int]] | None = None,
     log_signer: LogSigner | None = None,
     log_secure: bool = False,
+    report_signer: LogSigner | None = None,
 ) -> list[PeerService]:
     """The replicated log (when there is a ``store``), addressed delivery and posts (when
     delivery has a timing: posts ride on it) and the system picture's reports, in the order
     the mesh runs them.  ``conn_counters`` is the driver's (messages, octets) sent on a connection.
     ``log_signer`` signs this node's records (its key); ``log_secure``: a group secret is set,
-    unsigned records are refused."""
+    unsigned records are refused.  ``report_signer`` signs this node's RAWS reports (its key, whether
+    or not it signs records: protocol.md 14.1)."""
     services: list[PeerService] = []
     replicator = None
     if store is not None:
@@ -55,7 +57,8 @@ def build_services(
         services.append(addressed)
     services.append(Reports(uuid, now=now, timing=picture, conn_counters=conn_counters,
                             delivery_counters=None if addressed is None else addressed.counters,
-                            forgeries=None if replicator is None else replicator.forgeries.copy))
+                            forgeries=None if replicator is None else replicator.forgeries.copy, signer=report_signer,
+                            secure=log_secure))
     if posts is not None:
         services.append(posts)
     return services

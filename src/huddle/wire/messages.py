@@ -22,7 +22,7 @@ import math
 import re
 import struct
 from collections.abc import Callable, Container, Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from itertools import compress, repeat
 from operator import attrgetter, itemgetter
 from typing import Any, Final, TypeVar, cast, overload
@@ -68,7 +68,9 @@ __all__ = [
     "encode_parts",
     "helo_signed",
     "merge_report",
+    "raws_signed",
     "record_size",
+    "sign_raws",
     "strict_json",
     "valid_endpoint",
 ]
@@ -77,6 +79,10 @@ PROTOCOL_VERSION: Final = 1
 HELO_KEY: Final = 32  # octets of an Ed25519 public key
 HELO_SIG: Final = 64  # octets of an Ed25519 signature
 _HELO_DOMAIN: Final = b"huddle HELO 1\n"
+_RAWS_DOMAIN: Final = b"huddle RAWS 1\n"
+# A signed RAWS body ends with its signature, the last member, written exactly so (protocol.md 14.1).
+_RAWS_SIG_HEAD: Final = b',"sig":"'
+_RAWS_SIG_TAIL: Final = len(_RAWS_SIG_HEAD) + 2 * HELO_SIG + 2  # ... then 128 hex digits and '"}'
 MAX_BODY: Final = 1024 * 1024
 MAX_NAME: Final = 255
 MAX_GROUP: Final = 255
@@ -713,9 +719,19 @@ class Raws:
     # ``base``, and ``gone`` the peers whose rows were dropped since it.  None: a full report.
     base: int | None = None
     gone: tuple[NodeId, ...] = ()
+    # Signed by the origin (protocol.md 14.1, since session 18): its Ed25519 public key, the
+    # signature, and the body's octets that it signs (the body less its last member, ``sig``).
+    # A signed report is sent as those octets, whatever its other fields say: a relay passes on
+    # the origin's words, not its own encoding of them.  Made by ``sign_raws`` and the decoder.
+    key: bytes = b""
+    sig: bytes = b""
+    signed: bytes = field(default=b"", compare=False, repr=False)
 
     def __post_init__(self) -> None:
         _check(isinstance(self.origin, NodeId), "origin must be a NodeId")
+        if self.sig or self.key or self.signed:
+            _check(len(self.key) == HELO_KEY and len(self.sig) == HELO_SIG and self.signed[-1:] == b"}",
+                   "a signed report has a 32-octet key, a 64-octet signature and the octets it signs")
         _check(len(self.forged) <= MAX_FORGED_ROWS and all(1 <= n <= MAX_SEQ for _, n in self.forged),
                f"forged: at most {MAX_FORGED_ROWS} peers, counts 1..2^63-1")
         _check(isinstance(self.seq, int) and 1 <= self.seq <= MAX_SEQ, "seq must be 1..2^63-1")
@@ -820,22 +836,42 @@ def _encode_body(msg: Message) -> tuple[bytes, bytes]:
             digest["ask"] = {s.hex(): [list(r) for r in ranges] for s, ranges in msg.ask}
         return b"GSIP", _json(digest)
     if isinstance(msg, Raws):
-        rows = [
-            [p.peer.hex(), p.heard, p.rtt, p.state, p.msgs_in, p.msgs_out, p.bytes_in, p.bytes_out,
-             p.sent, p.retrans, p.queued]
-            for p in msg.peers
-        ]
-        report = {
-            "origin": msg.origin.hex(), "seq": msg.seq, "name": msg.name, "type": msg.node_type,
-            "beat": msg.beat, "lost": msg.lost, "cut_off": msg.cut_off, "peers": rows,
-        }
-        if msg.forged:
-            report["forged"] = {peer.hex(): n for peer, n in msg.forged}
-        if msg.base is not None:
-            report["base"] = msg.base
-            report["gone"] = [peer.hex() for peer in msg.gone]
-        return b"RAWS", _json(report)
+        if msg.sig:  # the origin's octets as it signed them, then the signature
+            return b"RAWS", b"".join((msg.signed[:-1], _RAWS_SIG_HEAD, msg.sig.hex().encode(), b'"}'))
+        return b"RAWS", _json(_raws_object(msg))
     raise LocalProtocolError(f"not a huddle message: {msg!r}")
+
+
+def _raws_object(msg: Raws) -> dict[str, Any]:
+    rows = [
+        [p.peer.hex(), p.heard, p.rtt, p.state, p.msgs_in, p.msgs_out, p.bytes_in, p.bytes_out,
+         p.sent, p.retrans, p.queued]
+        for p in msg.peers
+    ]
+    report = {
+        "origin": msg.origin.hex(), "seq": msg.seq, "name": msg.name, "type": msg.node_type,
+        "beat": msg.beat, "lost": msg.lost, "cut_off": msg.cut_off, "peers": rows,
+    }
+    if msg.forged:
+        report["forged"] = {peer.hex(): n for peer, n in msg.forged}
+    if msg.base is not None:
+        report["base"] = msg.base
+        report["gone"] = [peer.hex() for peer in msg.gone]
+    return report
+
+
+def sign_raws(msg: Raws, key: bytes, sign: Callable[[bytes], bytes]) -> Raws:
+    """``msg`` signed by its origin (protocol.md 14.1): its body with ``key`` (the origin's
+    Ed25519 public key), and ``sign`` (its private half) over ``raws_signed`` of that body.
+    Sent, the body is those octets with the signature as its last member."""
+    signed = _json(_raws_object(msg) | {"key": key.hex()})
+    return replace(msg, key=key, sig=sign(_RAWS_DOMAIN + signed), signed=signed)
+
+
+def raws_signed(msg: Raws) -> bytes:
+    """The octets a signed report's ``sig`` signs: ``huddle RAWS 1`` and a line feed, then its
+    body less the last member (``sig``), a closing brace in its place."""
+    return _RAWS_DOMAIN + msg.signed
 
 
 def _xmsg_body(msg: Xmsg) -> bytes:
@@ -1135,9 +1171,29 @@ def _peer_stats(rows: list[Any]) -> tuple[PeerStat, ...]:
     return tuple(out)
 
 
+def _raws_signature(obj: dict[str, Any], body: str) -> tuple[bytes, bytes, bytes]:
+    """A signed report's key, signature and signed octets (protocol.md 14.1), checked for
+    form only: whether the signature verifies is the receiver's to say."""
+    if "sig" not in obj:
+        if "key" in obj:
+            raise DecodeError("RAWS key comes with sig")
+        return b"", b"", b""
+    raw = body.encode("utf-8")
+    tail = raw[-_RAWS_SIG_TAIL:]
+    digits = tail[len(_RAWS_SIG_HEAD):-2]
+    if (len(raw) <= _RAWS_SIG_TAIL or not tail.startswith(_RAWS_SIG_HEAD) or not tail.endswith(b'"}')
+            or _LOWER_HEX_RE.fullmatch(digits.decode("ascii", "replace")) is None or obj["sig"] != digits.decode()):
+        raise DecodeError(f"RAWS sig must be the body's last member, {2 * HELO_SIG} lowercase hex digits")
+    key = obj.get("key")
+    if type(key) is not str or len(key) != 2 * HELO_KEY or _LOWER_HEX_RE.fullmatch(key) is None:
+        raise DecodeError(f"RAWS key must be {2 * HELO_KEY} lowercase hex digits")
+    return bytes.fromhex(key), bytes.fromhex(digits.decode()), raw[:-_RAWS_SIG_TAIL] + b"}"
+
+
 def _d_raws(sender: NodeId, body: str) -> Message:
     obj = _fast_object(body, "RAWS")
     rows = _field(obj, "peers", "RAWS", list)
+    key, sig, signed = _raws_signature(obj, body)
     return Raws(
         sender=sender,
         origin=_node_hex(obj.get("origin"), "RAWS origin"),
@@ -1151,6 +1207,7 @@ def _d_raws(sender: NodeId, body: str) -> Message:
         forged=_forged(obj["forged"]) if "forged" in obj else (),
         base=_seq(obj["base"], "RAWS base") if "base" in obj else None,
         gone=_gone(obj["gone"]) if "gone" in obj else (),
+        key=key, sig=sig, signed=signed,
     )
 
 
@@ -1164,17 +1221,18 @@ def merge_report(held: Raws, delta: Raws) -> Raws:
     """The full report that ``delta`` makes of ``held``, the origin's report ``delta.base``
     (protocol.md 14.1): ``held``'s rows, less those ``gone``, with the delta's rows in place of
     (or, new peers, after) the held ones; name, type, timing, ``cut_off`` and ``forged`` the
-    delta's.  Raises LocalProtocolError when the delta does not fit ``held`` (another base or
-    origin, a gone peer ``held`` has no row for).  Decoded rows are merged as the JSON arrays
+    delta's; unsigned (no origin signed the merged whole: a relay passes on the delta).  Raises
+    LocalProtocolError when the delta does not fit ``held`` (another base or origin, a gone peer
+    ``held`` has no row for).  Decoded rows are merged as the JSON arrays
     they came in: no PeerStat is made of the rows that did not change."""
     _check(delta.base is not None and held.base is None and held.origin == delta.origin
            and held.seq == delta.base, "a delta applies only to the full report it is based on")
     hp, dp = held.peers, delta.peers
     if type(hp) is CheckedRows and type(dp) is CheckedRows and hp._stats is None and dp._stats is None:
         rows = _merged_rows(hp._rows, dp._rows, {g.hex() for g in delta.gone}, _UUID)
-        return replace(delta, peers=CheckedRows(rows), base=None, gone=())
+        return replace(delta, peers=CheckedRows(rows), base=None, gone=(), key=b"", sig=b"", signed=b"")
     stats = _merged_rows(hp, dp, set(delta.gone), _PEER)
-    return replace(delta, peers=tuple(stats), base=None, gone=())
+    return replace(delta, peers=tuple(stats), base=None, gone=(), key=b"", sig=b"", signed=b"")
 
 
 _PEER: Final = attrgetter("peer")
