@@ -333,3 +333,26 @@ def test_refusals_do_not_reach_the_log_even_in_bulk(cluster: Cluster) -> None:
     assert a.log_path.stat().st_size - log_before < 2_000
     still_serving(cluster, [a, b])
 
+
+
+# --------------------------------------------------------- Range headers
+
+
+def test_a_bad_range_gets_416_and_no_traceback(cluster: Cluster) -> None:
+    """A malformed Range, several ranges, or one past the end: 416 with ``Content-Range:
+    bytes */SIZE``, counted, nothing in the log; a good range still gets its 206."""
+    a = cluster.start("alice", beacon=False)
+    _, _, whole = raw(a.api, "GET", "/guest.js")
+    bad = ["bytes=abc", "bytes=5-3", "bytes=0-1,2-3", "bytes=99999999-", "bytes=", "items=0-1", "bytes=1e3-",
+           "bytes=\u0663-\u0664".encode().decode("latin-1"), "bytes=+1-2"]
+    for rng in bad:
+        for path in ("/guest.js", "/", "/bout"):
+            status, headers, _ = raw(a.api, "GET", path, headers={"Range": rng})
+            assert status == 416 and headers["content-range"].startswith("bytes */"), (rng, path, status)
+    status, headers, body = raw(a.api, "GET", "/guest.js", headers={"Range": "bytes=2-5"})
+    assert (status, body, headers["content-range"]) == (206, whole[2:6], f"bytes 2-5/{len(whole)}")
+    status, _, body = raw(a.api, "GET", "/guest.js", headers={"Range": "bytes=-3"})
+    assert (status, body) == (206, whole[-3:])
+    assert api_stats(a.api)["bad_range"] == 3 * len(bad)
+    log = a.log_path.read_text(errors="replace")
+    assert "Traceback" not in log and "Unhandled exception" not in log, log[-3000:]

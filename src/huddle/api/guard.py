@@ -32,7 +32,7 @@ import re
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from ..counters import Counters
 from ..limits import ApiLimits
@@ -67,6 +67,7 @@ class ApiCounters(Counters):
     subscribers_refused: int = 0  # over api.max-subscribers (503)
     subscribers_dropped: int = 0  # a subscriber over api.subscriber-buffer-bytes (closed, code 1013)
     unauthorized: int = 0  # no token, or a wrong one, where the API requires it (401, or /login for pages)
+    bad_range: int = 0  # a Range header malformed or past the end of a file (416)
 
 
 class BadInput(ValueError):
@@ -196,11 +197,31 @@ def presented_token(authorization: str | None, cookie: str | None) -> str | None
     return cookie or None
 
 
+# What a path of this API may hold as it is written into the login page's redirect: RFC 3986's
+# unreserved and sub-delims, ":", "@", "/" and "%" (an escape passes as it came); "?" and "=" in the query.
+_PATH_SAFE = "/%-._~!$&'()*+,;=:@"
+_QUERY_SAFE = _PATH_SAFE + "?"
+
+
 def safe_next(target: str | None) -> str:
-    """Where the login page sends the browser after: a path of this API, never another site."""
-    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+    """Where the login page sends the browser after: a path of this API, never another site.
+
+    A browser reads a ``Location`` loosely: it drops tabs and line breaks anywhere
+    (``/<TAB>/evil.example`` is ``//evil.example``, another host), takes ``\\`` for ``/``,
+    and strips control characters and spaces at the ends.  So whatever ``target`` is, the
+    answer is one ``/`` followed by anything but ``/`` or ``\\``, with every octet outside
+    a path's printable ASCII percent-encoded (control characters, spaces, backslashes and
+    non-ASCII text included): no browser can read a host into it.  A target that would
+    need changing to get there (it does not start with exactly one ``/``, or holds a
+    backslash or a control character) is refused whole: ``/``."""
+    if not target or not target.startswith("/"):
         return "/"
-    return target
+    if any(c == "\\" or ord(c) < 0x20 or ord(c) == 0x7F for c in target) or target[1:2] == "/":
+        return "/"
+    path, mark, query = target.partition("?")
+    path = quote(path, safe=_PATH_SAFE, errors="strict") if not bad_text(path) else "/"
+    query = quote(query, safe=_QUERY_SAFE) if mark and not bad_text(query) else ""
+    return path + ("?" + query if query else "")
 
 
 # ------------------------------------------------------------------ connections

@@ -32,7 +32,7 @@ from ..protocol.delivery import BufferFull, MessageTooLarge, NotIncluded
 from ..protocol.events import LogAppended, record_json
 from ..security import load_or_create_token, token_matches
 from ..wire import MAX_BODY
-from .common import NODE_KEY, STATE_KEY, ApiState
+from .common import NODE_KEY, STATE_KEY, ApiState, file_response
 from .common import error_response as _error
 from .group_http import add_group_routes
 from .guard import (
@@ -548,13 +548,13 @@ async def _post_jam(request: web.Request) -> web.Response:
 _STATIC = Path(__file__).parent / "static"
 
 
-async def _get_status_page(request: web.Request) -> web.FileResponse:
-    return web.FileResponse(_STATIC / "status.html", headers={"Cache-Control": "no-cache"})
+async def _get_status_page(request: web.Request) -> web.StreamResponse:
+    return file_response(request, _STATIC / "status.html", {"Cache-Control": "no-cache"})
 
 
-async def _get_guest_js(request: web.Request) -> web.FileResponse:
-    return web.FileResponse(_STATIC / "guest.js", headers={"Cache-Control": "no-cache",
-                                                           "Content-Type": "text/javascript; charset=utf-8"})
+async def _get_guest_js(request: web.Request) -> web.StreamResponse:
+    return file_response(request, _STATIC / "guest.js", {"Cache-Control": "no-cache",
+                                                         "Content-Type": "text/javascript; charset=utf-8"})
 
 
 def _guest_server(request: web.Request) -> Any:
@@ -640,8 +640,8 @@ async def _post_login(request: web.Request) -> web.StreamResponse:
     raise resp
 
 
-async def _get_bout_page(request: web.Request) -> web.FileResponse:
-    return web.FileResponse(_STATIC / "bout.html", headers={"Cache-Control": "no-cache"})
+async def _get_bout_page(request: web.Request) -> web.StreamResponse:
+    return file_response(request, _STATIC / "bout.html", {"Cache-Control": "no-cache"})
 
 
 # ------------------------------------------------------------------ connections
