@@ -13,11 +13,14 @@ import time
 from typing import Any
 
 import pytest
+import zmq
 from conftest import Cluster, free_port, get, http, wait_for
-from hostile_kit import Footprint, footprint, still_serving
-from test_guest_processes import RawGuest, guest_names, start_host
+from hostile_kit import Footprint, footprint, raw_dealer, signed_helo, still_serving
+from test_guest_processes import BROADCAST, RawGuest, guest_names, start_host
 
 from huddle.procs import NodeProcess
+from huddle.security import NodeIdentity
+from huddle.wire import Group, encode
 
 pytestmark = pytest.mark.processes
 
@@ -254,3 +257,60 @@ def test_a_message_that_never_completes_is_not_waited_on_forever(cluster: Cluste
         honest_side_unharmed(cluster, a, b, good, before)
     finally:
         good.close()
+
+
+# ------------------------------------------------------------------------ fake guest hosts
+
+
+def test_members_that_announce_guests_and_never_answer_do_not_take_guests(cluster: Cluster) -> None:
+    """Ten members say in their HELO that they host guests on a's marco port, and never answer
+    a marco (issue 31: 176 of 200 guests' marcos went unanswered).  Coming from one address
+    (127.0.0.2), they count as max-hosts-per-address (4) in the choice; each of those is
+    found out at the first marco it leaves unanswered (that guest's next one goes to a), and
+    then ranks last: every guest is answered, nearly every marco at once."""
+    marco_port = free_port(socket.SOCK_DGRAM)
+    a, _ = start_host(cluster, "a", marco_port)
+    endpoint: str = get(a.api, "/api/v1/node")["endpoint"]
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    fakes: list[zmq.Socket[bytes]] = []  # kept open (a socket collected is closed: its host would drop)
+    try:
+        for i in range(10):
+            key = NodeIdentity.generate()
+            inbox = ctx.socket(zmq.ROUTER)  # a's connection back to it is up: it counts as a live host
+            inbox.setsockopt(zmq.LINGER, 0)
+            port = free_port()
+            inbox.bind(f"tcp://127.0.0.2:{port}")
+            out = raw_dealer(ctx, endpoint, bytes(key.node_id), source="127.0.0.2")
+            fakes += [inbox, out]
+            helo = signed_helo(key, f"tcp://127.0.0.2:{port}", f"fake{i}", os.urandom(8).hex(), guests=marco_port,
+                               beat=60.0, lost=100)
+            for msg in (helo, Group(key.node_id, group="test")):
+                out.send_multipart(encode(msg)[1:])  # type: ignore[arg-type]  # ZeroMQ prepends the identity
+            wait_for(lambda i=i: sum(p["name"].startswith("fake") and p["state"] == "alive"
+                                     for p in get(a.api, "/api/v1/peers")) == i + 1, 10, f"fake{i} to be admitted")
+        assert len(get(a.api, "/api/v1/guests")["hosts"]) == 1 + 4  # a, and 4 of the 10 behind 127.0.0.2
+
+        sent = answered = 0
+        needed: list[int] = []
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+            s.bind(("127.0.0.1", 0))
+            for g in range(60):
+                data = json.dumps(["marco", f"guest{g}", "test", "raw", "0.1"]).encode()
+                for n in range(1, 12):  # a lemma's next marco comes an interval later (here 0.3 s)
+                    s.sendto(data, (BROADCAST, marco_port))
+                    sent += 1
+                    s.settimeout(0.3)
+                    try:
+                        s.recvfrom(2048)
+                    except TimeoutError:
+                        continue
+                    answered += 1
+                    needed.append(n)
+                    break
+        assert len(needed) == 60, needed  # every guest answered ...
+        assert sent - answered <= 4, (sent, answered, needed)  # ... one marco left unanswered per counted fake at most
+        assert stats(a.api)["marcos_unanswered"] == sent - answered
+    finally:
+        ctx.destroy(linger=0)
+    footprint(a)

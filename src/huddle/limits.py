@@ -150,6 +150,8 @@ class GuestLimits:
                             "(each)", default=1000)
     log_lines_per_minute: int = _doc("lines the guest doors write to the node's log per minute about joins, "
                                      "leaves and refused input", default=60)
+    max_hosts_per_address: int = _doc("other guest hosts from one IP address that count in the choice of who "
+                                      "answers a marco", default=4)
 
 
 # ------------------------------------------------------------------------ posts
