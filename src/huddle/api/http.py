@@ -25,6 +25,7 @@ from aiohttp.web_protocol import RequestHandler
 from ..config import parse_hostport
 from ..doc import OperationError, jams, parse_json_ops, parse_ops, to_json, to_xml
 from ..errors import ConfigError, CutOffReadOnly, LocalProtocolError
+from ..gated import GatedSite
 from ..ids import NodeId
 from ..limits import ApiLimits
 from ..protocol import Event, PeerInfo
@@ -691,25 +692,6 @@ class _Gate(asyncio.Protocol):
             self.inner.resume_writing()
 
 
-class _GatedSite(web.TCPSite):
-    """A TCP site whose connections pass through a :class:`_Gate`."""
-
-    __slots__ = ("_state",)
-
-    def __init__(self, runner: web.AppRunner, host: str, port: int, state: ApiState) -> None:
-        super().__init__(runner, host, port)
-        self._state = state
-
-    async def start(self) -> None:
-        await web.BaseSite.start(self)  # registers the site with its runner
-        server = self._runner.server
-        assert server is not None
-        state = self._state
-        self._server = await asyncio.get_running_loop().create_server(
-            lambda: _Gate(server(), state), self._host, self._port, backlog=self._backlog,
-            reuse_address=self._reuse_address, reuse_port=self._reuse_port)
-
-
 async def _sweeper(app: web.Application) -> AsyncIterator[None]:
     """Closes the connections the guard finds idle or stalled, while the app runs."""
     state = app[STATE_KEY]
@@ -797,7 +779,7 @@ async def start_api(node: ApiNode, address: str, limits: ApiLimits | None = None
             log.info("the API requires its token (in %s)", token.path)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
-    site = _GatedSite(runner, host, port, state)
+    site = GatedSite(runner, host, port, lambda inner: _Gate(inner, state))
     try:
         await site.start()
     except OSError as exc:
