@@ -149,7 +149,8 @@ def test_unencodable_text_and_loose_json_are_refused_before_the_node(cluster: Cl
 
 def test_idle_and_slow_connections_are_capped_and_timed_out(cluster: Cluster) -> None:
     a, b = pair(cluster, "--limit", "api.max-connections=64", "--limit", "api.idle-timeout=2",
-                "--limit", "api.body-timeout=1")
+                "--limit", "api.body-timeout=1",
+                "--limit", "api.max-connections-per-address=1000")  # the total cap here; one address's: below
     before = footprint(a)
     log_before = a.log_path.stat().st_size
     h, p = hostport(a.api)
@@ -356,3 +357,59 @@ def test_a_bad_range_gets_416_and_no_traceback(cluster: Cluster) -> None:
     assert api_stats(a.api)["bad_range"] == 3 * len(bad)
     log = a.log_path.read_text(errors="replace")
     assert "Traceback" not in log and "Unhandled exception" not in log, log[-3000:]
+
+
+# --------------------------------------------------------- one address's share
+
+
+def idle_api_connections(api: str, count: int, sources: list[str]) -> list[socket.socket]:
+    """``count`` connections to the API from each of ``sources`` that never send a request."""
+    h, p = hostport(api)
+    return [socket.create_connection((h, p), 10, (src, 0)) for src in sources for _ in range(count)]
+
+
+def api_stats_from(api: str, source: str, token: str | None = None) -> dict[str, int] | None:
+    """``stats.api`` asked on a connection from ``source`` (None: not answered 200)."""
+    h, p = hostport(api)
+    conn = HTTPConnection(h, p, timeout=10, source_address=(source, 0))
+    try:
+        conn.request("GET", "/api/v1/node", headers={"Authorization": f"Bearer {token}"} if token else {})
+        resp = conn.getresponse()
+        result: dict[str, int] = json.loads(resp.read())["stats"]["api"]
+        return result if resp.status == 200 else None
+    except (OSError, ValueError, KeyError):
+        return None
+    finally:
+        conn.close()
+
+
+def test_idle_connections_from_one_address_leave_the_others_their_share(cluster: Cluster) -> None:
+    """300 idle connections from 127.0.0.1 (issue 31: 256 made the API answer everyone 503): at
+    most api.max-connections-per-address (64) are taken; a client at 127.0.0.2 is answered."""
+    a = cluster.start("alice", beacon=False)
+    before = footprint(a)
+    idle = idle_api_connections(a.api, 300, ["127.0.0.1"])
+    try:
+        counted = wait_for(lambda: api_stats_from(a.api, "127.0.0.2"), 10, "an answer at 127.0.0.2")
+        wait_for(lambda: (api_stats_from(a.api, "127.0.0.2") or {}).get("address_refused", 0) >= 300 - 64, 10,
+                 "the connections past 64 refused")
+        assert counted["connections_refused"] == 0, counted
+        assert footprint(a).fds <= before.fds + 64 + 10
+    finally:
+        for s in idle:
+            s.close()
+
+
+def test_off_loopback_connections_that_never_show_the_token_hold_no_one_elses_share(cluster: Cluster) -> None:
+    """The API requires its token (bound to 127.0.0.2, forced): five addresses open 64 idle
+    connections each, more than api.max-connections (256).  Those that never showed the token
+    make room: the oldest is closed for each newcomer, and a client with the token is answered."""
+    a = cluster.start("alice", "--api", "127.0.0.2:0", "--api-require-token", beacon=False)
+    token = (a.data_dir / "api-token").read_text().strip()
+    idle = idle_api_connections(a.api, 64, [f"127.0.0.{i}" for i in range(3, 8)])
+    try:
+        counted = wait_for(lambda: api_stats_from(a.api, "127.0.0.1", token), 10, "an answer to the honest client")
+        assert counted["unproven_closed"] >= 320 - 256 and counted["connections_refused"] == 0, counted
+    finally:
+        for s in idle:
+            s.close()

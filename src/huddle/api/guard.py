@@ -18,9 +18,13 @@ Rules (README, "The API"; docs/limits.md, "API"):
 - Listening beyond loopback (or with ``--api-require-token``), every request but the
   login page's carries the API's token: ``Authorization: Bearer TOKEN`` or the cookie
   the login page sets.  Without it: 401 (the API) or a redirect to ``/login`` (pages).
-- At most ``api.max-connections`` connections; one waiting for a request's head
-  longer than ``api.idle-timeout`` (from its opening or the end of its last
-  answer), or whose answer makes no progress for as long, is closed.
+- At most ``api.max-connections`` connections, and ``api.max-connections-per-address``
+  from one IP; one waiting for a request's head longer than ``api.idle-timeout``
+  (from its opening or the end of its last answer), or whose answer makes no
+  progress for as long, is closed.  Where the token is required, a connection
+  counts against no one else's share until a request on it has shown the token:
+  when the API is full, the oldest idle connection that has not is closed to make
+  room, and only when there is none is the newcomer refused.
 """
 
 from __future__ import annotations
@@ -56,6 +60,8 @@ class ApiCounters(Counters):
     """What the API refused or cut off (``GET /api/v1/node`` -> ``stats.api``)."""
 
     connections_refused: int = 0  # over api.max-connections: closed at once
+    address_refused: int = 0  # over api.max-connections-per-address from one IP: closed at once
+    unproven_closed: int = 0  # idle, never showed the token: closed to make room for a newcomer
     idle_closed: int = 0  # no complete request head within api.idle-timeout
     stalled_closed: int = 0  # an answer not read for api.idle-timeout
     bad_host: int = 0  # Host not the API's own address nor an allowed name (403)
@@ -232,6 +238,8 @@ K = TypeVar("K", bound=Hashable)
 @dataclass(slots=True)
 class _Conn:
     since: float  # opened, or its last request finished
+    address: str = ""
+    proven: bool = True  # the API needs no token, or a request on it showed it
     busy: int = 0  # requests being handled
     buffered: int = 0  # octets of answer waiting at the last look
     progress: float = 0.0  # when the answer last moved
@@ -246,20 +254,51 @@ class ConnectionGuard(Generic[K]):
         self.limits = limits
         self.counters = counters
         self._conns: dict[K, _Conn] = {}
+        self._per_address: dict[str, int] = {}
+        self.evicted: list[K] = []  # closed by open() to make room: the caller closes them (and empties this)
 
     def __len__(self) -> int:
         return len(self._conns)
 
-    def open(self, key: K, now: float) -> bool:
-        """A connection was accepted; False (counted) if it is one too many: close it."""
-        if len(self._conns) >= self.limits.max_connections:
-            self.counters.connections_refused += 1
+    def open(self, key: K, now: float, address: str = "", *, proven: bool = True) -> bool:
+        """A connection was accepted from ``address``; False (counted) if it is one too
+        many, from that address or in all: close it.  ``proven``: the API needs no token
+        (else the connection is unproven until :meth:`proved`).  When the API is full, the
+        oldest idle unproven connection makes room (put in ``evicted``, counted)."""
+        lim = self.limits
+        if self._per_address.get(address, 0) >= lim.max_connections_per_address:
+            self.counters.address_refused += 1
             return False
-        self._conns[key] = _Conn(since=now)
+        if len(self._conns) >= lim.max_connections:
+            idle = [(c.since, k) for k, c in self._conns.items() if not c.proven and not c.busy]
+            if not idle:
+                self.counters.connections_refused += 1
+                return False
+            oldest = min(idle, key=lambda item: item[0])[1]
+            self.close(oldest)
+            self.evicted.append(oldest)
+            self.counters.unproven_closed += 1
+        self._conns[key] = _Conn(since=now, address=address, proven=proven)
+        self._per_address[address] = self._per_address.get(address, 0) + 1
         return True
 
+    def proved(self, key: K) -> None:
+        """A request on this connection showed the API's token."""
+        conn = self._conns.get(key)
+        if conn is not None:
+            conn.proven = True
+
     def close(self, key: K) -> None:
-        self._conns.pop(key, None)
+        conn = self._conns.pop(key, None)
+        if conn is not None:
+            self._forget(conn)
+
+    def _forget(self, conn: _Conn) -> None:
+        left = self._per_address[conn.address] - 1
+        if left:
+            self._per_address[conn.address] = left
+        else:
+            del self._per_address[conn.address]
 
     def started(self, key: K, now: float) -> None:
         """A request's head arrived and its handler runs."""
@@ -293,5 +332,5 @@ class ConnectionGuard(Generic[K]):
                 self.counters.stalled_closed += 1
                 out.append(key)
         for key in out:
-            del self._conns[key]
+            self._forget(self._conns.pop(key))
         return out

@@ -92,7 +92,9 @@ async def _door(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _error(403, "requests from other web pages are refused (Origin is not this API's own)")
     if state.token is not None and request.path != _LOGIN:
         given = presented_token(request.headers.get("Authorization"), request.cookies.get(TOKEN_COOKIE))
-        if not token_matches(given, state.token):
+        if token_matches(given, state.token):
+            state.guard.proved(request.protocol)  # its connection now counts as a known client's
+        else:
             state.counters.unauthorized += 1
             state.refused("token", "API: refused a request without the API token (%s %s)", request.method,
                           request.path[:100])
@@ -660,11 +662,23 @@ class _Gate(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         state = self.state
-        if not state.guard.open(self.inner, asyncio.get_running_loop().time()):
-            state.refused("connections", "API: refused a connection: %d open (api.max-connections)", len(state.guard))
+        guard = state.guard
+        peer = transport.get_extra_info("peername")
+        address = str(peer[0]) if peer else ""
+        if not guard.open(self.inner, asyncio.get_running_loop().time(), address, proven=state.token is None):
+            state.refused("connections", "API: refused a connection from %s: %d open (api.max-connections, "
+                          "api.max-connections-per-address)", address, len(guard))
             transport.write(_BUSY)
             transport.close()
             return
+        for key in guard.evicted:  # idle, and never showed the token: room for this one
+            gone = state.transports.pop(key, None)
+            if gone is not None:
+                gone.abort()
+        if guard.evicted:
+            state.refused("unproven", "API: closed %d idle connection(s) that never showed the token, to make room",
+                          len(guard.evicted))
+            guard.evicted.clear()
         self.admitted = True
         state.transports[self.inner] = transport
         self.inner.connection_made(transport)
