@@ -234,7 +234,6 @@ def test_a_host_that_missed_counts_again_after_missed_for() -> None:
     assert room.marco(Marco(name, "derby", "js", "1"), "x", 1.0, [B]) is None  # B's turn
     assert room.marco(Marco(name, "derby", "js", "1"), "x", 2.0, [B]) is not None  # B did not answer: A's
     assert room.missed_since(2.0) == {B}
-    assert room.marco(Marco(name, "derby", "js", "1"), "x", 2.01, [B]) is not None  # the same marco heard twice
     assert room.counters.marcos_unanswered == 1
     other = next(n for n in NAMES if chosen_host(n, [A, B]) == B and n != name)
     assert room.marco(Marco(other, "derby", "js", "1"), "x", 30.0, [B]) is not None  # B ranks last for all

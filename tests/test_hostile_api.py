@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import resource
 import socket
 import threading
 import time
@@ -413,3 +414,28 @@ def test_off_loopback_connections_that_never_show_the_token_hold_no_one_elses_sh
     finally:
         for s in idle:
             s.close()
+
+
+def test_out_of_descriptors_the_node_counts_refused_accepts_and_prints_no_traceback(cluster: Cluster) -> None:
+    """With its descriptor limit lowered to what it has open plus 4, 100 connections to the API
+    find the node unable to accept them (EMFILE).  asyncio used to log a traceback for each try, on
+    every port; the node counts them (stats.accept_failures), says them in one line a minute, and
+    serves again once descriptors are free."""
+    a = cluster.start("alice", beacon=False)
+    before = footprint(a)
+    log_before = a.log_path.stat().st_size
+    _, hard = resource.prlimit(a.proc.pid, resource.RLIMIT_NOFILE)
+    resource.prlimit(a.proc.pid, resource.RLIMIT_NOFILE, (before.fds + 4, hard))
+    idle: list[socket.socket] = []
+    try:
+        idle = idle_api_connections(a.api, 20, [f"127.0.0.{i}" for i in range(3, 8)])
+        wait_for(lambda: b"could not be accepted" in a.log_path.read_bytes()[log_before:], 10, "the line about it")
+    finally:
+        for s in idle:
+            s.close()
+        resource.prlimit(a.proc.pid, resource.RLIMIT_NOFILE, (65536 if hard == resource.RLIM_INFINITY else hard, hard))
+    stats = wait_for(lambda: api_stats_from(a.api, "127.0.0.2") and node_stats(a.api), 10, "the API to answer again")
+    assert stats["accept_failures"] >= 1, stats
+    log = a.log_path.read_bytes()[log_before:]
+    assert b"Traceback" not in log and log.count(b"could not be accepted") == 1, log[-3000:]
+    footprint(a)

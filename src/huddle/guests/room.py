@@ -205,9 +205,6 @@ class _Turn:
     skipped: frozenset[bytes]
 
 
-_SAME_MARCO = 0.05  # s: a marco heard again this soon is one broadcast heard twice, not a new marco
-
-
 @dataclass(slots=True)
 class Room:
     room: str  # the group's name
@@ -265,9 +262,9 @@ class Room:
         last = self._turns.pop(guest, None)
         skip: frozenset[bytes] = frozenset()
         if last is not None and now - last.at <= self.marco_retry:
-            if now - last.at < _SAME_MARCO:  # the same broadcast heard twice (two interfaces): the same turn
-                self._turns[guest] = last
-                return last.host
+            # (No exception for a marco heard twice at once, from a guest on two interfaces: a
+            # threshold in time would be crossed at one host and not another, and the hosts
+            # would then disagree; counted as a miss, every host hands the guest on alike.)
             self._missed[last.host] = now
             self.counters.marcos_unanswered += 1
             skip = last.skipped | {last.host}
