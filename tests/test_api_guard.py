@@ -96,3 +96,43 @@ def test_connection_cap_and_deadlines() -> None:
     assert counters.stalled_closed == 1 and counters.idle_closed == 2 and len(guard) == 0
     guard.close("b")  # the transport's own close after the sweep's: harmless
     assert guard.open("e", 31.0)
+
+
+def test_one_address_holds_at_most_its_share() -> None:
+    counters = ApiCounters()
+    guard: ConnectionGuard[str] = ConnectionGuard(ApiLimits(max_connections=10, max_connections_per_address=3),
+                                                  counters)
+    assert [guard.open(f"x{i}", 0.0, "10.0.0.66") for i in range(5)] == [True, True, True, False, False]
+    assert guard.open("honest", 0.0, "10.0.0.2") and counters.address_refused == 2
+    guard.close("x0")
+    assert guard.open("x5", 1.0, "10.0.0.66")  # a slot of its own came free
+    assert guard.sweep(100.0, lambda key: 0) and len(guard) == 0  # all idle: swept, their slots free again
+    assert guard.open("x6", 101.0, "10.0.0.66")
+
+
+def test_connections_that_never_showed_the_token_make_room_for_a_newcomer() -> None:
+    """Where the token is required, idle connections that never showed it do not hold anyone
+    else's share: when the API is full the oldest of them is closed for the newcomer."""
+    counters = ApiCounters()
+    guard: ConnectionGuard[str] = ConnectionGuard(ApiLimits(max_connections=4, max_connections_per_address=4),
+                                                  counters)
+    assert guard.open("client", 0.0, "10.0.0.2", proven=False)
+    guard.started("client", 0.5)
+    guard.proved("client")  # its request showed the token
+    guard.finished("client", 0.6)
+    assert all(guard.open(k, t, "10.0.0.66", proven=False) for k, t in (("u1", 1.0), ("u2", 2.0), ("u3", 3.0)))
+    guard.started("u2", 3.5)  # busy (its 401 being written): not closed for a newcomer
+    assert guard.open("newcomer", 4.0, "10.0.0.3", proven=False)
+    assert guard.evicted == ["u1"] and counters.unproven_closed == 1
+    guard.evicted.clear()
+    assert guard.open("next", 5.0, "10.0.0.4", proven=False) and guard.evicted == ["u3"]
+    guard.evicted.clear()
+    assert guard.open("again", 6.0, "10.0.0.5", proven=False) and guard.evicted == ["newcomer"]
+    guard.evicted.clear()
+    # Left: the proven client, busy u2, "next" and "again"; the oldest idle unproven one goes, never the client.
+    assert guard.open("more", 7.0, "10.0.0.6", proven=False) and guard.evicted == ["next"]
+    guard.evicted.clear()
+    guard.started("again", 7.5)
+    guard.started("more", 7.5)
+    assert not guard.open("full", 8.0, "10.0.0.7", proven=False)  # only the proven and busy ones: refused
+    assert counters.connections_refused == 1 and len(guard) == 4

@@ -10,12 +10,15 @@ import stat
 import subprocess
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import Cluster, wait_for
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from huddle.api.guard import presented_token, safe_next, token_required
 
@@ -45,6 +48,42 @@ def test_login_goes_on_only_to_this_api() -> None:
     assert safe_next("/?x=1") == "/?x=1"
     for bad in (None, "", "https://evil.example/", "//evil.example/", "/\\evil.example", "bout"):
         assert safe_next(bad) == "/"
+
+
+# Whatever a browser could read into a Location: tabs, line breaks, backslashes, controls, escapes, non-ASCII.
+_NEXT_PARTS = ["/", "//", "\\", "\t", "\n", "\r", "\x00", "\x0b", "\x1f", "\x7f", " ", "%2f", "%2F", "%5c", "%09",
+               "%0a", "@", ":", "?", "#", "evil.example", "http:", "https:", "javascript:", "é", "\u3002", "\uff0f",
+               "\ud800", ".", "..", "bout"]
+
+
+def _as_a_browser_reads(location: str) -> str:
+    """The URL parser's loose reading: C0 controls and spaces off the ends, every tab and
+    line break dropped, a backslash taken for a slash (WHATWG URL, special schemes)."""
+    text = location.strip("".join(map(chr, range(0x21))))
+    return re.sub("[\t\n\r]", "", text).replace("\\", "/")
+
+
+def _same_origin_path(location: str) -> bool:
+    joined = urllib.parse.urlsplit(urllib.parse.urljoin("http://node.example:8090/login", _as_a_browser_reads(location)))
+    return (location.startswith("/") and location[1:2] not in ("/", "\\") and location.isascii()
+            and location.isprintable() and " " not in location and "\\" not in location
+            and (joined.scheme, joined.netloc) == ("http", "node.example:8090"))
+
+
+def test_login_next_tricks_a_browser_would_follow_elsewhere_are_refused() -> None:
+    for bad in ("/\t/evil.example", "/\n/evil.example", "/\r\n/evil.example", "/\\/evil.example", "/\x00/evil.example",
+                "\t//evil.example", "/\t\\evil.example"):
+        assert safe_next(bad) == "/", repr(bad)
+    assert safe_next("/posts/ab cd?q=é") == "/posts/ab%20cd?q=%C3%A9"  # still this API's path, escaped
+    assert safe_next("/%2F%2Fevil.example") == "/%2F%2Fevil.example"  # an escaped slash is a path's octet
+    assert safe_next("/a?next=//evil.example") == "/a?next=//evil.example"  # in the query: harmless
+
+
+@settings(max_examples=800, deadline=None)
+@given(st.one_of(st.text(), st.lists(st.sampled_from(_NEXT_PARTS), max_size=8).map("".join)))
+def test_login_next_is_always_a_path_of_this_api(target: str) -> None:
+    got = safe_next(target)
+    assert _same_origin_path(got), (target, got)
 
 
 # ------------------------------------------------------------------ a real node

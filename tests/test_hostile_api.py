@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import resource
 import socket
 import threading
 import time
@@ -149,7 +150,8 @@ def test_unencodable_text_and_loose_json_are_refused_before_the_node(cluster: Cl
 
 def test_idle_and_slow_connections_are_capped_and_timed_out(cluster: Cluster) -> None:
     a, b = pair(cluster, "--limit", "api.max-connections=64", "--limit", "api.idle-timeout=2",
-                "--limit", "api.body-timeout=1")
+                "--limit", "api.body-timeout=1",
+                "--limit", "api.max-connections-per-address=1000")  # the total cap here; one address's: below
     before = footprint(a)
     log_before = a.log_path.stat().st_size
     h, p = hostport(a.api)
@@ -333,3 +335,107 @@ def test_refusals_do_not_reach_the_log_even_in_bulk(cluster: Cluster) -> None:
     assert a.log_path.stat().st_size - log_before < 2_000
     still_serving(cluster, [a, b])
 
+
+
+# --------------------------------------------------------- Range headers
+
+
+def test_a_bad_range_gets_416_and_no_traceback(cluster: Cluster) -> None:
+    """A malformed Range, several ranges, or one past the end: 416 with ``Content-Range:
+    bytes */SIZE``, counted, nothing in the log; a good range still gets its 206."""
+    a = cluster.start("alice", beacon=False)
+    _, _, whole = raw(a.api, "GET", "/guest.js")
+    bad = ["bytes=abc", "bytes=5-3", "bytes=0-1,2-3", "bytes=99999999-", "bytes=", "items=0-1", "bytes=1e3-",
+           "bytes=\u0663-\u0664".encode().decode("latin-1"), "bytes=+1-2"]
+    for rng in bad:
+        for path in ("/guest.js", "/", "/bout"):
+            status, headers, _ = raw(a.api, "GET", path, headers={"Range": rng})
+            assert status == 416 and headers["content-range"].startswith("bytes */"), (rng, path, status)
+    status, headers, body = raw(a.api, "GET", "/guest.js", headers={"Range": "bytes=2-5"})
+    assert (status, body, headers["content-range"]) == (206, whole[2:6], f"bytes 2-5/{len(whole)}")
+    status, _, body = raw(a.api, "GET", "/guest.js", headers={"Range": "bytes=-3"})
+    assert (status, body) == (206, whole[-3:])
+    log = a.log_path.read_text(errors="replace")
+    assert "Traceback" not in log and "Unhandled exception" not in log, log[-3000:]
+    assert api_stats(a.api)["bad_range"] == 3 * len(bad)
+
+
+# --------------------------------------------------------- one address's share
+
+
+def idle_api_connections(api: str, count: int, sources: list[str]) -> list[socket.socket]:
+    """``count`` connections to the API from each of ``sources`` that never send a request."""
+    h, p = hostport(api)
+    return [socket.create_connection((h, p), 10, (src, 0)) for src in sources for _ in range(count)]
+
+
+def api_stats_from(api: str, source: str, token: str | None = None) -> dict[str, int] | None:
+    """``stats.api`` asked on a connection from ``source`` (None: not answered 200)."""
+    h, p = hostport(api)
+    conn = HTTPConnection(h, p, timeout=10, source_address=(source, 0))
+    try:
+        conn.request("GET", "/api/v1/node", headers={"Authorization": f"Bearer {token}"} if token else {})
+        resp = conn.getresponse()
+        result: dict[str, int] = json.loads(resp.read())["stats"]["api"]
+        return result if resp.status == 200 else None
+    except (OSError, ValueError, KeyError):
+        return None
+    finally:
+        conn.close()
+
+
+def test_idle_connections_from_one_address_leave_the_others_their_share(cluster: Cluster) -> None:
+    """300 idle connections from 127.0.0.1 (issue 31: 256 made the API answer everyone 503): at
+    most api.max-connections-per-address (64) are taken; a client at 127.0.0.2 is answered."""
+    a = cluster.start("alice", beacon=False)
+    before = footprint(a)
+    idle = idle_api_connections(a.api, 300, ["127.0.0.1"])
+    try:
+        counted = wait_for(lambda: api_stats_from(a.api, "127.0.0.2"), 10, "an answer at 127.0.0.2")
+        wait_for(lambda: (api_stats_from(a.api, "127.0.0.2") or {}).get("address_refused", 0) >= 300 - 64, 10,
+                 "the connections past 64 refused")
+        assert counted["connections_refused"] == 0, counted
+        assert footprint(a).fds <= before.fds + 64 + 10
+    finally:
+        for s in idle:
+            s.close()
+
+
+def test_off_loopback_connections_that_never_show_the_token_hold_no_one_elses_share(cluster: Cluster) -> None:
+    """The API requires its token (bound to 127.0.0.2, forced): five addresses open 64 idle
+    connections each, more than api.max-connections (256).  Those that never showed the token
+    make room: the oldest is closed for each newcomer, and a client with the token is answered."""
+    a = cluster.start("alice", "--api", "127.0.0.2:0", "--api-require-token", beacon=False)
+    token = (a.data_dir / "api-token").read_text().strip()
+    idle = idle_api_connections(a.api, 64, [f"127.0.0.{i}" for i in range(3, 8)])
+    try:
+        counted = wait_for(lambda: api_stats_from(a.api, "127.0.0.1", token), 10, "an answer to the honest client")
+        assert counted["unproven_closed"] >= 320 - 256 and counted["connections_refused"] == 0, counted
+    finally:
+        for s in idle:
+            s.close()
+
+
+def test_out_of_descriptors_the_node_counts_refused_accepts_and_prints_no_traceback(cluster: Cluster) -> None:
+    """With its descriptor limit lowered to what it has open plus 4, 100 connections to the API
+    find the node unable to accept them (EMFILE).  asyncio used to log a traceback for each try, on
+    every port; the node counts them (stats.accept_failures), says them in one line a minute, and
+    serves again once descriptors are free."""
+    a = cluster.start("alice", beacon=False)
+    before = footprint(a)
+    log_before = a.log_path.stat().st_size
+    _, hard = resource.prlimit(a.proc.pid, resource.RLIMIT_NOFILE)
+    resource.prlimit(a.proc.pid, resource.RLIMIT_NOFILE, (before.fds + 4, hard))
+    idle: list[socket.socket] = []
+    try:
+        idle = idle_api_connections(a.api, 20, [f"127.0.0.{i}" for i in range(3, 8)])
+        wait_for(lambda: b"could not be accepted" in a.log_path.read_bytes()[log_before:], 10, "the line about it")
+    finally:
+        for s in idle:
+            s.close()
+        resource.prlimit(a.proc.pid, resource.RLIMIT_NOFILE, (65536 if hard == resource.RLIM_INFINITY else hard, hard))
+    stats = wait_for(lambda: api_stats_from(a.api, "127.0.0.2") and node_stats(a.api), 10, "the API to answer again")
+    assert stats["accept_failures"] >= 1, stats
+    log = a.log_path.read_bytes()[log_before:]
+    assert b"Traceback" not in log and log.count(b"could not be accepted") == 1, log[-3000:]
+    footprint(a)

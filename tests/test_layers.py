@@ -36,6 +36,7 @@ LAYER_OF: dict[str, str] = {
     "huddle.ratelog": "base",
     "huddle.mdnstype": "base",
     "huddle.gcutil": "base",
+    "huddle.gated": "base",  # an aiohttp site whose connections pass a gate (the API, the guests' WebSocket port)
     "huddle.security": "security",
     "huddle.memtune": "base",
     "huddle.wire": "wire",

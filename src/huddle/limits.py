@@ -132,6 +132,7 @@ class ApiLimits:
     """The HTTP API and its WebSocket streams (docs/limits.md, "API")."""
 
     max_connections: int = _doc("HTTP connections open at once (WebSocket subscribers included)", default=256)
+    max_connections_per_address: int = _doc("HTTP connections open at once from one IP address", default=64)
     idle_timeout: float = _doc("seconds a connection may wait for a request's head (from its opening or its last "
                                "answer), and an answer may go unread", default=30.0)
     body_timeout: float = _doc("seconds a request body may take to arrive (an upload: between two blocks)",
@@ -165,6 +166,8 @@ class GuestLimits:
                             "(each)", default=1000)
     log_lines_per_minute: int = _doc("lines the guest doors write to the node's log per minute about joins, "
                                      "leaves and refused input", default=60)
+    max_hosts_per_address: int = _doc("other guest hosts from one IP address that count in the choice of who "
+                                      "answers a marco", default=4)
 
 
 # ------------------------------------------------------------------------ posts

@@ -57,6 +57,7 @@ from .protocol.events import (
 )
 from .protocol.replication import IdentityRetired, Replicator, canonical_json
 from .protocol.stack import build_services
+from .ratelog import RateLog
 from .security import (
     GroupSecret,
     Keyring,
@@ -125,6 +126,22 @@ class Node:
         self._base = time.time() - time.monotonic()
         self.started_at = 0.0
         self.driver_stats, self.traffic = self._driver.stats, self._driver.traffic
+        self.accept_failures = 0  # connections a listening socket could not take: out of descriptors (EMFILE, ...)
+        self._loop_lines = RateLog(log, period=60.0)
+
+    def loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        """The event loop's exception handler.  A listening socket that cannot accept
+        (the process is out of descriptors: EMFILE, ENFILE, ...) is reported by asyncio
+        with a traceback each time, for every one of the node's ports; here it is counted
+        (``stats.accept_failures``) and said in one line a minute.  asyncio pauses that
+        socket for a second and tries again: the node's own caps (docs/limits.md) are what
+        keep descriptors free.  Anything else goes to asyncio's own handler."""
+        if str(context.get("message", "")).startswith("socket.accept() out of system resource"):
+            self.accept_failures += 1
+            self._loop_lines.warning("accept", loop.time(), "a connection could not be accepted: %s (%d so far)",
+                                     context.get("exception"), self.accept_failures)
+            return
+        loop.default_exception_handler(context)
 
     # ----------------------------------------------------------------- clock
 
@@ -159,6 +176,7 @@ class Node:
     def info(self) -> dict[str, Any]:
         stats = self._driver.counters(self._finders.stats())
         stats["log_forgeries"] = {str(peer): n for peer, n in self.replicator.forgeries.items()}
+        stats["accept_failures"] = self.accept_failures
         stats["security"] = None if self.security is None else self.security.stats()
         out = node_info(self.mesh, identity=self.identity, node_type=self.node_type, mesh_time=self.mesh_time(),
                         started_at=self.started_at, read_only=self.read_only, guests=self.guests,
@@ -711,6 +729,7 @@ def run_node(config: NodeConfig, on_ready: Callable[[Node], None] | None = None)
         cfg, node = config, Node(config)
         loop = asyncio.get_running_loop()
         while True:
+            loop.set_exception_handler(node.loop_exception)
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, node.stop)
             await node.run(on_ready)

@@ -18,9 +18,13 @@ Rules (README, "The API"; docs/limits.md, "API"):
 - Listening beyond loopback (or with ``--api-require-token``), every request but the
   login page's carries the API's token: ``Authorization: Bearer TOKEN`` or the cookie
   the login page sets.  Without it: 401 (the API) or a redirect to ``/login`` (pages).
-- At most ``api.max-connections`` connections; one waiting for a request's head
-  longer than ``api.idle-timeout`` (from its opening or the end of its last
-  answer), or whose answer makes no progress for as long, is closed.
+- At most ``api.max-connections`` connections, and ``api.max-connections-per-address``
+  from one IP; one waiting for a request's head longer than ``api.idle-timeout``
+  (from its opening or the end of its last answer), or whose answer makes no
+  progress for as long, is closed.  Where the token is required, a connection
+  counts against no one else's share until a request on it has shown the token:
+  when the API is full, the oldest idle connection that has not is closed to make
+  room, and only when there is none is the newcomer refused.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import re
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from ..counters import Counters
 from ..limits import ApiLimits
@@ -56,6 +60,8 @@ class ApiCounters(Counters):
     """What the API refused or cut off (``GET /api/v1/node`` -> ``stats.api``)."""
 
     connections_refused: int = 0  # over api.max-connections: closed at once
+    address_refused: int = 0  # over api.max-connections-per-address from one IP: closed at once
+    unproven_closed: int = 0  # idle, never showed the token: closed to make room for a newcomer
     idle_closed: int = 0  # no complete request head within api.idle-timeout
     stalled_closed: int = 0  # an answer not read for api.idle-timeout
     bad_host: int = 0  # Host not the API's own address nor an allowed name (403)
@@ -67,6 +73,7 @@ class ApiCounters(Counters):
     subscribers_refused: int = 0  # over api.max-subscribers (503)
     subscribers_dropped: int = 0  # a subscriber over api.subscriber-buffer-bytes (closed, code 1013)
     unauthorized: int = 0  # no token, or a wrong one, where the API requires it (401, or /login for pages)
+    bad_range: int = 0  # a Range header malformed or past the end of a file (416)
 
 
 class BadInput(ValueError):
@@ -196,11 +203,31 @@ def presented_token(authorization: str | None, cookie: str | None) -> str | None
     return cookie or None
 
 
+# What a path of this API may hold as it is written into the login page's redirect: RFC 3986's
+# unreserved and sub-delims, ":", "@", "/" and "%" (an escape passes as it came); "?" and "=" in the query.
+_PATH_SAFE = "/%-._~!$&'()*+,;=:@"
+_QUERY_SAFE = _PATH_SAFE + "?"
+
+
 def safe_next(target: str | None) -> str:
-    """Where the login page sends the browser after: a path of this API, never another site."""
-    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+    """Where the login page sends the browser after: a path of this API, never another site.
+
+    A browser reads a ``Location`` loosely: it drops tabs and line breaks anywhere
+    (``/<TAB>/evil.example`` is ``//evil.example``, another host), takes ``\\`` for ``/``,
+    and strips control characters and spaces at the ends.  So whatever ``target`` is, the
+    answer is one ``/`` followed by anything but ``/`` or ``\\``, with every octet outside
+    a path's printable ASCII percent-encoded (control characters, spaces, backslashes and
+    non-ASCII text included): no browser can read a host into it.  A target that would
+    need changing to get there (it does not start with exactly one ``/``, or holds a
+    backslash or a control character) is refused whole: ``/``."""
+    if not target or not target.startswith("/"):
         return "/"
-    return target
+    if any(c == "\\" or ord(c) < 0x20 or ord(c) == 0x7F for c in target) or target[1:2] == "/":
+        return "/"
+    path, mark, query = target.partition("?")
+    path = quote(path, safe=_PATH_SAFE, errors="strict") if not bad_text(path) else "/"
+    query = quote(query, safe=_QUERY_SAFE) if mark and not bad_text(query) else ""
+    return path + ("?" + query if query else "")
 
 
 # ------------------------------------------------------------------ connections
@@ -211,6 +238,8 @@ K = TypeVar("K", bound=Hashable)
 @dataclass(slots=True)
 class _Conn:
     since: float  # opened, or its last request finished
+    address: str = ""
+    proven: bool = True  # the API needs no token, or a request on it showed it
     busy: int = 0  # requests being handled
     buffered: int = 0  # octets of answer waiting at the last look
     progress: float = 0.0  # when the answer last moved
@@ -225,20 +254,51 @@ class ConnectionGuard(Generic[K]):
         self.limits = limits
         self.counters = counters
         self._conns: dict[K, _Conn] = {}
+        self._per_address: dict[str, int] = {}
+        self.evicted: list[K] = []  # closed by open() to make room: the caller closes them (and empties this)
 
     def __len__(self) -> int:
         return len(self._conns)
 
-    def open(self, key: K, now: float) -> bool:
-        """A connection was accepted; False (counted) if it is one too many: close it."""
-        if len(self._conns) >= self.limits.max_connections:
-            self.counters.connections_refused += 1
+    def open(self, key: K, now: float, address: str = "", *, proven: bool = True) -> bool:
+        """A connection was accepted from ``address``; False (counted) if it is one too
+        many, from that address or in all: close it.  ``proven``: the API needs no token
+        (else the connection is unproven until :meth:`proved`).  When the API is full, the
+        oldest idle unproven connection makes room (put in ``evicted``, counted)."""
+        lim = self.limits
+        if self._per_address.get(address, 0) >= lim.max_connections_per_address:
+            self.counters.address_refused += 1
             return False
-        self._conns[key] = _Conn(since=now)
+        if len(self._conns) >= lim.max_connections:
+            idle = [(c.since, k) for k, c in self._conns.items() if not c.proven and not c.busy]
+            if not idle:
+                self.counters.connections_refused += 1
+                return False
+            oldest = min(idle, key=lambda item: item[0])[1]
+            self.close(oldest)
+            self.evicted.append(oldest)
+            self.counters.unproven_closed += 1
+        self._conns[key] = _Conn(since=now, address=address, proven=proven)
+        self._per_address[address] = self._per_address.get(address, 0) + 1
         return True
 
+    def proved(self, key: K) -> None:
+        """A request on this connection showed the API's token."""
+        conn = self._conns.get(key)
+        if conn is not None:
+            conn.proven = True
+
     def close(self, key: K) -> None:
-        self._conns.pop(key, None)
+        conn = self._conns.pop(key, None)
+        if conn is not None:
+            self._forget(conn)
+
+    def _forget(self, conn: _Conn) -> None:
+        left = self._per_address[conn.address] - 1
+        if left:
+            self._per_address[conn.address] = left
+        else:
+            del self._per_address[conn.address]
 
     def started(self, key: K, now: float) -> None:
         """A request's head arrived and its handler runs."""
@@ -272,5 +332,5 @@ class ConnectionGuard(Generic[K]):
                 self.counters.stalled_closed += 1
                 out.append(key)
         for key in out:
-            del self._conns[key]
+            self._forget(self._conns.pop(key))
         return out

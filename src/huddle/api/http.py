@@ -25,6 +25,7 @@ from aiohttp.web_protocol import RequestHandler
 from ..config import parse_hostport
 from ..doc import OperationError, jams, parse_json_ops, parse_ops, to_json, to_xml
 from ..errors import ConfigError, CutOffReadOnly, LocalProtocolError, NotRecording
+from ..gated import GatedSite
 from ..ids import NodeId
 from ..limits import ApiLimits
 from ..protocol import Event, PeerInfo
@@ -32,7 +33,7 @@ from ..protocol.delivery import BufferFull, MessageTooLarge, NotIncluded
 from ..protocol.events import LogAppended, record_json
 from ..security import load_or_create_token, token_matches
 from ..wire import MAX_BODY
-from .common import NODE_KEY, STATE_KEY, ApiState
+from .common import NODE_KEY, STATE_KEY, ApiState, file_response
 from .common import error_response as _error
 from .group_http import add_group_routes
 from .guard import (
@@ -91,7 +92,9 @@ async def _door(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _error(403, "requests from other web pages are refused (Origin is not this API's own)")
     if state.token is not None and request.path != _LOGIN:
         given = presented_token(request.headers.get("Authorization"), request.cookies.get(TOKEN_COOKIE))
-        if not token_matches(given, state.token):
+        if token_matches(given, state.token):
+            state.guard.proved(request.protocol)  # its connection now counts as a known client's
+        else:
             state.counters.unauthorized += 1
             state.refused("token", "API: refused a request without the API token (%s %s)", request.method,
                           request.path[:100])
@@ -560,13 +563,13 @@ async def _post_jam(request: web.Request) -> web.Response:
 _STATIC = Path(__file__).parent / "static"
 
 
-async def _get_status_page(request: web.Request) -> web.FileResponse:
-    return web.FileResponse(_STATIC / "status.html", headers={"Cache-Control": "no-cache"})
+async def _get_status_page(request: web.Request) -> web.StreamResponse:
+    return file_response(request, _STATIC / "status.html", {"Cache-Control": "no-cache"})
 
 
-async def _get_guest_js(request: web.Request) -> web.FileResponse:
-    return web.FileResponse(_STATIC / "guest.js", headers={"Cache-Control": "no-cache",
-                                                           "Content-Type": "text/javascript; charset=utf-8"})
+async def _get_guest_js(request: web.Request) -> web.StreamResponse:
+    return file_response(request, _STATIC / "guest.js", {"Cache-Control": "no-cache",
+                                                         "Content-Type": "text/javascript; charset=utf-8"})
 
 
 def _guest_server(request: web.Request) -> Any:
@@ -652,8 +655,8 @@ async def _post_login(request: web.Request) -> web.StreamResponse:
     raise resp
 
 
-async def _get_bout_page(request: web.Request) -> web.FileResponse:
-    return web.FileResponse(_STATIC / "bout.html", headers={"Cache-Control": "no-cache"})
+async def _get_bout_page(request: web.Request) -> web.StreamResponse:
+    return file_response(request, _STATIC / "bout.html", {"Cache-Control": "no-cache"})
 
 
 # ------------------------------------------------------------------ connections
@@ -671,11 +674,23 @@ class _Gate(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         state = self.state
-        if not state.guard.open(self.inner, asyncio.get_running_loop().time()):
-            state.refused("connections", "API: refused a connection: %d open (api.max-connections)", len(state.guard))
+        guard = state.guard
+        peer = transport.get_extra_info("peername")
+        address = str(peer[0]) if peer else ""
+        if not guard.open(self.inner, asyncio.get_running_loop().time(), address, proven=state.token is None):
+            state.refused("connections", "API: refused a connection from %s: %d open (api.max-connections, "
+                          "api.max-connections-per-address)", address, len(guard))
             transport.write(_BUSY)
             transport.close()
             return
+        for key in guard.evicted:  # idle, and never showed the token: room for this one
+            gone = state.transports.pop(key, None)
+            if gone is not None:
+                gone.abort()
+        if guard.evicted:
+            state.refused("unproven", "API: closed %d idle connection(s) that never showed the token, to make room",
+                          len(guard.evicted))
+            guard.evicted.clear()
         self.admitted = True
         state.transports[self.inner] = transport
         self.inner.connection_made(transport)
@@ -701,25 +716,6 @@ class _Gate(asyncio.Protocol):
     def resume_writing(self) -> None:
         if self.admitted:
             self.inner.resume_writing()
-
-
-class _GatedSite(web.TCPSite):
-    """A TCP site whose connections pass through a :class:`_Gate`."""
-
-    __slots__ = ("_state",)
-
-    def __init__(self, runner: web.AppRunner, host: str, port: int, state: ApiState) -> None:
-        super().__init__(runner, host, port)
-        self._state = state
-
-    async def start(self) -> None:
-        await web.BaseSite.start(self)  # registers the site with its runner
-        server = self._runner.server
-        assert server is not None
-        state = self._state
-        self._server = await asyncio.get_running_loop().create_server(
-            lambda: _Gate(server(), state), self._host, self._port, backlog=self._backlog,
-            reuse_address=self._reuse_address, reuse_port=self._reuse_port)
 
 
 async def _sweeper(app: web.Application) -> AsyncIterator[None]:
@@ -809,7 +805,7 @@ async def start_api(node: ApiNode, address: str, limits: ApiLimits | None = None
             log.info("the API requires its token (in %s)", token.path)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
-    site = _GatedSite(runner, host, port, state)
+    site = GatedSite(runner, host, port, lambda inner: _Gate(inner, state))
     try:
         await site.start()
     except OSError as exc:

@@ -24,7 +24,7 @@ from aiohttp import web
 from ..errors import CutOffReadOnly
 from ..posts.model import MAX_MIME, CorruptContent, PostError, UnknownPost, is_post_id, now_timestamp
 from ..posts.service import PostService
-from .common import NODE_KEY, STATE_KEY
+from .common import NODE_KEY, STATE_KEY, file_response
 from .common import error_response as _error
 
 __all__ = ["add_post_routes"]
@@ -153,9 +153,9 @@ async def _get_content(request: web.Request) -> web.StreamResponse:
         return _error(404, f"no post {pid} in this node's store")
     except CorruptContent as exc:
         return _error(410, f"{exc}; it will be fetched again from a peer")
-    # FileResponse answers Range requests (206 / 416) and streams from disk.
-    return web.FileResponse(path, headers={"Content-Type": post.mime_type, "X-Post-Digest": post.digest,
-                                           **CONTENT_HEADERS})
+    # Range requests: 206, or 416 for a bad one (file_response); streamed from disk.
+    return file_response(request, path, {"Content-Type": post.mime_type, "X-Post-Digest": post.digest,
+                                        **CONTENT_HEADERS})
 
 
 def add_post_routes(app: web.Application) -> None:

@@ -23,7 +23,7 @@ from ..errors import ConfigError
 from ..ids import NodeId
 from ..limits import GuestLimits
 from ..security import GroupSecret
-from .choice import HostLinks
+from .choice import HostLinks, per_address
 from .room import Room, room_key_for
 
 if TYPE_CHECKING:
@@ -45,6 +45,8 @@ class GuestHosts(Protocol):
     def guest_hosts(self) -> list[NodeId]: ...
 
     def conn_of(self, peer: NodeId) -> int | None: ...
+
+    def source_of(self, peer: NodeId) -> str: ...
 
 
 class Spoken(Protocol):
@@ -85,16 +87,19 @@ class GuestBridge:
         from .server import GuestServer, GuestSettings  # noqa: PLC0415 - aiohttp: only with --guests
 
         links = self.links
+        s = settings
+        room = Room(s.group, me=s.me, limits=s.limits, room_key=s.room_key)
 
-        def hosts() -> list[bytes]:  # one host per guest (docs/guests.md): ALIVE and still connected
-            return links.live((p, mesh.conn_of(p)) for p in mesh.guest_hosts())
+        def hosts() -> list[bytes]:  # one host per guest (docs/guests.md): ALIVE and still connected,
+            live = links.live((p, mesh.conn_of(p)) for p in mesh.guest_hosts())  # a few per address
+            own = self.server.host if self.server is not None else host
+            return per_address(((h, mesh.source_of(NodeId(h))) for h in live), s.limits.max_hosts_per_address, own)
 
         def said(guest: str, topic: str, value: Any) -> None:  # a guest of ours spoke: the group's event
             emit(topic, {GUEST_KEY: guest, "value": value})
 
-        s = settings
         server = GuestServer(
-            Room(s.group, me=s.me, limits=s.limits, room_key=s.room_key),
+            room,
             GuestSettings(host=host, marco_port=s.marco_port, tcp_port=s.tcp_port, ws_port=s.ws_port,
                           max_frame=s.max_frame),
             on_event=said, clock=clock, hosts=hosts, links=links,

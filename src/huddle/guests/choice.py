@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from ..counters import Counters
 
-__all__ = ["HostLinks", "LinkCounters", "chosen_host", "weight"]
+__all__ = ["HostLinks", "LinkCounters", "chosen_host", "per_address", "weight"]
 
 
 def weight(host: bytes, guest: str) -> bytes:
@@ -53,6 +53,27 @@ def chosen_host(guest: str, hosts: Iterable[bytes]) -> bytes | None:
         if best is None or key > best:
             best = key
     return None if best is None else best[1]
+
+
+def per_address(hosts: Iterable[tuple[bytes, str]], cap: int, own: str = "") -> list[bytes]:
+    """Of ``hosts`` (UUID, the address its HELO came from), at most ``cap`` from one address:
+    announcing guest hosts costs a member one HELO each, so the hosts behind one address
+    count as at most ``cap`` in the choice — those with the lowest UUIDs, so that every node
+    that sees the same hosts keeps the same ones (not the ones seen answering: then each
+    host found out would let the next one behind that address in, to be found out in turn).
+    The hosts at ``own`` (this node's address: it cannot tell whether the others keep it
+    among them) are all kept, and so are those whose address is not known ("")."""
+    listed = list(hosts)
+    kept: set[bytes] = set()
+    by_address: dict[str, list[bytes]] = {}
+    for h, address in listed:
+        if address in ("", own):
+            kept.add(h)
+        else:
+            by_address.setdefault(address, []).append(h)
+    for group in by_address.values():
+        kept.update(sorted(group)[:cap])
+    return [h for h, _ in listed if h in kept]
 
 
 @dataclass(slots=True)

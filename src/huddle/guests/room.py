@@ -10,7 +10,11 @@ Rules (the Noam document, and what it leaves open):
 - A marco whose room is this node's group gets a polo from one host of the
   group: the one ``chosen_host`` picks for the guest's name among this node
   (``me``) and the group's other live guest hosts (passed in); the others
-  leave it (counted in ``marcos_left_to_others``).  A free guest (room "")
+  leave it (counted in ``marcos_left_to_others``).  Hosts earn their place
+  (``_turn``): the same guest's marco again within ``marco_retry`` s means
+  the host whose turn it was did not answer; that guest's next marco goes to
+  its next host, and the host that missed ranks after the others, for every
+  guest, for ``missed_for`` s (counted in ``marcos_unanswered``).  A free guest (room "")
   that this host has grabbed gets a polo from it.  Any other marco puts its
   guest on the free-guests or other-guests list.  Registration does not
   depend on the choice: a guest that registers here, chosen or not (two
@@ -178,6 +182,7 @@ class RoomCounters(Counters):
     marcos_left_to_others: int = 0  # marcos for this room not answered: another host of the group is chosen
     closed_address_changed: int = 0  # connections closed because the host's address changed (moved)
     room_key_refused: int = 0  # registrations refused: a keyed room, and not its key in register's options
+    marcos_unanswered: int = 0  # a guest's marco came again within marco_retry: its host's turn went unanswered
 
 
 @dataclass(slots=True)
@@ -190,6 +195,16 @@ class _Conn:
     frame_since: float | None = None  # when its incomplete message began
 
 
+@dataclass(frozen=True, slots=True)
+class _Turn:
+    """A guest's last marco for this room: when, whose turn it was, and the hosts that
+    missed it since its marcos began coming in quick succession."""
+
+    at: float
+    host: bytes
+    skipped: frozenset[bytes]
+
+
 @dataclass(slots=True)
 class Room:
     room: str  # the group's name
@@ -197,6 +212,8 @@ class Room:
     me: bytes = b""  # this node's UUID: its rendezvous weight decides which guests it answers
     spotted_for: float = 60.0  # a free or other guest unheard this long is dropped from the lists
     room_key: str = ""  # a keyed room's key (room_key_for): register must carry it ("": any guest is taken)
+    marco_retry: float = 10.0  # a guest's marco heard again within this many s: its last went unanswered
+    missed_for: float = 300.0  # a host that left a marco unanswered ranks last this long, for every guest
     guests: dict[str, GuestInfo] = field(default_factory=dict)
     free: dict[str, Spotted] = field(default_factory=dict)
     others: dict[str, Spotted] = field(default_factory=dict)
@@ -207,6 +224,8 @@ class Room:
     _open: dict[int, _Conn] = field(default_factory=dict)  # every connection opened() and not yet closed
     _per_address: dict[str, int] = field(default_factory=dict)
     _buffered: int = 0  # sum of _open[*].pending
+    _turns: dict[str, _Turn] = field(default_factory=dict)  # guest -> its last marco for this room (max_spotted)
+    _missed: dict[bytes, float] = field(default_factory=dict)  # host -> when it last left a marco unanswered
     fired: int = 0
     errors: int = 0
 
@@ -215,7 +234,7 @@ class Room:
     def marco(self, m: Marco, address: str, now: float, hosts: Collection[bytes] = ()) -> Polo | None:
         """``hosts``: the UUIDs of the group's other live nodes that host guests."""
         if m.room == self.room and self.room != "":
-            if hosts and chosen_host(m.guest, [self.me, *hosts]) != self.me:
+            if hosts and self._turn(m.guest, now, [self.me, *hosts]) != self.me:
                 self.counters.marcos_left_to_others += 1
                 return None
             return Polo(self.room, self.tcp_port)
@@ -226,6 +245,47 @@ class Room:
         else:
             self._spot(self.others, Spotted(m.guest, m.room, m.dialect, m.version, address, now))
         return None
+
+    def _turn(self, guest: str, now: float, hosts: list[bytes]) -> bytes:
+        """Which of ``hosts`` (this node among them) answers this marco of ``guest``.
+
+        Every host of the group hears the same marcos and decides alike.  A guest that got
+        its polo registers and stops marcoing; one whose marco went unanswered marcos again
+        within its lemma's interval (1 to 5 s).  So a marco heard within ``marco_retry`` s of
+        the same guest's last one says that the host whose turn that was did not answer (a
+        host that announces guests and never answers, or a polo lost): that host is *missed*.
+        The guest's next marco goes to the next host in its order, never to one that missed
+        it (when every host has, the round starts again), and a host that missed any guest
+        in the last ``missed_for`` s ranks after every host that did not, for every guest:
+        a host counts first in the choice only while it is seen answering.  The order is
+        otherwise the rendezvous weights' (``chosen_host``)."""
+        last = self._turns.pop(guest, None)
+        skip: frozenset[bytes] = frozenset()
+        if last is not None and now - last.at <= self.marco_retry:
+            # (No exception for a marco heard twice at once, from a guest on two interfaces: a
+            # threshold in time would be crossed at one host and not another, and the hosts
+            # would then disagree; counted as a miss, every host hands the guest on alike.)
+            self._missed[last.host] = now
+            self.counters.marcos_unanswered += 1
+            skip = last.skipped | {last.host}
+        missed = self._missed
+        for h, at in list(missed.items()):
+            if now - at > self.missed_for:
+                del missed[h]
+        rest = [h for h in hosts if h not in skip]
+        if not rest:  # every host has missed this guest: a new round
+            rest, skip = hosts, frozenset()
+        fresh = [h for h in rest if h not in missed]
+        host = chosen_host(guest, fresh or rest)
+        assert host is not None
+        self._turns[guest] = _Turn(now, host, skip)
+        while len(self._turns) > self.limits.max_spotted:
+            del self._turns[next(iter(self._turns))]
+        return host
+
+    def missed_since(self, now: float) -> set[bytes]:
+        """The hosts seen leaving a marco unanswered in the last ``missed_for`` s."""
+        return {h for h, at in self._missed.items() if now - at <= self.missed_for}
 
     def _spot(self, spotted: dict[str, Spotted], s: Spotted) -> None:
         spotted.pop(s.name, None)  # put back at the end: each list stays least recently heard first

@@ -19,6 +19,7 @@ from typing import Any, cast
 from aiohttp import WSMsgType, web
 
 from ..counters import Counters
+from ..gated import GatedSite
 from ..ratelog import RateLog
 from .choice import HostLinks
 from .codec import (
@@ -91,6 +92,73 @@ class _Marco(asyncio.DatagramProtocol):
             self.transport.sendto(encode_datagram(polo), addr)
 
 
+# What an HTTP connection to the WebSocket port is told when it is refused before its upgrade
+# (the host, or its address, has as many guest connections as it takes; or no upgrade in time).
+def _http_refusal(data: bytes) -> bytes:
+    body = data[PREFIX:] + b"\n"  # the Noam error, as JSON text
+    return (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+
+
+class _WsGate(asyncio.Protocol):
+    """Wraps aiohttp's protocol for one connection to the WebSocket port: the connection
+    counts against the guest connection limits from the moment it is accepted (not from
+    its upgrade), so one over them is closed before aiohttp holds anything for it, and one
+    that does not upgrade within register_timeout is closed by the room like any other."""
+
+    def __init__(self, inner: asyncio.Protocol, server: GuestServer) -> None:
+        self.inner = inner
+        self.server = server
+        self.conn: int | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        server = self.server
+        peer = transport.get_extra_info("peername")
+
+        accepting = True
+
+        def write(data: bytes) -> bool:  # refused as it is accepted: an HTTP answer says why
+            if not accepting or transport.is_closing():
+                return False  # later (no upgrade in time), aiohttp may be answering: closed without a word
+            transport.write(_http_refusal(data))
+            return True
+
+        conn = server._conn(write, transport.close, str(peer[0]) if peer else "")
+        accepting = False
+        if conn not in server._writers:
+            return  # refused: closed already, aiohttp never sees it
+        self.conn = conn
+        server._ws_conns[transport] = conn
+        self.inner.connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.conn is None:
+            return
+        server = self.server
+        for transport, conn in list(server._ws_conns.items()):
+            if conn == self.conn:
+                del server._ws_conns[transport]
+        server._forget(self.conn)
+        server._run(server.room.closed(self.conn))
+        self.inner.connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self.conn is not None:
+            self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received() if self.conn is not None else None
+
+    def pause_writing(self) -> None:
+        if self.conn is not None:
+            self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.conn is not None:
+            self.inner.resume_writing()
+
+
 class GuestServer:
     def __init__(
         self,
@@ -123,6 +191,7 @@ class GuestServer:
         self._writers: dict[int, Callable[[bytes], bool]] = {}  # registration connection -> write
         self._closers: dict[int, Callable[[], None]] = {}
         self._back: dict[str, asyncio.StreamWriter] = {}  # guest -> the host's connection to its own port
+        self._ws_conns: dict[asyncio.BaseTransport, int] = {}  # a connection to the WebSocket port -> its number
         # guest -> (what came for it while the host was still connecting back to its port, octets)
         self._pending: dict[str, tuple[list[bytes], int]] = {}
         self._udp: asyncio.DatagramTransport | None = None
@@ -151,9 +220,9 @@ class GuestServer:
         app = web.Application()
         app.router.add_get("/", self._ws_guest)
         app.router.add_get("/{tail:.*}", self._ws_guest)
-        # An HTTP connection that sends no request (or never finishes one) is closed after register_timeout.
-        self._ws = web.AppRunner(app, access_log=None, handle_signals=False,
-                                 keepalive_timeout=self.room.limits.register_timeout)
+        # An HTTP connection counts as a guest connection from its accept (_WsGate): one that has not
+        # upgraded within register_timeout is closed by the room, counted (register_timeouts).
+        self._ws = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._ws.setup()
         self._site = await self._listen_ws(s.host, s.ws_port)
         self._ticker = asyncio.create_task(self._tick())
@@ -165,7 +234,7 @@ class GuestServer:
 
     async def _listen_ws(self, host: str, port: int) -> web.TCPSite:
         assert self._ws is not None
-        site = web.TCPSite(self._ws, host, port, reuse_address=True)
+        site = GatedSite(self._ws, host, port, lambda inner: _WsGate(inner, self), reuse_address=True)
         await site.start()
         # Every site's address; this one's is on ``host`` (port 0: the one the system chose).
         bound = [int(a[1]) for a in self._ws.addresses if a[0] == host] or [int(a[1]) for a in self._ws.addresses]
@@ -434,7 +503,11 @@ class GuestServer:
             self._spawn(ws.close())
 
         address = request.remote or ""
-        conn = self._conn(write, close, address)
+        conn = self._ws_conns.get(cast(asyncio.BaseTransport, request.transport), -1)
+        if conn not in self._writers:  # closed (timed out, or the host moved) while it upgraded
+            await ws.close()
+            return ws
+        self._writers[conn], self._closers[conn] = write, close  # from now on, Noam messages on the WebSocket
         try:
             async for msg in ws:
                 if conn not in self._writers:

@@ -413,6 +413,11 @@ class Mesh:
         s = self._sessions.get(peer)
         return None if s is None or not s.admitted else s.conn
 
+    def source_of(self, peer: NodeId) -> str:
+        """The address a peer's HELO came from ("" if unknown): guest hosts are bounded per address."""
+        s = self._sessions.get(peer)
+        return "" if s is None else s.source
+
     def _info(self, s: _Session, now: float) -> PeerInfo:
         return PeerInfo(
             uuid=s.uuid,
