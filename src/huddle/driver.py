@@ -82,6 +82,10 @@ class MeshDriver:
 
     def attach(self, mesh: Mesh, transport: ZmqTransport) -> None:
         self.mesh, self.transport = mesh, transport
+        # The ROUTER's connections beyond the sessions bound to their address are closed after
+        # the handshake timeout (transport/accepted.py): the transport asks the mesh which.
+        transport.bound_by_address = mesh.bound_by_address
+        transport.accepted.grace = mesh.timing.handshake_timeout
 
     def running(self) -> Mesh:
         if self.mesh is None:
@@ -247,6 +251,7 @@ class MeshDriver:
         stats: dict[str, Any] = dict(mesh.stats.as_dict())
         if self.transport is not None:
             stats["send_dropped"] = self.transport.send_dropped
+            stats["mesh_connections"] = self.transport.accepted.stats.as_dict()
         stats["foreign_by_address"] = dict(mesh.blamed)
         stats.update(discovery)
         reports, delivery = mesh.service(Reports), mesh.service(Delivery)

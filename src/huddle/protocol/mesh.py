@@ -406,6 +406,16 @@ class Mesh:
         s = self._sessions.get(peer)
         return None if s is None or not s.admitted else s.conn
 
+    def bound_by_address(self) -> dict[str, int]:
+        """Per source address, the sessions whose HELO was accepted from there: how many of
+        the ROUTER's connections from that address have proved themselves (section 2.1;
+        the transport bounds and closes the others)."""
+        out: dict[str, int] = {}
+        for s in self._sessions.values():
+            if s.source:
+                out[s.source] = out.get(s.source, 0) + 1
+        return out
+
     def _info(self, s: _Session, now: float) -> PeerInfo:
         return PeerInfo(
             uuid=s.uuid,
