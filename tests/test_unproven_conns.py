@@ -21,6 +21,7 @@ from hostile_kit import footprint, node_stats, still_serving
 
 from huddle.ids import NodeId
 from huddle.limits import MeshLimits
+from huddle.security import GroupSecret
 from huddle.transport.accepted import AcceptedConns, peer_of, shut, silence_of
 from huddle.transport.zmq_transport import ZmqTransport
 
@@ -216,3 +217,33 @@ def test_an_honest_connection_closed_by_mistake_only_costs_its_dealer_a_reconnec
             transport.close()
 
     asyncio.run(run())
+
+
+@pytest.mark.processes
+def test_in_a_secured_group_a_silent_member_connection_is_closed_too(cluster: Cluster, tmp_path: Path) -> None:
+    """Secure mode: the ROUTER's one monitor is the guard's, which hands the connection events
+    on.  A connection with the group's client key (a member's, or a stolen one) that completes
+    the CURVE handshake and sends no HELO is closed after the handshake timeout."""
+    path = tmp_path / "test.key"
+    secret = GroupSecret.new("test")
+    secret.save(path)
+    a_port = free_port()
+    alice = cluster.start("alice", "--group-key", str(path), "--port", str(a_port), beacon=False)
+    bob = cluster.start("bob", "--group-key", str(path), "--seed", f"127.0.0.1:{a_port}", beacon=False)
+    still_serving(cluster, [alice, bob])
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    try:
+        silent = ctx.socket(zmq.DEALER)
+        silent.linger = 0
+        client = secret.curve_client()
+        silent.curve_serverkey = secret.curve_server().public
+        silent.curve_publickey, silent.curve_secretkey = client.public, client.secret
+        silent.connect(f"tcp://127.0.0.2:0;127.0.0.1:{a_port}")  # from an address no member uses
+        wait_for(lambda: node_stats(alice.api)["mesh_connections"]["closed_idle"] >= 1, 15,
+                 "the silent member connection closed")
+        stats = node_stats(alice.api)
+        assert stats["security"]["admitted_handshakes"] >= 2  # bob's, and the silent one's
+        assert stats["mesh_connections"]["refused"] == 0
+        still_serving(cluster, [alice, bob])
+    finally:
+        ctx.destroy(linger=0)
