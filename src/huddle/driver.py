@@ -82,10 +82,6 @@ class MeshDriver:
 
     def attach(self, mesh: Mesh, transport: ZmqTransport) -> None:
         self.mesh, self.transport = mesh, transport
-        # The ROUTER's connections beyond the sessions bound to their address are closed after
-        # the handshake timeout (transport/accepted.py): the transport asks the mesh which.
-        transport.bound_by_address = mesh.bound_by_address
-        transport.accepted.grace = mesh.timing.handshake_timeout
 
     def running(self) -> Mesh:
         if self.mesh is None:
