@@ -110,6 +110,30 @@ def test_the_descriptor_helpers_see_and_end_a_real_connection() -> None:
             assert accepted.fileno() == fd  # still open: the descriptor is its owner's to close
 
 
+def test_a_descriptor_that_is_no_longer_a_connection_is_left_alone(tmp_path: Path) -> None:
+    """A number the monitor reported may have been reused for a file, a pipe or a local socket
+    by the time it is read: nothing is done to it, and it stays open."""
+    path = tmp_path / "f"
+    path.write_bytes(b"x")
+    fd = os.open(path, os.O_RDONLY)
+    r, w = os.pipe()
+    a, b = socket.socketpair()
+    try:
+        for n in (fd, r, a.fileno()):
+            assert peer_of(n, {1}) is None
+            assert not shut(n, "127.0.0.1", {1})
+            assert silence_of(n, 3.0) == 3.0
+        os.fstat(fd)  # still open
+        os.fstat(r)
+        a.sendall(b"y")
+        assert b.recv(1) == b"y"
+    finally:
+        for n in (fd, r, w):
+            os.close(n)
+        a.close()
+        b.close()
+
+
 # ------------------------------------------------------------------ real nodes
 
 # ZMTP 3.0 with the NULL mechanism: the 64-octet greeting, then a READY command (Socket-Type DEALER).
