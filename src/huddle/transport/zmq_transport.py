@@ -36,8 +36,8 @@ of a key removed from the allow-list are dropped as they are read.  Open mode (n
 
 Incoming connections that have sent no verified HELO are bounded, per address and in
 total, and closed after the handshake timeout (transport/accepted.py: a monitor of the
-ROUTER reports each connection's descriptor; the mesh says, through the driver, how many
-sessions it bound to each address).
+ROUTER reports each connection's descriptor; the mesh says how many sessions it bound to
+each address, and the driver's timer loop sweeps through :meth:`ZmqTransport.poll`).
 
 Opening a connection can fail (out of descriptors: EMFILE); that is logged
 (rate-limited), counted and reported through ``on_connect_failed``, never
@@ -201,7 +201,7 @@ class ZmqTransport:
         # Its accepted connections, watched from before it binds (transport/accepted.py): in a
         # secure group through the guard's monitor (a socket has one), else through our own.
         self.accepted = AcceptedConns(limits)
-        # The sessions the mesh bound to each source address (the driver sets it: Mesh.bound_by_address).
+        # The sessions the mesh bound to each source address (the node sets it: Mesh.bound_by_address).
         self.bound_by_address: Callable[[], Mapping[str, int]] = dict
         self._ports: set[int] = set()  # the ROUTER's ports: a descriptor accepted elsewhere is not ours
         self._monitor: zmq.Socket[bytes] | None = None
