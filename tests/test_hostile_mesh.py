@@ -249,6 +249,8 @@ def test_an_honest_crowd_on_one_machine_is_not_taken_for_a_flood(cluster: Cluste
     waited = sum(node_stats(n.api)["helos_waited"] + node_stats(n.api)["introductions_waited"] for n in nodes)
     assert waited > 0, "the caps were never reached"
     assert sum(node_stats(n.api)["introductions_refused"] for n in nodes) == 0
+    # Nor are their connections taken for idle ones (mesh.max-unproven-connections-per-address).
+    assert sum(node_stats(n.api)["mesh_connections"]["refused"] for n in nodes) == 0
 
 
 def test_a_silent_connection_under_a_members_id_does_not_keep_it_out_while_it_restarts(cluster: Cluster) -> None:

@@ -247,6 +247,7 @@ class MeshDriver:
         stats: dict[str, Any] = dict(mesh.stats.as_dict())
         if self.transport is not None:
             stats["send_dropped"] = self.transport.send_dropped
+            stats["mesh_connections"] = self.transport.accepted.stats.as_dict()
         stats["foreign_by_address"] = dict(mesh.blamed)
         stats.update(discovery)
         reports, delivery = mesh.service(Reports), mesh.service(Delivery)

@@ -92,6 +92,12 @@ class MeshLimits:
         "it knows and reads the first this many of a list it receives", default=256)
     helo_clock_window: float = _doc(
         "seconds a signed HELO's time (its sender's clock) may differ from ours, either way", default=300.0)
+    max_unproven_connections: int = _doc(
+        "incoming connections beyond the sessions bound to their address (no verified HELO yet), in total",
+        default=256)
+    max_unproven_connections_per_address: int = _doc(
+        "incoming connections from one address beyond the sessions bound to it (no verified HELO yet)",
+        default=128)
 
 
 # ------------------------------------------------------------------ the audit log

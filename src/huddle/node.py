@@ -442,6 +442,10 @@ class Node:
             identity=self.identity, secure=cfg.group_secret is not None,
         )
         driver.attach(mesh, transport)
+        # The ROUTER's connections beyond the sessions bound to their address are closed after
+        # the handshake timeout (transport/accepted.py): the transport asks the mesh which.
+        transport.bound_by_address = mesh.bound_by_address
+        transport.accepted.grace = mesh.timing.handshake_timeout
         stack.callback(self._leave)  # a start that fails half-way still says GBYE to the peers it met
         self._replicator = mesh.service(Replicator)
         allow = self.allow_list

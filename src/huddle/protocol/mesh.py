@@ -416,7 +416,18 @@ class Mesh:
     def source_of(self, peer: NodeId) -> str:
         """The address a peer's HELO came from ("" if unknown): guest hosts are bounded per address."""
         s = self._sessions.get(peer)
-        return "" if s is None else s.source
+        return "" if s is None else address_of(s.source)
+
+    def bound_by_address(self) -> dict[str, int]:
+        """Per source address, the sessions whose HELO was accepted from there: how many of
+        the ROUTER's connections from that address have proved themselves (section 2.1;
+        the transport bounds and closes the others)."""
+        out: dict[str, int] = {}
+        for s in self._sessions.values():
+            if s.source:
+                address = address_of(s.source)
+                out[address] = out.get(address, 0) + 1
+        return out
 
     def _info(self, s: _Session, now: float) -> PeerInfo:
         return PeerInfo(
@@ -1256,7 +1267,7 @@ class Mesh:
             self._reported.add(s.uuid)
             self._notify(PeerNew(s.uuid, s.name, self.mesh_time(now)))
         if self._services:
-            facts = PeerFacts(s.incarnation or "", s.rate, s.name, s.node_type, s.deltas, s.source)
+            facts = PeerFacts(s.incarnation or "", s.rate, s.name, s.node_type, s.deltas, address_of(s.source))
             for service in self._services:
                 service.peer_up(s.uuid, s.conn, now, facts)
         # Our member list to the newcomer, if it may know fewer members than we do (it dials

@@ -42,6 +42,7 @@ import zmq
 from ..ratelog import RateLog
 from ..security import OPEN_GROUP, CurveKeypair, GroupSecret, Keyring, NodeIdentity, SecurityMode, TrustList
 from ..security.trust import TrustedKey, curve_public, parse_public_key
+from .accepted import monitor
 
 __all__ = ["ZAP_ENDPOINT", "AllowList", "CurveGuard", "CurveSetup", "DialKey", "MeshSecurity", "RefusalStats"]
 
@@ -114,19 +115,24 @@ class CurveGuard:
         self._zap: zmq.Socket[bytes] = ctx.socket(zmq.REP)
         self._zap.setsockopt(zmq.LINGER, 0)
         self._zap.bind(ZAP_ENDPOINT)
+        self._ctx = ctx
         self._monitor: zmq.Socket[bytes] | None = None
+        self._on_event: Callable[[int, int], None] | None = None
         self._router: zmq.Socket[bytes] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def secure_router(self, sock: zmq.Socket[bytes]) -> None:
-        """Make ``sock`` (before it binds) a CURVE server judged by this guard, and watch its handshakes."""
+    def secure_router(self, sock: zmq.Socket[bytes], events: int = 0,
+                      on_event: Callable[[int, int], None] | None = None) -> None:
+        """Make ``sock`` (before it binds) a CURVE server judged by this guard, and watch its handshakes.
+        A socket has one monitor: ``on_event(event, value)`` is told of the monitor's other ``events``
+        (the transport's accepted connections: transport/accepted.py)."""
         sock.setsockopt(zmq.CURVE_SERVER, 1)
         sock.setsockopt(zmq.CURVE_SECRETKEY, self.server.secret)
         sock.setsockopt(zmq.ZAP_DOMAIN, ZAP_DOMAIN)
         sock.setsockopt(zmq.ZAP_ENFORCE_DOMAIN, 1)
         self._router = sock
-        self._monitor = sock.get_monitor_socket(_FAILED)
-        self._monitor.setsockopt(zmq.LINGER, 0)
+        self._on_event = on_event
+        self._monitor = monitor(self._ctx, sock, _FAILED | events)
 
     def secure_dealer(self, sock: zmq.Socket[bytes], key: DialKey | None = None) -> DialKey:
         """Make ``sock`` (before it connects) a CURVE client of ``key`` (default: the secret in use's)."""
@@ -226,6 +232,8 @@ class CurveGuard:
             event, value = struct.unpack("=HI", frames[0])
             if event & _FAILED:
                 self._refused(_REASONS.get(value, "handshake"), "")
+            elif self._on_event is not None:
+                self._on_event(event, value)
 
     def _refused(self, reason: str, address: str) -> None:
         stats = self.stats

@@ -41,6 +41,11 @@ incoming connection before its first message (transport/zap.py: ``curve``); mess
 of a key removed from the allow-list are dropped as they are read.  Open mode (no
 ``curve``): the wire is as it always was.
 
+Incoming connections that have sent no verified HELO are bounded, per address and in
+total, and closed after the handshake timeout (transport/accepted.py: a monitor of the
+ROUTER reports each connection's descriptor; the mesh says how many sessions it bound to
+each address, and the driver's timer loop sweeps through :meth:`ZmqTransport.poll`).
+
 Opening a connection can fail (out of descriptors: EMFILE); that is logged
 (rate-limited), counted and reported through ``on_connect_failed``, never
 raised into the event loop.
@@ -53,9 +58,10 @@ import contextlib
 import logging
 import os
 import random
+import struct
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -67,6 +73,7 @@ from ..limits import MeshLimits
 from ..ratelog import RateLog
 from ..security import CurveKeypair
 from ..wire import MAX_BODY
+from .accepted import EVENTS, AcceptedConns, monitor, peer_of, shut, silence_of
 from .links import LinkMonitor
 from .zap import CurveGuard, CurveSetup, DialKey
 
@@ -202,8 +209,17 @@ class ZmqTransport:
         self.guard = None if curve is None else CurveGuard(self.ctx, curve,
                                                              max_addresses=limits.max_blamed_addresses)
         self.router: zmq.Socket[bytes] = self.ctx.socket(zmq.ROUTER)
+        # Its accepted connections, watched from before it binds (transport/accepted.py): in a
+        # secure group through the guard's monitor (a socket has one), else through our own.
+        self.accepted = AcceptedConns(limits)
+        # The sessions the mesh bound to each source address (the node sets it: Mesh.bound_by_address).
+        self.bound_by_address: Callable[[], Mapping[str, int]] = dict
+        self._ports: set[int] = set()  # the ROUTER's ports: a descriptor accepted elsewhere is not ours
+        self._monitor: zmq.Socket[bytes] | None = None
         if self.guard is not None:
-            self.guard.secure_router(self.router)
+            self.guard.secure_router(self.router, EVENTS, self._conn_event)
+        else:
+            self._monitor = monitor(self.ctx, self.router, EVENTS)
         self.router.setsockopt(zmq.LINGER, 0)
         self.router.setsockopt(zmq.RCVHWM, limits.receive_hwm)
         # A peer sending a frame far beyond the codec's limit is disconnected by
@@ -248,6 +264,7 @@ class ZmqTransport:
         """Bind the ROUTER; ``port`` 0 picks a free port in ``port_range``."""
         if port:
             self.router.bind(f"tcp://{host}:{port}")
+            self._ports.add(port)
             return port
         lo, hi = port_range
         rng = random.SystemRandom()
@@ -256,6 +273,7 @@ class ZmqTransport:
             candidate = rng.randint(lo, hi)
             try:
                 self.router.bind(f"tcp://{host}:{candidate}")
+                self._ports.add(candidate)
                 return candidate
             except zmq.ZMQError as exc:  # in use: try another
                 last = exc
@@ -274,6 +292,9 @@ class ZmqTransport:
             self.guard.start(loop)
         loop.add_reader(self._fd, self._readable)
         loop.call_soon(self._readable)
+        if self._monitor is not None:
+            loop.add_reader(cast(int, self._monitor.getsockopt(zmq.FD)), self._monitor_readable)
+            loop.call_soon(self._monitor_readable)
 
     def _readable(self) -> None:
         """Drain the ROUTER (its FD is edge-triggered: read until EAGAIN).
@@ -368,7 +389,63 @@ class ZmqTransport:
             self._readable()
         if self.guard is not None:
             self.guard.poll()
+        self._monitor_readable()
+        self._sweep(time.monotonic())
         self._flush()
+
+    # ------------------------------------------------- incoming connections (transport/accepted.py)
+
+    def _monitor_readable(self) -> None:
+        pair = self._monitor
+        if pair is None:
+            return
+        while True:
+            try:
+                frames = pair.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            except zmq.ZMQError as exc:  # closed under us
+                log.debug("ROUTER monitor: %s", exc)
+                return
+            if len(frames) == 2 and len(frames[0]) == 6:  # libzmq's format: 16-bit event, 32-bit value; endpoint
+                event, value = struct.unpack("=HI", frames[0])
+                self._conn_event(event, value)
+
+    def _conn_event(self, event: int, fd: int) -> None:
+        """A monitor event of the ROUTER: a connection accepted (closed at once if over a cap), or ended."""
+        if event != zmq.EVENT_ACCEPTED:
+            self.accepted.gone(fd)
+            return
+        address = peer_of(fd, self._ports)
+        if address is None:  # ended (and its number perhaps reused) before we read the event
+            self.accepted.stats.stale += 1
+            return
+        now = time.monotonic()
+        if not self.accepted.accepted(fd, address, now, self.bound_by_address()):
+            shut(fd, address, self._ports)
+            stats = self.accepted.stats
+            self._warnings.warning("unproven", now, "closed a mesh connection from %s at once: too many connections "
+                                   "without a verified HELO (%d refused, %d closed idle so far)", address,
+                                   stats.refused, stats.closed_idle)
+
+    def _sweep(self, now: float) -> None:
+        """Close the connections unproven past the handshake timeout (a turn of the timer loop)."""
+        accepted = self.accepted
+        if not accepted.due(now):
+            return
+        closed = 0
+        for fd in accepted.to_close(now, self.bound_by_address(), silence_of):
+            address = accepted.address_of(fd)
+            accepted.gone(fd)
+            if address is not None and shut(fd, address, self._ports):
+                closed += 1
+            else:
+                accepted.stats.stale += 1
+        if closed:
+            accepted.stats.closed_idle += closed
+            self._warnings.warning("idle", now, "closed %d mesh connections without a verified HELO after %.0f s "
+                                   "(%d closed idle, %d refused so far)", closed, accepted.grace,
+                                   accepted.stats.closed_idle, accepted.stats.refused)
 
     # ---------------------------------------------------------------- outbox
 
@@ -639,5 +716,12 @@ class ZmqTransport:
             self.links.close()
         if self.guard is not None:
             self.guard.close()
+        if self._monitor is not None:
+            if self._loop is not None:
+                with contextlib.suppress(zmq.ZMQError, ValueError, RuntimeError):
+                    self._loop.remove_reader(cast(int, self._monitor.getsockopt(zmq.FD)))
+            with contextlib.suppress(zmq.ZMQError):
+                self.router.disable_monitor()
+            self._monitor.close(linger=0)
         self.router.close(linger=0)
         self.ctx.term()
