@@ -283,7 +283,8 @@ def _run(*, seed: int, nodes: int, events: int, attacks: int, settle: float, bou
     )
 
 
-def _check(honest: list[SimNode], originated: dict[bytes, int], bounds: HostileBounds) -> list[str]:
+def _check(honest: list[SimNode], originated: dict[bytes, int], bounds: HostileBounds, hostile: int = 1) -> list[str]:
+    """``hostile``: how many hostile members the scenario runs (their own reports are in every picture)."""
     problems: list[str] = []
     uuids = {bytes(n.mesh.uuid): n.mesh.name for n in honest}
     reference: dict[tuple[bytes, int], tuple[str, str]] | None = None
@@ -317,17 +318,17 @@ def _check(honest: list[SimNode], originated: dict[bytes, int], bounds: HostileB
             reference = held
         elif held != reference:
             problems.append(f"{name}'s honest records differ from {honest[0].mesh.name}'s")
-        problems += _picture_problems(node, honest)
+        problems += _picture_problems(node, honest, hostile)
     return problems[:20]
 
 
-def _picture_problems(node: SimNode, honest: list[SimNode]) -> list[str]:
-    """What is wrong with ``node``'s system picture: members no node made up (the honest and one
-    hostile), no honest member cut off or forging, no report of an honest member it did not make."""
+def _picture_problems(node: SimNode, honest: list[SimNode], hostile: int = 1) -> list[str]:
+    """What is wrong with ``node``'s system picture: members no node made up (the honest and the
+    ``hostile`` members), no honest member cut off or forging, no report of an honest member it did not make."""
     problems = []
     made = {n.mesh.uuid: n.pictures.next_seq for n in honest}
     reports = node.pictures.reports()
-    if len(set(reports) - set(made)) > 1:
+    if len(set(reports) - set(made)) > hostile:
         problems.append(f"{node.mesh.name}'s picture shows {len(set(reports) - set(made))} members that are not honest")
     for origin, report in reports.items():
         if origin in made and report.seq >= made[origin]:
@@ -504,7 +505,7 @@ def _run_sources(*, seed: int, nodes: int, villains: int, made_up: int, events: 
     check = ["not run"]
     while net.now < deadline:
         net.run(1.0)
-        check = _check(everyone, originated, HostileBounds(sources=limits.max_sources))
+        check = _check(everyone, originated, HostileBounds(sources=limits.max_sources), hostile=villains)
         if not check:
             break
     problems += check
