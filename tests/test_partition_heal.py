@@ -8,8 +8,9 @@ admits the other on the HELO and BOUT it dialled with, while its own answer sits
 connection: the other end, which has not admitted it, says nothing more.  Until session 18 that
 silence was judged by the short gone-after of the tests' timers, so the session went SUSPECT,
 then ended, and the pair met again only seconds later (tests/test_faults.py's partition test
-failed about one run in ten).  On the simulator, the stuck connection is one whose messages
-never arrive; a fresh one to the same endpoint works."""
+failed about one run in ten); where both ends' dials were stuck, neither admitted the other
+before the handshake timeout (5 s).  On the simulator, the stuck connection is one whose
+messages never arrive; a fresh one to the same endpoint works."""
 
 from __future__ import annotations
 
@@ -122,3 +123,27 @@ def test_a_peer_dialling_afresh_over_a_session_we_hold_gets_our_answer_on_a_fres
     net.run(3.0)
     assert sees(a, net) == {"b"} and sees(b, net) == {"a"}
     assert a.mesh.stats.answers_redialled == 1
+
+
+def test_two_dials_both_stuck_meet_again_on_the_next_beacons() -> None:
+    """After a cut shorter than TCP keep-alive's reset (~4 s), each ROUTER may still hold the
+    other's connection from before it, and leave both new dials unread: neither end admits
+    the other, both wait for a handshake timeout (5 s).  A dial unanswered for a suspect_after
+    whose peer a beacon shows there is dialled afresh, and the pair meets within a few beats."""
+    net = SimNetwork(seed=22)
+    a, b = pair_apart(net)
+    dial_stuck(net, a, b)
+    dial_stuck(net, b, a)
+    start = net.now
+
+    def beacons() -> bool:  # every node beacons each 0.25 s in tests/test_faults.py
+        a.mesh.discovered(b.mesh.uuid, b.mesh.endpoint, net.local(a))
+        b.mesh.discovered(a.mesh.uuid, a.mesh.endpoint, net.local(b))
+        net.run(0.25)
+        return sees(a, net) == {"b"} and sees(b, net) == {"a"}
+
+    while not beacons():
+        assert net.now - start < 2.0, (sees(a, net), sees(b, net))
+    assert a.mesh.stats.answers_redialled + b.mesh.stats.answers_redialled >= 1
+    net.run(3.0)
+    assert sees(a, net) == {"b"} and sees(b, net) == {"a"}

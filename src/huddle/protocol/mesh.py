@@ -168,8 +168,11 @@ class _Session:
     # since says it dials us afresh.  Admitted, but not answered, it is judged by the handshake
     # timeout and dialled afresh each suspect_after (protocol.md 6).
     answered: bool = False
-    redial_at: float = math.inf  # when to close our connection to it, while it has not answered ...
-    reopen_at: float = math.inf  # ... and when to open the fresh one (a heartbeat later: protocol.md 8.5)
+    # When our connection to it is closed as stuck, if it has not answered by then (a dial of ours:
+    # not before, and only when discovery shows it there); and when the fresh one opens, a
+    # heartbeat after the close (protocol.md 6, 8.5).
+    redial_at: float = math.inf
+    reopen_at: float = math.inf
 
     @property
     def admitted(self) -> bool:
@@ -445,6 +448,13 @@ class Mesh:
         if uuid in self.excluded:
             return
         if uuid in self._sessions:
+            s = self._sessions[uuid]
+            if (s.phase is Phase.CONNECTING and s.endpoint == endpoint and now >= s.redial_at
+                    and now - s.last_heard >= s.suspect_after and s.reopen_at == math.inf):
+                # It is there, and has not answered our dial for a suspect_after: our connection
+                # to it is stuck as an answer's can be (protocol.md 6), so is dialled afresh.
+                self._redial(s, now)
+                return
             self._follow(uuid, endpoint, None, now)  # it may have restarted elsewhere
             return
         if self._endpoint_known(endpoint):
@@ -800,6 +810,7 @@ class Mesh:
                 self._actions.append(Disconnect(s.conn))
                 s.conn = self._connect(m.endpoint)
                 s.endpoint = m.endpoint
+                s.reopen_at = math.inf
             elif s.endpoint != m.endpoint:
                 self._follow_moved(s, m.endpoint)
             self._send_hello(s.conn, reply=True, to=m.sender, now=now)
@@ -960,6 +971,7 @@ class Mesh:
                 self._actions.append(Disconnect(s.conn))
                 s.conn = self._connect(endpoint)
                 s.endpoint = endpoint
+                s.reopen_at = math.inf
                 self._send_hello(s.conn, reply=False, to=uuid, now=now, listed=listed)
             return
         if incarnation is None and self._aliases.get(uuid) == endpoint:
@@ -1053,6 +1065,8 @@ class Mesh:
                     self._probe(s, now)
                     s.probed, s.probe_in = probe_base, 1.0
                     told.add(s.conn)
+            elif now >= s.reopen_at:
+                self._reopen(s, now)
             elif now - s.created >= t.handshake_timeout and silence >= t.handshake_timeout:
                 self._actions.append(Disconnect(s.conn))
                 self._forget(s, now)
@@ -1203,6 +1217,7 @@ class Mesh:
             uuid=uuid, conn=conn, endpoint=endpoint, phase=Phase.CONNECTING,
             created=now, last_heard=now, introducer=introducer,
             suspect_after=self.timing.suspect_after, gone_after=self.timing.gone_after,
+            redial_at=now + self.timing.suspect_after,
         )
         self._sessions[uuid] = s
         self._counts.setdefault(uuid, [0, 0])
