@@ -55,6 +55,9 @@ def test_a_pair_whose_answer_is_stuck_meets_within_a_few_heartbeats_and_stays_me
     net.run(0.1)
     assert sees(a, net) == {"b"}  # a admitted b on its HELO and BOUT; b has heard nothing of a
     assert sees(b, net) == set()
+    # a's system-picture report calls it a handshake done at one end: the others relay a's
+    # reports to b, as they do across a link open one way (picture.py, Reports.receive).
+    assert [p.state for p in a.mesh.seen(net.local(a), 10.0) if p.uuid == b.mesh.uuid] == ["handshake"]
     # Within six heartbeats both ends see each other alive (a fresh dial a suspect_after and a beat on)...
     assert net.settle(1.5, lambda: sees(a, net) == {"b"} and sees(b, net) == {"a"}), (sees(a, net), sees(b, net))
     assert a.mesh.stats.answers_redialled == 1
@@ -65,6 +68,7 @@ def test_a_pair_whose_answer_is_stuck_meets_within_a_few_heartbeats_and_stays_me
         wavered = [e for e in node.events[start:] if isinstance(e, (PeerLeft, PeerStateChanged))]
         assert wavered == [], wavered
     assert a.mesh.stats.answers_redialled == 1  # answered: dialled afresh once, not every suspect_after
+    assert [p.state for p in a.mesh.seen(net.local(a), 10.0) if p.uuid == b.mesh.uuid] == ["alive"]
 
 
 def test_a_peer_that_dialled_and_died_is_gone_after_the_handshake_timeout() -> None:

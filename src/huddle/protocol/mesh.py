@@ -377,7 +377,9 @@ class Mesh:
 
     def seen(self, now: float, keep: float) -> list[PeerSeen]:
         """Every node heard from within ``keep`` seconds or with a session, by UUID (the
-        excluded left out): what the system picture's reports say of them."""
+        excluded left out): what the system picture's reports say of them.  A session admitted
+        here whose peer has not answered is a handshake done at one end only: reported as
+        ``handshake``, so that the others relay our report to that peer (protocol.md 6, 14)."""
         for uuid in [u for u, t in self._last_frame.items() if now - t > keep and u not in self._sessions]:
             del self._last_frame[uuid]
             self._counts.pop(uuid, None)
@@ -389,7 +391,8 @@ class Mesh:
             msgs_in, bytes_in = self._counts.get(uuid, (0, 0))
             rows.append(PeerSeen(
                 uuid, self._last_frame.get(uuid), s.rtt if s is not None and s.admitted else None,
-                s.phase.value if s is not None else "none", msgs_in, bytes_in, None if s is None else s.conn,
+                "none" if s is None else Phase.HANDSHAKE.value if s.admitted and not s.answered else s.phase.value,
+                msgs_in, bytes_in, None if s is None else s.conn,
             ))
         return rows
 
