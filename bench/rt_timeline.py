@@ -152,6 +152,8 @@ def raw_node(role: str, curve: dict[str, bytes] | None, conn: Connection, pings:
                 waiter[0].set_result(None)
 
         def readable() -> None:
+            if router.closed:  # a wake-up that came due as the socket closed at exit: nothing to read
+                return
             stamps.append(("read", clock(), cpu()))
             while True:
                 try:
@@ -163,7 +165,8 @@ def raw_node(role: str, curve: dict[str, bytes] | None, conn: Connection, pings:
                 loop.call_soon(readable)
 
         loop = asyncio.get_running_loop()
-        loop.add_reader(router.getsockopt(zmq.FD), readable)
+        fd = router.getsockopt(zmq.FD)
+        loop.add_reader(fd, readable)
         loop.call_soon(readable)
         if role == "alice":
             body = [b"CHAT", TEXT.encode()]
@@ -182,6 +185,9 @@ def raw_node(role: str, curve: dict[str, bytes] | None, conn: Connection, pings:
         else:
             await benchlib.arecv(conn, timeout=600)
             conn.send(stamps)
+        # The loop watches the ROUTER's descriptor until told not to, and ZeroMQ signals it while
+        # the socket closes: no read may follow the close (as ZmqTransport.close does).
+        loop.remove_reader(fd)
         router.close(linger=0)
         dealer.close(linger=0)
         ctx.term()

@@ -70,3 +70,43 @@ def test_run_all_runs_scripts_that_exist() -> None:
         script = Path(run_all.command(name, quick=True)[1])
         assert script.is_file(), name
     assert {"chat_throughput_secure", "round_trip_secure"} <= set(run_all.BENCHMARKS)
+
+
+def test_rt_timeline_raw_pair_reads_no_socket_it_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """rt_timeline.py's raw pair at exit: a ROUTER wake-up that comes due as the socket closes
+    (ZeroMQ signals its descriptor while closing; under a full suite's load the loop may run it
+    after the close) must not read the closed socket: that raised "Socket operation on
+    non-socket", a traceback the smoke run above fails on.  The pair runs in threads here, and
+    every reader it gave its loop is called once more after it finished, as a late wake-up is."""
+    import asyncio
+    import multiprocessing
+    import threading
+
+    rt = load_bench("rt_timeline", monkeypatch)
+    readers: list[tuple[object, tuple[object, ...]]] = []
+    add_reader = asyncio.selector_events.BaseSelectorEventLoop.add_reader
+
+    def recording(self: asyncio.AbstractEventLoop, fd: int, callback: object, *args: object) -> None:
+        readers.append((callback, args))
+        add_reader(self, fd, callback, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(asyncio.selector_events.BaseSelectorEventLoop, "add_reader", recording)
+    a, a_child = multiprocessing.Pipe()
+    b, b_child = multiprocessing.Pipe()
+    ends = [threading.Thread(target=rt.raw_node, args=(role, None, conn, 5))
+            for role, conn in (("bob", b_child), ("alice", a_child))]
+    for end in ends:
+        end.start()
+    a.send(b.recv())
+    b.send(a.recv())
+    assert a.poll(60), "alice did not finish"
+    alice = a.recv()
+    b.send(("stop",))
+    bob = b.recv()
+    for end in ends:
+        end.join(30)
+    assert not any(end.is_alive() for end in ends)
+    assert len(rt.timelines(alice, bob)) == 5
+    assert readers
+    for callback, args in readers:
+        callback(*args)  # type: ignore[operator]

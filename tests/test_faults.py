@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +20,7 @@ import pytest
 from conftest import Cluster, get, http, wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-from netns import Namespaces  # bench/ is not a package: its kit is imported by path
+from netns import Namespaces, enter_netns  # bench/ is not a package: its kit is imported by path
 
 pytestmark = pytest.mark.processes
 
@@ -111,6 +112,35 @@ class NsNode:
         assert isinstance(peers, list)
         return {p["name"] for p in peers if p["state"] == "alive"}
 
+    def get(self, path: str) -> object:
+        """GET ``path`` of the node's API from inside its namespace, in a thread that enters it:
+        milliseconds, where a CLI process takes a second or two on a loaded machine (a test
+        that times the mesh polls this way)."""
+        answer: list[object] = []
+        failed: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                enter_netns(self.host)
+                with urllib.request.urlopen(self.api + path, timeout=10) as resp:
+                    answer.append(json.loads(resp.read()))
+            except BaseException as exc:  # raised again in the caller's thread
+                failed.append(exc)
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        thread.join(15)
+        if failed:
+            raise failed[0]
+        assert answer, f"{self.name}: no answer to GET {path}"
+        return answer[0]
+
+    def alive_now(self) -> set[str]:
+        """:meth:`alive` through :meth:`get`."""
+        peers = self.get("/api/v1/peers")
+        assert isinstance(peers, list)
+        return {p["name"] for p in peers if p["state"] == "alive"}
+
     def stop(self) -> None:
         self.proc.terminate()
         try:
@@ -121,25 +151,44 @@ class NsNode:
         self.log.close()
 
 
+# Full mesh again this long after the link returns, at the latest (16 heartbeats of these nodes'
+# 0.25 s).  What it takes: the link forwarding again (a veth's carrier comes back 0.1-0.9 s after
+# `ip link set up`), then a handshake; a dial whose SYN was lost meanwhile is retried by the
+# kernel 1 s later, and after a short cut a ROUTER may still hold a connection from before it
+# under the dialler's id: the stuck end dials afresh a suspect-after (0.75 s) on (protocol.md 6).
+# Measured on two loaded CPUs (session 18, a run instrumented): 20 runs with cuts of 2-9 s,
+# median 1.2 s, at most 2.3 s, no session ending or SUSPECT meanwhile; before, 28 runs, at most
+# 2.5 s, four with the new session SUSPECT, and one ending it and meeting again 1.5 s after the
+# logs had merged through h2 (which the snapshot assert made a failure).
+HEAL_WITHIN = 4.0
+
+
 def test_a_partition_between_hosts_heals_and_the_logs_merge(netns: Namespaces, tmp_path: Path) -> None:
+    """The mesh is whole again within a few heartbeats of the link's return (timed from it,
+    polled through the API, not after the logs merged: they can merge through h2 first), and
+    the logs merge."""
     nodes = [NsNode(netns, i, tmp_path, 5670) for i in (1, 2, 3)]
     try:
-        wait_for(lambda: all(len(n.alive()) == 2 for n in nodes), 30, "the three hosts to mesh", interval=0.2)
+        wait_for(lambda: all(len(n.alive_now()) == 2 for n in nodes), 30, "the three hosts to mesh", interval=0.2)
         endpoint = nodes[0].cli("info")
         assert isinstance(endpoint, dict) and endpoint["endpoint"].startswith(f"tcp://{netns.subnet}.1:")
         netns.link(3, up=False)  # h3 is cut off
-        wait_for(lambda: nodes[0].alive() == {"h2"}, 15, "h1 to see h3 gone", interval=0.2)
+        wait_for(lambda: nodes[0].alive_now() == {"h2"}, 15, "h1 to see h3 gone", interval=0.1)
         for i in range(5):
             nodes[0].cli("emit", "score", json.dumps(i))
             nodes[2].cli("emit", "penalty", json.dumps(i))
         netns.link(3, up=True)  # the network returns
+        back = time.monotonic()
+        wait_for(lambda: all(len(n.alive_now()) == 2 for n in nodes), HEAL_WITHIN,
+                 "every host to see both others alive again", interval=0.05)
+        healed = time.monotonic() - back
 
         def merged() -> bool:
-            sums = [n.cli("log", "--summary") for n in nodes]
+            sums = [n.get("/api/v1/log/summary") for n in nodes]
             return all(isinstance(s, dict) and s["events"] == 10 and not s["gaps"] for s in sums)
 
-        wait_for(merged, 30, "the logs to merge after the partition heals", interval=0.3)
-        assert all(len(n.alive()) == 2 for n in nodes)
+        wait_for(merged, 30, "the logs to merge after the partition heals", interval=0.1)
+        assert all(len(n.alive_now()) == 2 for n in nodes), f"the mesh came apart again (whole {healed:.2f} s in)"
     finally:
         for n in nodes:
             n.stop()

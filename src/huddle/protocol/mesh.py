@@ -169,6 +169,16 @@ class _Session:
     key: bytes = b""  # the Ed25519 key its HELOs carry (b"": unsigned HELOs, a legacy id in open mode)
     verified: bool = False  # its id is the one its key gives (node_id_for)
     helo_at: int = 0  # the signed time of its last HELO we accepted (this incarnation)
+    # It has shown that our HELO reached it: its HELO with reply true, or any message but the HELO and
+    # BOUT it dials with (it beats only once it has admitted us); a HELO with reply false from it
+    # since says it dials us afresh.  Admitted, but not answered, it is judged by the handshake
+    # timeout and dialled afresh each suspect_after (protocol.md 6).
+    answered: bool = False
+    # When our connection to it is closed as stuck, if it has not answered by then (a dial of ours:
+    # not before, and only when discovery shows it there); and when the fresh one opens, a
+    # heartbeat after the close (protocol.md 6, 8.5).
+    redial_at: float = math.inf
+    reopen_at: float = math.inf
 
     @property
     def admitted(self) -> bool:
@@ -232,6 +242,7 @@ class Stats(Counters):
     backoffs_spared: int = 0  # introduced handshakes timed out while this node was late: not backed off
     seed_intros_skipped: int = 0  # introductions not dialled: a seed connection to that endpoint awaits its answer
     sessions_evicted: int = 0  # admitted sessions ended to make room for a HELO (silent ones, an address over its share)
+    answers_redialled: int = 0  # fresh connections to a peer admitted on its HELO and BOUT that had not heard our answer
 
 
 @dataclass(slots=True)
@@ -373,7 +384,9 @@ class Mesh:
 
     def seen(self, now: float, keep: float) -> list[PeerSeen]:
         """Every node heard from within ``keep`` seconds or with a session, by UUID (the
-        excluded left out): what the system picture's reports say of them."""
+        excluded left out): what the system picture's reports say of them.  A session admitted
+        here whose peer has not answered is a handshake done at one end only: reported as
+        ``handshake``, so that the others relay our report to that peer (protocol.md 6, 14)."""
         for uuid in [u for u, t in self._last_frame.items() if now - t > keep and u not in self._sessions]:
             del self._last_frame[uuid]
             self._counts.pop(uuid, None)
@@ -385,7 +398,8 @@ class Mesh:
             msgs_in, bytes_in = self._counts.get(uuid, (0, 0))
             rows.append(PeerSeen(
                 uuid, self._last_frame.get(uuid), s.rtt if s is not None and s.admitted else None,
-                s.phase.value if s is not None else "none", msgs_in, bytes_in, None if s is None else s.conn,
+                "none" if s is None else Phase.HANDSHAKE.value if s.admitted and not s.answered else s.phase.value,
+                msgs_in, bytes_in, None if s is None else s.conn,
             ))
         return rows
 
@@ -460,6 +474,13 @@ class Mesh:
         if uuid in self.excluded:
             return
         if uuid in self._sessions:
+            s = self._sessions[uuid]
+            if (s.phase is Phase.CONNECTING and s.endpoint == endpoint and now >= s.redial_at
+                    and now - s.last_heard >= s.suspect_after and s.reopen_at == math.inf):
+                # It is there, and has not answered our dial for a suspect_after: our connection
+                # to it is stuck as an answer's can be (protocol.md 6), so is dialled afresh.
+                self._redial(s, now)
+                return
             self._follow(uuid, endpoint, None, now)  # it may have restarted elsewhere
             return
         if self._endpoint_known(endpoint):
@@ -500,6 +521,7 @@ class Mesh:
             elif due <= now:
                 self._actions.append(Disconnect(s.conn))
                 self._actions.append(Connect(s.conn, s.endpoint))  # same conn: replication and delivery keep it
+                s.reopen_at = math.inf  # open again now
                 self._send_hello(s.conn, reply=False, to=uuid, now=now)
                 self._moving[uuid] = now + self.beat
                 self._note(now + self.beat)
@@ -509,6 +531,7 @@ class Mesh:
         connect there instead, under the same conn."""
         self._actions.append(Disconnect(s.conn))
         self._actions.append(Connect(s.conn, endpoint))
+        s.reopen_at = math.inf  # open again now
         s.endpoint = endpoint
         self.stats.endpoints_followed += 1
 
@@ -597,6 +620,7 @@ class Mesh:
             s = self._sessions.get(frames[0])  # type: ignore[call-overload]
             if s is not None and s.admitted and (s.source == source or not source):
                 self._heard(s, now)
+                s.answered = True
                 return True
         try:
             msg = _decode(frames)
@@ -658,6 +682,7 @@ class Mesh:
         stats.chats_received += 1
         uuid = s.uuid
         s.last_heard = self._last_frame[uuid] = now  # _heard, for an ALIVE peer
+        s.answered = True
         counts = self._counts[uuid]
         counts[0] += 1
         counts[1] += len(body)
@@ -693,6 +718,7 @@ class Mesh:
             return self._on_bout(s, msg, now)
         if isinstance(msg, Time):
             self._heard(s, now)
+            s.answered = True  # a probe or its reply: it has admitted us, or we probed it
             return self._on_time(s, msg, now)
         if not s.admitted:
             # Before its BOUT, nothing else counts (not even as a sign of life).
@@ -700,6 +726,7 @@ class Mesh:
             return False
         was_suspect = s.phase is Phase.SUSPECT
         self._heard(s, now)
+        s.answered = True
         receive = self._dispatch.get(type(msg))
         if receive is not None:
             receive(s.uuid, msg, now)
@@ -820,6 +847,7 @@ class Mesh:
                 self._actions.append(Disconnect(s.conn))
                 s.conn = self._connect(m.endpoint)
                 s.endpoint = m.endpoint
+                s.reopen_at = math.inf
             elif s.endpoint != m.endpoint:
                 self._follow_moved(s, m.endpoint)
             self._send_hello(s.conn, reply=True, to=m.sender, now=now)
@@ -829,6 +857,12 @@ class Mesh:
         # From another connection of its address, only a HELO newer than the last binds it: one
         # crossing ours out of order (on a probe's connection) is answered, and binds nothing.
         newer = not m.key or m.at > s.helo_at or not s.source
+        if m.reply:
+            s.answered = True  # it answers our HELO: our BOUT, which came with it, admits us there
+        elif s.answered and s.admitted:
+            # It dials us afresh: it lost our session, or does not read our connection (protocol.md 6).
+            s.answered = False
+            s.redial_at = now + s.suspect_after
         if m.key:
             s.key = m.key
             s.verified = node_id_for(m.key) == m.sender
@@ -993,6 +1027,7 @@ class Mesh:
                 self._actions.append(Disconnect(s.conn))
                 s.conn = self._connect(endpoint)
                 s.endpoint = endpoint
+                s.reopen_at = math.inf
                 self._send_hello(s.conn, reply=False, to=uuid, now=now, listed=listed)
             return
         if incarnation is None and self._aliases.get(uuid) == endpoint:
@@ -1067,16 +1102,27 @@ class Mesh:
         for s in list(self._sessions.values()):
             silence = now - s.last_heard
             if s.admitted:
-                if silence >= s.gone_after:
+                suspect_after, gone_after = s.suspect_after, s.gone_after
+                if not s.answered:
+                    # Admitted on its HELO and BOUT, it cannot speak before our answer reaches it.
+                    suspect_after = max(suspect_after, t.handshake_timeout / 2)
+                    gone_after = max(gone_after, t.handshake_timeout)
+                if silence >= gone_after:
                     self._end(s, "timeout", now)
                     continue
-                if silence >= s.suspect_after and s.phase is Phase.ALIVE:
+                if now >= s.redial_at and not s.answered:
+                    self._redial(s, now)
+                if now >= s.reopen_at:
+                    self._reopen(s, now)
+                if silence >= suspect_after and s.phase is Phase.ALIVE:
                     s.phase = Phase.SUSPECT
                     self._notify(PeerStateChanged(s.uuid, s.name, s.phase.value, self.mesh_time(now)))
                 if beating and now >= s.probed + s.probe_in * probe_every:
                     self._probe(s, now)
                     s.probed, s.probe_in = probe_base, 1.0
                     told.add(s.conn)
+            elif now >= s.reopen_at:
+                self._reopen(s, now)
             elif now - s.created >= t.handshake_timeout and silence >= t.handshake_timeout:
                 self._actions.append(Disconnect(s.conn))
                 self._forget(s, now)
@@ -1134,7 +1180,13 @@ class Mesh:
         due = math.inf
         for s in self._sessions.values():
             phase = s.phase
-            if phase is Phase.ALIVE:
+            if s.reopen_at < due:  # noqa: PLR1730 (min() costs a call here, per session and tick)
+                due = s.reopen_at
+            if not s.answered and (phase is Phase.ALIVE or phase is Phase.SUSPECT):
+                gone = s.last_heard + max(s.gone_after, t.handshake_timeout)
+                due = min(due, s.redial_at, gone if phase is Phase.SUSPECT else
+                          s.last_heard + max(s.suspect_after, t.handshake_timeout / 2))
+            elif phase is Phase.ALIVE:
                 due = min(due, s.last_heard + s.suspect_after)
             elif phase is Phase.SUSPECT:
                 due = min(due, s.last_heard + s.gone_after)
@@ -1221,6 +1273,7 @@ class Mesh:
             uuid=uuid, conn=conn, endpoint=endpoint, phase=Phase.CONNECTING,
             created=now, last_heard=now, introducer=introducer,
             suspect_after=self.timing.suspect_after, gone_after=self.timing.gone_after,
+            redial_at=now + self.timing.suspect_after,
         )
         self._sessions[uuid] = s
         self._counts.setdefault(uuid, [0, 0])
@@ -1249,6 +1302,8 @@ class Mesh:
         s.phase = Phase.ALIVE
         s.joined = now
         self._note(s.last_heard + s.suspect_after)
+        if not s.answered:
+            s.redial_at = s.last_heard + s.suspect_after
         self._gone.pop(s.uuid, None)
         if s.seed is None:
             for seed in self._seeds.values():
@@ -1290,6 +1345,32 @@ class Mesh:
         else:
             s.probed, s.probe_in = now, 0.5 * self._rng.random()
         self._answer_waiting(now)  # a handshake slot just freed
+
+    def _redial(self, s: _Session, now: float) -> None:
+        """A peer admitted on the HELO and BOUT it dialled us with has said nothing since, for
+        its suspect_after: our answer has not reached it (it beats only once our HELO and BOUT
+        admit us there), so our connection to it is stuck.  After a network returns, one opened
+        a moment too early has its SYN lost, and the kernel tries again 1 s, then 3 s later; or
+        its ROUTER does not read it, a connection from before the cut still holding our id
+        (section 2.1).  Closed now, and a fresh connection a heartbeat later, HELO and BOUT on it
+        (:meth:`_reopen`): opened in the same turn, it could reach the peer's ROUTER before the
+        close does, and be left unread there in turn (protocol.md 8.5).  Again each
+        suspect_after until it answers (protocol.md 6).  Meanwhile it is judged as its end judges
+        our handshake: gone after the handshake timeout, suspect after half (:meth:`tick`)."""
+        self.stats.answers_redialled += 1
+        self._actions.append(Disconnect(s.conn))
+        s.redial_at = math.inf
+        s.reopen_at = now + self.beat
+        self._note(s.reopen_at)
+
+    def _reopen(self, s: _Session, now: float) -> None:
+        """The fresh connection of :meth:`_redial`, under the same conn (replication and delivery
+        keep it): HELO (reply false) and BOUT on it."""
+        s.reopen_at = math.inf
+        self._actions.append(Connect(s.conn, s.endpoint))
+        self._send_hello(s.conn, reply=False, to=s.uuid, now=now)
+        if not s.answered:
+            s.redial_at = now + s.suspect_after
 
     def _probe(self, s: _Session, now: float) -> None:
         s.probe_t0 = now
