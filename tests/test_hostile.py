@@ -89,7 +89,8 @@ def test_helo_of_another_version_is_refused_with_a_clear_reason(pair: Cluster) -
         assert inbox.poll(10_000), "no answer to an incompatible HELO"
         sender, kind, body = inbox.recv_multipart()
         assert kind == b"GBYE"
-        assert len(sender) == 16
+        # From alice's own DEALER: her UUID and that DEALER's 8 octets (protocol.md 2.1)
+        assert len(sender) == 24 and sender[:16] == bytes.fromhex(get(alice.api, "/api/v1/node")["uuid"].replace("-", ""))
         assert "incompatible protocol version 2" in body.decode() and "version 1" in body.decode()
     finally:
         ctx.destroy(linger=0)
