@@ -35,6 +35,7 @@ the few system calls on a borrowed descriptor; the transport calls them.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import socket
 import struct
@@ -45,6 +46,8 @@ import zmq
 
 from ..counters import Counters
 from ..limits import MeshLimits
+
+log = logging.getLogger("huddle.transport")
 
 __all__ = ["EVENTS", "AcceptedConns", "AcceptedStats", "monitor", "peer_of", "shut", "silence_of"]
 
@@ -171,6 +174,25 @@ def monitor(ctx: zmq.Context[zmq.Socket[bytes]], sock: zmq.Socket[bytes], events
         pair.close(linger=0)
         raise
     return pair
+
+
+def monitor_events(pair: zmq.Socket[bytes] | None, what: str) -> Iterator[tuple[int, int]]:
+    """The events queued on a monitor's end ``pair`` (read until none is left), as libzmq
+    writes them: a 16-bit event and a 32-bit value (a descriptor, or an error number), then
+    the endpoint, which is not read.  A socket closed under us ends it (logged as ``what``)."""
+    if pair is None:
+        return
+    while True:
+        try:
+            frames = pair.recv_multipart(zmq.NOBLOCK)
+        except zmq.Again:
+            return
+        except zmq.ZMQError as exc:  # closed under us
+            log.debug("%s monitor: %s", what, exc)
+            return
+        if len(frames) == 2 and len(frames[0]) == 6:  # else not a monitor event
+            event, value = struct.unpack("=HI", frames[0])
+            yield event, value
 
 
 # ------------------------------------------------------------- a borrowed descriptor

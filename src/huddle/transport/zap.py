@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -42,7 +41,7 @@ import zmq
 from ..ratelog import RateLog
 from ..security import OPEN_GROUP, CurveKeypair, GroupSecret, Keyring, NodeIdentity, SecurityMode, TrustList
 from ..security.trust import TrustedKey, curve_public, parse_public_key
-from .accepted import monitor
+from .accepted import monitor, monitor_events
 
 __all__ = ["ZAP_ENDPOINT", "AllowList", "CurveGuard", "CurveSetup", "DialKey", "MeshSecurity", "RefusalStats"]
 
@@ -216,20 +215,7 @@ class CurveGuard:
         return [b"1.0", request_id, b"200", b"OK", user_id.encode(), b""]
 
     def _monitor_readable(self) -> None:
-        monitor = self._monitor
-        if monitor is None:
-            return
-        while True:
-            try:
-                frames = monitor.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            except zmq.ZMQError as exc:
-                log.debug("handshake monitor: %s", exc)
-                return
-            if len(frames) != 2 or len(frames[0]) != 6:
-                continue  # not a monitor event (16-bit event, 32-bit value; the endpoint)
-            event, value = struct.unpack("=HI", frames[0])
+        for event, value in monitor_events(self._monitor, "handshake"):
             if event & _FAILED:
                 self._refused(_REASONS.get(value, "handshake"), "")
             elif self._on_event is not None:

@@ -58,7 +58,6 @@ import contextlib
 import logging
 import os
 import random
-import struct
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -73,7 +72,7 @@ from ..limits import MeshLimits
 from ..ratelog import RateLog
 from ..security import CurveKeypair
 from ..wire import MAX_BODY
-from .accepted import EVENTS, AcceptedConns, monitor, peer_of, shut, silence_of
+from .accepted import EVENTS, AcceptedConns, monitor, monitor_events, peer_of, shut, silence_of
 from .links import LinkMonitor
 from .zap import CurveGuard, CurveSetup, DialKey
 
@@ -396,20 +395,8 @@ class ZmqTransport:
     # ------------------------------------------------- incoming connections (transport/accepted.py)
 
     def _monitor_readable(self) -> None:
-        pair = self._monitor
-        if pair is None:
-            return
-        while True:
-            try:
-                frames = pair.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            except zmq.ZMQError as exc:  # closed under us
-                log.debug("ROUTER monitor: %s", exc)
-                return
-            if len(frames) == 2 and len(frames[0]) == 6:  # libzmq's format: 16-bit event, 32-bit value; endpoint
-                event, value = struct.unpack("=HI", frames[0])
-                self._conn_event(event, value)
+        for event, value in monitor_events(self._monitor, "ROUTER"):
+            self._conn_event(event, value)
 
     def _conn_event(self, event: int, fd: int) -> None:
         """A monitor event of the ROUTER: a connection accepted (closed at once if over a cap), or ended."""
