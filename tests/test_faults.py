@@ -156,7 +156,7 @@ class NsNode:
 # `ip link set up`), then a handshake; a dial whose SYN was lost meanwhile is retried by the
 # kernel 1 s later, and after a short cut a ROUTER may still hold a connection from before it
 # under the dialler's id: the stuck end dials afresh a suspect-after (0.75 s) on (protocol.md 6).
-# Measured on two loaded CPUs (session 18, a run instrumented): 20 runs with cuts of 2-9 s,
+# Measured on two loaded CPUs (a run instrumented, when this rule came): 20 runs with cuts of 2-9 s,
 # median 1.2 s, at most 2.3 s, no session ending or SUSPECT meanwhile; before, 28 runs, at most
 # 2.5 s, four with the new session SUSPECT, and one ending it and meeting again 1.5 s after the
 # logs had merged through h2 (which the snapshot assert made a failure).

@@ -160,7 +160,7 @@ def test_the_mesh_knows_which_alive_peers_host_guests_and_forgets_one_gone() -> 
     assert set(a.mesh.guest_hosts()) == {b.mesh.uuid}
 
 
-# ------------------------------------------------------------ hosts earn their place (issue 31, part 5)
+# ------------------------------------------------------------ hosts earn their place (docs/guests.md)
 
 FAKES = [NodeId(bytes([0x80 + i]) * 16) for i in range(10)]  # announce guests in their HELO, never answer a marco
 
@@ -192,7 +192,7 @@ def serve(hosts: dict[NodeId, Room], fakes: list[NodeId], names: list[str], *, i
 def test_hosts_that_announce_guests_and_never_answer_lose_their_turns() -> None:
     """Ten members announce that they host guests and never answer a marco: each is found out
     at the first guest it leaves unanswered (that guest's next marco), and every honest host
-    then ranks it last (issue 31: 176 of 200 guests' marcos went unanswered)."""
+    then ranks it last (before this rule, 176 of 200 guests' marcos went unanswered)."""
     hosts = rooms()
     sent, answered, needed = serve(hosts, FAKES, NAMES[:200])
     assert len(needed) == 200  # every guest is served ...

@@ -385,7 +385,7 @@ def api_stats_from(api: str, source: str, token: str | None = None) -> dict[str,
 
 
 def test_idle_connections_from_one_address_leave_the_others_their_share(cluster: Cluster) -> None:
-    """300 idle connections from 127.0.0.1 (issue 31: 256 made the API answer everyone 503): at
+    """300 idle connections from 127.0.0.1 (without a per-address cap, 256 made the API answer everyone 503): at
     most api.max-connections-per-address (64) are taken; a client at 127.0.0.2 is answered."""
     a = cluster.start("alice", beacon=False)
     before = footprint(a)

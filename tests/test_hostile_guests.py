@@ -266,7 +266,7 @@ def test_a_message_that_never_completes_is_not_waited_on_forever(cluster: Cluste
 
 def test_members_that_announce_guests_and_never_answer_do_not_take_guests(cluster: Cluster) -> None:
     """Ten members say in their HELO that they host guests on a's marco port, and never answer
-    a marco (issue 31: 176 of 200 guests' marcos went unanswered).  Coming from one address
+    a marco (before this rule, 176 of 200 guests' marcos went unanswered).  Coming from one address
     (127.0.0.2), they count as max-hosts-per-address (4) in the choice; each of those is
     found out at the first marco it leaves unanswered (that guest's next one goes to a), and
     then ranks last: every guest is answered, nearly every marco at once."""
@@ -320,7 +320,7 @@ def test_members_that_announce_guests_and_never_answer_do_not_take_guests(cluste
 
 def test_a_flood_of_idle_websocket_port_connections_is_capped_at_accept(cluster: Cluster) -> None:
     """1 100 TCP connections to the WebSocket port that never ask for an upgrade, with the node's
-    descriptor limit lowered to a desktop's 1 024 (issue 31: 933 descriptors and ~1 000
+    descriptor limit lowered to a desktop's 1 024 (before the gate: 933 descriptors and ~1 000
     tracebacks in 15 s).  Each counts against the guest connection limits from its accept: past
     32 from one address it is refused at once with a 503; the node's descriptors stay put, its
     log has no traceback, and an honest WebSocket guest still joins."""

@@ -252,7 +252,7 @@ def test_one_small_gsip_is_answered_with_one_window(
 def test_made_up_sources_filling_the_limit_do_not_keep_a_newcomer_out_before_or_after_a_restart(
     cluster: Cluster, ctx: zmq.Context[zmq.Socket[bytes]],
 ) -> None:
-    """issue 31 part 4: made-up sources fill log.max-sources (here 40); a newcomer's events are
+    """Reclaimable sources (protocol.md 12.2): made-up sources fill log.max-sources (here 40); a newcomer's events are
     still stored, in the place of made-up ones, and again after alice restarts on that log."""
     limit = ("--limit", "log.max-sources=40")
     alice = cluster.start("alice", *limit)

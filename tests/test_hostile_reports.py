@@ -1,5 +1,5 @@
-"""A member's system-picture reports between real node processes on 127.0.0.1 (issue 31,
-part 7; protocol.md 14, 14.1): a report in another member's name is refused and counted,
+"""A member's system-picture reports between real node processes on 127.0.0.1
+(protocol.md 14, 14.1): a report in another member's name is refused and counted,
 and the nodes a member made up leave every picture once it leaves."""
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ def test_a_member_cannot_speak_for_another_and_the_nodes_it_made_up_leave_with_i
     raw = RawPeer(ctx, get(alice.api, "/api/v1/node")["endpoint"])
     raw.wait_admitted(alice.api)
     me = raw.uuid.hex()
-    # Bob's report, as the raw member makes it up: cut off, forging, at the top of seq.  Before
-    # session 18 alice took it and showed bob cut off until it expired, and never took bob's own
+    # Bob's report, as the raw member makes it up: cut off, forging, at the top of seq.  With
+    # reports unsigned, alice took it and showed bob cut off until it expired, and never took bob's own
     # reports again (none has a higher seq).
     raw.send(b"RAWS", raws(b, [], seq=MAX_SEQ, name="bob", cut_off=True, forged={a: 9}))
     # Its own report, claiming sessions with 100 nodes it made up, and their reports (legacy ids,

@@ -1,4 +1,4 @@
-"""Sources no one vouches for are reclaimable (docs/protocol.md 12.2, issue 31 part 4): made-up
+"""Sources no one vouches for are reclaimable (docs/protocol.md 12.2): made-up
 sources, validly signed (a key per source is cheap), fill the sources limit; an admitted member's
 records are still stored, in place of the made-up sources holding least, and the forwarder's
 quota is its address's, not its id's.  The Replicator driven by hand, time passed in."""

@@ -1,4 +1,4 @@
-"""A node never reuses its own sequence numbers (issue 31, part 2): the replicator
+"""A node never reuses its own sequence numbers (protocol.md 12.1, "A restored log"): the replicator
 driven directly, time passed in.  A node started on a log restored from an older
 copy holds its writes in a start-up window, takes back from its peers the records
 in its name they hold (signed with its own key, continuing its chain) and continues

@@ -1,4 +1,4 @@
-"""A node never reuses its own sequence numbers (issue 31, part 2), with real node
+"""A node never reuses its own sequence numbers (protocol.md 12.1, "A restored log"), with real node
 processes on 127.0.0.1: a data directory restored from an older copy (with its mark
 file, or with its last rows and the mark deleted) takes back from a peer what it
 lost and continues after it; one that recorded alone before it met that peer

@@ -5,7 +5,7 @@ A connection opened a moment before the link forwards again has its SYN lost (th
 tries again 1 s, then 3 s later), and one from before the cut may still hold the dialler's id
 at the other ROUTER, which then never reads the new one (protocol.md 2.1, 8.5).  So one end
 admits the other on the HELO and BOUT it dialled with, while its own answer sits on a stuck
-connection: the other end, which has not admitted it, says nothing more.  Until session 18 that
+connection: the other end, which has not admitted it, says nothing more.  Before this rule that
 silence was judged by the short gone-after of the tests' timers, so the session went SUSPECT,
 then ended, and the pair met again only seconds later (tests/test_faults.py's partition test
 failed about one run in ten); where both ends' dials were stuck, neither admitted the other

@@ -1,4 +1,4 @@
-"""Signed RAWS reports (protocol.md 14.1, since session 18): a member cannot speak for
+"""Signed RAWS reports (protocol.md 14.1): a member cannot speak for
 another in the system picture, relays pass the origin's words on as they were signed,
 and the members a departed node made up leave the picture with it (14)."""
 
@@ -129,7 +129,7 @@ def test_a_report_forged_in_another_member_s_name_is_refused_and_counted() -> No
     held = lambda: r.pictures.reports()[B]  # noqa: E731
     assert held() == honest
     lie = report(B, stat(A, "none"), stat(C, "none"), seq=2000, cut_off=True, forged=((C, 5),))
-    # Unsigned, passed on by a member: before session 18, every node took it (b cut off).
+    # Unsigned, passed on by a member: with reports unsigned, every node took it (b cut off).
     r.receive(M, wire(lie, M), 1.1)
     assert held() == honest, "a member spoke for another"
     assert r.stats.reports_unsigned == 1

@@ -1,4 +1,4 @@
-"""Incoming mesh connections without a verified HELO (issue 31, part 3; transport/accepted.py):
+"""Incoming mesh connections without a verified HELO (protocol.md 8.6; transport/accepted.py):
 bounded per address and in total, closed after the handshake timeout, silent ones first.
 
 The bookkeeping is tested alone with the time passed in; real nodes then meet ~400 raw

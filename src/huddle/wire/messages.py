@@ -719,7 +719,7 @@ class Raws:
     # ``base``, and ``gone`` the peers whose rows were dropped since it.  None: a full report.
     base: int | None = None
     gone: tuple[NodeId, ...] = ()
-    # Signed by the origin (protocol.md 14.1, since session 18): its Ed25519 public key, the
+    # Signed by the origin (protocol.md 14.1): its Ed25519 public key, the
     # signature, and the body's octets that it signs (the body less its last member, ``sig``).
     # A signed report is sent as those octets, whatever its other fields say: a relay passes on
     # the origin's words, not its own encoding of them.  Made by ``sign_raws`` and the decoder.
