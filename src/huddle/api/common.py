@@ -94,10 +94,10 @@ def file_response(request: web.Request, path: Path, headers: Mapping[str, str]) 
     """``path`` as aiohttp serves files (206 for a range), but a ``Range`` header that is
     malformed or starts past the end gets a plain 416 with ``Content-Range: bytes */SIZE``
     (counted: ``bad_range``), never a traceback."""
-    size = os.stat(path).st_size
+    st = os.stat(path)
+    size = st.st_size
     if_range = request.if_range
-    if (if_range is None or os.stat(path).st_mtime <= if_range.timestamp()) \
-            and not _range_satisfiable(request, size):
+    if (if_range is None or st.st_mtime <= if_range.timestamp()) and not _range_satisfiable(request, size):
         request.app[STATE_KEY].counters.bad_range += 1
         resp = error_response(416, f"the Range {request.headers[hdrs.RANGE][:100]!r} is not one range of "
                                    f"bytes within the {size} octets here")
