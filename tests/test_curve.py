@@ -1,4 +1,4 @@
-"""CurveZMQ and ZAP on the mesh (issue 22, docs/security.md): members with the group secret
+"""CurveZMQ and ZAP on the mesh (protocol.md 2.1.1, docs/security.md): members with the group secret
 form a mesh; an outsider (a node with the group's name and another secret, a raw pyzmq
 DEALER with or without CURVE) is refused before its first message, counted, and records
 nothing; in allow-list mode a removed key is cut off within one heartbeat interval."""

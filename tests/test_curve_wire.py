@@ -1,4 +1,4 @@
-"""What an outsider on the wire sees (issue 22): two nodes in a network namespace of the
+"""What an outsider on the wire sees (docs/security.md): two nodes in a network namespace of the
 test's own, every frame on its loopback captured (AF_PACKET, tests/wire_capture.py), an
 event, a chat line, an addressed message and a post sent with distinctive plaintexts.
 With a group secret the capture contains none of them; in open mode (the control, so the

@@ -1,4 +1,4 @@
-"""A secured group's room is keyed (issue 22): a guest's ``register`` must carry the room key in
+"""A secured group's room is keyed (docs/security.md): a guest's ``register`` must carry the room key in
 its options (``"room_key"``), else the guest gets an ``error``, its connection is closed and
 nothing of it is recorded (``room_key_refused``).  An open group's room takes any guest."""
 

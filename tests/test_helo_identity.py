@@ -1,4 +1,4 @@
-"""A peer's key bound to its node id (issue 22): HELO carries the sender's Ed25519
+"""A peer's key bound to its node id (protocol.md 4.1, "Identity"): HELO carries the sender's Ed25519
 key and a signature, and the mesh admits it only if the key gives the id it claims
 (or, in open mode, the id is a legacy one), the signature verifies, it is meant for
 this node and recent.  On the sans-I/O Mesh and the simulator: no sockets."""
@@ -101,7 +101,7 @@ def test_identity_theft_another_key_for_a_members_id_is_refused_and_counted() ->
     # bob himself is admitted afterwards, and eve's later try does not touch his session.
     assert say(mesh, signed(bob))
     mesh.take_actions()
-    # While bob is ALIVE, frames under his id from elsewhere are blamed on their address (issue 19);
+    # While bob is ALIVE, frames under his id from elsewhere are blamed on their address (protocol.md 8.6);
     # once he is SUSPECT a HELO from a new address is heard (he may have moved): the key decides.
     mesh.tick(NOW + 3.0)
     assert not say(mesh, signed(eve, uuid=bob.node_id, source=EVIL, at=NOW + 3), EVIL, now=NOW + 3)

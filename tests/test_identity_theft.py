@@ -1,4 +1,4 @@
-"""Identity theft (issue 22): a second real node started with a member's node-id file
+"""Identity theft (protocol.md 4.1, "Identity"): a second real node started with a member's node-id file
 copied into its data directory, but its own key, is refused: it is never admitted under
 the member's id, its events are not recorded, the refusal is counted, and the member
 keeps its id, its key and its events."""

@@ -1,4 +1,4 @@
-"""What an idle group costs each node: wake-ups and messages (issue 20: 64 nodes on one machine).
+"""What an idle group costs each node: wake-ups and messages (64 nodes must fit on one machine).
 
 A node's timers run when one is due (``Mesh.next_deadline``), not every 100 ms; heartbeats go
 out on a grid of mesh time, so a node reads its peers' heartbeats in one batch; what else goes

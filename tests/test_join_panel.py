@@ -1,4 +1,4 @@
-"""The join panel (issue 22): a secured group's join code as text and as a QR code (SVG, made by
+"""The join panel (docs/security.md, "The join panel"): a secured group's join code as text and as a QR code (SVG, made by
 segno) on the status page, with the guests' room key; only on loopback or with the API token,
 and only when the node has a group secret."""
 

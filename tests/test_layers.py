@@ -75,7 +75,7 @@ LAYER_OF: dict[str, str] = {
 # node wires everything, and the API sees the node only through api/ports.py.
 ALLOWED: dict[str, set[str]] = {
     "base": set(),
-    # Keys and secrets (issue 22): data and files only, known to everything that will sign,
+    # Keys and secrets (docs/security.md): data and files only, known to everything that will sign,
     # verify or encrypt (transport, protocol, posts, discovery, guests, api) and to the node
     # and the CLI that load them.  It knows base alone.
     "security": {"base"},
@@ -106,9 +106,9 @@ ALLOWED: dict[str, set[str]] = {
     "entry": {"cli"},
 }
 
-# Import cycles being removed on another branch this session (issue 21 part 3, the CLI
-# split: the process helper leaves cli.py).  The lead empties this set at merge.
-# Nothing else may be pending.
+# Import cycles tolerated while a branch removes them: each must exist (the last test
+# fails otherwise) and is listed only until that branch merges.  The set is empty:
+# every cycle fails the test.
 PENDING_CYCLES: set[frozenset[str]] = set()
 
 
@@ -185,7 +185,7 @@ def layer_violations(found: list[Import]) -> list[str]:
 
 
 def rule_violations(found: list[Import]) -> list[str]:
-    """The rules issue 21 names, stated on their own (they hold whatever the table says)."""
+    """The rules docs/architecture.md states beside the table (they hold whatever the table says)."""
     bad = []
     for imp in found:
         a, b = imp.importer, imp.imported

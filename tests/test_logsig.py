@@ -1,4 +1,4 @@
-"""Signed log records (issue 22): the chain and head codec, the verifier, and the
+"""Signed log records (protocol.md 12.5): the chain and head codec, the verifier, and the
 replicator driven directly — every forged, altered, wrongly signed or replayed
 batch is rejected whole (nothing stored), counted against the peer that sent it,
 and that peer is excluded at ``log.max-forgeries``.  SQLite's schema migration too."""

@@ -1,4 +1,4 @@
-"""A hostile member forwarding forged log records, against real node processes (issue 22):
+"""A hostile member forwarding forged log records, against real node processes (protocol.md 12.5):
 a raw peer (open mode, a random version-4 id) completes the handshake with an honest
 node, fetches another member's signed records from it, then sends it a forged record
 for that member and an altered copy of a real one.  The node rejects both (nothing

@@ -1,4 +1,4 @@
-"""The hostile forwarder in the deterministic simulator (issue 22): a member that
+"""The hostile forwarder in the deterministic simulator (protocol.md 12.5): a member that
 forwards a forged record for another source and an altered copy of a real one.
 Every honest node rejects both, keeps the true record, counts the forgeries
 against the forwarder and excludes it at the threshold (simhostile.run_forger_scenario)."""

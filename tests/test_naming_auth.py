@@ -1,4 +1,4 @@
-"""Naming-broker announcements authenticated with the group secret (issue 22).
+"""Naming-broker announcements authenticated with the group secret (protocol.md 9.2).
 
 In a secured group a node's announcements carry a timestamp and an HMAC-SHA256 with the
 group's naming key; the broker (which does not hold the key) forwards them as before, and a

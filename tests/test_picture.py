@@ -163,7 +163,7 @@ def test_raws_round_trips_and_hostile_reports_are_refused() -> None:
         frames[2].replace(b'"seq":12345', b'"seq":0'),
         frames[2].replace(b'"seq":12345', b'"seq":1.5'),
         frames[2].replace(b'"cut_off":false', b'"cut_off":0'),
-        # Every field of every row is still checked on the fast path (issue 19).
+        # Every field of every row is still checked on the fast path (protocol.md 14.1).
         frames[2].replace(B.hex().encode(), b"0A" * 16),  # upper case
         frames[2].replace(B.hex().encode(), B.hex()[:31].encode()),
         frames[2].replace(b'"alive",10', b'"alive",true'),

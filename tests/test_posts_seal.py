@@ -1,4 +1,4 @@
-"""Sealed posts (issue 22): the author signs a post's metadata and a SHA-256 of its content
+"""Sealed posts (protocol.md 15.7): the author signs a post's metadata and a SHA-256 of its content
 with its node key; every node checks the seal before it fetches anything and the content's
 SHA-256 before it keeps it.  An altered or forged post is refused (nothing kept, counted);
 a legacy post (no seal) is accepted in open groups only."""
@@ -153,7 +153,7 @@ def test_content_that_does_not_match_the_sealed_sha256_is_not_kept(tmp_path: Pat
 # Loaded by the hostile peer's interpreter (its PYTHONPATH starts with this directory): it
 # serves the posts whose subject starts with "altered" with one octet more claimed than their
 # author sealed, those starting with "stolen" under a key of its own (the author's id kept), and
-# those starting with "legacy" without their seal (as a huddle before issue 22 would).
+# those starting with "legacy" without their seal (as a huddle from before sealed posts would).
 HOSTILE = '''
 import dataclasses
 

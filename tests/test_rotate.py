@@ -1,4 +1,4 @@
-"""The group secret rotated while the group runs (issue 22, docs/security.md "Rotating the group
+"""The group secret rotated while the group runs (docs/security.md "Rotating the group
 secret"): 4 members under a stream of events install a new secret, switch to it in a staggered
 order and retire the old one; nothing is lost, nobody restarts, the mesh stays whole, and a fifth
 node left on the old secret, admitted before the rotation, is cut off, refused and counted after it."""

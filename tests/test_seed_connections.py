@@ -5,7 +5,7 @@ carried our identity and never reads a second one, even after the first closed: 
 new connection opened in the same turn as the old one closed, or an introduced dial
 beside the seed's own, leaves the seed deaf to us.  Its session with us then times
 out, ours with it 5 s later, and the seed retries back off: in 64-node formations
-on two busy CPUs (bench/README.md, section 3, session 15) this tail of lost seed
+on two busy CPUs (bench/HISTORY.md, "seed sessions lost") this tail of lost seed
 sessions, re-formed 6-15 s after the last node served, was what set the clock."""
 
 from __future__ import annotations

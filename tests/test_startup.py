@@ -1,4 +1,4 @@
-"""What a node loads before it serves (issue 20: 63 nodes starting at once on 2 CPUs).
+"""What a node loads before it serves (63 nodes must start at once on 2 CPUs).
 
 A ``huddle node`` is started for real (fresh data directory, API and ROUTER on
 127.0.0.1, no beacon, no seeds) in a fresh interpreter; the moment it would print

@@ -126,7 +126,7 @@ class NodeConfig:
     posts_chunk: int = 1024 * 1024  # octets per FETCH request
     posts_interval: float = 2.0  # seconds before a failed or incomplete sync session is tried again
     log_level: str = "info"
-    # The group secret (issue 22): from --group-key FILE, --join CODE or TOML group-key = "FILE".
+    # The group secret: from --group-key FILE, --join CODE or TOML group-key = "FILE".
     # With one, the mesh speaks CurveZMQ and admits only holders of the secret (docs/security.md).
     group_secret: GroupSecret | None = None
     # Allow-list mode (--allow-list, TOML allow-list = true): only the node keys in

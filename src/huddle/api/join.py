@@ -1,4 +1,4 @@
-"""The join panel (issue 22): a secured group's join code, as text and as a QR code, and the
+"""The join panel (docs/security.md, "The join panel"): a secured group's join code, as text and as a QR code, and the
 guests' room key, for the status page.
 
     GET /api/v1/join       {"group", "key_id", "join_code", "room_key", "uri"}

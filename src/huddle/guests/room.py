@@ -47,7 +47,7 @@ Rules (the Noam document, and what it leaves open):
   old address, which the host no longer has.  Each is closed (counted in
   ``closed_address_changed``) and its guest leaves; the guest finds the host
   again by marco, at its new address.
-- A keyed room (``room_key``: a secured group's, issue 22) takes a
+- A keyed room (``room_key``: a secured group's, docs/security.md) takes a
   ``register`` only when its options carry the room's key (``"room_key"``,
   compared in constant time, case, spaces and dashes aside); otherwise the
   guest gets an ``error``, its connection is closed, nothing of it is

@@ -42,7 +42,7 @@ SCHEMA_VERSION = 4  # 2: events.digest; 3: events.chain and heads; 4: digest NUL
 # A new file's page size.  The log is written in batches of hundreds of rows, and each commit
 # writes every page it touched to the WAL, each page by its own system calls: with 16 KiB pages
 # (4 by default) a row costs about 4 % fewer instructions in SQLite and a third of the pwrite and
-# pread calls (bench/README.md, "Session 14").  Files made before keep theirs.
+# pread calls (callgrind and strace over bench/log_path.py).  Files made before keep theirs.
 PAGE_SIZE = 16384
 
 _SCHEMA = """
@@ -93,7 +93,7 @@ _INSERT = ("INSERT OR IGNORE INTO events (grp, source, seq, ts, kind, body, hops
 # row's taken by ``substr`` at its offset from the first); per row only integers, floats and text.
 # No bytes or None is bound per row: the sqlite3 module tries to adapt each such value, which costs a
 # failed attribute lookup with a formatted exception (about 3 000-4 000 instructions a value,
-# bench/README.md "Session 15").  Where every row has one kind and one hop count (a received batch,
+# callgrind over bench/log_path.py).  Where every row has one kind and one hop count (a received batch,
 # mostly) those are bound once too (?8, ?9): three values per row instead of five.
 _RUN_SIZES = (100, 64, 32, 16, 8, 4, 2, 1)
 _RUN_COLUMNS = 5

@@ -85,7 +85,7 @@ class MetaOk:
     digest: str
     mime_type: str
     content_size: int
-    # huddle's seal (issue 22; all or none, after content-size): the content's SHA-256, the
+    # huddle's seal (protocol.md 15.7; all or none, after content-size): the content's SHA-256, the
     # author's node id, its Ed25519 public key and signature.  A META-OK without it is a legacy post's.
     sha256: bytes = b""
     author: bytes = b""

@@ -5,7 +5,7 @@ in hex, where ``digest`` is the SHA1 of the content in hex and ``parent_id``
 is the empty string for a post without a parent.  The same post has the same
 id on every node.
 
-huddle's addition (issue 22): a post is **sealed** by its author.  The author signs
+huddle's addition (docs/security.md, "Sealed posts"): a post is **sealed** by its author.  The author signs
 (Ed25519, its node key) the metadata together with a SHA-256 of the content (the SHA1
 digest alone is collision-weak; it stays, as the Hydra id needs it) and its own id, and
 the post carries the author's public key and that signature (:meth:`Post.seal_ok`).  The

@@ -1,4 +1,4 @@
-"""Keys and secrets (issue 22): the node's own keypair, the group secret and its join
+"""Keys and secrets (docs/security.md): the node's own keypair, the group secret and its join
 code, the API token.  Pure where it can be: files are read and written here, nothing
 else is done; the mesh, the log and the API use what this package gives them.
 

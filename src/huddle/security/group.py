@@ -1,5 +1,5 @@
 """The group secret: a join code people can read aloud, the secret it gives, and the keys
-derived from that secret for the mechanisms of issue 22's next step.
+derived from that secret for each mechanism that uses it (docs/security.md).
 
 - The join code is 100 random bits with a 20-bit check (:mod:`.codes`).
 - The secret is ``scrypt(code, salt = context || group name)``: memory-hard, so guessing

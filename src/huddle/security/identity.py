@@ -2,8 +2,8 @@
 
 The same key has a CurveZMQ form (X25519, libsodium's conversion) for encrypted mesh
 connections, a fingerprint for people, and a node id derived from it for groups where
-ids must be self-certifying (issue 22 step 2: a node cannot claim an id its key does not
-give).  Nodes do not take that id yet: ``node_id_for`` is here for the next step.
+ids must be self-certifying (a node cannot claim an id its key does not give).  A new
+data directory takes that id; one made before keeps its random, legacy id (docs/security.md).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ checked whole by :func:`decode` (which returns a message or raises
 time passed in) decides what a message may make the node do, within
 :class:`~huddle.limits.NamingLimits`: how many messages it handles per
 second, how many peers it remembers, how many broker endpoints its PUB
-connects to.  In a secured group (issue 22) a node's announcements carry a
+connects to.  In a secured group (protocol.md 9.2) a node's announcements carry a
 timestamp and a MAC (HMAC-SHA256 with the group's naming key, which the
 broker does not hold), and an announcement without a valid MAC, or older
 than ``naming.max-age``, is ignored and counted.  :class:`NamingClient` only moves bytes; an exception in
