@@ -306,7 +306,7 @@ async def arecv(conn: Any, timeout: float = 60.0) -> Any:
     """Receive from a multiprocessing pipe without blocking the event loop.
 
     The loop watches the pipe's descriptor: a process waiting for its next word
-    does not wake up meanwhile (it polled every 2 ms until session 14: 500 wake-ups
+    does not wake up meanwhile (polling every 2 ms, as it once did, made 500 wake-ups
     a second in a huddle node under measurement that raw pyzmq's processes did not have)."""
     import asyncio
 

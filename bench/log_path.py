@@ -91,9 +91,9 @@ def one(n: int, batch: int, tmp: Path) -> tuple[float, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--events", type=int, default=100_000)
-    ap.add_argument("--batch", type=int, default=500)
-    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--events", type=int, default=100_000, help="events per repetition (default 100000)")
+    ap.add_argument("--batch", type=int, default=500, help="events per append_many call (default 500)")
+    ap.add_argument("--reps", type=int, default=5, help="repetitions, each on fresh stores (default 5)")
     args = ap.parse_args()
     origin, peer = [], []
     for _ in range(args.reps):

@@ -168,7 +168,7 @@ def start_seeds(tmp: Path, n: int, nodes: list[NodeProc]) -> float:
 def window_options(parser: argparse.ArgumentParser, json_help: str) -> None:
     """The options of the scripts that take one seeds formation apart (formation_cpu.py,
     formation_window.py): how many nodes, how long to wait, where to write what they saw."""
-    parser.add_argument("--nodes", type=int, default=64)
+    parser.add_argument("--nodes", type=int, default=64, help="nodes in the formation (default 64)")
     parser.add_argument("--start-timeout", type=float, default=150.0, help="for every api line, s (default 150)")
     parser.add_argument("--timeout", type=float, default=30.0, help="for the full mesh, s (default 30)")
     parser.add_argument("--json", help=json_help)
@@ -251,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="least pause between polls of one node, s (default 0.005)")
     parser.add_argument("--wait", choices=("events", "poll"), default="events",
                         help="when to ask a node again: events, after a peer event on its event stream "
-                             "(default); poll, every --poll-interval whatever happened (before session 15)")
+                             "(default); poll, every --poll-interval whatever happened (the old way)")
     parser.add_argument("--timeout", type=float, default=30.0, help="give up on a formation after this, s")
     parser.add_argument("--quick", action="store_true", help="1 formation per size and mode")
     parser.add_argument("--clock", choices=("joins", "poll"), default="joins",

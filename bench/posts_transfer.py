@@ -10,7 +10,7 @@ does the three, one after the other; the ratios are medians of the per-run ratio
               baseline.
 * TCP copy + SHA1:  the same, and the receiver also hashes what arrives, in a thread
               of its own (256 KiB blocks: the fastest of the ways tried, see
-              bench/README.md).  The least any transfer that checks the content's
+              bench/HISTORY.md).  The least any transfer that checks the content's
               digest on arrival must do, as huddle must (issue 7).
 * huddle:     nodes ``a`` and ``b`` meet with empty stores; the post is then added to
               ``a`` through its API.  Timed from ``a``'s ``post_new`` event (the post

@@ -32,7 +32,7 @@ from huddle.wire import PeerStat, Raws, decode, encode
 
 try:
     from huddle.wire.messages import sign_raws
-except ImportError:  # a tree from before session 18: reports unsigned
+except ImportError:  # a tree from before signed reports (protocol.md 14.1): reports unsigned
     sign_raws = None
 
 KEYS = [NodeIdentity.from_seed(hashlib.blake2b(i.to_bytes(4), digest_size=32).digest()) for i in range(64)]
@@ -105,9 +105,9 @@ def run(n: int) -> dict[str, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--reports", type=int, default=400)
-    ap.add_argument("--reps", type=int, default=5)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reports", type=int, default=400, help="reports per step and repetition (default 400)")
+    ap.add_argument("--reps", type=int, default=5, help="repetitions; the figure is their median (default 5)")
     args = ap.parse_args()
     runs = [run(args.reports) for _ in range(args.reps)]
     print(f"signed: {sign_raws is not None}; us of CPU per report, median of {args.reps}:")

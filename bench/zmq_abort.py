@@ -44,7 +44,7 @@ node reads on, ``restart_input`` decodes the PING, whose PONG goes through
 ``out_event``: the same assert, whatever the ROUTER's own heartbeat settings.
 Only a libzmq that does not assert there (or input that never stops: an
 unbounded ``RCVHWM``, which issue 19's bounds rule out) removes it; see
-bench/README.md.  Its rounds do not change the exit status.
+bench/HISTORY.md.  Its rounds do not change the exit status.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ events that make it, about 2 KiB per operation, and no more.
 Before the fix each node's RSS grew by 66-72 MiB over the 720 operations measured
 below, against 1.3-1.5 MiB after (every out-of-order arrival rebuilds the document; the replaced documents, and
 the scratch copy of each write, waited for a full garbage collection that
-hardly ever ran).  bench/README.md (soak) has the figures."""
+hardly ever ran).  bench/HISTORY.md ("Memory under the stream") has the figures."""
 
 from __future__ import annotations
 

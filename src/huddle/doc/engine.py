@@ -100,7 +100,7 @@ class BoutDocument:
         web of reference cycles that only a full collection of the garbage
         collector frees.  A node replacing its document many times a minute (a
         rebuild, a scratch copy per write) made garbage faster than those ran:
-        a node's memory grew by hundreds of MiB (bench/README.md, the soak).
+        a node's memory grew by hundreds of MiB (bench/HISTORY.md, "Memory under the stream").
         Here those links are cut, on every element ever in the document: what
         is left points down only (the tree still reads, as XML or JSON), and
         reference counting frees it.  The history and removes are gone: the
