@@ -66,7 +66,7 @@ def _read(raw: dict[str, Any], path: Path) -> NodeConfig:
     node = raw.pop("node", None)
     if isinstance(node, dict):
         raw = {**node, **raw}
-    values: dict[Setting, Any] = {}
+    given: dict[Setting, tuple[str, Any]] = {}  # each setting the file gives: as it wrote it, its value
     types: tuple[NodeType, ...] = ()
     limits = Limits()
     for written, value in raw.items():
@@ -78,7 +78,7 @@ def _read(raw: dict[str, Any], path: Path) -> NodeConfig:
                     bare = inner.replace("_", "-").removeprefix(SECTIONS[name].FLAG_PREFIX)  # its flag's name, mistyped?
                     raise ConfigError(f"in {path}: unknown config key {inner!r} in [{name}]"
                                       f"{_closest(bare, _IN_TABLE[name])}")
-                _put(values, s, _coerce(s, item, f"{inner!r} in [{name}]", path), path)
+                _put(given, s, f"[{name}] {inner}", _coerce(s, item, f"{inner!r} in [{name}]", path), path)
         elif name == "types":
             types = _types(value, path)
         elif name == "limits":
@@ -90,30 +90,32 @@ def _read(raw: dict[str, Any], path: Path) -> NodeConfig:
                 raise ConfigError(f"in {path}: {exc}") from None
         elif name == "group-secret":
             raise ConfigError(f"in {path}: give the group secret as group-key = \"FILE\" (a group file), not inline")
+        elif name in SECTIONS and name not in _TOP:
+            raise ConfigError(f"in {path}: {written} is a section: a table [{name}] with its keys below it")
         elif name in _TOP:
             s = _TOP[name]
             where = repr(written) if s.key == name and not s.table else f"{written!r} ({s.where})"
-            _put(values, s, _coerce(s, value, where, path), path)
+            _put(given, s, written, _coerce(s, value, where, path), path)
         else:
             known = {*_TOP, *SECTIONS, *TABLES}
             hint = _closest(written, known)
             if isinstance(value, dict):
                 raise ConfigError(f"in {path}: unknown table [{written}]{hint}")
             raise ConfigError(f"in {path}: unknown config key {written!r}{hint}")
+    values = {s: value for s, (_, value) in given.items()}
     if values.get(GROUP_KEY) is not None:  # a group file's path is relative to the config file's directory
         values[GROUP_KEY] = path.parent / values[GROUP_KEY]
     return NodeConfig(types=types, limits=limits).with_settings(values)
 
 
-def _put(values: dict[Setting, Any], s: Setting, value: Any, path: Path) -> None:
-    if s in values:
-        raise ConfigError(f"in {path}: {s.where} is given twice (in [{s.table}] and at the top level as "
-                          f"{s.flag!r}): keep one")
-    values[s] = value
+def _put(given: dict[Setting, tuple[str, Any]], s: Setting, written: str, value: Any, path: Path) -> None:
+    if s in given:
+        raise ConfigError(f"in {path}: {s.where} is given twice (as {given[s][0]} and as {written}): keep one")
+    given[s] = (written, value)
 
 
 def _closest(word: str, known: Any) -> str:
-    """"; did you mean 'X'?" for the known key closest to ``word``, or nothing."""
+    """"; did you mean 'X'?" for the known key closest to ``word``, else the list of them."""
     names = sorted(known)
     match = difflib.get_close_matches(word.replace("_", "-"), names, n=1, cutoff=0.6)
     return f"; did you mean {match[0]!r}?" if match else f"; known: {', '.join(names)}"
