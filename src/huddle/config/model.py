@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -173,7 +173,6 @@ class Setting:
     key: str  # its TOML key within ``table``
     flag: str  # ``huddle node --FLAG``; at the top level, also a TOML key for it (the flat form)
     kind: str  # the field's type, as annotated: what a TOML value must be
-    default: Any = None
     aliases: tuple[str, ...] = ()  # older spellings, read at the top level and in the section
 
     @property
@@ -194,15 +193,11 @@ def _settings() -> tuple[Setting, ...]:
             for g in fields(section):
                 key = g.metadata.get("key", g.name.replace("_", "-"))
                 out.append(Setting(f.name, g.name, key, g.metadata.get("flag", section.FLAG_PREFIX + key), str(g.type),
-                                   _default(g), tuple(g.metadata.get("aliases", ()))))
+                                   tuple(g.metadata.get("aliases", ()))))
         elif f.metadata.get("setting", True):
             key = f.metadata.get("key", f.name.replace("_", "-"))
-            out.append(Setting("", f.name, key, key, str(f.type), _default(f), tuple(f.metadata.get("aliases", ()))))
+            out.append(Setting("", f.name, key, key, str(f.type), tuple(f.metadata.get("aliases", ()))))
     return (*out, GROUP_KEY, JOIN, LIMIT)
-
-
-def _default(f: Any) -> Any:
-    return None if f.default is MISSING else f.default
 
 
 # The settings NodeConfig reads itself: each names a file, a code or a change, not a field.
