@@ -5,6 +5,7 @@ closest known key (docs/configuration.md)."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import re
 from dataclasses import fields
@@ -18,6 +19,7 @@ from huddle.config import SECTIONS, SETTINGS, NodeConfig, Setting, TimingSection
 from huddle.config.sections import TIMING_RANGES, MeshSection
 from huddle.errors import ConfigError
 from huddle.guests.section import GuestsSection
+from huddle.node import Node
 from huddle.posts.section import PostsSection
 from huddle.protocol import Timing
 from huddle.security import GroupSecret
@@ -276,3 +278,23 @@ def test_overrides_name_real_settings() -> None:
     config = NodeConfig().with_overrides(guests=True, api="127.0.0.1:0", posts_policy="newest:2", beacon=None)
     assert (config.guests.enabled, config.api.address, config.posts.policy) == (True, "127.0.0.1:0", "newest:2")
     assert config.discovery.beacon, "None leaves a setting as it is"
+
+
+def test_a_node_runs_with_the_sections_and_timers_of_its_file(tmp_path: Path) -> None:
+    """The mesh a node starts gets [timing]'s timers, and the API [api]'s address (loopback only)."""
+    path = tmp_path / "node.toml"
+    path.write_text(f'name = "t"\ngroup = "g"\ndata-dir = "{tmp_path / "d"}"\nlog-level = "warning"\n'
+                    '[discovery]\nbeacon = false\ninterface = "lo"\n[api]\naddress = "127.0.0.1:0"\n'
+                    '[timing]\nhandshake-timeout = 2.5\nmembership-interval = 1.25\nexclude-after-errors = 7\n')
+    config = load_config(path)
+    seen: dict[str, Any] = {}
+
+    def ready(node: Node) -> None:
+        seen.update(timing=node.mesh.timing, api=node.api_url)
+        node.stop()
+
+    asyncio.run(asyncio.wait_for(Node(config).run(ready), 30))
+    assert seen["timing"] == config.mesh_timing()
+    assert (seen["timing"].handshake_timeout, seen["timing"].membership_interval,
+            seen["timing"].exclude_after_errors) == (2.5, 1.25, 7)
+    assert seen["api"].startswith("http://127.0.0.1:")
