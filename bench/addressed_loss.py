@@ -73,8 +73,8 @@ def role_raw_send(address: str, n: int) -> None:
 def _config(name: str, tmp: str, seeds: tuple[str, ...] = ()) -> Any:
     from huddle import NodeConfig
 
-    return NodeConfig(name=name, group="bench", data_dir=Path(tmp) / name, api="127.0.0.1:0", seeds=seeds,
-                      beacon=False, interface="eth0", log_level="warning")
+    return NodeConfig().with_overrides(name=name, group="bench", data_dir=Path(tmp) / name, api="127.0.0.1:0",
+                                       seed=seeds, beacon=False, interface="eth0", log_level="warning")
 
 
 async def _role_huddle_recv(n: int, tmp: str) -> None:

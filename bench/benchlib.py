@@ -340,9 +340,9 @@ def node_config(name: str, data_dir: Any, seeds: tuple[str, ...] = (), group: st
     from huddle.security import load_group_file
 
     secret = None if group_key is None else load_group_file(Path(group_key))
-    return NodeConfig(
+    return NodeConfig().with_overrides(
         name=name, group=group, data_dir=Path(data_dir), api="127.0.0.1:0",
-        seeds=seeds, beacon=False, interface="lo", log_level="warning", group_secret=secret,
+        seed=seeds, beacon=False, interface="lo", log_level="warning", group_secret=secret,
     )
 
 

@@ -183,17 +183,18 @@ def test_config_file_and_flags(tmp_path: Path) -> None:
     path.write_text('name = "judge"\ngroup = "bout-7"\nseeds = ["127.0.0.1:50000"]\n'
                     'beacon-port = 6000\ngone_after = 9\nport-range = "50000-50100"\n')
     cfg = load_config(path)
-    assert (cfg.name, cfg.group, cfg.seeds, cfg.beacon_port, cfg.gone_after) == (
+    assert (cfg.name, cfg.group, cfg.discovery.seeds, cfg.discovery.beacon_port, cfg.timing.gone_after) == (
         "judge", "bout-7", ("127.0.0.1:50000",), 6000, 9.0)
-    assert cfg.port_range == (50000, 50100)
+    assert cfg.mesh.port_range == (50000, 50100)
     assert cfg.with_overrides(name="other", group=None).name == "other"
     path.write_text('beacon = false\nmdns = true\nmdns-type = "_nsode_derbyos_com._tcp"\n'
                     'naming = ["tcp://10.0.0.5:5680", "tcp://10.0.0.6:5680"]\nnaming-interval = 0\n'
                     'naming-timeout = 2.5\n')
     cfg = load_config(path)
-    assert (cfg.beacon, cfg.mdns, cfg.mdns_type, cfg.naming, cfg.naming_interval, cfg.naming_timeout) == (
+    d = cfg.discovery
+    assert (d.beacon, d.mdns, d.mdns_type, d.naming, d.naming_interval, d.naming_timeout) == (
         False, True, "_nsode_derbyos_com._tcp", ("tcp://10.0.0.5:5680", "tcp://10.0.0.6:5680"), 0.0, 2.5)
-    assert NodeConfig().api == "127.0.0.1:8090"
+    assert NodeConfig().api.address == "127.0.0.1:8090"
 
 
 @pytest.mark.parametrize(

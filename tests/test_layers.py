@@ -89,7 +89,7 @@ ALLOWED: dict[str, set[str]] = {
     "stack": {"base", "wire", "log", "protocol", "posts", "security"},
     "transport": {"base", "wire", "security"},
     "discovery": {"base", "wire", "security"},
-    "config": {"base", "wire", "protocol", "posts", "discovery", "security"},
+    "config": {"base", "wire", "protocol", "posts", "guests", "discovery", "security"},  # posts, guests: their sections
     # The mesh's I/O side (actions onto the transport) and the finders' start: parts of the
     # node that are not wiring, each below it.
     "driver": {"base", "wire", "protocol", "transport"},

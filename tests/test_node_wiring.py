@@ -215,8 +215,8 @@ def test_a_start_that_fails_half_way_closes_what_it_opened(tmp_path: Path) -> No
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        config = NodeConfig(name="a", group="g", data_dir=tmp_path, api=f"127.0.0.1:{port}", beacon=False,
-                            interface="lo", log_level="warning")
+        config = NodeConfig().with_overrides(name="a", group="g", data_dir=tmp_path, api=f"127.0.0.1:{port}",
+                                             beacon=False, interface="lo", log_level="warning")
         node = Node(config)
         with pytest.raises(ConfigError, match="cannot serve the API"):  # the last part to start
             asyncio.run(asyncio.wait_for(node.run(), 30))

@@ -35,17 +35,17 @@ from huddle.protocol.delivery import BufferFull
 
 
 @pytest.mark.parametrize(("changes", "message"), [
-    ({"posts_policy": "some"}, "policy must be"),
-    ({"posts_policy": "newest:0"}, "N >= 1"),
-    ({"posts_chunk": 10}, "posts chunk must be"),
-    ({"posts_interval": 0}, "interval must be positive"),
+    ({"policy": "some"}, "policy must be"),
+    ({"policy": "newest:0"}, "N >= 1"),
+    ({"chunk": 10}, "posts chunk must be"),
+    ({"interval": 0}, "interval must be positive"),
 ])
 def test_posts_settings_are_checked(changes: dict[str, object], message: str) -> None:
-    from huddle.config import NodeConfig
     from huddle.errors import ConfigError
+    from huddle.posts.section import PostsSection
 
     with pytest.raises(ConfigError, match=message):
-        NodeConfig(**changes)  # type: ignore[arg-type]
+        PostsSection(**changes)  # type: ignore[arg-type]
 
 
 class FakeNode:
@@ -53,7 +53,7 @@ class FakeNode:
 
     def __init__(self) -> None:
         self.uuid = NodeId(b"\x0a" * 16)
-        self.config = SimpleNamespace(name="a", max_message=128 * 1024 * 1024)
+        self.config = SimpleNamespace(name="a", mesh=SimpleNamespace(max_message=128 * 1024 * 1024))
         self.mesh = SimpleNamespace(alive_peers=list)
         self.sent: list[codec.HydraMessage] = []
         self.bulks: list[Content] = []

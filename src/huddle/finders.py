@@ -40,32 +40,32 @@ class Finders:
 
     async def start(self, stack: contextlib.AsyncExitStack, cfg: NodeConfig, *, uuid: NodeId, iface: Interface,
                     port: int, endpoint: str) -> None:
-        if cfg.beacon:
+        if cfg.discovery.beacon:
             self.beacon = BeaconService(
                 uuid=uuid, group=cfg.group, router_port=port, interface=iface,
-                address=cfg.beacon_address, port=cfg.beacon_port, interval=cfg.beacon_interval,
+                address=cfg.discovery.beacon_address, port=cfg.discovery.beacon_port, interval=cfg.discovery.beacon_interval,
                 on_peer=self.on_peer,
             )
             stack.callback(self.beacon.close)
             try:
                 await self.beacon.start()
             except OSError as exc:
-                raise ConfigError(f"cannot open the beacon socket on port {cfg.beacon_port}: {exc.strerror}") from None
-        if cfg.mdns:
+                raise ConfigError(f"cannot open the beacon socket on port {cfg.discovery.beacon_port}: {exc.strerror}") from None
+        if cfg.discovery.mdns:
             from .discovery.mdns import MdnsService  # noqa: PLC0415 - zeroconf: only with --mdns
 
             mdns = self.mdns = MdnsService(
                 uuid=uuid, name=cfg.name, group=cfg.group, router_port=port, interface=iface,
-                service_type=cfg.mdns_type, on_peer=self.on_peer,
+                service_type=cfg.discovery.mdns_type, on_peer=self.on_peer,
             )
             stack.push_async_callback(_close_quietly, mdns.close)
             await mdns.start()
-        if cfg.naming:
+        if cfg.discovery.naming:
             from .transport.naming import NamingClient  # noqa: PLC0415 - only with --naming
 
             naming = NamingClient(
-                uuid=uuid, name=cfg.name, group=cfg.group, endpoint=endpoint, brokers=cfg.naming,
-                interval=cfg.naming_interval, timeout=cfg.naming_timeout, on_peer=self.on_peer,
+                uuid=uuid, name=cfg.name, group=cfg.group, endpoint=endpoint, brokers=cfg.discovery.naming,
+                interval=cfg.discovery.naming_interval, timeout=cfg.discovery.naming_timeout, on_peer=self.on_peer,
                 limits=cfg.limits.naming, key=None if cfg.group_secret is None else cfg.group_secret.naming_key(),
             )
             await naming.start()  # closes itself if no broker answers

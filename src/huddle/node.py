@@ -380,7 +380,7 @@ class Node:
                 self.config = self.config.with_overrides(group_secret=keyring.current)
             self.security = MeshSecurity(self.config.group_secret, self.identity, allow_list=TrustList.load(
                 self.data_dir.path) if self.config.allow_list else None, keyring=keyring)
-            iface = await wait_interface(self.config.interface, self._stop)
+            iface = await wait_interface(self.config.discovery.interface, self._stop)
             if iface is None:
                 return  # stopped while waiting
             await self._start(stack, iface)
@@ -403,7 +403,7 @@ class Node:
     async def _start(self, stack: contextlib.AsyncExitStack, iface: Interface) -> None:
         cfg, uuid = self.config, self.uuid
         assert uuid is not None  # run() read it
-        if cfg.guests:
+        if cfg.guests.enabled:
             from .guests.bridge import GuestBridge  # noqa: PLC0415 - the guests' side loads only with --guests
 
             self._bridge = GuestBridge()
@@ -417,9 +417,9 @@ class Node:
             self.security.attach(transport.guard, self._cut_key)
         stack.callback(transport.close)
         try:
-            port = transport.bind(iface.ip, cfg.port, cfg.port_range)
+            port = transport.bind(iface.ip, cfg.mesh.port, cfg.mesh.port_range)
         except Exception as exc:  # zmq.ZMQError: address in use, no free port
-            raise ConfigError(f"cannot bind the ROUTER on {iface.ip}:{cfg.port or cfg.port_range}: {exc}") from None
+            raise ConfigError(f"cannot bind the ROUTER on {iface.ip}:{cfg.mesh.port or cfg.mesh.port_range}: {exc}") from None
         endpoint = f"tcp://{iface.ip}:{port}"
         self.started_at = time.time()
         guard = LogGuard(self.data_dir.path, cfg.group, uuid)
@@ -436,9 +436,9 @@ class Node:
                                   report_signer=self.identity)
         mesh = self._mesh = Mesh(
             uuid, name=cfg.name, group=cfg.group, endpoint=endpoint,
-            incarnation=os.urandom(8).hex(), now=self.local_now(), timing=cfg.timing(),
+            incarnation=os.urandom(8).hex(), now=self.local_now(), timing=cfg.mesh_timing(),
             excluded=self.data_dir.excluded(), node_type=self.node_type.name, rate=self.node_type.send_rate,
-            limits=cfg.limits.mesh, guests=cfg.guest_marco_port if cfg.guests else 0, services=services,
+            limits=cfg.limits.mesh, guests=cfg.guests.marco_port if cfg.guests.enabled else 0, services=services,
             identity=self.identity, secure=cfg.group_secret is not None,
         )
         driver.attach(mesh, transport)
@@ -456,31 +456,31 @@ class Node:
         if not self._new_identity:
             self.replicator.hold_own(self.local_now(), cfg.limits.log.own_wait, cfg.limits.log.own_quiet)
         self.desk.reload(store.of_kind(DOC_KIND))
-        settings = PostSettings(policy=Policy.parse(cfg.posts_policy), chunk_size=cfg.posts_chunk,
-                                interval=cfg.posts_interval, require_seal=cfg.group_secret is not None)
+        settings = PostSettings(policy=Policy.parse(cfg.posts.policy), chunk_size=cfg.posts.chunk,
+                                interval=cfg.posts.interval, require_seal=cfg.group_secret is not None)
         self._posts = PostService(self, PostStore(self.data_dir.path, self.identity), settings, self._publish,
                                   limits=cfg.limits.posts)
         stack.callback(self._posts.close)
         self._wire_events()
         transport.start(asyncio.get_running_loop())
-        for seed in cfg.seeds:
+        for seed in cfg.discovery.seeds:
             mesh.add_seed(resolve_seed(seed), self.local_now())
         await self._finders.start(stack, cfg, uuid=uuid, iface=iface, port=port, endpoint=endpoint)
         if self._bridge is not None:
             await self._start_guests(self._bridge, stack, iface, mesh)
         if self.security is not None and self.security.keyring is not None:  # transport/rotation.py
             here = lambda: iface.ip if self._follower is None else self._follower.interface.ip  # noqa: E731
-            self.rotation = KeyRotation(self.security, transport, host=here, port=port, port_range=cfg.port_range,
+            self.rotation = KeyRotation(self.security, transport, host=here, port=port, port_range=cfg.mesh.port_range,
                                         data_dir=self.data_dir.path, advertise=lambda p: self._advertise(iface, p),
                                         changed=self._keys_changed)
             self._keys_changed(self.rotation.keyring)  # restarted during a rotation: both keys held
         from .api.http import start_api  # noqa: PLC0415 - aiohttp: imported when a node runs, not with huddle.node
 
-        api_runner, self.api_url = await start_api(self, cfg.api, cfg.limits.api, token_dir=self.data_dir.path,
-                                                   require_token=cfg.api_require_token)
+        api_runner, self.api_url = await start_api(self, cfg.api.address, cfg.limits.api, token_dir=self.data_dir.path,
+                                                   require_token=cfg.api.require_token)
         stack.push_async_callback(api_runner.cleanup)
         if iface != LOOPBACK:  # loopback never changes
-            self._follower = NetworkFollower(cfg.interface or iface.name, iface, port, self._followers(transport),
+            self._follower = NetworkFollower(cfg.discovery.interface or iface.name, iface, port, self._followers(transport),
                                              counts=self.driver_stats, failed=self._network_failed)
         stack.callback(self._leave)  # stopping starts with GBYE, while everything still runs
         self._execute()
@@ -501,15 +501,15 @@ class Node:
         self._driver.on_disconnect.append(bridge.forget)
         stack.push_async_callback(bridge.close)
         await bridge.start(
-            BridgeSettings(group=cfg.group, me=uuid, marco_port=cfg.guest_marco_port, tcp_port=cfg.guest_port,
-                           ws_port=cfg.guest_ws_port, max_frame=cfg.guest_max_message,
+            BridgeSettings(group=cfg.group, me=uuid, marco_port=cfg.guests.marco_port, tcp_port=cfg.guests.port,
+                           ws_port=cfg.guests.ws_port, max_frame=cfg.guests.max_message,
                            limits=cfg.limits.guests, room_key=room_key_of(cfg.group_secret)),
             iface.ip, mesh, emit=self._record_guest, clock=self.local_now)
 
     def _followers(self, transport: ZmqTransport) -> Followers:
         """Who follows an address change, in order: the ROUTER, the mesh (HELO to the
         peers), the naming client; then the announcements (beacon, mDNS, guest servers)."""
-        follow = Followers(transport, self.config.port_range, endpoint=[self._set_endpoint])
+        follow = Followers(transport, self.config.mesh.port_range, endpoint=[self._set_endpoint])
         self._finders.follow(follow)
         if self._bridge is not None:
             follow.announce.append(self._move_guests)

@@ -44,42 +44,9 @@ ApiHandler = Callable[["ApiClient", argparse.Namespace], Awaitable[Shown]]
 
 # ------------------------------------------------------------------ local commands
 
-def _group_secret(args: argparse.Namespace, base: NodeConfig) -> tuple[str | None, GroupSecret | None]:
-    """The group and its secret from --group-key FILE / --join CODE (None, None: neither given)."""
-    if args.group_key is not None:
-        secret = load_group_file(args.group_key)
-        if args.group is not None and args.group != secret.group:
-            raise ConfigError(f"--group-key {args.group_key} is the secret of group {secret.group!r}, "
-                              f"not of --group {args.group!r}")
-        return secret.group, secret
-    if args.join is not None:
-        group = args.group if args.group is not None else base.group
-        if not group:
-            raise ConfigError("--join needs --group NAME: the join code gives the secret of one named group")
-        return group, GroupSecret.from_code(group, args.join)
-    return args.group, None
-
-
 def _node_config(args: argparse.Namespace) -> NodeConfig:
-    base = load_config(args.config)
-    group, secret = _group_secret(args, base)
-    return base.with_overrides(
-        name=args.name, group=group, group_secret=secret, api_require_token=args.api_require_token,
-        allow_list=args.allow_list,
-        data_dir=args.data_dir, port=args.port,
-        port_range=args.port_range, api=args.api,
-        seeds=tuple(args.seeds) if args.seeds else None, beacon=args.beacon,
-        beacon_address=args.beacon_address, beacon_port=args.beacon_port,
-        beacon_interval=args.beacon_interval, interface=args.interface,
-        mdns=args.mdns, mdns_type=args.mdns_type, naming=tuple(args.naming) if args.naming else None,
-        naming_interval=args.naming_interval, naming_timeout=args.naming_timeout,
-        mtu=args.mtu, max_message=args.max_message, send_buffer=args.send_buffer,
-        node_type=args.node_type, heartbeat_interval=args.heartbeat_interval, suspect_after=args.suspect_after,
-        gone_after=args.gone_after, log_level=args.log_level, guests=args.guests,
-        guest_marco_port=args.guest_marco_port, guest_port=args.guest_port, guest_ws_port=args.guest_ws_port,
-        guest_max_message=args.guest_max_message,
-        posts_policy=args.posts_policy, posts_chunk=args.posts_chunk, posts_interval=args.posts_interval,
-    ).with_limits(args.limits)
+    """The TOML file, then the flags over it (a dest per setting: huddle.config.SETTINGS)."""
+    return load_config(args.config).with_flags(vars(args))
 
 
 def _node(args: argparse.Namespace) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 from .. import __version__
@@ -23,8 +24,13 @@ examples, one per way of finding peers (they mix: one group may use all of them)
   huddle node --name dave --group derby --data-dir ~/dave --mdns --mdns-type _nsode_derbyos_com._tcp
   # a naming broker at a well-known address (run one with: huddle broker --pub tcp://*:5680 --sub tcp://*:5681)
   huddle node --name erin --group derby --data-dir ~/erin --no-beacon --naming tcp://10.0.0.5:5680
-  # everything from a TOML file (keys as the long flags, dashes or underscores); flags win
+  # everything from a TOML file; flags win
   huddle node --config node.toml --name carol
+
+Every flag is a TOML key of the same name: top-level ones (--name: name = "carol") at the top, the
+others in their section's table without its prefix (--beacon-port: [discovery] beacon-port,
+--posts-policy: [posts] policy, --guest-port: [guests] port, --guests: [guests] enabled, --api:
+[api] address); a flag's name at the top level works too.  docs/configuration.md lists them all.
 
 The first line the node prints on standard output is "api http://HOST:PORT";
 logs go to standard error.  SIGINT or SIGTERM make it say goodbye (GBYE) and stop.
@@ -73,6 +79,22 @@ def _positive(text: str) -> float:
     return value
 
 
+# The mesh's other timers ([timing] in the config file): flag, type, help.
+_TIMERS: tuple[tuple[str, Callable[[str], object], str], ...] = (
+    ("--handshake-timeout", _positive, "a session whose handshake has not completed in this time is dropped (default: 5)"),
+    ("--seed-retry", _positive, "how often an unanswered seed is dialled again (default: 1)"),
+    ("--rtt-probe-interval", _positive, "round-trip probes to each peer, at most this often (default: 5)"),
+    ("--gone-retention", _positive, "how long a gone peer is still listed (default: 60)"),
+    ("--membership-interval", _positive, "mean time between two member lists (MEMB) sent to a random peer (default: 3)"),
+    ("--seed-reopen-after", _positive,
+     "an unanswered seed's connection is closed and opened afresh after this long (default: 30)"),
+    ("--exclude-after-errors", int,
+     "undecodable messages from an admitted peer before it is excluded; 0: never (default: 100)"),
+    ("--exclude-slow-after", _non_negative,
+     "how long a peer's send buffer may stay full before it is excluded; 0: never (default: 60)"),
+)
+
+
 def _add_client_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api", metavar="URL", help=f"the node's API (default: $HUDDLE_API or http://{DEFAULT_API})")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
@@ -109,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     node.add_argument("--port", type=int, help="ROUTER port; 0 picks a free one in --port-range (default: 0)")
     node.add_argument("--port-range", type=_port_range, metavar="LOW-HIGH", help="default: 49152-65535")
     node.add_argument("--api", metavar="HOST:PORT", help=f"serve the HTTP API here; port 0 picks one (default: {DEFAULT_API})")
-    node.add_argument("--seed", action="append", metavar="HOST:PORT", dest="seeds",
+    node.add_argument("--seed", action="append", metavar="HOST:PORT",
                       help="a peer's ROUTER endpoint to dial, retried until it answers (repeatable)")
     beacon = node.add_mutually_exclusive_group()
     beacon.add_argument("--beacon", dest="beacon", action="store_true", default=None,
@@ -138,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="largest addressed message accepted for sending (default: 134217728)")
     node.add_argument("--send-buffer", type=int, metavar="OCTETS",
                       help="queued + unacknowledged octets per peer before sends wait (default: 16777216)")
-    node.add_argument("--type", dest="node_type", metavar="TYPE",
+    node.add_argument("--type", metavar="TYPE",
                       help="node type: " + ", ".join(BUILTIN_TYPES) + " or a [types.NAME] of --config; it sets the "
                       "heartbeat, the beats that may be lost, the send rate and what is kept when cut off "
                       "(see 'huddle node-types'; default: standard)")
@@ -148,6 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="silence before 'suspect' (default: half of --gone-after)")
     node.add_argument("--gone-after", type=_positive, metavar="SECONDS",
                       help="silence before 'gone' (default: heartbeat x (the type's lost heartbeats + 1); standard: 5)")
+    timing = node.add_argument_group("the mesh's other timers ([timing]; docs/configuration.md gives their ranges)")
+    for flag, kind, help_text in _TIMERS:
+        timing.add_argument(flag, type=kind, metavar="N" if kind is int else "SECONDS", help=help_text)
     guests = node.add_argument_group("guests (the Noam protocol: browsers, scripts, small devices)")
     guests.add_argument("--guests", action="store_true", default=None,
                         help="host guests in this node's room (the group): answer marcos, accept registrations")
@@ -165,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="octets per FETCH request, 1024..1048576 (default: 1048576)")
     posts_g.add_argument("--posts-interval", type=_positive, metavar="SECONDS",
                          help="seconds before a sync session that failed or left posts behind is tried again (default: 2)")
-    node.add_argument("--limit", action="append", default=[], metavar="AREA.KEY=VALUE", dest="limits",
+    node.add_argument("--limit", action="append", default=[], metavar="AREA.KEY=VALUE",
                       help="change one of the bounds on what peers, guests and web pages can make this node hold, "
                            "e.g. api.max-connections=512 (repeatable; 'huddle limits' lists them all)")
     node.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="default: info")

@@ -1,7 +1,6 @@
 """Guests: programs that join a node's room with the Noam protocol (UDP marco /
-polo, length-prefixed JSON over TCP or WebSocket) without running a node."""
+polo, length-prefixed JSON over TCP or WebSocket) without running a node.
 
-from .codec import FrameError, FrameReader, decode_datagram, decode_payload, encode, encode_datagram
-from .room import Room
-
-__all__ = ["FrameError", "FrameReader", "Room", "decode_datagram", "decode_payload", "encode", "encode_datagram"]
+The package itself imports nothing: every node reads ``section`` (its settings)
+while only a node that hosts guests loads the rest (``codec``, ``room``,
+``server``, ``bridge``); import those modules by name."""

@@ -12,7 +12,15 @@ from typing import Protocol
 
 from ..ids import NodeId
 
-__all__ = ["HostConfig", "LivePeers", "PostsHost"]
+__all__ = ["HostConfig", "HostMesh", "LivePeers", "PostsHost"]
+
+
+class HostMesh(Protocol):
+    """The mesh section of the node's configuration, as far as the service reads it."""
+
+    @property
+    def max_message(self) -> int:
+        """The largest addressed message, in octets (a CHUNK-OK must fit in one)."""
 
 
 class HostConfig(Protocol):
@@ -23,8 +31,7 @@ class HostConfig(Protocol):
         """The node's name, told to the peers it syncs with."""
 
     @property
-    def max_message(self) -> int:
-        """The largest addressed message, in octets (a CHUNK-OK must fit in one)."""
+    def mesh(self) -> HostMesh: ...
 
 
 class LivePeers(Protocol):

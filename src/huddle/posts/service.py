@@ -148,7 +148,7 @@ class PostService:
         uuid = node.uuid
         assert uuid is not None
         # A CHUNK-OK must fit in one addressed message (its header is 15 octets).
-        self.server = Server(store, str(uuid), node.config.name, max_chunk=node.config.max_message - 64)
+        self.server = Server(store, str(uuid), node.config.name, max_chunk=node.config.mesh.max_message - 64)
         self.clients: dict[NodeId, Client] = {}
         self._wanted: dict[NodeId, float] = {}  # peers with posts to offer -> when to start a session
         self._work = asyncio.Event()  # set when a session starts or one is wanted: run() has timers again

@@ -1,0 +1,195 @@
+"""The TOML file: sections, the flat keys older files use, and errors that say where and what.
+
+A key is read in its section's table (``[posts]`` ``policy = "newest:5"``) or, as
+before there were sections, at the top level (or in ``[node]``) under its flag's
+name (``posts-policy = "newest:5"``); dashes or underscores.  A mistake names the
+file, the table and the key, and offers the closest known key.
+"""
+
+from __future__ import annotations
+
+import difflib
+import tomllib
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from ..limits import LimitError, Limits
+from .model import GROUP_KEY, SECTIONS, SETTINGS, NodeConfig, Setting
+from .sections import BUILTIN_TYPES, NodeType
+
+__all__ = ["TABLES", "load_config"]
+
+# The tables that are not sections: node types ([types.NAME]) and limits ([limits.AREA]).
+TABLES = ("types", "limits")
+
+# Where a key may stand: a section's table, or the top level (its key, its flag, older spellings).
+_IN_TABLE: dict[str, dict[str, Setting]] = {table: {} for table in SECTIONS}
+_TOP: dict[str, Setting] = {}
+for _s in SETTINGS:
+    if _s.table:
+        for _name in (_s.key, *_s.aliases):
+            _IN_TABLE[_s.table][_name] = _s
+    for _name in (_s.flag, *_s.aliases):
+        _TOP[_name] = _s
+
+_EXPECTED = {
+    "str": "a string", "int": "an integer", "float": "a number", "bool": "true or false",
+    "str | None": "a string", "float | None": "a number", "Path": "a path (a string)",
+    "tuple[str, ...]": "a list of strings", "list[str]": "a list of strings",
+    "tuple[int, int]": '"LOW-HIGH" or [LOW, HIGH]',
+}
+
+
+def load_config(path: Path | None) -> NodeConfig:
+    """Read a TOML file (docs/configuration.md); None: the defaults."""
+    if path is None:
+        return NodeConfig()
+    try:
+        with open(path, "rb") as fh:
+            raw = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    try:
+        return _read(raw, path)
+    except ConfigError as exc:
+        text = str(exc)
+        raise ConfigError(text if text.startswith(f"in {path}:") else f"in {path}: {text}") from None
+
+
+def _read(raw: dict[str, Any], path: Path) -> NodeConfig:
+    node = raw.pop("node", None)
+    if isinstance(node, dict):
+        raw = {**node, **raw}
+    given: dict[Setting, tuple[str, Any]] = {}  # each setting the file gives: as it wrote it, its value
+    types: tuple[NodeType, ...] = ()
+    limits = Limits()
+    for written, value in raw.items():
+        name = written.replace("_", "-")
+        if name in SECTIONS and isinstance(value, dict):
+            for inner, item in value.items():
+                s = _IN_TABLE[name].get(inner.replace("_", "-"))
+                if s is None:
+                    bare = inner.replace("_", "-").removeprefix(SECTIONS[name].FLAG_PREFIX)  # its flag's name, mistyped?
+                    raise ConfigError(f"in {path}: unknown config key {inner!r} in [{name}]"
+                                      f"{_closest(bare, _IN_TABLE[name])}")
+                _put(given, s, f"[{name}] {inner}", _coerce(s, item, f"{inner!r} in [{name}]", path), path)
+        elif name == "types":
+            types = _types(value, path)
+        elif name == "limits":
+            if not isinstance(value, dict):
+                raise ConfigError(f"in {path}: limits are tables, e.g. [limits.api] with max-connections = 512")
+            try:
+                limits = Limits().with_values(value)
+            except LimitError as exc:
+                raise ConfigError(f"in {path}: {exc}") from None
+        elif name == "group-secret":
+            raise ConfigError(f"in {path}: give the group secret as group-key = \"FILE\" (a group file), not inline")
+        elif name in SECTIONS and name not in _TOP:
+            raise ConfigError(f"in {path}: {written} is a section: a table [{name}] with its keys below it")
+        elif name in _TOP:
+            s = _TOP[name]
+            where = repr(written) if s.key == name and not s.table else f"{written!r} ({s.where})"
+            _put(given, s, written, _coerce(s, value, where, path), path)
+        else:
+            known = {*_TOP, *SECTIONS, *TABLES}
+            hint = _closest(written, known)
+            if isinstance(value, dict):
+                raise ConfigError(f"in {path}: unknown table [{written}]{hint}")
+            raise ConfigError(f"in {path}: unknown config key {written!r}{hint}")
+    values = {s: value for s, (_, value) in given.items()}
+    if values.get(GROUP_KEY) is not None:  # a group file's path is relative to the config file's directory
+        values[GROUP_KEY] = path.parent / values[GROUP_KEY]
+    return NodeConfig(types=types, limits=limits).with_settings(values)
+
+
+def _put(given: dict[Setting, tuple[str, Any]], s: Setting, written: str, value: Any, path: Path) -> None:
+    if s in given:
+        raise ConfigError(f"in {path}: {s.where} is given twice (as {given[s][0]} and as {written}): keep one")
+    given[s] = (written, value)
+
+
+def _closest(word: str, known: Any) -> str:
+    """"; did you mean 'X'?" for the known key closest to ``word``, else the list of them."""
+    names = sorted(known)
+    match = difflib.get_close_matches(word.replace("_", "-"), names, n=1, cutoff=0.6)
+    return f"; did you mean {match[0]!r}?" if match else f"; known: {', '.join(names)}"
+
+
+def _coerce(s: Setting, value: Any, where: str, path: Path) -> Any:
+    """The TOML value as the setting's type; the wrong type names the file, the key and what it wants."""
+    kind = s.kind
+    ok: bool
+    if kind in ("str", "str | None", "Path"):
+        ok = isinstance(value, str)
+        if ok and kind == "Path":
+            return Path(value).expanduser()
+    elif kind == "int":
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif kind in ("float", "float | None"):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if ok:
+            return float(value)
+    elif kind == "bool":
+        ok = isinstance(value, bool)
+    elif kind in ("tuple[str, ...]", "list[str]"):
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        if ok:
+            return tuple(value) if kind.startswith("tuple") else list(value)
+    elif kind == "tuple[int, int]":
+        pair = _port_pair(value)
+        if pair is not None:
+            return pair
+        ok = False
+    else:  # a section's field of a type this reader does not know: a new kind needs a line here
+        raise ConfigError(f"in {path}: {where} has a type the file cannot give ({kind})")
+    if not ok:
+        raise ConfigError(f"in {path}: {where} has the wrong type: expected {_EXPECTED[kind]}, "
+                          f"got {type(value).__name__} {value!r}")
+    return value
+
+
+def _port_pair(value: Any) -> tuple[int, int] | None:
+    if isinstance(value, str):
+        lo, sep, hi = value.partition("-")
+        if sep and lo.strip().isdigit() and hi.strip().isdigit():
+            return int(lo), int(hi)
+    elif isinstance(value, list) and len(value) == 2 and all(type(v) is int for v in value):
+        return value[0], value[1]
+    return None
+
+
+_TYPE_KEYS = {"base", "heartbeat_interval", "lost_heartbeats", "send_rate", "on_cut_off", "about"}
+
+
+def _types(tables: Any, path: Path) -> tuple[NodeType, ...]:
+    """``[types.NAME]`` tables: each starts from ``base`` (a built-in, default
+    standard) and changes the keys it gives."""
+    if not isinstance(tables, dict) or not all(isinstance(v, dict) for v in tables.values()):
+        raise ConfigError(f"in {path}: node types are tables, e.g. [types.kiosk] with heartbeat-interval = 0.5")
+    out = []
+    for name, table in tables.items():
+        spec = {k.replace("-", "_"): v for k, v in table.items()}
+        unknown = sorted(k.replace("_", "-") for k in set(spec) - _TYPE_KEYS)
+        if unknown:
+            raise ConfigError(f"in {path}: [types.{name}] has unknown key(s) {', '.join(unknown)}"
+                              f"{_closest(unknown[0], {k.replace('_', '-') for k in _TYPE_KEYS})}")
+        base_name = spec.pop("base", "standard")
+        if base_name not in BUILTIN_TYPES:
+            raise ConfigError(f"in {path}: [types.{name}] base must be a built-in type ({', '.join(BUILTIN_TYPES)})")
+        base = BUILTIN_TYPES[base_name]
+        spec.setdefault("about", f"defined in {path.name}, based on {base_name}")
+        checks: dict[str, tuple[type, ...]] = {"heartbeat_interval": (int, float), "lost_heartbeats": (int,),
+                                               "send_rate": (int,), "on_cut_off": (str,), "about": (str,)}
+        for key, value in spec.items():
+            if isinstance(value, bool) or not isinstance(value, checks[key]):
+                raise ConfigError(f"in {path}: [types.{name}] {key.replace('_', '-')} has the wrong type ({value!r})")
+        if "heartbeat_interval" in spec:
+            spec["heartbeat_interval"] = float(spec["heartbeat_interval"])
+        out.append(replace(base, name=name, **spec))
+    return tuple(out)

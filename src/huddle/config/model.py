@@ -1,0 +1,231 @@
+"""The node's configuration: :class:`NodeConfig`, made of sections, and the table of every setting.
+
+A setting has one name, used as the flag and as the TOML key (docs/configuration.md):
+a top-level setting ``name`` is ``--name`` and ``name = ...``; a setting of a section
+is the key without the section's flag prefix in the section's table (``--posts-policy``
+is ``policy`` in ``[posts]``, ``--beacon-port`` is ``beacon-port`` in ``[discovery]``),
+and its flag's name at the top level still reads as it did before there were sections.
+:data:`SETTINGS` lists them all, derived from the dataclasses; the TOML file
+(:mod:`huddle.config.file`), the flags (:meth:`NodeConfig.with_flags`) and the
+parser's test all read it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from ..guests.section import GuestsSection
+from ..limits import LimitError, Limits, parse_assignment
+from ..posts.section import PostsSection
+from ..protocol import Timing
+from ..protocol.delivery import DeliveryTiming
+from ..security import GroupSecret, load_group_file
+from ..wire.messages import MAX_GROUP, MAX_NAME
+from .sections import BUILTIN_TYPES, ApiSection, DiscoverySection, MeshSection, NodeType, TimingSection
+
+__all__ = ["LOG_LEVELS", "SECTIONS", "SETTINGS", "NodeConfig", "Setting", "setting_named"]
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+# The sections, each a NodeConfig attribute named as its TOML table; a feature's among them.
+SECTIONS: dict[str, type[Any]] = {s.TABLE: s for s in (
+    MeshSection, DiscoverySection, ApiSection, TimingSection, PostsSection, GuestsSection)}
+
+
+def _default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "huddle" / "node"
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """Everything a node needs to start: who it is, then one section per concern.
+    Every setting has a flag and a TOML key of one name (:data:`SETTINGS`)."""
+
+    name: str = field(default_factory=socket.gethostname)
+    group: str = ""
+    data_dir: Path = field(default_factory=_default_data_dir)
+    node_type: str = field(default="standard", metadata={"key": "type", "aliases": ("node-type",)})
+    log_level: str = "info"
+    # Allow-list mode: only the node keys in DATA_DIR/trusted-keys are admitted (huddle trust
+    # add|remove); it needs a group secret.
+    allow_list: bool = False
+    # The group secret, from group-key = FILE or join = CODE: with one, the mesh speaks
+    # CurveZMQ and admits only holders of the secret (docs/security.md).
+    group_secret: GroupSecret | None = field(default=None, metadata={"setting": False})
+    types: tuple[NodeType, ...] = field(default=(), metadata={"setting": False})  # [types.NAME]; may redefine a built-in
+    limits: Limits = field(default_factory=Limits, metadata={"setting": False})  # [limits.AREA] (docs/limits.md)
+    mesh: MeshSection = field(default_factory=MeshSection)
+    discovery: DiscoverySection = field(default_factory=DiscoverySection)
+    api: ApiSection = field(default_factory=ApiSection)
+    timing: TimingSection = field(default_factory=TimingSection)
+    posts: PostsSection = field(default_factory=PostsSection)
+    guests: GuestsSection = field(default_factory=GuestsSection)
+
+    def __post_init__(self) -> None:
+        if not self.name or len(self.name.encode()) > MAX_NAME:
+            raise ConfigError(f"name must be 1..{MAX_NAME} octets of UTF-8, got {self.name!r}")
+        if len(self.group.encode()) > MAX_GROUP:
+            raise ConfigError(f"group must be at most {MAX_GROUP} octets of UTF-8")
+        if self.group_secret is not None and self.group_secret.group != self.group:
+            raise ConfigError(f"the group secret is for group {self.group_secret.group!r}, not {self.group!r}: "
+                              "a join code or group file gives the secret of one group only")
+        if self.allow_list and self.group_secret is None:
+            raise ConfigError("allow-list mode needs a group secret (--group-key FILE or --join CODE): the mesh's "
+                              "CurveZMQ keys come from it")
+        if self.log_level.lower() not in LOG_LEVELS:
+            raise ConfigError("log level must be debug, info, warning or error")
+        self.mesh_timing()
+
+    def type_spec(self) -> NodeType:
+        """The node type named by ``node_type``: a [types.NAME] table, else a built-in."""
+        for t in self.types:
+            if t.name == self.node_type:
+                return t
+        if self.node_type in BUILTIN_TYPES:
+            return BUILTIN_TYPES[self.node_type]
+        known = sorted({*BUILTIN_TYPES, *(t.name for t in self.types)})
+        raise ConfigError(f"unknown node type {self.node_type!r}; known: {', '.join(known)} (or define [types.{self.node_type}])")
+
+    def mesh_timing(self) -> Timing:
+        """The mesh's timers: ``[timing]``'s settings, else the node type's and the protocol's."""
+        return self.timing.resolve(self.type_spec())
+
+    def delivery_timing(self) -> DeliveryTiming:
+        return self.mesh.delivery_timing()
+
+    def with_overrides(self, **changes: Any) -> NodeConfig:
+        """The config with fields or settings changed; None leaves one as it is.  A name is a
+        field of NodeConfig (``group_secret``, a whole ``mesh``...) or a setting's flag in Python
+        spelling (``posts_policy``, ``guest_port``, ``api``, ``guests``; older spellings too)."""
+        top: dict[str, Any] = {}
+        values: dict[Setting, Any] = {}
+        for name, value in changes.items():
+            if value is None:
+                continue
+            # A section is given whole, or (api, guests) its flag names a setting of it.
+            if (name in SECTIONS and isinstance(value, SECTIONS[name])) or (name in _FIELDS and name not in SECTIONS):
+                top[name] = value
+                continue
+            s = setting_named(name)
+            if s is None or not s.field:
+                raise TypeError(f"NodeConfig has no field or setting {name!r}")
+            values[s] = value
+        return _replaced(replace(self, **top) if top else self, values)
+
+    def with_flags(self, namespace: Mapping[str, Any]) -> NodeConfig:
+        """``huddle node``'s flags (the parser's namespace, a dest per setting) over this config."""
+        return self.with_settings({s: namespace.get(s.dest) for s in SETTINGS}, flags=True)
+
+    def with_settings(self, values: Mapping[Setting, Any], *, flags: bool = False) -> NodeConfig:
+        """These settings changed (None: left as it is): plain ones, the group secret from
+        ``group-key`` (a file) or ``join`` (a code) and ``limit`` assignments.  ``flags``:
+        they came from the command line (errors then spell them as flags)."""
+        def say(s: Setting) -> str:
+            return f"--{s.flag}" if flags else s.key
+
+        given = {s: v for s, v in values.items() if v is not None}
+        key_file, code, assignments = given.pop(GROUP_KEY, None), given.pop(JOIN, None), given.pop(LIMIT, None)
+        group = given.get(_GROUP)
+        config = self
+        if key_file is not None and code is not None:
+            raise ConfigError(f"give {say(GROUP_KEY)} or {say(JOIN)}, not both: each gives the group's secret")
+        if key_file is not None:
+            secret = load_group_file(Path(key_file))
+            if flags and group is not None and group != secret.group:
+                raise ConfigError(f"--group-key {key_file} is the secret of group {secret.group!r}, "
+                                  f"not of --group {group!r}")
+            given[_GROUP] = secret.group if group is None else group  # another group is refused by NodeConfig
+            config = replace(config, group_secret=secret, group=given[_GROUP])
+        elif code is not None:
+            named = group if group is not None else self.group
+            if not named:
+                raise ConfigError(f"{say(JOIN)} needs {say(_GROUP)} NAME: the join code gives the secret of one "
+                                  "named group")
+            config = replace(config, group_secret=GroupSecret.from_code(named, code), group=named)
+        config = _replaced(config, given)
+        return config.with_limits(list(assignments)) if assignments else config
+
+    def with_limits(self, assignments: list[str]) -> NodeConfig:
+        """``--limit AREA.KEY=VALUE`` settings applied over the config's own."""
+        table: dict[str, dict[str, Any]] = {}
+        try:
+            for text in assignments:
+                area, key, value = parse_assignment(text)
+                table.setdefault(area, {})[key] = value
+            return replace(self, limits=self.limits.with_values(table))
+        except LimitError as exc:
+            raise ConfigError(str(exc)) from None
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting: where it lives, its TOML key, its flag and the older spellings still read."""
+
+    table: str  # "" for the top level, else its section's table (and NodeConfig attribute)
+    field: str  # the dataclass field it sets; "" for group-key, join and limit (NodeConfig reads those)
+    key: str  # its TOML key within ``table``
+    flag: str  # ``huddle node --FLAG``; at the top level, also a TOML key for it (the flat form)
+    kind: str  # the field's type, as annotated: what a TOML value must be
+    aliases: tuple[str, ...] = ()  # older spellings, read at the top level and in the section
+
+    @property
+    def dest(self) -> str:
+        """Its name in Python and in the parser's namespace."""
+        return self.flag.replace("-", "_")
+
+    @property
+    def where(self) -> str:
+        return f"[{self.table}] {self.key}" if self.table else self.key
+
+
+def _settings() -> tuple[Setting, ...]:
+    out: list[Setting] = []
+    for f in fields(NodeConfig):
+        if f.name in SECTIONS:
+            section = SECTIONS[f.name]
+            for g in fields(section):
+                key = g.metadata.get("key", g.name.replace("_", "-"))
+                out.append(Setting(f.name, g.name, key, g.metadata.get("flag", section.FLAG_PREFIX + key), str(g.type),
+                                   tuple(g.metadata.get("aliases", ()))))
+        elif f.metadata.get("setting", True):
+            key = f.metadata.get("key", f.name.replace("_", "-"))
+            out.append(Setting("", f.name, key, key, str(f.type), tuple(f.metadata.get("aliases", ()))))
+    return (*out, GROUP_KEY, JOIN, LIMIT)
+
+
+# The settings NodeConfig reads itself: each names a file, a code or a change, not a field.
+GROUP_KEY = Setting("", "", "group-key", "group-key", "Path")  # a group file (huddle group new), relative to the TOML file
+JOIN = Setting("", "", "join", "join", "str")  # a join code; needs the group's name
+LIMIT = Setting("", "", "limit", "limit", "list[str]")  # AREA.KEY=VALUE assignments, over [limits.AREA]
+
+SETTINGS: tuple[Setting, ...] = _settings()
+_FIELDS = {f.name for f in fields(NodeConfig)}
+_GROUP = next(s for s in SETTINGS if s.flag == "group")
+_BY_NAME: dict[str, Setting] = {name.replace("-", "_"): s for s in SETTINGS for name in (s.flag, *s.aliases)}
+
+
+def setting_named(name: str) -> Setting | None:
+    """The setting whose flag (or older spelling) is ``name``, dashes or underscores."""
+    return _BY_NAME.get(name.replace("-", "_"))
+
+
+def _replaced(config: NodeConfig, values: Mapping[Setting, Any]) -> NodeConfig:
+    """Plain settings set, each section replaced once (so it checks its new values together)."""
+    top: dict[str, Any] = {}
+    parts: dict[str, dict[str, Any]] = {}
+    for s, given in values.items():
+        value = tuple(given) if s.kind.startswith("tuple[") and isinstance(given, list) else given  # a repeated flag's
+        if s.table:
+            parts.setdefault(s.table, {})[s.field] = value
+        else:
+            top[s.field] = value
+    for table, changed in parts.items():
+        top[table] = replace(getattr(config, table), **changed)
+    return replace(config, **top) if top else config
