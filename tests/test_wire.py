@@ -25,13 +25,14 @@ from huddle.wire import (
     LogRecord,
     Members,
     Peer,
+    RecordBatch,
     Time,
     Xmsg,
     group_hash,
     pack,
     unpack,
 )
-from huddle.wire.messages import RecordBatch, _batch, _record
+from huddle.wire.records import _batch, _record
 
 node_ids = st.binary(min_size=16, max_size=16).map(NodeId)
 hosts = st.sampled_from(["127.0.0.1", "10.99.0.3", "192.168.1.250", "laptop-7.local"])

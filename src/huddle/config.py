@@ -18,7 +18,7 @@ from .posts.model import Policy
 from .protocol import Timing
 from .protocol.delivery import DeliveryTiming
 from .security import GroupSecret, load_group_file
-from .wire.messages import MAX_GROUP, MAX_NAME
+from .wire import MAX_GROUP, MAX_NAME
 
 __all__ = [
     "BUILTIN_TYPES", "CUT_OFF_MODES", "NodeConfig", "NodeType",
