@@ -37,7 +37,7 @@ from .protocol.picture import Reports
 from .ratelog import RateLog
 from .transport.stats import DriverStats, TrafficStats
 from .transport.zmq_transport import ZmqTransport
-from .wire import Chat, encode_parts
+from .wire import TAG_CHAT, encode_parts
 
 __all__ = ["BACKPRESSURE", "FAILURE_LOG_EVERY", "TICK_RETRY", "MeshDriver"]
 
@@ -50,8 +50,7 @@ TICK_RETRY = 0.05
 # The driver logs a failure it survived at most this often, per kind (the rest are counted).
 FAILURE_LOG_EVERY = 60.0
 
-_CHAT = Chat.TAG  # the fast path's type (docs/architecture.md, "The CHAT fast path")
-_CHAT_TYPE_OCTETS = len(_CHAT)  # a CHAT's octets counted in TrafficStats: its type and its body
+_CHAT_TYPE_OCTETS = len(TAG_CHAT)  # a CHAT's octets counted in TrafficStats: its type and its body
 
 Publish = Callable[[Event | ServiceEvent], None]
 
@@ -97,7 +96,7 @@ class MeshDriver:
             return
         now = self.clock()
         count, received = self.traffic.count_received, self.traffic.received
-        chat, publish, chat_tag = mesh.receive_chat, self.publish, _CHAT
+        chat, publish, chat_tag = mesh.receive_chat, self.publish, TAG_CHAT
         general = False  # a message went through Mesh.receive: its actions are carried out after the batch
         for frames, source in zip(batch, sources, strict=True):
             try:
@@ -278,7 +277,7 @@ class MeshDriver:
                     sent += octets
             if sent:
                 traffic = self.traffic.sent
-                traffic[_CHAT] = traffic.get(_CHAT, 0) + sent
+                traffic[TAG_CHAT] = traffic.get(TAG_CHAT, 0) + sent
         return len(conns)
 
     def send_to(self, peer: NodeId, payload: bytes) -> int:

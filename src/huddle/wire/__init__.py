@@ -1,17 +1,36 @@
 """Wire formats: the ZeroMQ message codec and the UDP beacon.  Pure, no I/O.
 
 The codec is split by concern: ``framing`` (frames, the table of message types
-``SPECS``, ``encode`` / ``decode`` / ``peek``), ``membership`` (the mesh's own
-messages), ``delivery`` (CHAT, DMSG, DACK, BULK), ``records`` (the replicated
-log's records, XMSG, GSIP), ``reports`` (RAWS) and ``fields`` (what they share).
+``SPECS``, ``encode`` / ``decode``), ``peek`` (a message's sender and tag without
+decoding it; the tags by name, ``TAG_CHAT`` ...), ``membership`` (HELO, PEER, MEMB,
+BOUT, GBYE, BEAT, TIME), ``delivery`` (CHAT, DMSG, DACK, BULK), ``records`` (the
+replicated log's records, XMSG, GSIP), ``reports`` (RAWS) and ``fields`` (what they
+share).
 Import from here; the modules' other names are theirs.
 """
 
 from .beacon import BEACON_SIZE, Beacon, group_hash, pack, unpack
 from .delivery import MAX_BULK, MAX_BULK_HEAD, Bulk, Chat, Dack, Dmsg
 from .fields import MAX_BODY, MAX_NAME, MAX_SEQ, PROTOCOL_VERSION, valid_endpoint
-from .framing import MESH_TYPES, SPECS, TAGS, Message, MessageSpec, decode, encode, encode_parts, peek
+from .framing import MESH_TYPES, SPECS, TAGS, Message, MessageSpec, decode, encode, encode_parts
 from .membership import MAX_GROUP, Beat, Gbye, Group, Helo, MemberEntry, Members, Peer, Time, helo_signed
+from .peek import (
+    TAG_BEAT,
+    TAG_BOUT,
+    TAG_BULK,
+    TAG_CHAT,
+    TAG_DACK,
+    TAG_DMSG,
+    TAG_GBYE,
+    TAG_GSIP,
+    TAG_HELO,
+    TAG_MEMB,
+    TAG_PEER,
+    TAG_RAWS,
+    TAG_TIME,
+    TAG_XMSG,
+    peek,
+)
 from .records import (
     MAX_KIND,
     MAX_RECORD,
@@ -46,6 +65,20 @@ __all__ = [
     "PROTOCOL_VERSION",
     "SPECS",
     "TAGS",
+    "TAG_BEAT",
+    "TAG_BOUT",
+    "TAG_BULK",
+    "TAG_CHAT",
+    "TAG_DACK",
+    "TAG_DMSG",
+    "TAG_GBYE",
+    "TAG_GSIP",
+    "TAG_HELO",
+    "TAG_MEMB",
+    "TAG_PEER",
+    "TAG_RAWS",
+    "TAG_TIME",
+    "TAG_XMSG",
     "Beacon",
     "Beat",
     "Bulk",

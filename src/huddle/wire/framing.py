@@ -15,7 +15,8 @@ is frame 2), its body's encoder and decoder, how the body is read (UTF-8 text, b
 or the frames whole) and whether the mesh handles it itself.  Everything else is
 derived from it: the :data:`Message` union (checked against the table by
 tests/test_wire_table.py), :data:`TAGS` (the traffic counters' types),
-:data:`MESH_TYPES`, the decoders by tag and the encoders by class.  A new type is a
+:data:`MESH_TYPES`, the decoders by tag and the encoders by class (and, in
+``peek.py``, the tags named for the fast paths).  A new type is a
 class in its concern's module, one row here, a Hypothesis strategy
 (tests/wire_strategies.py) and a section of ``docs/protocol.md``; the same test fails
 until all four are there.
@@ -76,7 +77,7 @@ from .membership import (
 from .records import Gsip, Xmsg, decode_gsip, decode_xmsg, encode_gsip, encode_xmsg
 from .reports import Raws, decode_raws, encode_raws
 
-__all__ = ["MESH_TYPES", "SPECS", "TAGS", "Body", "Message", "MessageSpec", "decode", "encode", "encode_parts", "peek"]
+__all__ = ["MESH_TYPES", "SPECS", "TAGS", "Body", "Message", "MessageSpec", "decode", "encode", "encode_parts"]
 
 
 class Body(enum.Enum):
@@ -167,17 +168,6 @@ def encode_parts(msg: Message) -> list[bytes]:
 
 
 # --------------------------------------------------------------------------- decode
-
-
-def peek(frames: Sequence[bytes]) -> tuple[bytes, bytes] | None:
-    """The sender's identity (frame 1, as received) and the type tag (frame 2) of the
-    frames of a message, its body not read; None if they are not as many frames as a
-    message has (3, or 4 for a type whose body is frames of its own).  Neither the
-    identity nor the tag is checked: :func:`decode` does that."""
-    count = len(frames)
-    if count == 3 or (count == 4 and type(frames[1]) is bytes and frames[1] in _FRAMES_DECODERS):
-        return frames[0], frames[1]
-    return None
 
 
 def decode(frames: Sequence[bytes]) -> Message:
