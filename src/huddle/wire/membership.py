@@ -72,7 +72,7 @@ class Helo:
     lost: int = 0  # heartbeats of the sender that may be lost before it counts as gone (0: not said)
     rate: int = 0  # octets per second the sender accepts of addressed messages (0: no limit)
     guests: int = 0  # the UDP port on which the sender answers Noam guests' marcos (0: it hosts none)
-    # Identity (issue 22): the sender's Ed25519 public key and its signature of helo_signed(self);
+    # Identity (protocol.md 4.1, "Identity"): the sender's Ed25519 public key and its signature of helo_signed(self);
     # ``at`` the sender's clock (milliseconds since the epoch) and ``to`` the node it means to meet
     # (None: it does not know, a seed), both signed so that a copy is no use later or elsewhere.
     key: bytes = b""  # 32 octets, or b"": not said (unsigned)
