@@ -30,8 +30,7 @@ from typing import Any, ClassVar
 from huddle.log import SqliteStore
 from huddle.protocol.replication import Replicator, canonical_json
 from huddle.security import NodeIdentity
-from huddle.wire import decode
-from huddle.wire.messages import encode_parts
+from huddle.wire import decode, encode_parts
 
 
 class _View:

@@ -31,7 +31,7 @@ from huddle.security import NodeIdentity
 from huddle.wire import PeerStat, Raws, decode, encode
 
 try:
-    from huddle.wire.messages import sign_raws
+    from huddle.wire import sign_raws
 except ImportError:  # a tree from before signed reports (protocol.md 14.1): reports unsigned
     sign_raws = None
 

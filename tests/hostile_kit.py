@@ -23,8 +23,7 @@ from conftest import Cluster, free_port, get, http, wait_for
 
 from huddle.procs import NodeProcess
 from huddle.security import NodeIdentity
-from huddle.wire import Helo
-from huddle.wire.messages import helo_signed
+from huddle.wire import Helo, helo_signed
 
 __all__ = [
     "Footprint", "RawPeer", "footprint", "node_stats", "raw_dealer", "signed_helo", "still_serving",

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from huddle.errors import DecodeError
 from huddle.protocol.delivery import BufferFull, DeliveryTiming, MessageTooLarge, NotIncluded
 from huddle.protocol.events import BufferSpace, MessageReceived, PeerRefused
 from huddle.sim import SimNetwork, SimNode
 from huddle.wire import Dack, Dmsg, decode, encode
-from huddle.wire.messages import DecodeError
 
 
 def mesh(net: SimNetwork, n: int, timing: DeliveryTiming | None = None) -> list[SimNode]:

@@ -14,8 +14,7 @@ from huddle.errors import DecodeError
 from huddle.protocol import Connect, Mesh, Send
 from huddle.security import NodeIdentity, verify
 from huddle.sim import SimNetwork
-from huddle.wire import Group, Helo, decode, encode
-from huddle.wire.messages import helo_signed
+from huddle.wire import Group, Helo, decode, encode, helo_signed
 
 ME = NodeIdentity.from_seed(b"\x01" * 32)
 HOME = "10.0.0.2"

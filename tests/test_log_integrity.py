@@ -15,8 +15,7 @@ from huddle.log.integrity import MARK_FILE, PREVIOUS_FILE, LogDamaged, LogGuard,
 from huddle.log.store import Verified
 from huddle.protocol.logchain import GENESIS, chain_hashes
 from huddle.security import KEY_FILE, load_or_create_identity, node_id_for, own_id_refusal
-from huddle.wire import LogRecord, Xmsg, decode, encode
-from huddle.wire.messages import RecordBatch
+from huddle.wire import LogRecord, RecordBatch, Xmsg, decode, encode
 
 GROUP = "g"
 PEER = NodeId(b"\x07" * 16)

@@ -22,8 +22,7 @@ from huddle.protocol.picture import compute
 from huddle.protocol.replication import MemoryStore, Replicator
 from huddle.protocol.stack import build_services
 from huddle.security import NodeIdentity
-from huddle.wire import Gsip, LogHead, LogRecord, PeerStat, Raws, Xmsg, decode, encode
-from huddle.wire.messages import MAX_BODY, encode_parts
+from huddle.wire import MAX_BODY, Gsip, LogHead, LogRecord, PeerStat, Raws, Xmsg, decode, encode, encode_parts
 
 ALICE = NodeIdentity.generate()  # the source
 BOB = NodeIdentity.generate()  # an honest receiver

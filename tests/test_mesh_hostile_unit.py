@@ -15,8 +15,7 @@ from huddle.protocol import Connect, Mesh, Notify, PeerLeft, Send
 from huddle.protocol.events import ChatReceived, PeerExcluded
 from huddle.security import NodeIdentity
 from huddle.transport.zmq_transport import ZmqTransport
-from huddle.wire import Chat, Gbye, Group, Helo, Peer, encode
-from huddle.wire.messages import helo_signed
+from huddle.wire import Chat, Gbye, Group, Helo, Peer, encode, helo_signed
 
 GROUP = "g"
 HOME = "10.0.0.2"  # the honest member's address

@@ -17,8 +17,7 @@ from huddle.protocol.events import Send
 from huddle.protocol.logchain import sign_head
 from huddle.protocol.replication import MemoryStore, Replicator
 from huddle.security import NodeIdentity
-from huddle.wire import Gsip, LogRecord, Xmsg, decode, encode
-from huddle.wire.messages import MAX_SEQ
+from huddle.wire import MAX_SEQ, Gsip, LogRecord, Xmsg, decode, encode
 
 ALICE = NodeIdentity.generate()  # the node restored from an older copy
 BOB = NodeIdentity.generate()  # its honest peer, holding all it wrote

@@ -17,8 +17,9 @@ from huddle.protocol.events import CutOff
 from huddle.protocol.mesh import Timing
 from huddle.protocol.picture import Pictures, PictureTiming, compute
 from huddle.sim import SimNetwork, SimNode
-from huddle.wire import PeerStat, Raws, decode, encode
-from huddle.wire.messages import _NODE_IDS, _NODE_IDS_KEPT, PEER_STATES, CheckedRows, _peer_stats, _rows_ok
+from huddle.wire import PEER_STATES, CheckedRows, PeerStat, Raws, decode, encode
+from huddle.wire.fields import _NODE_IDS, _NODE_IDS_KEPT
+from huddle.wire.reports import _peer_stats, _rows_ok
 
 A, B, C, D = (NodeId(bytes([i]) * 16) for i in (1, 2, 3, 4))
 NAMES = {A: "a", B: "b", C: "c", D: "d"}

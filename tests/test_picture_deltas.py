@@ -14,11 +14,10 @@ from hypothesis import strategies as st
 
 from huddle import NodeId
 from huddle.errors import DecodeError, LocalProtocolError
-from huddle.protocol.picture import PictureTiming, Reports, compute, report_delta, report_facts
+from huddle.protocol.picture import PictureTiming, Reports, compute, merge_report, report_delta, report_facts
 from huddle.protocol.service import PeerFacts
 from huddle.sim import SimNetwork, SimNode
-from huddle.wire import Helo, PeerStat, Raws, decode, encode
-from huddle.wire.messages import MAX_GONE_ROWS, merge_report
+from huddle.wire import MAX_GONE_ROWS, Helo, PeerStat, Raws, decode, encode
 
 A, B, C, D, E = (NodeId(bytes([i]) * 16) for i in (1, 2, 3, 4, 5))
 F = NodeId(bytes([0xAB]) * 16)

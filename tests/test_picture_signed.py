@@ -19,8 +19,7 @@ from huddle.protocol.picture import PictureTiming, Reports, report_delta
 from huddle.protocol.service import PeerFacts, PeerSeen
 from huddle.security import NodeIdentity, key_derived, verify
 from huddle.sim import SimNetwork
-from huddle.wire import PeerStat, Raws, decode, encode
-from huddle.wire.messages import raws_signed, sign_raws
+from huddle.wire import PeerStat, Raws, decode, encode, raws_signed, sign_raws
 
 TIMING = PictureTiming()
 

@@ -23,8 +23,23 @@ from huddle.log import SqliteStore
 from huddle.log.model import SourceState
 from huddle.protocol.events import Send
 from huddle.protocol.replication import MemoryStore, Replicator, _coalesce, canonical_json
-from huddle.wire import MAX_BODY, Chat, Gsip, LogRecord, Xmsg, decode, encode, encode_parts
-from huddle.wire.messages import MAX_RECORD, MAX_SEQ, _body_ok, check_record, make_record, record_size, strict_json
+from huddle.wire import (
+    MAX_BODY,
+    MAX_RECORD,
+    MAX_SEQ,
+    Chat,
+    Gsip,
+    LogRecord,
+    Xmsg,
+    check_record,
+    decode,
+    encode,
+    encode_parts,
+    make_record,
+    record_size,
+    strict_json,
+)
+from huddle.wire.records import _body_ok
 
 ME = NodeId(b"\x01" * 16)
 PEER = NodeId(b"\x02" * 16)

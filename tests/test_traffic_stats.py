@@ -9,7 +9,7 @@ from huddle.ids import NodeId
 from huddle.protocol import Send
 from huddle.transport.stats import OTHER_TRAFFIC, TRAFFIC_TYPES, TrafficStats
 from huddle.wire import Beat, Bulk, Chat, LogRecord, Xmsg, decode, encode_parts
-from huddle.wire import messages as wire_messages
+from huddle.wire import framing as wire_messages
 
 ME = NodeId(bytes(range(16)))
 PEER = NodeId(bytes(range(16, 32)))

@@ -37,7 +37,7 @@ from .protocol.picture import Reports
 from .ratelog import RateLog
 from .transport.stats import DriverStats, TrafficStats
 from .transport.zmq_transport import ZmqTransport
-from .wire import encode_parts
+from .wire import TAG_CHAT, encode_parts
 
 __all__ = ["BACKPRESSURE", "FAILURE_LOG_EVERY", "TICK_RETRY", "MeshDriver"]
 
@@ -50,7 +50,7 @@ TICK_RETRY = 0.05
 # The driver logs a failure it survived at most this often, per kind (the rest are counted).
 FAILURE_LOG_EVERY = 60.0
 
-_CHAT_TYPE_OCTETS = len(b"CHAT")  # a CHAT's octets counted in TrafficStats: its type and its body
+_CHAT_TYPE_OCTETS = len(TAG_CHAT)  # a CHAT's octets counted in TrafficStats: its type and its body
 
 Publish = Callable[[Event | ServiceEvent], None]
 
@@ -96,15 +96,15 @@ class MeshDriver:
             return
         now = self.clock()
         count, received = self.traffic.count_received, self.traffic.received
-        chat, publish = mesh.receive_chat, self.publish
+        chat, publish, chat_tag = mesh.receive_chat, self.publish, TAG_CHAT
         general = False  # a message went through Mesh.receive: its actions are carried out after the batch
         for frames, source in zip(batch, sources, strict=True):
             try:
                 # CHAT's fast path (docs/architecture.md): the mesh decides and counts as receive()
                 # would, and hands the event back instead of queuing a Notify; anything it does not
                 # take goes to the general path.  It queues no action and moves no deadline.
-                if len(frames) == 3 and frames[1] == b"CHAT":
-                    received[b"CHAT"] += _CHAT_TYPE_OCTETS + len(frames[2])  # what count() adds for it
+                if len(frames) == 3 and frames[1] == chat_tag:
+                    received[chat_tag] += _CHAT_TYPE_OCTETS + len(frames[2])  # what count() adds for it
                     event = chat(frames, now, source)
                     if event is not None:
                         if general:  # what the messages before it queued comes first, as it always did
@@ -277,7 +277,7 @@ class MeshDriver:
                     sent += octets
             if sent:
                 traffic = self.traffic.sent
-                traffic[b"CHAT"] = traffic.get(b"CHAT", 0) + sent
+                traffic[TAG_CHAT] = traffic.get(TAG_CHAT, 0) + sent
         return len(conns)
 
     def send_to(self, peer: NodeId, payload: bytes) -> int:

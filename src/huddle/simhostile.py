@@ -44,8 +44,7 @@ from .protocol.logchain import GENESIS, chain_hashes, sign_head
 from .protocol.replication import MemoryStore
 from .security import NodeIdentity
 from .sim import ScenarioResult, SimNetwork, SimNode
-from .wire import MAX_BODY, LogRecord, PeerStat, Raws, Xmsg, encode
-from .wire.messages import MAX_SEQ, sign_raws
+from .wire import MAX_BODY, MAX_SEQ, LogRecord, PeerStat, Raws, Xmsg, encode, sign_raws
 
 __all__ = ["ATTACKS", "HostileBounds", "attack_frames", "run_forger_scenario", "run_hostile_scenario",
            "run_sources_scenario"]

@@ -26,7 +26,7 @@ from ..posts.section import PostsSection
 from ..protocol import Timing
 from ..protocol.delivery import DeliveryTiming
 from ..security import GroupSecret, load_group_file
-from ..wire.messages import MAX_GROUP, MAX_NAME
+from ..wire import MAX_GROUP, MAX_NAME
 from .sections import BUILTIN_TYPES, ApiSection, DiscoverySection, MeshSection, NodeType, TimingSection
 
 __all__ = ["LOG_LEVELS", "SECTIONS", "SETTINGS", "NodeConfig", "Setting", "setting_named"]

@@ -17,8 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..wire import LogRecord
-from ..wire.messages import RecordBatch
+from ..wire import LogRecord, RecordBatch
 from .engine import DocEngine, Key, jams
 from .model import digest
 from .ops import DOC_KIND, OperationError

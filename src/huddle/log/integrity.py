@@ -39,8 +39,7 @@ from pathlib import Path
 
 from ..errors import HuddleError
 from ..ids import NodeId
-from ..wire import LogRecord
-from ..wire.messages import check_record
+from ..wire import LogRecord, check_record
 from .store import GENESIS, SqliteStore, record_digest, row_verifies
 
 __all__ = ["MARK_FILE", "PREVIOUS_FILE", "Check", "LogDamaged", "LogGuard", "Repaired", "check", "read_mark",

@@ -32,8 +32,7 @@ from pathlib import Path
 
 from ..errors import HuddleError
 from ..ids import NodeId
-from ..wire import LogHead, LogRecord
-from ..wire.messages import MAX_SEQ, RecordBatch, make_record
+from ..wire import MAX_SEQ, LogHead, LogRecord, RecordBatch, make_record
 from .model import GENESIS, RECORD_HEAD, SourceState
 
 __all__ = ["GENESIS", "SCHEMA_VERSION", "SqliteStore", "StoredRecord", "Verified", "record_digest", "row_verifies"]

@@ -28,8 +28,7 @@ from typing import Final, Protocol
 from ..ids import NodeId
 from ..log.model import GENESIS, RECORD_HEAD  # h_0 of every source; e_n's head
 from ..security import key_derived, node_id_for, verify
-from ..wire import LogHead, LogRecord
-from ..wire.messages import RecordBatch
+from ..wire import LogHead, LogRecord, RecordBatch
 
 __all__ = ["GENESIS", "LogSigner", "chain_hashes", "check_batch", "head_message", "key_bound", "sign_head"]
 

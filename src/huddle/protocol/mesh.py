@@ -49,9 +49,9 @@ from ..wire import (
     Peer,
     Time,
     encode_parts,
+    helo_signed,
 )
 from ..wire import decode as _decode
-from ..wire.messages import helo_signed
 from .events import (
     Action,
     ChatReceived,

@@ -30,20 +30,20 @@ import random
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Final
+from operator import attrgetter, itemgetter
+from typing import Any, Final, TypeVar
 
 from ..errors import LocalProtocolError
 from ..ids import NodeId
 from ..security import key_derived, node_id_for, verify
-from ..wire import Message, PeerStat, Raws
-from ..wire.messages import MAX_FORGED_ROWS, MAX_GONE_ROWS, merge_report, raws_signed, sign_raws
+from ..wire import MAX_FORGED_ROWS, MAX_GONE_ROWS, CheckedRows, Message, PeerStat, Raws, raws_signed, sign_raws
 from .events import Counters, Send
 from .logchain import LogSigner
 from .service import DETACHED, MeshView, PeerFacts, group_scale
 
 __all__ = [
-    "REPORT_QUIET", "Picture", "PictureTiming", "Pictures", "ReportStats", "Reports", "compute", "report_delta",
-    "report_facts",
+    "REPORT_QUIET", "Picture", "PictureTiming", "Pictures", "ReportStats", "Reports", "compute", "merge_report",
+    "report_delta", "report_facts",
 ]
 
 ADMITTED: Final = frozenset({"alive", "suspect"})
@@ -190,6 +190,51 @@ def report_delta(base: Raws, report: Raws, timing: PictureTiming) -> Raws | None
     if len(before) > MAX_GONE_ROWS:
         return None
     return replace(report, peers=tuple(changed), base=base.seq, gone=tuple(before))
+
+
+def merge_report(held: Raws, delta: Raws) -> Raws:
+    """The full report that ``delta`` makes of ``held``, the origin's report ``delta.base``
+    (protocol.md 14.1), the inverse of :func:`report_delta`: ``held``'s rows, less those
+    ``gone``, with the delta's rows in place of (or, new peers, after) the held ones; name,
+    type, timing, ``cut_off`` and ``forged`` the delta's; unsigned (no origin signed the
+    merged whole: a relay passes on the delta).  Raises LocalProtocolError when the delta
+    does not fit ``held`` (another base or origin, a gone peer ``held`` has no row for).
+    Decoded rows are merged as the JSON arrays they came in (``CheckedRows.raw``): no
+    PeerStat is made of the rows that did not change."""
+    if not (delta.base is not None and held.base is None and held.origin == delta.origin
+            and held.seq == delta.base):
+        raise LocalProtocolError("a delta applies only to the full report it is based on")
+    hp, dp = held.peers, delta.peers
+    held_rows = hp.raw if type(hp) is CheckedRows else None
+    changed_rows = dp.raw if type(dp) is CheckedRows else None
+    if held_rows is not None and changed_rows is not None:
+        rows = _merged_rows(held_rows, changed_rows, {g.hex() for g in delta.gone}, _ROW_PEER)
+        return replace(delta, peers=CheckedRows(rows), base=None, gone=(), key=b"", sig=b"", signed=b"")
+    stats = _merged_rows(hp, dp, set(delta.gone), _PEER)
+    return replace(delta, peers=tuple(stats), base=None, gone=(), key=b"", sig=b"", signed=b"")
+
+
+_ROW_PEER: Final = itemgetter(0)  # a decoded row's peer, as hex
+_PEER: Final = attrgetter("peer")
+_R = TypeVar("_R")
+
+
+def _merged_rows(held: Iterable[_R], changed: Iterable[_R], gone: set[Any], key: Callable[[_R], Any]) -> list[_R]:
+    """``held``'s rows in order, less the ``gone`` keys, each replaced by the ``changed`` row
+    of its key if any; then the changed rows of new keys.  Raises LocalProtocolError if a
+    gone key has no held row (``gone`` is used up)."""
+    by_key = {key(row): row for row in changed}
+    out = []
+    for row in held:
+        k = key(row)
+        if k in gone:
+            gone.discard(k)
+        else:
+            out.append(by_key.pop(k, row))
+    if gone:
+        raise LocalProtocolError("a gone peer has no row in the report the delta is based on")
+    out.extend(by_key.values())
+    return out
 
 
 def report_facts(report: Raws, timing: PictureTiming) -> tuple[object, ...]:

@@ -78,8 +78,19 @@ from ..limits import LogLimits
 from ..log.model import SourceState
 from ..ratelog import RateLog
 from ..security import node_id_for
-from ..wire import MAX_BODY, Gsip, LogHead, LogRecord, Message, Xmsg
-from ..wire.messages import MAX_SEQ, RecordBatch, check_record, checked_room, make_records
+from ..wire import (
+    MAX_BODY,
+    MAX_SEQ,
+    Gsip,
+    LogHead,
+    LogRecord,
+    Message,
+    RecordBatch,
+    Xmsg,
+    check_record,
+    checked_room,
+    make_records,
+)
 from .events import Counters, LogAppended, Notify, Send, ServiceEvent
 from .logchain import GENESIS, LogSigner, chain_hashes, check_batch, key_bound, sign_head
 from .service import BUSY_POLL, DETACHED, MeshView, PeerFacts, group_scale
@@ -676,7 +687,7 @@ class Replicator:
         """Originate an event at mesh time ``stamp`` (``now`` is the local clock
         that drives timers).  It is durable once :meth:`take_actions` has run.
         Raises :class:`LocalProtocolError` (and records nothing) unless the
-        record passes :func:`~huddle.wire.messages.check_record`."""
+        record passes :func:`~huddle.wire.records.check_record`."""
         return self.append_many([(kind, body)], now, stamp, canonical=canonical)[0]
 
     def append_many(self, events: Sequence[tuple[str, str]], now: float, stamp: float,
@@ -684,7 +695,7 @@ class Replicator:
         """Originate ``(kind, body)`` events at mesh time ``stamp``.  Every one
         is checked before any is recorded: on :class:`LocalProtocolError` none is.
         ``canonical``: every body is :func:`canonical_json`'s text, so its JSON is
-        not parsed again (:func:`~huddle.wire.messages.check_record`)."""
+        not parsed again (:func:`~huddle.wire.records.check_record`)."""
         own = self.sources[self.uuid]
         if self._hold is not None or self.retired is not None:
             self.stats.events_refused += len(events)

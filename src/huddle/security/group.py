@@ -31,7 +31,7 @@ from .identity import CurveKeypair
 __all__ = ["GROUP_FILE", "OPEN_GROUP", "GroupSecret", "load_group_file", "parse_group_file"]
 
 GROUP_FILE = "group.key"  # the default name `huddle group new` writes
-MAX_GROUP_OCTETS = 255  # the wire's cap on a group name (wire/messages.py MAX_GROUP)
+MAX_GROUP_OCTETS = 255  # the wire's cap on a group name (wire/membership.py MAX_GROUP)
 
 # scrypt's cost: 32 MiB and about 0.1 s per derivation here; a node derives once at start.
 _SCRYPT_N, _SCRYPT_R, _SCRYPT_P = 2**15, 8, 1

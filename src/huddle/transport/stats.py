@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..counters import Counters
+from ..wire import TAGS
 
 __all__ = ["OTHER_TRAFFIC", "TRAFFIC_TYPES", "DriverStats", "TrafficStats"]
 
@@ -25,10 +26,10 @@ class DriverStats(Counters):
     interface_back: int = 0  # ... and then had the same one again
 
 
-# The message types counted one by one in TrafficStats (docs/protocol.md 3); a received
-# frame of any other type (malformed: it is dropped) is counted under OTHER_TRAFFIC.
-TRAFFIC_TYPES = (b"HELO", b"PEER", b"MEMB", b"BOUT", b"GBYE", b"BEAT", b"TIME", b"RAWS", b"GSIP", b"XMSG",
-                 b"CHAT", b"DMSG", b"DACK", b"BULK")
+# The message types counted one by one in TrafficStats: every type of the wire's table
+# (wire/framing.py SPECS; docs/protocol.md 3); a received frame of any other type
+# (malformed: it is dropped) is counted under OTHER_TRAFFIC.
+TRAFFIC_TYPES = TAGS
 OTHER_TRAFFIC = b"other"
 
 
