@@ -18,8 +18,9 @@ from huddle.log import SqliteStore
 from huddle.log.store import Verified
 from huddle.protocol.events import Send
 from huddle.protocol.logchain import GENESIS, chain_hashes, check_batch, key_bound, sign_head
+from huddle.protocol.logstore import MemoryStore
 from huddle.protocol.picture import compute
-from huddle.protocol.replication import MemoryStore, Replicator
+from huddle.protocol.replication import Replicator
 from huddle.protocol.stack import build_services
 from huddle.security import NodeIdentity
 from huddle.wire import Gsip, LogHead, LogRecord, PeerStat, Raws, Xmsg, decode, encode
@@ -301,7 +302,7 @@ def test_an_unsigned_key_bound_source_is_not_passed_on() -> None:
     store = MemoryStore()
     store.stage([LogRecord(M, q, 1.0, "k", "1") for q in (1, 2)], LEGACY, 0.0)
     r = Replicator(B, store, now=0.0, signer=BOB)
-    assert r._signed_batches(store.read(M, 0, 10)) == []
+    assert r._server.signed_batches(store.read(M, 0, 10)) == []
 
 
 # ------------------------------------------------------------------------ storage, migration

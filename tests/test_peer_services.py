@@ -15,8 +15,9 @@ from huddle.posts.peer import HydraBulk, HydraPayload, PostsPeer, PostsPeerDown,
 from huddle.protocol import Mesh, Send
 from huddle.protocol.delivery import Delivery, DeliveryTiming
 from huddle.protocol.events import Action, MessageReceived
+from huddle.protocol.logstore import MemoryStore
 from huddle.protocol.picture import Reports
-from huddle.protocol.replication import MemoryStore, Replicator
+from huddle.protocol.replication import Replicator
 from huddle.protocol.service import MeshView, PeerFacts
 from huddle.protocol.stack import build_services
 from huddle.sim import SimNetwork, SimNode

@@ -5,7 +5,9 @@ transport received, a connection that failed or stalled, a peer that discovery
 saw, the clock (:meth:`MeshDriver.run`, the timer loop).  After each call it
 carries out the actions the mesh returns (:meth:`MeshDriver.execute`): send on
 the transport (a live XMSG to every peer encoded once; the octets sent counted
-by type), publish an event, connect, disconnect.  A failure it survives (an
+by type), commit the log's staged records, publish an event, connect, disconnect, in
+the order given: a :class:`~huddle.protocol.events.Commit` before the sends that follow it
+(this node's own records leave only once durable).  A failure it survives (an
 action that cannot be carried out, a message whose handling raised, a turn of
 the timer loop that raised) is counted in :class:`~huddle.transport.stats.DriverStats`
 and logged at most once a minute per kind; the node goes on.
@@ -30,7 +32,7 @@ from typing import Any
 
 from .errors import LocalProtocolError
 from .ids import NodeId
-from .protocol import Action, Connect, Disconnect, Event, Mesh, Notify, Send
+from .protocol import Action, Commit, Connect, Disconnect, Event, Mesh, Notify, Send
 from .protocol.delivery import BufferFull, Delivery
 from .protocol.events import BufferSpace, ServiceEvent
 from .protocol.picture import Reports
@@ -221,14 +223,18 @@ class MeshDriver:
                         sent[kind] = sent.get(kind, 0) + octets
                 elif isinstance(action, Notify):
                     self.publish(action.event)
+                elif isinstance(action, Commit):
+                    action.store.commit()
                 elif isinstance(action, Connect):
                     transport.connect(action.conn, action.endpoint)
                 elif isinstance(action, Disconnect):
                     transport.disconnect(action.conn, action.flush)
                     for forget in self.on_disconnect:
                         forget(action.conn)
-            except Exception as exc:  # one action that cannot be carried out must not stop the others
+            except Exception as exc:  # one action that cannot be carried out must not stop the others ...
                 self.survived("action_failures", f"an action ({type(action).__name__})", exc)
+                if isinstance(action, Commit):
+                    break  # ... but a commit: what follows may send records that are not durable
 
     def survived(self, counter: str, what: str, exc: Exception) -> None:
         """Count a failure the driver survived; log it at most once a minute per counter

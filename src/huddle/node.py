@@ -55,7 +55,9 @@ from .protocol.events import (
     ServiceEvent,
     stat_row,
 )
-from .protocol.replication import IdentityRetired, Replicator, canonical_json
+from .protocol.logstore import canonical_json
+from .protocol.ownseq import IdentityRetired
+from .protocol.replication import Replicator
 from .protocol.stack import build_services
 from .ratelog import RateLog
 from .security import (

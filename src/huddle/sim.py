@@ -25,12 +25,14 @@ from .gcutil import few_collections
 from .ids import NodeId
 from .limits import LogLimits
 from .log.export import event_schema, write_tables
-from .protocol import Connect, Disconnect, Event, Mesh, Notify, Send, Timing
+from .protocol import Commit, Connect, Disconnect, Event, Mesh, Notify, Send, Timing
 from .protocol.delivery import Delivery, DeliveryTiming
 from .protocol.events import LogAppended, ServiceEvent, stat_row
 from .protocol.logchain import LogSigner
+from .protocol.logstate import ReplicationTiming
+from .protocol.logstore import MemoryStore, canonical_json
 from .protocol.picture import Pictures, PictureTiming, Reports
-from .protocol.replication import MemoryStore, ReplicationTiming, Replicator, canonical_json
+from .protocol.replication import Replicator
 from .protocol.stack import build_services
 from .security import NodeIdentity
 from .simlog import Origin, RangeStore
@@ -256,6 +258,8 @@ class SimNetwork:
                         self.deliver_raw(target, payload, delay + self.rng.random() * max(self.jitter, self.latency),
                                          host)
                 self.deliver_raw(target, payload, delay, host)
+            elif isinstance(action, Commit):
+                action.store.commit()  # before the sends after it, as the driver does
             elif isinstance(action, Notify):
                 event = action.event
                 if isinstance(event, ServiceEvent):

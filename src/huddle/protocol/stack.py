@@ -17,8 +17,10 @@ from ..limits import LogLimits
 from ..posts.peer import PostsPeer
 from .delivery import Delivery, DeliveryTiming
 from .logchain import LogSigner
+from .logstate import ReplicationTiming
+from .logstore import EventStore
 from .picture import PictureTiming, Reports
-from .replication import EventStore, ReplicationTiming, Replicator
+from .replication import Replicator
 from .service import PeerService
 
 __all__ = ["build_services"]
