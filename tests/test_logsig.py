@@ -16,12 +16,12 @@ from huddle import NodeId
 from huddle.limits import LogLimits
 from huddle.log import SqliteStore
 from huddle.log.store import Verified
+from huddle.protocol.core import build_services
 from huddle.protocol.events import Send
 from huddle.protocol.logchain import GENESIS, chain_hashes, check_batch, key_bound, sign_head
 from huddle.protocol.logstore import MemoryStore
 from huddle.protocol.picture import compute
 from huddle.protocol.replication import Replicator
-from huddle.protocol.stack import build_services
 from huddle.security import NodeIdentity
 from huddle.wire import Gsip, LogHead, LogRecord, PeerStat, Raws, Xmsg, decode, encode
 from huddle.wire.messages import MAX_BODY, encode_parts
@@ -410,10 +410,8 @@ def test_catch_up_of_large_records_is_cut_at_heads_within_the_body_cap() -> None
 
 
 def test_build_services_passes_the_signer_and_the_mode_to_the_log() -> None:
-    services = build_services(A, now=0.0, store=MemoryStore(), log_signer=ALICE, log_secure=True)
-    (log,) = [s for s in services if isinstance(s, Replicator)]
-    assert log.signer is ALICE and log.secure
+    log = build_services(A, now=0.0, store=MemoryStore(), log_signer=ALICE, log_secure=True).replicator
+    assert log is not None and log.signer is ALICE and log.secure
     # a key that does not give the node's id does not sign (its heads would be refused)
-    services = build_services(B, now=0.0, store=MemoryStore(), log_signer=ALICE)
-    (log,) = [s for s in services if isinstance(s, Replicator)]
-    assert log.signer is None and not log.secure
+    log = build_services(B, now=0.0, store=MemoryStore(), log_signer=ALICE).replicator
+    assert log is not None and log.signer is None and not log.secure

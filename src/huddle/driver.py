@@ -16,8 +16,8 @@ It also holds the senders' side of back-pressure: an addressed message waits
 for room in a full buffer (:meth:`MeshDriver.send_to_wait`), a chat line for a
 peer's long send queue to drain.
 
-The node (node.py) makes one driver, gives it the mesh and the transport once
-they exist (:meth:`MeshDriver.attach`), and routes the events it publishes.
+The node (node.py) makes one driver, gives it the mesh, the transport and the mesh's
+services once they exist (:meth:`MeshDriver.attach`), and routes the events it publishes.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from typing import Any
 from .errors import LocalProtocolError
 from .ids import NodeId
 from .protocol import Action, Commit, Connect, Disconnect, Event, Mesh, Notify, Send
-from .protocol.delivery import BufferFull, Delivery
+from .protocol.core import CoreServices
+from .protocol.delivery import BufferFull
 from .protocol.events import BufferSpace, ServiceEvent
-from .protocol.picture import Reports
 from .ratelog import RateLog
 from .transport.stats import DriverStats, TrafficStats
 from .transport.zmq_transport import ZmqTransport
@@ -70,6 +70,7 @@ class MeshDriver:
         self.publish = publish  # where a Notify's event goes (the node's subscribers)
         self.mesh: Mesh | None = None
         self.transport: ZmqTransport | None = None
+        self.services: CoreServices | None = None  # what the mesh hosts (delivery for send_to; counters)
         self.on_disconnect: list[Callable[[int], None]] = []  # told of each connection closed
         self.stats = DriverStats()
         self.traffic = TrafficStats()
@@ -82,8 +83,9 @@ class MeshDriver:
         self._due = math.inf
         self._depth = 0  # execute() calls under way: one runs inside another when a listener sends
 
-    def attach(self, mesh: Mesh, transport: ZmqTransport) -> None:
-        self.mesh, self.transport = mesh, transport
+    def attach(self, mesh: Mesh, transport: ZmqTransport, services: CoreServices | None = None) -> None:
+        """Drive ``mesh`` on ``transport``; ``services``: the ones it hosts (None: none)."""
+        self.mesh, self.transport, self.services = mesh, transport, services
 
     def running(self) -> Mesh:
         if self.mesh is None:
@@ -256,11 +258,11 @@ class MeshDriver:
             stats["mesh_connections"] = self.transport.accepted.stats.as_dict()
         stats["foreign_by_address"] = dict(mesh.blamed)
         stats.update(discovery)
-        reports, delivery = mesh.service(Reports), mesh.service(Delivery)
-        if reports is not None:
-            stats.update(reports.stats.as_dict())
-        if delivery is not None:
-            stats["delivery"] = delivery.stats.as_dict()
+        services = self.services
+        if services is not None:
+            stats.update(services.reports.stats.as_dict())
+            if services.delivery is not None:
+                stats["delivery"] = services.delivery.stats.as_dict()
         stats["driver"] = self.stats.as_dict()
         stats["traffic"] = self.traffic.as_dict()
         return stats
@@ -289,8 +291,10 @@ class MeshDriver:
     def send_to(self, peer: NodeId, payload: bytes) -> int:
         """Queue an addressed message; returns its sequence.  Raises NotIncluded,
         MessageTooLarge or BufferFull (nothing queued) at once."""
-        delivery = self.running().service(Delivery)
-        assert delivery is not None
+        self.running()
+        delivery = None if self.services is None else self.services.delivery
+        if delivery is None:
+            raise LocalProtocolError("this node's mesh hosts no addressed delivery")
         seq = delivery.send(peer, payload, self.clock())  # a peer that is away gets it when it returns
         self.execute()
         return seq

@@ -28,7 +28,7 @@ import math
 import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Final, TypeVar
+from typing import Final
 
 from ..errors import DecodeError, LocalProtocolError
 from ..ids import NodeId, address_of
@@ -71,8 +71,6 @@ from .events import (
     Send,
 )
 from .service import BUSY_POLL, PeerFacts, PeerSeen, PeerService, group_scale
-
-S = TypeVar("S")
 
 __all__ = ["Mesh", "PeerInfo", "Phase", "Timing"]
 
@@ -370,13 +368,6 @@ class Mesh:
             if more:
                 actions.extend(more)
         return actions
-
-    def service(self, kind: type[S]) -> S | None:
-        """The service of class ``kind`` this mesh hosts (None: it hosts none)."""
-        for service in self._services:
-            if isinstance(service, kind):
-                return service
-        return None
 
     @property
     def exclude_slow_after(self) -> float:
