@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .errors import LocalProtocolError
+from .errors import LocalProtocolError, NotRunning
 from .ids import NodeId
 from .protocol import Action, Commit, Connect, Disconnect, Event, Mesh, Notify, Send
 from .protocol.core import CoreServices
@@ -89,7 +89,7 @@ class MeshDriver:
 
     def running(self) -> Mesh:
         if self.mesh is None:
-            raise LocalProtocolError("the node is not running")
+            raise NotRunning("the node is not running")
         return self.mesh
 
     # ------------------------------------------------------- into the mesh
@@ -275,7 +275,7 @@ class MeshDriver:
         actions); returns how many peers.  Raises LocalProtocolError as :meth:`Mesh.chat` does."""
         mesh, transport = self.mesh, self.transport
         if mesh is None:
-            raise LocalProtocolError("the node is not running")
+            raise NotRunning("the node is not running")
         frames, conns = mesh.chat_frames(text, to)
         if transport is not None:
             octets = len(frames[0]) + len(frames[1])

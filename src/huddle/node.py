@@ -33,7 +33,7 @@ from .discovery.interfaces import LOOPBACK
 from .doc import DOC_KIND, DocEngine
 from .doc.desk import DocumentDesk, Recording
 from .driver import MeshDriver
-from .errors import ConfigError, CutOffReadOnly, LocalProtocolError, NotRecording
+from .errors import ConfigError, CutOffReadOnly, LocalProtocolError, NotRecording, NotRunning
 from .finders import Finders
 from .ids import NodeId
 from .log import SqliteStore
@@ -159,7 +159,7 @@ class Node:
     @property
     def mesh(self) -> Mesh:
         if self._mesh is None:
-            raise LocalProtocolError("the node is not running")
+            raise NotRunning("the node is not running")
         return self._mesh
 
     # ------------------------------------------------------------ public API
@@ -215,13 +215,13 @@ class Node:
     def replicator(self) -> Replicator:
         """The event log's replication state machine (this node's records and its peers')."""
         if self._replicator is None:
-            raise LocalProtocolError("the node is not running")
+            raise NotRunning("the node is not running")
         return self._replicator
 
     @property
     def store(self) -> SqliteStore:
         if self._store is None:
-            raise LocalProtocolError("the node is not running")
+            raise NotRunning("the node is not running")
         return self._store
 
     @property
@@ -317,7 +317,7 @@ class Node:
         re-sent.  False if the peer is not admitted (nothing sent)."""
         posts = self._posts_peer
         if posts is None:
-            raise LocalProtocolError("the node is not running")
+            raise NotRunning("the node is not running")
         ok = posts.send_bulk(peer, head, data)
         self._execute()
         return ok
@@ -341,7 +341,7 @@ class Node:
     @property
     def posts(self) -> PostService:
         if self._posts is None:
-            raise LocalProtocolError("the node is not running")
+            raise NotRunning("the node is not running")
         return self._posts
 
     @property

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from ..errors import DecodeError, LocalProtocolError
+from ..errors import DecodeError, NoSuchPeer
 from ..ids import NodeId, address_of
 from ..limits import MeshLimits
 from ..ratelog import RateLog
@@ -566,7 +566,7 @@ class Mesh:
             return [s.conn for s in self._sessions.values() if s.admitted]
         s = self._sessions.get(to)
         if s is None or not s.admitted:
-            raise LocalProtocolError(f"no alive peer {to}")
+            raise NoSuchPeer(f"no alive peer {to}")
         return [s.conn]
 
     def leave(self, now: float) -> None:
