@@ -91,6 +91,7 @@ __all__ = ["Replicator"]
 
 log = logging.getLogger("huddle.replication")
 
+
 class Replicator:
     """The replicated log as a peer service (protocol/service.py): XMSG and GSIP."""
 
@@ -277,7 +278,7 @@ class Replicator:
                     *, canonical: bool = False) -> list[LogRecord]:
         """Originate ``(kind, body)`` events at mesh time ``stamp``.  Every one
         is checked before any is recorded: on :class:`LocalProtocolError` none is.
-        ``canonical``: every body is :func:`canonical_json`'s text, so its JSON is
+        ``canonical``: every body is :func:`~huddle.protocol.logstore.canonical_json`'s text, so its JSON is
         not parsed again (:func:`~huddle.wire.messages.check_record`)."""
         own = self.sources[self.uuid]
         if not self._ownseq.recording:
@@ -720,11 +721,9 @@ class Replicator:
             self._actions.append(Send(p.conn, msg))
 
 
-
 def _on_grid(after: float, every: float, phase: float) -> float:
     """The first time past ``after`` at which ``time / every + phase`` is an integer."""
     return (math.floor(after / every + phase) + 1 - phase) * every
-
 
 
 def _gives(signer: LogSigner, uuid: NodeId) -> bool:
