@@ -6,6 +6,5 @@ from .ops import DOC_KIND, JamStateError, OperationError, parse_json_ops, parse_
 
 __all__ = [
     "DOC_KIND", "BoutDocument", "DocEngine", "Element", "JamStateError", "OperationError", "default_bout", "digest",
-    "jams",
-    "parse_json_ops", "parse_ops", "parse_xml_ops", "to_json", "to_xml",
+    "jams", "parse_json_ops", "parse_ops", "parse_xml_ops", "to_json", "to_xml",
 ]
