@@ -118,7 +118,7 @@ def prepare(data_dir: Path, n: int) -> tuple[bytes, float]:
     from huddle.ids import NodeId
     from huddle.log import SqliteStore
     from huddle.log.datadir import DataDir
-    from huddle.protocol.replication import canonical_json
+    from huddle.protocol.logstore import canonical_json
     from huddle.security import load_or_create_identity, node_id_for
     from huddle.wire import LogRecord
 

@@ -40,7 +40,7 @@ import benchlib
 from huddle.doc import DocEngine, to_xml
 from huddle.gcutil import paused_collections
 from huddle.ids import NodeId
-from huddle.protocol.replication import canonical_json
+from huddle.protocol.logstore import canonical_json
 from huddle.wire import LogRecord
 
 

@@ -109,7 +109,7 @@ def _open_db(path: Path) -> sqlite3.Connection:
 
 def _rows(n: int, source: bytes) -> list[tuple[Any, ...]]:
     """The rows huddle stores for events 1..n of ``source``, as a peer stores them."""
-    from huddle.protocol.replication import canonical_json
+    from huddle.protocol.logstore import canonical_json
 
     now = time.time()
     return [("bench", source, i, now, KIND, canonical_json(body_of(i)), 1, now, source) for i in range(1, n + 1)]
@@ -118,7 +118,7 @@ def _rows(n: int, source: bytes) -> list[tuple[Any, ...]]:
 def xmsg_frames(n: int) -> list[list[bytes]]:
     """The XMSG messages (type, body) huddle's origin sends for events 1..n."""
     from huddle.ids import NodeId
-    from huddle.protocol.replication import canonical_json
+    from huddle.protocol.logstore import canonical_json
     from huddle.wire import LogRecord, Xmsg, encode_parts
 
     source = NodeId(os.urandom(16))

@@ -15,7 +15,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from huddle import NodeId
 from huddle.doc import DocEngine, OperationError, jams, parse_json_ops, parse_ops, parse_xml_ops, to_xml
 from huddle.doc.engine import BoutDocument
-from huddle.protocol.replication import canonical_json
+from huddle.protocol.logstore import canonical_json
 from huddle.wire import LogRecord
 
 A = NodeId(bytes([0xA] * 16))

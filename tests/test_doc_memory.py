@@ -16,7 +16,7 @@ from huddle.doc import DocEngine, OperationError, to_xml
 from huddle.doc.desk import DocumentDesk, Recording
 from huddle.doc.engine import BoutDocument
 from huddle.doc.model import Element
-from huddle.protocol.replication import canonical_json
+from huddle.protocol.logstore import canonical_json
 from huddle.wire import LogRecord
 
 A = NodeId(bytes([0xA] * 16))

@@ -14,8 +14,9 @@ from collections import Counter
 import pytest
 
 from huddle.protocol.events import PeerLeft, PeerStateChanged
+from huddle.protocol.logstate import ReplicationTiming
+from huddle.protocol.logstore import canonical_json
 from huddle.protocol.mesh import Timing
-from huddle.protocol.replication import ReplicationTiming, canonical_json
 from huddle.sim import SimNetwork, SimNode
 
 N = 16

@@ -43,7 +43,6 @@ LAYER_OF: dict[str, str] = {
     "huddle.log": "log",
     "huddle.doc": "doc",
     "huddle.protocol": "protocol",
-    "huddle.protocol.stack": "stack",  # builds the peer services, posts' among them
     "huddle.posts": "posts",
     "huddle.guests": "guests",
     "huddle.transport": "transport",
@@ -85,8 +84,6 @@ ALLOWED: dict[str, set[str]] = {
     "protocol": {"base", "wire", "log", "security"},
     "guests": {"base", "security"},
     "posts": {"base", "wire", "protocol", "security"},  # wire: BULK, the message its peer service claims
-    # The peer services a mesh hosts, built in one place: the protocol's and posts'.
-    "stack": {"base", "wire", "log", "protocol", "posts", "security"},
     "transport": {"base", "wire", "security"},
     "discovery": {"base", "wire", "security"},
     "config": {"base", "wire", "protocol", "posts", "guests", "discovery", "security"},  # posts, guests: their sections
@@ -94,9 +91,9 @@ ALLOWED: dict[str, set[str]] = {
     # node that are not wiring, each below it.
     "driver": {"base", "wire", "protocol", "transport"},
     "finders": {"base", "config", "discovery", "transport"},
-    "sim": {"base", "wire", "log", "doc", "protocol", "stack", "security"},
+    "sim": {"base", "wire", "log", "doc", "protocol", "posts", "security"},  # posts: the peer service it hosts
     "api": {"base", "wire", "log", "doc", "protocol", "posts", "guests", "config", "security"},
-    "node": {"base", "wire", "log", "doc", "protocol", "stack", "posts", "guests", "transport", "discovery", "config",
+    "node": {"base", "wire", "log", "doc", "protocol", "posts", "guests", "transport", "discovery", "config",
              "api", "security", "driver", "finders"},
     "facade": {"base", "wire", "protocol", "config", "node"},
     "clients": {"base", "guests", "facade"},

@@ -13,7 +13,8 @@ from huddle.limits import LogLimits
 from huddle.log import SqliteStore
 from huddle.log.export import export
 from huddle.protocol.logchain import GENESIS, chain_hashes, sign_head
-from huddle.protocol.replication import EventStore, MemoryStore, Replicator
+from huddle.protocol.logstore import EventStore, MemoryStore
+from huddle.protocol.replication import Replicator
 from huddle.protocol.service import PeerFacts
 from huddle.security import NodeIdentity
 from huddle.wire import Gsip, LogRecord, Xmsg

@@ -16,11 +16,12 @@ from huddle import NodeId
 from huddle.limits import LogLimits
 from huddle.log import SqliteStore
 from huddle.log.store import Verified
+from huddle.protocol.core import build_services
 from huddle.protocol.events import Send
 from huddle.protocol.logchain import GENESIS, chain_hashes, check_batch, key_bound, sign_head
+from huddle.protocol.logstore import MemoryStore
 from huddle.protocol.picture import compute
-from huddle.protocol.replication import MemoryStore, Replicator
-from huddle.protocol.stack import build_services
+from huddle.protocol.replication import Replicator
 from huddle.security import NodeIdentity
 from huddle.wire import MAX_BODY, Gsip, LogHead, LogRecord, PeerStat, Raws, Xmsg, decode, encode, encode_parts
 
@@ -300,7 +301,7 @@ def test_an_unsigned_key_bound_source_is_not_passed_on() -> None:
     store = MemoryStore()
     store.stage([LogRecord(M, q, 1.0, "k", "1") for q in (1, 2)], LEGACY, 0.0)
     r = Replicator(B, store, now=0.0, signer=BOB)
-    assert r._signed_batches(store.read(M, 0, 10)) == []
+    assert r._server.signed_batches(store.read(M, 0, 10)) == []
 
 
 # ------------------------------------------------------------------------ storage, migration
@@ -408,10 +409,8 @@ def test_catch_up_of_large_records_is_cut_at_heads_within_the_body_cap() -> None
 
 
 def test_build_services_passes_the_signer_and_the_mode_to_the_log() -> None:
-    services = build_services(A, now=0.0, store=MemoryStore(), log_signer=ALICE, log_secure=True)
-    (log,) = [s for s in services if isinstance(s, Replicator)]
-    assert log.signer is ALICE and log.secure
+    log = build_services(A, now=0.0, store=MemoryStore(), log_signer=ALICE, log_secure=True).replicator
+    assert log is not None and log.signer is ALICE and log.secure
     # a key that does not give the node's id does not sign (its heads would be refused)
-    services = build_services(B, now=0.0, store=MemoryStore(), log_signer=ALICE)
-    (log,) = [s for s in services if isinstance(s, Replicator)]
-    assert log.signer is None and not log.secure
+    log = build_services(B, now=0.0, store=MemoryStore(), log_signer=ALICE).replicator
+    assert log is not None and log.signer is None and not log.secure

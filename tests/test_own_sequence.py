@@ -15,7 +15,8 @@ from huddle import NodeId
 from huddle.errors import LocalProtocolError
 from huddle.protocol.events import Send
 from huddle.protocol.logchain import sign_head
-from huddle.protocol.replication import MemoryStore, Replicator
+from huddle.protocol.logstore import MemoryStore
+from huddle.protocol.replication import Replicator
 from huddle.security import NodeIdentity
 from huddle.wire import MAX_SEQ, Gsip, LogRecord, Xmsg, decode, encode
 

@@ -12,13 +12,14 @@ import pytest
 from huddle import NodeId
 from huddle.posts.codec import SIGNATURE
 from huddle.posts.peer import HydraBulk, HydraPayload, PostsPeer, PostsPeerDown, PostsPeerUp
-from huddle.protocol import Mesh, Send
+from huddle.protocol import Mesh, Notify, Send
+from huddle.protocol.core import build_services
 from huddle.protocol.delivery import Delivery, DeliveryTiming
 from huddle.protocol.events import Action, MessageReceived
+from huddle.protocol.logstore import MemoryStore
 from huddle.protocol.picture import Reports
-from huddle.protocol.replication import MemoryStore, Replicator
+from huddle.protocol.replication import Replicator
 from huddle.protocol.service import MeshView, PeerFacts
-from huddle.protocol.stack import build_services
 from huddle.sim import SimNetwork, SimNode
 from huddle.wire import Beat, Bulk, Chat, Dack, Dmsg, Gbye, Helo, LogRecord, Message, Xmsg, encode
 from huddle.wire import Group as BoutMsg
@@ -84,7 +85,6 @@ def test_a_service_given_at_construction_gets_its_peers_messages_and_ticks() -> 
     toy = Toy(deadline=0.03)
     mesh = mesh_with(toy)
     assert toy.view is mesh  # attached: the view is the mesh, seen through MeshView
-    assert mesh.service(Toy) is toy and mesh.service(Delivery) is None
     admit(mesh)
     assert toy.calls == [("up", PEER, "22" * 8, "bob")]
     conn = mesh.conn_of(PEER)
@@ -130,12 +130,37 @@ def test_two_services_claiming_one_type_or_one_claiming_the_meshs_own_are_refuse
 
 
 def test_the_node_and_the_simulator_build_the_same_services() -> None:
-    services = build_services(ME, now=0.0, store=MemoryStore(), delivery=Delivery(ME).timing)
-    assert [type(s) for s in services] == [Replicator, Delivery, Reports, PostsPeer]
-    assert [type(s) for s in build_services(ME, now=0.0)] == [Reports]  # no log, no delivery (so no posts)
+    posts = PostsPeer(ME)
+    services = build_services(ME, now=0.0, store=MemoryStore(), delivery=Delivery(ME).timing, takers=[posts],
+                              extra=[posts])
+    assert [type(s) for s in services.all()] == [Replicator, Delivery, Reports, PostsPeer]
+    assert services.all()[-1] is posts and services.extra == (posts,)
+    bare = build_services(ME, now=0.0)
+    assert [type(s) for s in bare.all()] == [Reports]  # no log, no delivery
+    assert bare.replicator is None and bare.delivery is None and bare.all() == (bare.reports,)
     net = SimNetwork()
     node = net.add("a", "g", log=True)
-    assert node.mesh.service(Replicator) is node.log and node.mesh.service(Delivery) is None
+    assert node.services.replicator is node.log and node.services.delivery is None and node.posts is None
+
+
+def test_a_payload_taker_rides_on_delivery() -> None:
+    """Posts leaves the core: its caller builds it and hands it in, as a payload taker of
+    addressed delivery (which it cannot be without delivery) and an extra service."""
+    posts = PostsPeer(ME)
+    with pytest.raises(ValueError, match="ride on addressed delivery"):
+        build_services(ME, now=0.0, takers=[posts])
+    services = build_services(ME, now=0.0, delivery=DeliveryTiming(), takers=[posts], extra=[posts])
+    assert services.delivery is not None
+    mesh = mesh_with(*services.all())
+    admit(mesh)
+    conn = mesh.conn_of(PEER)
+    assert conn is not None
+    mesh.take_actions()
+    hydra = SIGNATURE + b"a post"
+    mesh.receive(encode(Dmsg(PEER, 1, 1, 0, 1, hydra)), 0.1, SOURCE)
+    handed = [a.event for a in mesh.take_actions() if isinstance(a, Notify)]
+    assert HydraPayload(PEER, hydra) in handed  # to posts' driver, not as a MessageReceived
+    assert not [e for e in handed if isinstance(e, MessageReceived)]
 
 
 def test_a_replicator_reloaded_from_its_store_is_the_same_hosted_service() -> None:
@@ -158,7 +183,7 @@ def test_a_replicator_reloaded_from_its_store_is_the_same_hosted_service() -> No
     net.heal()
     b.mesh.discovered(a.mesh.uuid, a.mesh.endpoint, net.local(b))
     assert net.settle(15.0, lambda: a.log.held() == 1)  # b is back: its record is fetched again
-    assert a.mesh.service(Replicator) is log
+    assert a.services.replicator is log and a.services.all()[0] is log
 
 
 def test_reports_are_the_picture_services_and_counted_there() -> None:
@@ -179,8 +204,8 @@ def posts_pair(net: SimNetwork) -> tuple[SimNode, SimNode, PostsPeer]:
     b = net.add("b", "g", delivery=DeliveryTiming())
     b.mesh.discovered(a.mesh.uuid, a.mesh.endpoint, net.local(b))
     assert net.settle(5.0, lambda: a.mesh.alive_peers() == [b.mesh.uuid] and b.mesh.alive_peers() == [a.mesh.uuid])
-    posts = a.mesh.service(PostsPeer)
-    assert posts is not None
+    posts = a.posts
+    assert posts is not None and posts in a.services.extra
     return a, b, posts
 
 

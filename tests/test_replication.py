@@ -10,7 +10,9 @@ import pytest
 from huddle import NodeId
 from huddle.errors import LocalProtocolError
 from huddle.log import SqliteStore
-from huddle.protocol.replication import MemoryStore, ReplicationTiming, Replicator, canonical_json
+from huddle.protocol.logstate import ReplicationTiming
+from huddle.protocol.logstore import MemoryStore, canonical_json
+from huddle.protocol.replication import Replicator
 from huddle.sim import SimNetwork, SimNode, check_converged, run_scenario
 from huddle.wire import Gsip, LogRecord, Xmsg
 

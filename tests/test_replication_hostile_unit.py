@@ -22,7 +22,9 @@ from huddle.limits import LogLimits
 from huddle.log import SqliteStore
 from huddle.log.model import SourceState
 from huddle.protocol.events import Send
-from huddle.protocol.replication import MemoryStore, Replicator, _coalesce, canonical_json
+from huddle.protocol.logstore import MemoryStore, canonical_json
+from huddle.protocol.replication import Replicator
+from huddle.protocol.serving import coalesce as _coalesce
 from huddle.wire import (
     MAX_BODY,
     MAX_RECORD,

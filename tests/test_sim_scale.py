@@ -12,7 +12,9 @@ import pytest
 
 from huddle import NodeId
 from huddle.errors import LocalProtocolError
-from huddle.protocol.replication import RecordRun, Replicator
+from huddle.protocol import Commit
+from huddle.protocol.logstore import RecordRun
+from huddle.protocol.replication import Replicator
 from huddle.sim import run_scenario
 from huddle.simlog import Origin, RangeStore
 from huddle.wire import LogRecord, Xmsg, decode, encode
@@ -103,7 +105,9 @@ def test_appending_a_run_must_continue_our_own_sequence() -> None:
     log = Replicator(A, store, now=0.0)
     log.append_run(origin.register(A, 1, 1000, 5.0), now=0.0)
     assert log.next_seq == 1001 and log.version_vector() == {A: 1000}
-    log.take_actions()
+    commit, *_ = log.take_actions()  # the commit is the driver's to carry out, before anything else
+    assert commit == Commit(store) and store.committed == 0
+    commit.store.commit()
     assert store.committed == 1000
     with pytest.raises(LocalProtocolError, match="start at 1001"):
         log.append_run(RecordRun(A, 5, 9, origin.record), now=0.0)

@@ -5,7 +5,9 @@ transport received, a connection that failed or stalled, a peer that discovery
 saw, the clock (:meth:`MeshDriver.run`, the timer loop).  After each call it
 carries out the actions the mesh returns (:meth:`MeshDriver.execute`): send on
 the transport (a live XMSG to every peer encoded once; the octets sent counted
-by type), publish an event, connect, disconnect.  A failure it survives (an
+by type), commit the log's staged records, publish an event, connect, disconnect, in
+the order given: a :class:`~huddle.protocol.events.Commit` before the sends that follow it
+(this node's own records leave only once durable).  A failure it survives (an
 action that cannot be carried out, a message whose handling raised, a turn of
 the timer loop that raised) is counted in :class:`~huddle.transport.stats.DriverStats`
 and logged at most once a minute per kind; the node goes on.
@@ -14,8 +16,8 @@ It also holds the senders' side of back-pressure: an addressed message waits
 for room in a full buffer (:meth:`MeshDriver.send_to_wait`), a chat line for a
 peer's long send queue to drain.
 
-The node (node.py) makes one driver, gives it the mesh and the transport once
-they exist (:meth:`MeshDriver.attach`), and routes the events it publishes.
+The node (node.py) makes one driver, gives it the mesh, the transport and the mesh's
+services once they exist (:meth:`MeshDriver.attach`), and routes the events it publishes.
 """
 
 from __future__ import annotations
@@ -28,12 +30,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .errors import LocalProtocolError
+from .errors import LocalProtocolError, NotRunning
 from .ids import NodeId
-from .protocol import Action, Connect, Disconnect, Event, Mesh, Notify, Send
-from .protocol.delivery import BufferFull, Delivery
+from .protocol import Action, Commit, Connect, Disconnect, Event, Mesh, Notify, Send
+from .protocol.core import CoreServices
+from .protocol.delivery import BufferFull
 from .protocol.events import BufferSpace, ServiceEvent
-from .protocol.picture import Reports
 from .ratelog import RateLog
 from .transport.stats import DriverStats, TrafficStats
 from .transport.zmq_transport import ZmqTransport
@@ -68,6 +70,7 @@ class MeshDriver:
         self.publish = publish  # where a Notify's event goes (the node's subscribers)
         self.mesh: Mesh | None = None
         self.transport: ZmqTransport | None = None
+        self.services: CoreServices | None = None  # what the mesh hosts (delivery for send_to; counters)
         self.on_disconnect: list[Callable[[int], None]] = []  # told of each connection closed
         self.stats = DriverStats()
         self.traffic = TrafficStats()
@@ -80,12 +83,13 @@ class MeshDriver:
         self._due = math.inf
         self._depth = 0  # execute() calls under way: one runs inside another when a listener sends
 
-    def attach(self, mesh: Mesh, transport: ZmqTransport) -> None:
-        self.mesh, self.transport = mesh, transport
+    def attach(self, mesh: Mesh, transport: ZmqTransport, services: CoreServices | None = None) -> None:
+        """Drive ``mesh`` on ``transport``; ``services``: the ones it hosts (None: none)."""
+        self.mesh, self.transport, self.services = mesh, transport, services
 
     def running(self) -> Mesh:
         if self.mesh is None:
-            raise LocalProtocolError("the node is not running")
+            raise NotRunning("the node is not running")
         return self.mesh
 
     # ------------------------------------------------------- into the mesh
@@ -221,14 +225,18 @@ class MeshDriver:
                         sent[kind] = sent.get(kind, 0) + octets
                 elif isinstance(action, Notify):
                     self.publish(action.event)
+                elif isinstance(action, Commit):
+                    action.store.commit()
                 elif isinstance(action, Connect):
                     transport.connect(action.conn, action.endpoint)
                 elif isinstance(action, Disconnect):
                     transport.disconnect(action.conn, action.flush)
                     for forget in self.on_disconnect:
                         forget(action.conn)
-            except Exception as exc:  # one action that cannot be carried out must not stop the others
+            except Exception as exc:  # one action that cannot be carried out must not stop the others ...
                 self.survived("action_failures", f"an action ({type(action).__name__})", exc)
+                if isinstance(action, Commit):
+                    break  # ... but a commit: what follows may send records that are not durable
 
     def survived(self, counter: str, what: str, exc: Exception) -> None:
         """Count a failure the driver survived; log it at most once a minute per counter
@@ -250,11 +258,11 @@ class MeshDriver:
             stats["mesh_connections"] = self.transport.accepted.stats.as_dict()
         stats["foreign_by_address"] = dict(mesh.blamed)
         stats.update(discovery)
-        reports, delivery = mesh.service(Reports), mesh.service(Delivery)
-        if reports is not None:
-            stats.update(reports.stats.as_dict())
-        if delivery is not None:
-            stats["delivery"] = delivery.stats.as_dict()
+        services = self.services
+        if services is not None:
+            stats.update(services.reports.stats.as_dict())
+            if services.delivery is not None:
+                stats["delivery"] = services.delivery.stats.as_dict()
         stats["driver"] = self.stats.as_dict()
         stats["traffic"] = self.traffic.as_dict()
         return stats
@@ -267,7 +275,7 @@ class MeshDriver:
         actions); returns how many peers.  Raises LocalProtocolError as :meth:`Mesh.chat` does."""
         mesh, transport = self.mesh, self.transport
         if mesh is None:
-            raise LocalProtocolError("the node is not running")
+            raise NotRunning("the node is not running")
         frames, conns = mesh.chat_frames(text, to)
         if transport is not None:
             octets = len(frames[0]) + len(frames[1])
@@ -283,8 +291,10 @@ class MeshDriver:
     def send_to(self, peer: NodeId, payload: bytes) -> int:
         """Queue an addressed message; returns its sequence.  Raises NotIncluded,
         MessageTooLarge or BufferFull (nothing queued) at once."""
-        delivery = self.running().service(Delivery)
-        assert delivery is not None
+        self.running()
+        delivery = None if self.services is None else self.services.delivery
+        if delivery is None:
+            raise LocalProtocolError("this node's mesh hosts no addressed delivery")
         seq = delivery.send(peer, payload, self.clock())  # a peer that is away gets it when it returns
         self.execute()
         return seq

@@ -2,7 +2,10 @@
 
 Every error says whose fault it is: :class:`LocalProtocolError` means this
 program asked for something the protocol does not allow; :class:`RemoteProtocolError`
-(and its :class:`DecodeError`) means a peer sent something we cannot accept.
+(and its :class:`DecodeError`) means a peer sent something we cannot accept.  What was
+asked and why it failed is a type of its own where callers answer it differently (the
+API maps errors to HTTP statuses by type, in one table: api/http.py ``ERROR_STATUS``):
+the node not running, a peer it cannot send to, something too large.
 """
 
 from __future__ import annotations
@@ -14,9 +17,12 @@ __all__ = [
     "DecodeError",
     "HuddleError",
     "LocalProtocolError",
+    "NoSuchPeer",
     "NotRecording",
+    "NotRunning",
     "ProtocolError",
     "RemoteProtocolError",
+    "TooLarge",
 ]
 
 
@@ -30,6 +36,18 @@ class ProtocolError(HuddleError):
 
 class LocalProtocolError(ProtocolError):
     """This node tried to do something the protocol forbids (our fault)."""
+
+
+class NotRunning(LocalProtocolError):
+    """The node is not running (not started yet, or stopped): what was asked of it needs it running."""
+
+
+class NoSuchPeer(LocalProtocolError):
+    """The peer named is not one this node can send to now (unknown, or not admitted)."""
+
+
+class TooLarge(LocalProtocolError):
+    """What this node was asked to send or record is larger than a limit allows."""
 
 
 class RemoteProtocolError(ProtocolError):

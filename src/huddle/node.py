@@ -33,7 +33,7 @@ from .discovery.interfaces import LOOPBACK
 from .doc import DOC_KIND, DocEngine
 from .doc.desk import DocumentDesk, Recording
 from .driver import MeshDriver
-from .errors import ConfigError, CutOffReadOnly, LocalProtocolError, NotRecording
+from .errors import ConfigError, CutOffReadOnly, LocalProtocolError, NotRecording, NotRunning
 from .finders import Finders
 from .ids import NodeId
 from .log import SqliteStore
@@ -46,6 +46,7 @@ from .posts.peer import POSTS_INPUTS, PostsPeer
 from .posts.service import PostService, PostSettings
 from .posts.store import PostStore
 from .protocol import Event, Mesh, PeerInfo
+from .protocol.core import CoreServices, build_services
 from .protocol.events import (
     NOT_STATISTICS,
     BufferSpace,
@@ -55,8 +56,9 @@ from .protocol.events import (
     ServiceEvent,
     stat_row,
 )
-from .protocol.replication import IdentityRetired, Replicator, canonical_json
-from .protocol.stack import build_services
+from .protocol.logstore import canonical_json
+from .protocol.ownseq import IdentityRetired
+from .protocol.replication import Replicator
 from .ratelog import RateLog
 from .security import (
     GroupSecret,
@@ -110,6 +112,8 @@ class Node:
         self._store: SqliteStore | None = None
         self._rows: StatRows | None = None  # the statistics rows, in the store
         self._replicator: Replicator | None = None
+        self._core: CoreServices | None = None  # the mesh's peer services, by name
+        self._posts_peer: PostsPeer | None = None  # posts' peer service, one of the mesh's
         self._driver = MeshDriver(self.local_now, self._publish)  # attached to the mesh and transport by _start
         self._finders = Finders(self._driver.discovered)
         self._bridge: GuestBridge | None = None  # with --guests
@@ -155,7 +159,7 @@ class Node:
     @property
     def mesh(self) -> Mesh:
         if self._mesh is None:
-            raise LocalProtocolError("the node is not running")
+            raise NotRunning("the node is not running")
         return self._mesh
 
     # ------------------------------------------------------------ public API
@@ -190,7 +194,9 @@ class Node:
         return out
 
     def system(self) -> dict[str, Any]:
-        return system_picture(self.mesh, self.local_now(), self.mesh_time())
+        mesh, core = self.mesh, self._core
+        assert core is not None  # built with the mesh
+        return system_picture(mesh, core.reports, self.local_now(), self.mesh_time())
 
     def chat(self, text: str, to: NodeId | None = None) -> int:
         """Send a chat line now; returns the number of peers it went to."""
@@ -209,13 +215,13 @@ class Node:
     def replicator(self) -> Replicator:
         """The event log's replication state machine (this node's records and its peers')."""
         if self._replicator is None:
-            raise LocalProtocolError("the node is not running")
+            raise NotRunning("the node is not running")
         return self._replicator
 
     @property
     def store(self) -> SqliteStore:
         if self._store is None:
-            raise LocalProtocolError("the node is not running")
+            raise NotRunning("the node is not running")
         return self._store
 
     @property
@@ -309,8 +315,9 @@ class Node:
         """Send a BULK (``head``, then ``data`` as a frame of its own) to an admitted peer on
         its connection now, outside the addressed-message channel: not acknowledged, not
         re-sent.  False if the peer is not admitted (nothing sent)."""
-        posts = self.mesh.service(PostsPeer)
-        assert posts is not None  # a node's mesh hosts posts (build_services)
+        posts = self._posts_peer
+        if posts is None:
+            raise NotRunning("the node is not running")
         ok = posts.send_bulk(peer, head, data)
         self._execute()
         return ok
@@ -334,7 +341,7 @@ class Node:
     @property
     def posts(self) -> PostService:
         if self._posts is None:
-            raise LocalProtocolError("the node is not running")
+            raise NotRunning("the node is not running")
         return self._posts
 
     @property
@@ -430,24 +437,25 @@ class Node:
         if returned:
             log.warning("dropped %d records in this node's name that came from peers: "
                         "its sequence continues what it wrote itself", returned)
-        services = build_services(uuid, now=self.local_now(), store=store, log_limits=cfg.limits.log,
-                                  delivery=cfg.delivery_timing(), conn_counters=transport.counters,
-                                  log_signer=self.identity, log_secure=cfg.group_secret is not None,
-                                  report_signer=self.identity)
+        posts = self._posts_peer = PostsPeer(uuid)  # Hydra's payloads ride on addressed delivery
+        core = self._core = build_services(uuid, now=self.local_now(), store=store, log_limits=cfg.limits.log,
+                                           delivery=cfg.delivery_timing(), conn_counters=transport.counters,
+                                           log_signer=self.identity, log_secure=cfg.group_secret is not None,
+                                           report_signer=self.identity, takers=[posts], extra=[posts])
         mesh = self._mesh = Mesh(
             uuid, name=cfg.name, group=cfg.group, endpoint=endpoint,
             incarnation=os.urandom(8).hex(), now=self.local_now(), timing=cfg.mesh_timing(),
             excluded=self.data_dir.excluded(), node_type=self.node_type.name, rate=self.node_type.send_rate,
-            limits=cfg.limits.mesh, guests=cfg.guests.marco_port if cfg.guests.enabled else 0, services=services,
+            limits=cfg.limits.mesh, guests=cfg.guests.marco_port if cfg.guests.enabled else 0, services=core.all(),
             identity=self.identity, secure=cfg.group_secret is not None,
         )
-        driver.attach(mesh, transport)
+        driver.attach(mesh, transport, core)
         # The ROUTER's connections beyond the sessions bound to their address are closed after
         # the handshake timeout (transport/accepted.py): the transport asks the mesh which.
         transport.bound_by_address = mesh.bound_by_address
         transport.accepted.grace = mesh.timing.handshake_timeout
         stack.callback(self._leave)  # a start that fails half-way still says GBYE to the peers it met
-        self._replicator = mesh.service(Replicator)
+        self._replicator = core.replicator
         allow = self.allow_list
         if allow is not None and self._replicator is not None:  # the trust list's keys are vouched for (12.2)
             self._replicator.vouch(node_id_for(k.public_key) for k in allow.trust.entries())

@@ -25,13 +25,16 @@ from .gcutil import few_collections
 from .ids import NodeId
 from .limits import LogLimits
 from .log.export import event_schema, write_tables
-from .protocol import Connect, Disconnect, Event, Mesh, Notify, Send, Timing
+from .posts.peer import PostsPeer
+from .protocol import Commit, Connect, Disconnect, Event, Mesh, Notify, Send, Timing
+from .protocol.core import CoreServices, build_services
 from .protocol.delivery import Delivery, DeliveryTiming
 from .protocol.events import LogAppended, ServiceEvent, stat_row
 from .protocol.logchain import LogSigner
+from .protocol.logstate import ReplicationTiming
+from .protocol.logstore import MemoryStore, canonical_json
 from .protocol.picture import Pictures, PictureTiming, Reports
-from .protocol.replication import MemoryStore, ReplicationTiming, Replicator, canonical_json
-from .protocol.stack import build_services
+from .protocol.replication import Replicator
 from .security import NodeIdentity
 from .simlog import Origin, RangeStore
 from .wire import Dack, Dmsg, Gsip, LogRecord, Message, Xmsg, decode, encode
@@ -42,6 +45,8 @@ __all__ = ["SimNetwork", "SimNode"]
 @dataclass
 class SimNode:
     mesh: Mesh
+    services: CoreServices  # what its mesh hosts, by name
+    posts: PostsPeer | None = None  # posts' peer service (with a delivery timing: it rides on it)
     events: list[Event] = field(default_factory=list)
     handed: list[ServiceEvent] = field(default_factory=list)  # what services handed their drivers (posts)
     conns: dict[int, str] = field(default_factory=dict)
@@ -51,21 +56,19 @@ class SimNode:
 
     @property
     def log(self) -> Replicator:
-        log = self.mesh.service(Replicator)
+        log = self.services.replicator
         assert log is not None, "node was added without log=True"
         return log
 
     @property
     def delivery(self) -> Delivery:
-        delivery = self.mesh.service(Delivery)
+        delivery = self.services.delivery
         assert delivery is not None, "node was added without a delivery timing"
         return delivery
 
     @property
     def reports(self) -> Reports:
-        reports = self.mesh.service(Reports)
-        assert reports is not None, "the mesh was built without its services"
-        return reports
+        return self.services.reports
 
     @property
     def pictures(self) -> Pictures:
@@ -153,15 +156,17 @@ class SimNetwork:
             log_signer = identity
         if log and store is None:
             store = MemoryStore()
+        posts = None if delivery is None else PostsPeer(node_id)  # Hydra's payloads ride on delivery
         services = build_services(node_id, now=self.now + skew, store=store, log_timing=log_timing,
                                   log_limits=log_limits, delivery=delivery, picture=picture, log_signer=log_signer,
-                                  report_signer=identity)
+                                  report_signer=identity, takers=() if posts is None else (posts,),
+                                  extra=() if posts is None else (posts,))
         mesh = Mesh(
             node_id, name=name, group=group, endpoint=endpoint,
             incarnation=self.rng.randbytes(8).hex(), now=self.now + skew, timing=timing,
-            node_type=node_type, rate=rate, services=services, identity=identity,
+            node_type=node_type, rate=rate, services=services.all(), identity=identity,
         )
-        node = SimNode(mesh=mesh, clock_skew=skew, store=store)
+        node = SimNode(mesh=mesh, services=services, posts=posts, clock_skew=skew, store=store)
         self.nodes[endpoint] = node
         return node
 
@@ -179,7 +184,7 @@ class SimNetwork:
             log=node.store is not None, store=store,
             log_timing=None if node.store is None else node.log.timing,
             log_limits=None if node.store is None else node.log.limits,
-            delivery=None if (d := node.mesh.service(Delivery)) is None else d.timing,
+            delivery=None if (d := node.services.delivery) is None else d.timing,
             node_type=node.mesh.node_type, picture=node.pictures.timing, rate=node.mesh.rate,
         )
         if rejoin is not None:
@@ -256,6 +261,8 @@ class SimNetwork:
                         self.deliver_raw(target, payload, delay + self.rng.random() * max(self.jitter, self.latency),
                                          host)
                 self.deliver_raw(target, payload, delay, host)
+            elif isinstance(action, Commit):
+                action.store.commit()  # before the sends after it, as the driver does
             elif isinstance(action, Notify):
                 event = action.event
                 if isinstance(event, ServiceEvent):

@@ -41,7 +41,7 @@ from .ids import NodeId
 from .limits import LogLimits
 from .protocol import Timing
 from .protocol.logchain import GENESIS, chain_hashes, sign_head
-from .protocol.replication import MemoryStore
+from .protocol.logstore import MemoryStore
 from .security import NodeIdentity
 from .sim import ScenarioResult, SimNetwork, SimNode
 from .wire import MAX_BODY, MAX_SEQ, LogRecord, PeerStat, Raws, Xmsg, encode, sign_raws

@@ -4,8 +4,8 @@ A simulated event's content is a function of its source and sequence
 (:class:`Origin`), so a node's store keeps only which ranges it holds and
 how each range arrived (:class:`RangeStore`); records are made again when
 they are read, sent or exported.  The replicator sees an ordinary
-:class:`~huddle.protocol.replication.EventStore` and handles each range as
-one :class:`~huddle.protocol.replication.RecordRun`.
+:class:`~huddle.protocol.logstore.EventStore` and handles each range as
+one :class:`~huddle.protocol.logstore.RecordRun`.
 
 Records that arrive as separate objects (through the codec) are checked
 against their origin before they are stored: a (source, seq) that came back
@@ -21,7 +21,7 @@ from typing import Any, Final
 
 from .ids import NodeId
 from .log.model import SourceState
-from .protocol.replication import RecordRun
+from .protocol.logstore import RecordRun
 from .wire import LogHead, LogRecord
 
 __all__ = ["KINDS", "Origin", "RangeStore", "Segment"]
@@ -123,7 +123,7 @@ class Segment:
 
 
 class RangeStore:
-    """An :class:`~huddle.protocol.replication.EventStore` of held ranges."""
+    """An :class:`~huddle.protocol.logstore.EventStore` of held ranges."""
 
     def __init__(self, origin: Origin) -> None:
         self.origin = origin

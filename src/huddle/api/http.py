@@ -23,13 +23,13 @@ from aiohttp import WSMsgType, web
 from aiohttp.web_protocol import RequestHandler
 
 from ..config import parse_hostport
-from ..doc import OperationError, jams, parse_json_ops, parse_ops, to_json, to_xml
-from ..errors import ConfigError, CutOffReadOnly, LocalProtocolError, NotRecording
+from ..doc import JamStateError, OperationError, jams, parse_json_ops, parse_ops, to_json, to_xml
+from ..errors import ConfigError, CutOffReadOnly, LocalProtocolError, NoSuchPeer, NotRecording, NotRunning, TooLarge
 from ..gated import GatedSite
 from ..ids import NodeId
 from ..limits import ApiLimits
 from ..protocol import Event, PeerInfo
-from ..protocol.delivery import BufferFull, MessageTooLarge, NotIncluded
+from ..protocol.delivery import BufferFull
 from ..protocol.events import LogAppended, record_json
 from ..security import load_or_create_token, token_matches
 from ..wire import MAX_BODY
@@ -122,6 +122,31 @@ async def _door(request: web.Request, handler: Handler) -> web.StreamResponse:
         state.guard.finished(key, loop.time())
 
 
+# The answer to an error a handler lets through, by its type: the first class of the error's
+# method resolution order found here gives the status, the same on every endpoint.  An error
+# of no type here is a bug: 500, and logged.
+ERROR_STATUS: Final[dict[type[Exception], int]] = {
+    NotRunning: 503,  # not started yet, or stopping: try again (Retry-After)
+    NotRecording: 503,  # held past _HOLD_WRITES as the node starts, or its identity retired (Retry-After)
+    BufferFull: 503,  # a peer's send buffer stayed full
+    CutOffReadOnly: 409,  # a read-only node type cut off from its group
+    JamStateError: 409,  # a jam to start while one runs, to stop while none does
+    NoSuchPeer: 404,  # no admitted peer so named (addressed delivery's NotIncluded among them)
+    TooLarge: 413,  # an addressed message, or document operations, over a limit
+    OperationError: 422,  # document operations, well formed, that do not fit the document
+    LocalProtocolError: 400,  # anything else this node will not do as asked (an event it cannot record)
+}
+
+
+def error_status(exc: Exception) -> int | None:
+    """The status :data:`ERROR_STATUS` gives ``exc`` (None: none, a bug)."""
+    for kind in type(exc).__mro__:
+        status = ERROR_STATUS.get(kind)
+        if status is not None:
+            return status
+    return None
+
+
 @web.middleware
 async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
@@ -135,17 +160,17 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         elif exc.status == 405:
             reason = f"method {request.method} not allowed on {request.path}"
         return _error(exc.status, reason)
-    except CutOffReadOnly as exc:
-        return _error(409, str(exc))
-    except NotRecording as exc:  # held past _HOLD_WRITES as the node starts, or its identity retired
-        response = _error(503, str(exc))
-        response.headers["Retry-After"] = "1"
-        return response
     except asyncio.CancelledError:
         raise
-    except Exception:
-        log.exception("API handler failed on %s %s", request.method, request.path)
-        return _error(500, "internal error (see the node's log)")
+    except Exception as exc:
+        status = error_status(exc)
+        if status is None:
+            log.exception("API handler failed on %s %s", request.method, request.path)
+            return _error(500, "internal error (see the node's log)")
+        response = _error(status, str(exc))
+        if status == 503:
+            response.headers["Retry-After"] = "1"
+        return response
 
 
 def _peer_json(p: PeerInfo) -> dict[str, Any]:
@@ -251,11 +276,10 @@ async def _post_chat(request: web.Request) -> web.Response:
         except ValueError as exc:
             return _error(400, f"'to': {exc}")
     try:
-        count = await node.send_chat(text, to)
-    except LocalProtocolError as exc:
-        return _error(404, str(exc))
-    except UnicodeEncodeError:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (JSON's \ud800): checked before the node sees it
         return _error(400, "'text' is not valid Unicode")
+    count = await node.send_chat(text, to)  # no admitted peer so named: NoSuchPeer, 404
     return web.json_response({"sent_to": count}, status=202)
 
 
@@ -274,10 +298,7 @@ async def _post_event(request: web.Request) -> web.Response:
     if "body" not in body:
         return _error(400, "'body' is required (any JSON value)")
     await node.until_recording(_HOLD_WRITES)
-    try:
-        record = node.emit(kind, body["body"])
-    except LocalProtocolError as exc:
-        return _error(400, str(exc))
+    record = node.emit(kind, body["body"])  # an event the log refuses: LocalProtocolError, 400
     return web.json_response(
         {"source": str(record.source), "seq": record.seq, "timestamp": record.timestamp}, status=201
     )
@@ -464,12 +485,8 @@ async def _post_messages(request: web.Request) -> web.Response:
             for payload in payloads:
                 seq = await node.send_to_wait(peer, payload, float(wait))
                 sent.append({"peer": str(peer), "seq": seq})
-    except NotIncluded as exc:
-        return _error(404, str(exc))
-    except MessageTooLarge as exc:
-        return _error(413, str(exc))
-    except BufferFull as exc:
-        return web.json_response({"error": f"{exc}; waited {wait} s", "sent": sent}, status=503)
+    except BufferFull as exc:  # its status from the table, and what went before it: a partial result
+        return web.json_response({"error": f"{exc}; waited {wait} s", "sent": sent}, status=ERROR_STATUS[BufferFull])
     return web.json_response({"sent": sent}, status=202)
 
 
@@ -499,15 +516,10 @@ async def _post_doc_ops(request: web.Request) -> web.Response:
                 request.app[STATE_KEY].counters.bad_input += 1
                 return _error(400, "request body is not UTF-8")
             ops = parse_ops(text, request.content_type)
-    except OperationError as exc:  # malformed
-        return _error(400, str(exc))
+    except OperationError as exc:  # malformed: the request's input, as for JSON that is not
+        raise web.HTTPBadRequest(text=str(exc)) from None
     await node.until_recording(_HOLD_WRITES)
-    try:
-        applied = node.apply_ops(ops)
-    except OperationError as exc:  # well formed, but does not fit the document
-        return _error(422, str(exc))
-    except LocalProtocolError as exc:
-        return _error(413, str(exc))
+    applied = node.apply_ops(ops)  # not fitting the document: 422; too large: 413 (ERROR_STATUS)
     return web.json_response({"ops": applied}, status=201)
 
 
@@ -553,10 +565,7 @@ async def _get_jams(request: web.Request) -> web.Response:
 async def _post_jam(request: web.Request) -> web.Response:
     node = request.app[NODE_KEY]
     await node.until_recording(_HOLD_WRITES)
-    try:
-        state = node.start_jam() if request.match_info["action"] == "start" else node.stop_jam()
-    except OperationError as exc:
-        return _error(409, str(exc))
+    state = node.start_jam() if request.match_info["action"] == "start" else node.stop_jam()  # JamStateError: 409
     return web.json_response(state, status=201)
 
 

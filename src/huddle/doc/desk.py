@@ -17,10 +17,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import LocalProtocolError, NotRunning, TooLarge
 from ..wire import LogRecord, RecordBatch
 from .engine import DocEngine, Key, jams
 from .model import digest
-from .ops import DOC_KIND, OperationError
+from .ops import DOC_KIND, JamStateError, OperationError
 
 __all__ = ["DOC_ROW_INTERVAL", "DOC_ROW_SHARE", "DocumentDesk", "Recording"]
 
@@ -95,7 +96,12 @@ class DocumentDesk:
                 made.append([e.eid for e in scratch.made])
         finally:
             scratch.discard()  # a copy of the whole document per write: freed now, not by a full collection
-        records = rec.record([(DOC_KIND, op) for op in ops])
+        try:
+            records = rec.record([(DOC_KIND, op) for op in ops])
+        except NotRunning:
+            raise
+        except LocalProtocolError as exc:  # the log refused the ops' events: valid JSON by now, so their size
+            raise TooLarge(str(exc)) from None
         return [{"source": str(r.source), "seq": r.seq, "timestamp": r.timestamp, "eids": eids}
                 for r, eids in zip(records, made, strict=True)]
 
@@ -104,10 +110,10 @@ class DocumentDesk:
         state = jams(self.engine.document.root)
         if state["active"] is not None:
             a = state["active"]
-            raise OperationError(f"period {a['period']} jam {a['jam']} is being skated: stop it first")
+            raise JamStateError(f"period {a['period']} jam {a['jam']} is being skated: stop it first")
         up = state["upcoming"]
         if up is None:
-            raise OperationError("the bout is over: there is no jam to start")
+            raise JamStateError("the bout is over: there is no jam to start")
         now = round(self.recording.stamp(), 3)
         self.apply_ops([{"op": "set", "to": up, "attribute": "start", "value": repr(now)}])
         return jams(self.engine.document.root)
@@ -116,7 +122,7 @@ class DocumentDesk:
         """Stop the active jam now (its ``duration`` runs to this node's mesh time)."""
         active = jams(self.engine.document.root)["active"]
         if active is None:
-            raise OperationError("no jam is being skated")
+            raise JamStateError("no jam is being skated")
         duration = round(max(0.0, self.recording.stamp() - active["start"]), 3)
         to = {"period": active["period"], "jam": active["jam"]}
         self.apply_ops([{"op": "set", "to": to, "attribute": "duration", "value": repr(duration)}])

@@ -23,7 +23,10 @@ from typing import Any, Final
 from ..errors import HuddleError
 from .model import SCHEMA, TEAMS
 
-__all__ = ["DOC_KIND", "OperationError", "is_normal", "normalise", "parse_json_ops", "parse_ops", "parse_xml_ops"]
+__all__ = [
+    "DOC_KIND", "JamStateError", "OperationError", "is_normal", "normalise", "parse_json_ops", "parse_ops",
+    "parse_xml_ops",
+]
 
 DOC_KIND: Final = "doc"  # the log event kind of a document operation
 MAX_DEPTH: Final = 16
@@ -35,6 +38,10 @@ _ADDRESS_KEYS: Final = ("eid", "period", "jam", "team", "person", "path")
 
 class OperationError(HuddleError):
     """An operation that is malformed or does not fit the document (a 4xx)."""
+
+
+class JamStateError(OperationError):
+    """A jam cannot start or stop now: one is being skated, none is, or the bout is over."""
 
 
 def parse_ops(text: str, content_type: str = "") -> list[dict[str, Any]]:

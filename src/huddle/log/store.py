@@ -158,7 +158,7 @@ class StoredRecord:
 
 
 class SqliteStore:
-    """An :class:`~huddle.protocol.replication.EventStore` for one group."""
+    """An :class:`~huddle.protocol.logstore.EventStore` for one group."""
 
     def __init__(self, path: Path, group: str) -> None:
         self.path = path

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
-from ..errors import LocalProtocolError
+from ..errors import LocalProtocolError, NoSuchPeer, TooLarge
 from ..ids import NodeId
 from ..wire import Dack, Dmsg, Message
 from .events import BufferSpace, Counters, MessageReceived, Notify, Send
@@ -47,11 +47,11 @@ class BufferFull(LocalProtocolError):
     """The peer's send buffer is full: wait (BufferSpace) or try later."""
 
 
-class MessageTooLarge(LocalProtocolError):
+class MessageTooLarge(TooLarge):
     """The message is larger than the configured largest message."""
 
 
-class NotIncluded(LocalProtocolError):
+class NotIncluded(NoSuchPeer):
     """The node is not a peer we can send to."""
 
 

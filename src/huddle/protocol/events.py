@@ -8,7 +8,7 @@ import base64
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from ..counters import Counters
 from ..ids import NodeId
@@ -20,6 +20,7 @@ __all__ = [
     "BufferSpace",
     "ChatReceived",
     "ClockSynced",
+    "Commit",
     "Connect",
     "Counters",
     "Disconnect",
@@ -82,7 +83,22 @@ class Notify:
     event: Event | ServiceEvent
 
 
-Action = Connect | Send | Disconnect | Notify
+class Durable(Protocol):
+    """What a :class:`Commit` makes durable: a store that stages writes (the log's)."""
+
+    def commit(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """Make what ``store`` staged durable, before any action that follows it is carried out:
+    a node's own records are sent only once committed (log/store.py commits them with
+    ``synchronous=FULL``).  If it fails, the actions after it are not carried out."""
+
+    store: Durable
+
+
+Action = Connect | Send | Disconnect | Notify | Commit
 
 
 # ------------------------------------------------------------------------ events

@@ -30,7 +30,9 @@ from ..log.model import GENESIS, RECORD_HEAD  # h_0 of every source; e_n's head
 from ..security import key_derived, node_id_for, verify
 from ..wire import LogHead, LogRecord, RecordBatch
 
-__all__ = ["GENESIS", "LogSigner", "chain_hashes", "check_batch", "head_message", "key_bound", "sign_head"]
+__all__ = [
+    "GENESIS", "LogSigner", "chain_hashes", "check_batch", "check_heads", "head_message", "key_bound", "sign_head",
+]
 
 _DOMAIN: Final = b"huddle log head v1\x00"
 
@@ -113,3 +115,39 @@ def check_batch(prev: bytes, records: Sequence[LogRecord], head: LogHead) -> lis
     if not verify(head.key, head_message(source, head.seq, head.chain), head.signature):
         return "a head whose signature does not verify"
     return hashes
+
+
+def check_heads(
+    heads: Sequence[tuple[bytes, LogHead]], runs: Sequence[tuple[NodeId, int, Sequence[LogRecord]]], own: NodeId,
+    *, own_signed: bool, strict: bool,
+) -> dict[int, tuple[list[bytes], LogHead]] | str:
+    """Per run of one XMSG (its ``heads``, its records cut into ``runs`` of one source)
+    that is signed, its chain hashes and head; or what makes the message a forgery (then
+    none of it may be kept).  Runs of ``own`` (the receiver's source) are checked only when
+    the receiver signs (``own_signed``: else they are dropped as its own); ``strict``: a
+    key-bound source's records must be signed."""
+    by_source = {h.source: (prev, h) for prev, h in heads}
+    if len(by_source) != len(heads):
+        return "two heads for one source"
+    out: dict[int, tuple[list[bytes], LogHead]] = {}
+    seen: set[NodeId] = set()
+    for i, (s, _lo, run) in enumerate(runs):
+        signed = by_source.get(s)
+        if s == own and (signed is None or not own_signed):  # dropped as ours, unless signed
+            seen.add(s)
+            continue
+        if signed is None:
+            if strict and key_bound(s):
+                return "unsigned records of a key-bound source"
+            continue
+        if s in seen:
+            return "a signed source's records in more than one run"
+        seen.add(s)
+        prev, head = signed
+        hashes = check_batch(prev, run, head)
+        if isinstance(hashes, str):
+            return hashes
+        out[i] = (hashes, head)
+    if len(seen) < len(by_source) and any(s not in seen for s in by_source):
+        return "a head for records the message does not carry"
+    return out

@@ -28,9 +28,9 @@ import math
 import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Final, TypeVar
+from typing import Final
 
-from ..errors import DecodeError, LocalProtocolError
+from ..errors import DecodeError, NoSuchPeer
 from ..ids import NodeId, address_of
 from ..limits import MeshLimits
 from ..ratelog import RateLog
@@ -71,8 +71,6 @@ from .events import (
     Send,
 )
 from .service import BUSY_POLL, PeerFacts, PeerSeen, PeerService, group_scale
-
-S = TypeVar("S")
 
 __all__ = ["Mesh", "PeerInfo", "Phase", "Timing"]
 
@@ -371,13 +369,6 @@ class Mesh:
                 actions.extend(more)
         return actions
 
-    def service(self, kind: type[S]) -> S | None:
-        """The service of class ``kind`` this mesh hosts (None: it hosts none)."""
-        for service in self._services:
-            if isinstance(service, kind):
-                return service
-        return None
-
     @property
     def exclude_slow_after(self) -> float:
         return self.timing.exclude_slow_after
@@ -575,7 +566,7 @@ class Mesh:
             return [s.conn for s in self._sessions.values() if s.admitted]
         s = self._sessions.get(to)
         if s is None or not s.admitted:
-            raise LocalProtocolError(f"no alive peer {to}")
+            raise NoSuchPeer(f"no alive peer {to}")
         return [s.conn]
 
     def leave(self, now: float) -> None:
