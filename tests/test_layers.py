@@ -43,7 +43,7 @@ LAYER_OF: dict[str, str] = {
     "huddle.log": "log",
     "huddle.doc": "doc",
     "huddle.protocol": "protocol",
-    "huddle.protocol.stack": "stack",  # builds the peer services, posts' among them
+    "huddle.protocol.stack": "stack",  # builds the peer services: the protocol's, then the features' given
     "huddle.posts": "posts",
     "huddle.guests": "guests",
     "huddle.transport": "transport",
@@ -58,13 +58,16 @@ LAYER_OF: dict[str, str] = {
     "huddle.node": "node",
     "huddle.client": "clients",
     "huddle.procs": "clients",
-    "huddle.render": "cli",
+    "huddle.render": "render",
     "huddle.guest_client": "clients",
     "huddle.pipeline": "pipeline",
     "huddle": "facade",
     "huddle.cli": "cli",
     "huddle.demo": "cli",
-    "huddle.posts.cli": "cli",
+    "huddle.ports": "ports",  # the contracts between the node and its features
+    "huddle.features": "features",  # the default list
+    "huddle.posts.feature": "features",
+    "huddle.posts.cli": "features",
     "huddle.__main__": "entry",
     "huddle.pipeline.submit": "entry",
 }
@@ -85,8 +88,8 @@ ALLOWED: dict[str, set[str]] = {
     "protocol": {"base", "wire", "log", "security"},
     "guests": {"base", "security"},
     "posts": {"base", "wire", "protocol", "security"},  # wire: BULK, the message its peer service claims
-    # The peer services a mesh hosts, built in one place: the protocol's and posts'.
-    "stack": {"base", "wire", "log", "protocol", "posts", "security"},
+    # The peer services a mesh hosts, built in one place: the protocol's (the features' come from the caller).
+    "stack": {"base", "wire", "log", "protocol", "security"},
     "transport": {"base", "wire", "security"},
     "discovery": {"base", "wire", "security"},
     "config": {"base", "wire", "protocol", "posts", "discovery", "security"},
@@ -94,15 +97,22 @@ ALLOWED: dict[str, set[str]] = {
     # node that are not wiring, each below it.
     "driver": {"base", "wire", "protocol", "transport"},
     "finders": {"base", "config", "discovery", "transport"},
-    "sim": {"base", "wire", "log", "doc", "protocol", "stack", "security"},
-    "api": {"base", "wire", "log", "doc", "protocol", "posts", "guests", "config", "security"},
-    "node": {"base", "wire", "log", "doc", "protocol", "stack", "posts", "guests", "transport", "discovery", "config",
-             "api", "security", "driver", "finders"},
+    "sim": {"base", "wire", "log", "doc", "protocol", "stack", "posts", "security"},  # posts: its peer service
+    # What a feature may use of the node and gives it (huddle/ports.py): the contract alone.
+    "ports": {"base", "wire", "protocol", "config", "security", "clients"},
+    "api": {"base", "wire", "log", "doc", "protocol", "posts", "guests", "config", "security", "ports"},
+    # Each feature (its package's feature.py and commands) and the default list: a feature plugs
+    # its routes (api) and its commands (through the client, rendered) into the node.
+    "features": {"base", "wire", "protocol", "posts", "config", "security", "ports", "api", "clients", "render"},
+    # The node names no feature package: it loops over the features it is given (the default list).
+    "node": {"base", "wire", "log", "doc", "protocol", "stack", "guests", "transport", "discovery", "config",
+             "api", "security", "driver", "finders", "ports", "features"},
     "facade": {"base", "wire", "protocol", "config", "node"},
     "clients": {"base", "guests", "facade"},
     "pipeline": {"base", "wire", "doc"},  # reads exported logs; never the runtime
-    "cli": {"base", "wire", "log", "protocol", "posts", "transport", "config", "sim", "node", "facade", "clients",
-            "pipeline", "security"},
+    "render": set(),  # the API's answers as text: JSON in, text out
+    "cli": {"base", "wire", "log", "protocol", "transport", "config", "sim", "node", "facade", "clients",
+            "pipeline", "security", "render", "ports", "features"},
     "entry": {"cli"},
 }
 

@@ -130,9 +130,13 @@ def test_two_services_claiming_one_type_or_one_claiming_the_meshs_own_are_refuse
 
 
 def test_the_node_and_the_simulator_build_the_same_services() -> None:
-    services = build_services(ME, now=0.0, store=MemoryStore(), delivery=Delivery(ME).timing)
+    posts = PostsPeer(ME)  # a feature's service, as the node's posts feature gives it
+    services = build_services(ME, now=0.0, store=MemoryStore(), delivery=Delivery(ME).timing, extra=[posts],
+                              takers=[posts])
     assert [type(s) for s in services] == [Replicator, Delivery, Reports, PostsPeer]
     assert [type(s) for s in build_services(ME, now=0.0)] == [Reports]  # no log, no delivery (so no posts)
+    with pytest.raises(ValueError, match="ride on addressed delivery"):  # a taker without delivery
+        build_services(ME, now=0.0, extra=[posts], takers=[posts])
     net = SimNetwork()
     node = net.add("a", "g", log=True)
     assert node.mesh.service(Replicator) is node.log and node.mesh.service(Delivery) is None

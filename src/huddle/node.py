@@ -22,7 +22,7 @@ import os
 import signal
 import time
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .api.info import log_summary, node_info, system_picture
@@ -41,10 +41,7 @@ from .log.datadir import DataDir
 from .log.integrity import LogGuard, take_new_identity
 from .log.stats import STATS_INTERVAL, StatRows
 from .memtune import raise_descriptor_limit
-from .posts.model import Policy
-from .posts.peer import POSTS_INPUTS, PostsPeer
-from .posts.service import PostService, PostSettings
-from .posts.store import PostStore
+from .ports import Feature, Renderer, Subscriber
 from .protocol import Event, Mesh, PeerInfo
 from .protocol.events import (
     NOT_STATISTICS,
@@ -52,7 +49,7 @@ from .protocol.events import (
     CutOff,
     LogAppended,
     PeerExcluded,
-    ServiceEvent,
+    json_row,
     stat_row,
 )
 from .protocol.replication import IdentityRetired, Replicator, canonical_json
@@ -81,20 +78,27 @@ __all__ = ["Node", "run_node"]
 
 log = logging.getLogger("huddle.node")
 
-Listener = Callable[[Event], None]
-# An event subscriber: True when it consumed the event (the subscribers after it do not see it).
-Subscriber = Callable[[Any], bool | None]
+Listener = Callable[[Any], None]  # hears the core's events (Event) and the features' own
 EVENT_TYPES: tuple[type, ...] = typing.get_args(Event)
 
 
 class Node:
     """A running huddle node.  Create, then ``await node.run()``."""
 
-    def __init__(self, config: NodeConfig, *, carried: list[tuple[str, str]] | None = None,
-                 renewed: dict[str, str] | None = None) -> None:
-        """``carried`` and ``renewed``: what the node that ran before under the identity it
-        retired left (:meth:`_renew_identity`): the events it recorded under numbers its peers
-        held with other content, recorded again once this node records, and why it changed."""
+    def __init__(self, config: NodeConfig, *, features: Sequence[Feature] | None = None,
+                 carried: list[tuple[str, str]] | None = None, renewed: dict[str, str] | None = None) -> None:
+        """``features``: the capabilities it runs (huddle/ports.py; None: the default list,
+        huddle/features.py).  ``carried`` and ``renewed``: what the node that ran before under
+        the identity it retired left (:meth:`_renew_identity`): the events it recorded under
+        numbers its peers held with other content, recorded again once this node records, and
+        why it changed."""
+        if features is None:
+            from .features import default_features  # noqa: PLC0415 - the one list; node.py names no feature
+
+            features = default_features()
+        self.features: tuple[Feature, ...] = tuple(features)
+        self._renderers: dict[type, Renderer] = {k: fn for f in self.features for k, fn in f.event_renderers.items()}
+        self._spawned: list[Coroutine[Any, Any, None]] = []  # the features' long tasks, run in the task group
         self.config = config
         self.carried = list(carried or ())  # (kind, body as canonical JSON) to record when recording starts
         self.renewed = renewed  # the previous identity and why it was retired (shown in info())
@@ -110,10 +114,9 @@ class Node:
         self._store: SqliteStore | None = None
         self._rows: StatRows | None = None  # the statistics rows, in the store
         self._replicator: Replicator | None = None
-        self._driver = MeshDriver(self.local_now, self._publish)  # attached to the mesh and transport by _start
+        self._driver = MeshDriver(self.local_now, self.publish)  # attached to the mesh and transport by _start
         self._finders = Finders(self._driver.discovered)
         self._bridge: GuestBridge | None = None  # with --guests
-        self._posts: PostService | None = None
         self._follower: NetworkFollower | None = None  # follows the interface's address
         self._left = False  # the mesh said GBYE
         self.api_url: str | None = None
@@ -187,6 +190,7 @@ class Node:
         out["recording"] = replicator.recording
         out["not_recording"] = None if replicator.recording else replicator.why_not_recording()
         out["identity_renewed"] = self.renewed
+        out["features"] = {f.name: facts for f in self.features if (facts := f.facts()) is not None}
         return out
 
     def system(self) -> dict[str, Any]:
@@ -255,7 +259,7 @@ class Node:
         # LocalProtocolError here means nothing was.
         record = self.replicator.append(kind, self._body_texts([(kind, body)])[0][1], self.local_now(),
                                         self.mesh_time(), canonical=True)
-        self._execute()  # commits before anything is sent or returned
+        self.execute()  # commits before anything is sent or returned
         return record
 
     def _body_texts(self, events: list[tuple[str, Any]]) -> list[tuple[str, str]]:
@@ -272,7 +276,7 @@ class Node:
         self._check_recording(len(events))
         now, stamp = self.local_now(), self.mesh_time()
         records = self.replicator.append_many(self._body_texts(events), now, stamp, canonical=True)
-        self._execute()
+        self.execute()
         return records
 
     def _origin(self) -> tuple[bytes, int]:
@@ -305,15 +309,8 @@ class Node:
         """Queue an addressed message (:meth:`MeshDriver.send_to`)."""
         return self._driver.send_to(peer, payload)
 
-    def send_bulk(self, peer: NodeId, head: bytes, data: bytes | memoryview) -> bool:
-        """Send a BULK (``head``, then ``data`` as a frame of its own) to an admitted peer on
-        its connection now, outside the addressed-message channel: not acknowledged, not
-        re-sent.  False if the peer is not admitted (nothing sent)."""
-        posts = self.mesh.service(PostsPeer)
-        assert posts is not None  # a node's mesh hosts posts (build_services)
-        ok = posts.send_bulk(peer, head, data)
-        self._execute()
-        return ok
+    def alive_peers(self) -> list[NodeId]:
+        return self.mesh.alive_peers()
 
     def queued_bulk(self, peer: NodeId) -> int:
         return self._driver.queued_bulk(peer)
@@ -328,14 +325,8 @@ class Node:
     def exclude(self, peer: NodeId, reason: str) -> bool:
         """Exclude ``peer`` for good (persisted); False if it already was."""
         done = self.mesh.exclude(peer, reason, self.local_now())
-        self._execute()
+        self.execute()
         return done
-
-    @property
-    def posts(self) -> PostService:
-        if self._posts is None:
-            raise LocalProtocolError("the node is not running")
-        return self._posts
 
     @property
     def allow_list(self) -> AllowList | None:
@@ -390,8 +381,7 @@ class Node:
             async with asyncio.TaskGroup() as tg:
                 tasks = [tg.create_task(self._driver.run(STATS_INTERVAL, self._rows_due))]
                 tasks += [tg.create_task(finder) for finder in self._finders.tasks()]
-                if self._posts is not None:
-                    tasks.append(tg.create_task(self._posts.run()))
+                tasks += [tg.create_task(run) for run in self._spawned]
                 if self._follower is not None:
                     tasks.append(tg.create_task(self._follower.run()))
                 tasks.append(tg.create_task(self._record_carried()))  # ends once the node records
@@ -433,7 +423,9 @@ class Node:
         services = build_services(uuid, now=self.local_now(), store=store, log_limits=cfg.limits.log,
                                   delivery=cfg.delivery_timing(), conn_counters=transport.counters,
                                   log_signer=self.identity, log_secure=cfg.group_secret is not None,
-                                  report_signer=self.identity)
+                                  report_signer=self.identity,
+                                  extra=[s for f in self.features for s in f.peer_services(uuid)],
+                                  takers=[t for f in self.features for t in f.payload_takers()])
         mesh = self._mesh = Mesh(
             uuid, name=cfg.name, group=cfg.group, endpoint=endpoint,
             incarnation=os.urandom(8).hex(), now=self.local_now(), timing=cfg.timing(),
@@ -456,11 +448,9 @@ class Node:
         if not self._new_identity:
             self.replicator.hold_own(self.local_now(), cfg.limits.log.own_wait, cfg.limits.log.own_quiet)
         self.desk.reload(store.of_kind(DOC_KIND))
-        settings = PostSettings(policy=Policy.parse(cfg.posts_policy), chunk_size=cfg.posts_chunk,
-                                interval=cfg.posts_interval, require_seal=cfg.group_secret is not None)
-        self._posts = PostService(self, PostStore(self.data_dir.path, self.identity), settings, self._publish,
-                                  limits=cfg.limits.posts)
-        stack.callback(self._posts.close)
+        stack.callback(self._spawned_unrun)
+        for feature in self.features:  # each one's driver: its closers on the stack, its tasks spawned
+            await feature.start(stack, self._spawned.append, self)
         self._wire_events()
         transport.start(asyncio.get_running_loop())
         for seed in cfg.seeds:
@@ -483,7 +473,7 @@ class Node:
             self._follower = NetworkFollower(cfg.interface or iface.name, iface, port, self._followers(transport),
                                              counts=self.driver_stats, failed=self._network_failed)
         stack.callback(self._leave)  # stopping starts with GBYE, while everything still runs
-        self._execute()
+        self.execute()
         log.info("node %s (%s) in group %r at %s, api %s", uuid.short, cfg.name, cfg.group, endpoint, self.api_url)
         assert self.identity is not None and self.security is not None  # loaded before anything starts
         said = self.security.describe()
@@ -538,7 +528,7 @@ class Node:
 
     def _set_endpoint(self, endpoint: str) -> None:
         self.mesh.set_endpoint(endpoint, self.local_now())
-        self._execute()
+        self.execute()
 
     async def _move_guests(self, iface: Interface, port: int) -> None:
         """The guest servers listen on the interface's address (docs/guests.md, "Address changes")."""
@@ -556,7 +546,7 @@ class Node:
         if self._mesh is not None and not self._left:
             self._left = True
             self._mesh.leave(self.local_now())
-            self._execute()
+            self.execute()
 
     async def _record_carried(self) -> None:
         """Once the start-up window ends: record what waited for it (guests' events), and,
@@ -570,7 +560,7 @@ class Node:
             except LocalProtocolError as exc:  # they passed these checks once: not expected, but not fatal either
                 log.error("could not record the %d events that waited for the start-up window: %s", len(events), exc)
                 return
-            self._execute()
+            self.execute()
             log.info("recorded %d events that waited for the start-up window's end%s", len(events),
                      "" if self.renewed is None else " (with those recorded under the retired identity since its start)")
 
@@ -645,19 +635,26 @@ class Node:
                                        self.local_now())
             self._driver.execute()
 
-    def _execute(self) -> None:
+    def execute(self) -> None:
+        """Carry out the mesh's pending actions (a feature's service asked to send)."""
         self._driver.execute()
+
+    def _spawned_unrun(self) -> None:
+        """The features' tasks that never ran (a start failed before the task group): closed, not left."""
+        for run in self._spawned:
+            run.close()
 
     # ---------------------------------------------------------------- events
 
     def _wire_events(self) -> None:
         """Who hears the protocol's events, in this order.  A subscriber that returns
-        True consumed the event: the ones after it do not see it.  The posts peer
-        service's events (Hydra's messages, BULKs, its peers) go to the post service
-        alone, never to the event stream; the API's listeners come last."""
-        every = EVENT_TYPES
-        routes: list[tuple[tuple[type, ...], Subscriber]] = [
-            (POSTS_INPUTS, self.posts.handle),
+        True consumed the event: the ones after it do not see it.  The features'
+        subscribers come first (posts consumes its peer service's events: Hydra's
+        messages, BULKs, its peers); the API's listeners come last, and hear the
+        features' own events (their ``event_renderers``) too."""
+        every, own = EVENT_TYPES, tuple(self._renderers)
+        routes: list[tuple[tuple[type, ...], Subscriber]] = [sub for f in self.features for sub in f.subscriptions()]
+        routes += [
             ((IdentityRetired,), self._identity_retired),
             ((PeerExcluded,), self._save_excluded),
             ((BufferSpace,), self._driver.wake_sender),
@@ -667,12 +664,14 @@ class Node:
         routes += [
             ((LogAppended,), self._log_appended),
             (tuple(kind for kind in every if not issubclass(kind, NOT_STATISTICS)), self._stat_row),
-            (every, self._to_listeners),
+            (own, self._feature_row),
+            ((*every, *own), self._to_listeners),
         ]
         self._routes = {kind: [fn for kinds, fn in routes if kind in kinds]
-                        for kind in (*every, *POSTS_INPUTS, IdentityRetired)}
+                        for kinds, _ in routes for kind in kinds}
 
-    def _publish(self, event: Event | ServiceEvent) -> None:
+    def publish(self, event: object) -> None:
+        """Hand ``event`` to its subscribers, in order (:meth:`_wire_events`)."""
         for subscriber in self._routes.get(type(event), ()):
             if subscriber(event):
                 return
@@ -716,7 +715,13 @@ class Node:
             self._rows.event(stat_row(event))
         return False
 
-    def _to_listeners(self, event: Event) -> bool:
+    def _feature_row(self, event: object) -> bool:
+        """A feature's event as a statistics row, rendered as the event stream shows it."""
+        if self._rows is not None:
+            self._rows.event(json_row(self._renderers[type(event)](event), getattr(event, "peer", None)))
+        return False
+
+    def _to_listeners(self, event: object) -> bool:
         for fn in self._listeners:
             try:
                 fn(event)

@@ -25,6 +25,7 @@ from .gcutil import few_collections
 from .ids import NodeId
 from .limits import LogLimits
 from .log.export import event_schema, write_tables
+from .posts.peer import PostsPeer
 from .protocol import Connect, Disconnect, Event, Mesh, Notify, Send, Timing
 from .protocol.delivery import Delivery, DeliveryTiming
 from .protocol.events import LogAppended, ServiceEvent, stat_row
@@ -153,9 +154,10 @@ class SimNetwork:
             log_signer = identity
         if log and store is None:
             store = MemoryStore()
+        posts = [] if delivery is None else [PostsPeer(node_id)]  # as a node's posts feature adds it
         services = build_services(node_id, now=self.now + skew, store=store, log_timing=log_timing,
                                   log_limits=log_limits, delivery=delivery, picture=picture, log_signer=log_signer,
-                                  report_signer=identity)
+                                  report_signer=identity, extra=posts, takers=posts)
         mesh = Mesh(
             node_id, name=name, group=group, endpoint=endpoint,
             incarnation=self.rng.randbytes(8).hex(), now=self.now + skew, timing=timing,

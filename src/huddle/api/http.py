@@ -28,6 +28,7 @@ from ..errors import ConfigError, CutOffReadOnly, LocalProtocolError, NotRecordi
 from ..gated import GatedSite
 from ..ids import NodeId
 from ..limits import ApiLimits
+from ..ports import Renderer
 from ..protocol import Event, PeerInfo
 from ..protocol.delivery import BufferFull, MessageTooLarge, NotIncluded
 from ..protocol.events import LogAppended, record_json
@@ -51,7 +52,6 @@ from .guard import (
 )
 from .join import add_join_routes
 from .ports import ApiNode
-from .posts_http import add_post_routes
 from .trust_http import add_trust_routes
 
 __all__ = ["make_app", "start_api"]
@@ -66,6 +66,8 @@ _JSON_WRITE_TYPES = frozenset({"application/json"})
 _DOC_TYPES = frozenset({"application/json", "application/xml", "text/xml"})
 _FORM_TYPES = frozenset({"application/x-www-form-urlencoded"})
 _LOGIN = "/login"
+# The features' event classes, each with its JSON for the stream (the core's events have to_json).
+_RENDERERS: web.AppKey[dict[type, Renderer]] = web.AppKey("renderers")
 
 
 
@@ -319,12 +321,14 @@ async def _get_log_summary(request: web.Request) -> web.Response:
     return web.json_response(request.app[NODE_KEY].log_summary())
 
 
-def _event_messages(event: Event) -> list[bytes]:
-    """An event as the stream's text messages (one per log record), UTF-8."""
+def _event_messages(event: Event, renderers: dict[type, Renderer]) -> list[bytes]:
+    """An event as the stream's text messages (one per log record), UTF-8; a feature's
+    own event as its renderer makes it."""
     if isinstance(event, LogAppended):
         items = [record_json(record, frm, arriving=True) for record, frm in event.records]
     else:
-        items = [event.to_json()]
+        render = renderers.get(type(event))
+        items = [event.to_json() if render is None else render(event)]
     return [json.dumps(item, ensure_ascii=False).encode("utf-8", "replace") for item in items]
 
 
@@ -358,6 +362,7 @@ async def _events(request: web.Request) -> web.StreamResponse:
         return ws
     state.subscribers += 1
     limit = state.limits.subscriber_buffer_bytes
+    renderers = request.app[_RENDERERS]
     closing: list[asyncio.Task[None]] = []
 
     async def drop() -> None:
@@ -370,7 +375,7 @@ async def _events(request: web.Request) -> web.StreamResponse:
     def listener(event: Event) -> None:
         if closing or transport.is_closing():
             return
-        messages = _event_messages(event)
+        messages = _event_messages(event, renderers)
         size = sum(len(m) + 10 for m in messages)
         if transport.get_write_buffer_size() + size > limit:
             # A subscriber that does not keep up is cut off rather than made to hold the node's memory.
@@ -751,6 +756,7 @@ def make_app(node: ApiNode, limits: ApiLimits | None = None) -> web.Application:
     app = web.Application(middlewares=[_door, _errors], client_max_size=MAX_BODY + 4096)
     app[NODE_KEY] = node
     app[STATE_KEY] = ApiState(limits or ApiLimits())
+    app[_RENDERERS] = {kind: fn for f in node.features for kind, fn in f.event_renderers.items()}
     app.cleanup_ctx.append(_sweeper)
     app.router.add_get("/api/v1/node", _get_node)
     app.router.add_get("/api/v1/peers", _get_peers)
@@ -776,10 +782,11 @@ def make_app(node: ApiNode, limits: ApiLimits | None = None) -> web.Application:
     app.router.add_post(_LOGIN, _post_login)
     app.router.add_get("/api/v1/guests", _get_guests)
     app.router.add_post("/api/v1/guests/{name}/{action:grab|fire}", _post_guest_action)
-    add_post_routes(app)
     add_join_routes(app)
     add_trust_routes(app, _read_json)
     add_group_routes(app, _read_json)
+    for feature in node.features:  # each adds its routes, with its own port
+        feature.routes(app)
     return app
 
 

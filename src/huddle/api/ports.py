@@ -7,15 +7,15 @@ satisfies it without naming it, so ``huddle.api`` does not import
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..config import NodeType
 from ..doc import DocEngine
 from ..ids import NodeId
 from ..log import SqliteStore
-from ..posts.service import PostService
-from ..protocol import Event, PeerInfo
+from ..ports import Feature
+from ..protocol import PeerInfo
 from ..security import GroupSecret
 from ..security.trust import TrustedKey
 from ..wire import LogRecord
@@ -86,7 +86,8 @@ class ApiNode(Protocol):
     def guests(self) -> GuestServer | None: ...
 
     @property
-    def posts(self) -> PostService: ...
+    def features(self) -> Sequence[Feature]:
+        """The features it runs: the API serves their routes and streams their events."""
 
     @property
     def group_secret(self) -> GroupSecret | None:
@@ -109,7 +110,8 @@ class ApiNode(Protocol):
 
     def log_summary(self) -> dict[str, Any]: ...
 
-    def add_listener(self, fn: Callable[[Event], None]) -> Callable[[], None]: ...
+    def add_listener(self, fn: Callable[[Any], None]) -> Callable[[], None]:
+        """``fn`` hears every event: the core's (``Event``) and the features' own."""
 
     def emit(self, kind: str, body: Any) -> LogRecord: ...
 

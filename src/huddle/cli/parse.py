@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
 
 from .. import __version__
 from ..config import BUILTIN_TYPES, DEFAULT_API, DEFAULT_BEACON_PORT
-from ..posts.cli import add_parsers as add_post_parsers
+from ..features import default_features
+from ..ports import Feature
 
 __all__ = ["build_parser"]
 
@@ -80,7 +82,9 @@ def _add_client_options(p: argparse.ArgumentParser) -> None:
                    help="the node's API token, when its API listens beyond loopback (default: $HUDDLE_TOKEN)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(features: Sequence[Feature] | None = None) -> argparse.ArgumentParser:
+    """The whole tree: the core's commands and each feature's (None: the default features).
+    A feature's command carries its handler as ``args.api_handler`` (cli/commands.py runs it)."""
     parser = argparse.ArgumentParser(
         prog="huddle",
         description="huddle: a brokerless peer-to-peer event mesh for small groups of machines on one network.",
@@ -408,7 +412,9 @@ def build_parser() -> argparse.ArgumentParser:
     types.add_argument("--config", type=Path, metavar="FILE", help="also list the [types.NAME] tables of this file")
     types.add_argument("--json", action="store_true", help="print JSON")
 
-    add_post_parsers(sub, _add_client_options, CLIENT_EPILOG)
+    for feature in default_features() if features is None else features:
+        for name, handler in feature.commands(sub, _add_client_options, CLIENT_EPILOG).items():
+            sub.choices[name].set_defaults(api_handler=handler)
 
     group = sub.add_parser(
         "group", help="create or show a group secret and its join code",
