@@ -31,12 +31,12 @@ from huddle.config import NodeConfig
 from huddle.features import default_features
 from huddle.ids import NodeId
 from huddle.node import Node
-from huddle.ports import ApiHandler, ClientOptions, Feature, FeatureHost, Renderer, Spawn, Subscriber
+from huddle.ports import ApiHandler, ClientOptions, Feature, FeatureHost, LinkWatcher, Renderer, Spawn, Subscriber
 from huddle.protocol.events import ChatReceived
 from huddle.protocol.service import PayloadTaker, PeerService
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "huddle"
-FEATURE_PACKAGES = ("huddle.posts",)
+FEATURE_PACKAGES = ("huddle.posts", "huddle.guests")
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,9 @@ class Probe:
     @staticmethod
     def _render(event: Poked) -> dict[str, Any]:
         return {"type": "poked", "peer": str(event.peer), "text": event.text.upper(), "time": event.time}
+
+    def links(self, config: NodeConfig) -> LinkWatcher | None:
+        return None
 
     def peer_services(self, uuid: NodeId) -> Sequence[PeerService]:
         return []
@@ -114,7 +117,7 @@ class Probe:
 
 def test_the_probe_and_posts_satisfy_the_contract() -> None:
     features: list[Feature] = [Probe(), *default_features()]  # mypy checks each against the protocol
-    assert [f.name for f in features] == ["probe", "posts"]
+    assert [f.name for f in features] == ["probe", "posts", "guests"]
 
 
 # ------------------------------------------------------------------ node.py names no feature
@@ -135,7 +138,7 @@ def _imported(path: Path) -> set[str]:
 def test_node_py_imports_no_feature_package() -> None:
     imported = _imported(SRC / "node.py")
     assert "huddle.features" in imported  # the default list, its one way to the features
-    named = sorted(m for m in imported if m.startswith(FEATURE_PACKAGES))
+    named = sorted(m for m in imported if any(m == p or m.startswith(p + ".") for p in FEATURE_PACKAGES))
     assert named == [], f"node.py imports feature packages: {named}"
 
 
@@ -154,9 +157,9 @@ def test_a_feature_removed_takes_its_commands_with_it() -> None:
         return set(sub.choices)
 
     everything = commands(build_parser())
-    assert {"post", "posts", "node", "peers", "doc"} <= everything
+    assert {"post", "posts", "guests", "node", "peers", "doc"} <= everything
     without = commands(build_parser(features=[]))
-    assert everything - without == {"post", "posts"}
+    assert everything - without == {"post", "posts", "guests"}
     probe = Probe()
     parser = build_parser(features=[probe])
     assert commands(parser) == without | {"probe"}
@@ -205,7 +208,7 @@ def test_a_node_without_posts_starts_serves_and_meshes_and_has_nothing_of_posts(
         runs.append(asyncio.create_task(bare.run()))
         try:
             await asyncio.wait_for(bare.wait_ready(), 30)
-            await _until(lambda: full.alive_peers() and bare.alive_peers(), 30, "the two nodes to mesh")
+            await _until(lambda: full.mesh.alive_peers() and bare.mesh.alive_peers(), 30, "the two nodes to mesh")
             await _until(probe.ran.is_set, 10, "the probe's task to run")
             assert full.api_url is not None and bare.api_url is not None
             async with aiohttp.ClientSession() as http:
@@ -216,8 +219,12 @@ def test_a_node_without_posts_starts_serves_and_meshes_and_has_nothing_of_posts(
                 status, answer = await get(bare.api_url, "/api/v1/posts")
                 assert status == 404 and "no such endpoint" in answer["error"]
                 assert (await get(full.api_url, "/api/v1/posts")) == (200, [])
+                status, answer = await get(bare.api_url, "/api/v1/guests")
+                assert status == 404 and "no such endpoint" in answer["error"]  # no guests feature: no route
+                status, answer = await get(full.api_url, "/api/v1/guests")
+                assert status == 409 and "--guests" in answer["error"]  # the feature, hosting no guests
                 _, info = await get(bare.api_url, "/api/v1/node")
-                assert info["features"] == {"probe": {"chats": 0}}  # no posts facts
+                assert info["features"] == {"probe": {"chats": 0}} and info["guests"] is None  # no posts facts
                 _, info = await get(full.api_url, "/api/v1/node")
                 assert info["features"] == {"posts": {"posts": 0, "octets": 0}}
                 async with http.ws_connect(bare.api_url + "/api/v1/events") as ws:

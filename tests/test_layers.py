@@ -68,6 +68,7 @@ LAYER_OF: dict[str, str] = {
     "huddle.features": "features",  # the default list
     "huddle.posts.feature": "features",
     "huddle.posts.cli": "features",
+    "huddle.guests_feature": "features",  # beside the guests package: that loads only with --guests
     "huddle.__main__": "entry",
     "huddle.pipeline.submit": "entry",
 }
@@ -103,10 +104,11 @@ ALLOWED: dict[str, set[str]] = {
     "api": {"base", "wire", "log", "doc", "protocol", "posts", "guests", "config", "security", "ports"},
     # Each feature (its package's feature.py and commands) and the default list: a feature plugs
     # its routes (api) and its commands (through the client, rendered) into the node.
-    "features": {"base", "wire", "protocol", "posts", "config", "security", "ports", "api", "clients", "render"},
+    "features": {"base", "wire", "protocol", "posts", "guests", "config", "security", "ports", "api", "clients",
+                 "render"},
     # The node names no feature package: it loops over the features it is given (the default list).
-    "node": {"base", "wire", "log", "doc", "protocol", "stack", "guests", "transport", "discovery", "config",
-             "api", "security", "driver", "finders", "ports", "features"},
+    "node": {"base", "wire", "log", "doc", "protocol", "stack", "transport", "discovery", "config", "api", "security",
+             "driver", "finders", "ports", "features"},
     "facade": {"base", "wire", "protocol", "config", "node"},
     "clients": {"base", "guests", "facade"},
     "pipeline": {"base", "wire", "doc"},  # reads exported logs; never the runtime

@@ -1,16 +1,17 @@
-"""The composition root: one node = mesh state machine + ZeroMQ + discovery + API.
+"""The composition root: one node = mesh state machine + ZeroMQ + discovery + API + features.
 
 The driver is thin: it turns socket readiness and timers into calls on
 :class:`~huddle.protocol.Mesh` and carries out the actions it returns.  What
 the node holds lives with its own package: the data directory
 (:mod:`huddle.log.datadir`), the bout document and its rules
 (:mod:`huddle.doc.desk`), the statistics rows (:mod:`huddle.log.stats`), the
-guests' side (:mod:`huddle.guests.bridge`), the mesh's driver: its actions
-carried out, frames fed in, the timer loop (:mod:`huddle.driver`), the finders
-(:mod:`huddle.finders`), what the API shows (:mod:`huddle.api.info`).  This
-module wires them, starts them in order
-and stops them in reverse (one exit stack), and routes the protocol's events
-to an ordered list of subscribers (:meth:`Node._wire_events`).
+mesh's driver: its actions carried out, frames fed in, the timer loop
+(:mod:`huddle.driver`), the finders (:mod:`huddle.finders`), what the API shows
+(:mod:`huddle.api.info`).  The capabilities with I/O of their own (posts, guests)
+are features (huddle/ports.py): the node loops over the list it is given, and
+names none of them.  This module wires them, starts them in order and stops
+them in reverse (one exit stack), and routes the protocol's events to an
+ordered list of subscribers (:meth:`Node._wire_events`).
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ import os
 import signal
 import time
 import typing
-from collections.abc import Callable, Coroutine, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any
 
 from .api.info import log_summary, node_info, system_picture
 from .config import NodeConfig, resolve_seed
@@ -41,7 +42,7 @@ from .log.datadir import DataDir
 from .log.integrity import LogGuard, take_new_identity
 from .log.stats import STATS_INTERVAL, StatRows
 from .memtune import raise_descriptor_limit
-from .ports import Feature, Renderer, Subscriber
+from .ports import Feature, LinkWatcher, Renderer, Subscriber
 from .protocol import Event, Mesh, PeerInfo
 from .protocol.events import (
     NOT_STATISTICS,
@@ -69,10 +70,6 @@ from .transport.rotation import KeyRotation
 from .transport.zap import AllowList, MeshSecurity
 from .transport.zmq_transport import ZmqTransport
 from .wire import LogRecord
-
-if TYPE_CHECKING:  # the guests' side loads only with --guests
-    from .guests.bridge import GuestBridge
-    from .guests.server import GuestServer
 
 __all__ = ["Node", "run_node"]
 
@@ -116,7 +113,9 @@ class Node:
         self._replicator: Replicator | None = None
         self._driver = MeshDriver(self.local_now, self.publish)  # attached to the mesh and transport by _start
         self._finders = Finders(self._driver.discovered)
-        self._bridge: GuestBridge | None = None  # with --guests
+        self._iface: Interface | None = None  # the interface it started on (the follower has it then)
+        self._movers: list[Callable[[str], Awaitable[None]]] = []  # features following an address move
+        self._key_watchers: list[Callable[[GroupSecret], None]] = []  # features told of each rotation step
         self._follower: NetworkFollower | None = None  # follows the interface's address
         self._left = False  # the mesh said GBYE
         self.api_url: str | None = None
@@ -182,7 +181,8 @@ class Node:
         stats["accept_failures"] = self.accept_failures
         stats["security"] = None if self.security is None else self.security.stats()
         out = node_info(self.mesh, identity=self.identity, node_type=self.node_type, mesh_time=self.mesh_time(),
-                        started_at=self.started_at, read_only=self.read_only, guests=self.guests,
+                        started_at=self.started_at, read_only=self.read_only,
+                        features={f.name: facts for f in self.features if (facts := f.facts()) is not None},
                         security=None if self.security is None else self.security.describe(), stats=stats)
         # Whether events are recorded now, and why not (starting, or this identity retired: protocol.md 12.1);
         # the identity this node took over from, if it retired one.
@@ -190,7 +190,6 @@ class Node:
         out["recording"] = replicator.recording
         out["not_recording"] = None if replicator.recording else replicator.why_not_recording()
         out["identity_renewed"] = self.renewed
-        out["features"] = {f.name: facts for f in self.features if (facts := f.facts()) is not None}
         return out
 
     def system(self) -> dict[str, Any]:
@@ -309,9 +308,6 @@ class Node:
         """Queue an addressed message (:meth:`MeshDriver.send_to`)."""
         return self._driver.send_to(peer, payload)
 
-    def alive_peers(self) -> list[NodeId]:
-        return self.mesh.alive_peers()
-
     def queued_bulk(self, peer: NodeId) -> int:
         return self._driver.queued_bulk(peer)
 
@@ -334,8 +330,20 @@ class Node:
         return None if self.security is None else self.security.allow
 
     @property
-    def guests(self) -> GuestServer | None:
-        return None if self._bridge is None else self._bridge.server
+    def address(self) -> str:
+        """The address the node listens on now: its interface's, followed when it moves."""
+        iface = self._iface if self._follower is None else self._follower.interface
+        if iface is None:
+            raise LocalProtocolError("the node is not running")
+        return iface.ip
+
+    def follow_address(self, moved: Callable[[str], Awaitable[None]]) -> None:
+        """``moved(address)`` after each move of the interface, once the node followed it."""
+        self._movers.append(moved)
+
+    def watch_keys(self, changed: Callable[[GroupSecret], None]) -> None:
+        """``changed(secret)`` with the group secret in use, at each step of its rotation."""
+        self._key_watchers.append(changed)
 
     @property
     def group_secret(self) -> GroupSecret | None:
@@ -393,15 +401,13 @@ class Node:
     async def _start(self, stack: contextlib.AsyncExitStack, iface: Interface) -> None:
         cfg, uuid = self.config, self.uuid
         assert uuid is not None  # run() read it
-        if cfg.guests:
-            from .guests.bridge import GuestBridge  # noqa: PLC0415 - the guests' side loads only with --guests
-
-            self._bridge = GuestBridge()
-        links = None if self._bridge is None else self._bridge.links
+        self._iface = iface
+        watchers = [w for f in self.features if (w := f.links(cfg)) is not None]  # guests' hosts: one per guest
         driver = self._driver
+        driver.on_disconnect += [w.forget for w in watchers]
         transport = ZmqTransport(uuid, on_frames=driver.on_frames, on_stalled=driver.on_stalled,
                                  on_connect_failed=driver.on_connect_failed, limits=cfg.limits.mesh,
-                                 on_link=None if links is None else links.changed,
+                                 on_link=_links_changed(watchers),
                                  curve=None if self.security is None else self.security.setup)
         if self.security is not None:
             self.security.attach(transport.guard, self._cut_key)
@@ -456,8 +462,6 @@ class Node:
         for seed in cfg.seeds:
             mesh.add_seed(resolve_seed(seed), self.local_now())
         await self._finders.start(stack, cfg, uuid=uuid, iface=iface, port=port, endpoint=endpoint)
-        if self._bridge is not None:
-            await self._start_guests(self._bridge, stack, iface, mesh)
         if self.security is not None and self.security.keyring is not None:  # transport/rotation.py
             here = lambda: iface.ip if self._follower is None else self._follower.interface.ip  # noqa: E731
             self.rotation = KeyRotation(self.security, transport, host=here, port=port, port_range=cfg.port_range,
@@ -483,26 +487,13 @@ class Node:
             log.info("mesh secured (CurveZMQ): %s mode, group key %s; this node's key: %s", said["mode"],
                      said["key_id"], self.identity.fingerprint)
 
-    async def _start_guests(self, bridge: GuestBridge, stack: contextlib.AsyncExitStack, iface: Interface,
-                            mesh: Mesh) -> None:
-        from .guests.bridge import BridgeSettings, room_key_of  # noqa: PLC0415 - with --guests (_start loaded it)
-
-        cfg, uuid = self.config, mesh.uuid
-        self._driver.on_disconnect.append(bridge.forget)
-        stack.push_async_callback(bridge.close)
-        await bridge.start(
-            BridgeSettings(group=cfg.group, me=uuid, marco_port=cfg.guest_marco_port, tcp_port=cfg.guest_port,
-                           ws_port=cfg.guest_ws_port, max_frame=cfg.guest_max_message,
-                           limits=cfg.limits.guests, room_key=room_key_of(cfg.group_secret)),
-            iface.ip, mesh, emit=self._record_guest, clock=self.local_now)
-
     def _followers(self, transport: ZmqTransport) -> Followers:
         """Who follows an address change, in order: the ROUTER, the mesh (HELO to the
-        peers), the naming client; then the announcements (beacon, mDNS, guest servers)."""
+        peers), the naming client; then the announcements (beacon, mDNS), then the
+        features (the guest servers)."""
         follow = Followers(transport, self.config.port_range, endpoint=[self._set_endpoint])
         self._finders.follow(follow)
-        if self._bridge is not None:
-            follow.announce.append(self._move_guests)
+        follow.announce += [_moved_to(moved) for moved in self._movers]
         return follow
 
     async def _advertise(self, iface: Interface, port: int) -> None:
@@ -515,28 +506,18 @@ class Node:
 
     def _keys_changed(self, keyring: Keyring) -> None:
         """A rotation step: naming announcements are MAC'd with the key in use and accepted with
-        any key held; a guest registers with the room key of the secret in use."""
+        any key held; the features are told the secret in use (a guest registers with its room key)."""
         naming = self._finders.naming
         if naming is not None:
             keys = [s.naming_key() for s in keyring.secrets()]
             naming.key = naming.state.key = keys[0]
             naming.state.also_accepted = tuple(keys[1:])
-        if self.guests is not None:
-            from .guests.bridge import room_key_of  # noqa: PLC0415 - with --guests (_start loaded it)
-
-            self.guests.room.room_key = room_key_of(keyring.current)
+        for changed in self._key_watchers:
+            changed(keyring.current)
 
     def _set_endpoint(self, endpoint: str) -> None:
         self.mesh.set_endpoint(endpoint, self.local_now())
         self.execute()
-
-    async def _move_guests(self, iface: Interface, port: int) -> None:
-        """The guest servers listen on the interface's address (docs/guests.md, "Address changes")."""
-        guests = self.guests
-        if guests is not None and guests.host != iface.ip:
-            await guests.move(iface.ip)
-            log.warning("the guest servers moved to %s: TCP %d, WebSocket %d", iface.ip, guests.tcp_port,
-                        guests.ws_port)
 
     def _network_failed(self, exc: Exception) -> None:
         self._driver.survived("network_failures", "following the network interface", exc)
@@ -564,8 +545,8 @@ class Node:
             log.info("recorded %d events that waited for the start-up window's end%s", len(events),
                      "" if self.renewed is None else " (with those recorded under the retired identity since its start)")
 
-    def _record_guest(self, kind: str, body: Any) -> LogRecord | None:
-        """A guest's event: recorded, or kept for the start-up window's end (a guest may speak
+    def record_soon(self, kind: str, body: Any) -> LogRecord | None:
+        """An event recorded now, or kept for the start-up window's end (a guest may speak
         as soon as its host is back; protocol.md 12.1)."""
         if self.replicator.starting:
             self.carried.append(self._body_texts([(kind, body)])[0])
@@ -693,14 +674,12 @@ class Node:
         return False
 
     def _log_appended(self, event: LogAppended) -> bool:
-        bridge = self._bridge
         for run, _ in event.runs:
             self.desk.take(run)
-            if bridge is not None:
-                bridge.speak(run, self.mesh.uuid, self._name_of)
         return False
 
-    def _name_of(self, uuid: NodeId) -> str:
+    def name_of(self, uuid: NodeId) -> str:
+        """A node's name as this node knows it (its short id if it knows none)."""
         mesh = self._mesh
         if mesh is not None:
             if uuid == mesh.uuid:
@@ -728,6 +707,22 @@ class Node:
             except Exception:  # a listener's bug must not stop the node
                 log.exception("event listener failed")
         return False
+
+
+def _links_changed(watchers: list[LinkWatcher]) -> Callable[[int, bool], None] | None:
+    """What the transport calls on a link change: the features' watchers (None: no monitor needed)."""
+    if len(watchers) < 2:
+        return watchers[0].changed if watchers else None
+
+    def changed(conn: int, up: bool) -> None:
+        for watcher in watchers:
+            watcher.changed(conn, up)
+    return changed
+
+
+def _moved_to(moved: Callable[[str], Awaitable[None]]) -> Callable[[Interface, int], Awaitable[None]]:
+    """A feature following the address, as the followers announce a move (to the interface, on a port)."""
+    return lambda iface, port: moved(iface.ip)
 
 
 def run_node(config: NodeConfig, on_ready: Callable[[Node], None] | None = None) -> None:

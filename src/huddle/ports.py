@@ -5,10 +5,13 @@ A *feature* is a capability with I/O of its own (posts today; docs/architecture.
 one.  :class:`~huddle.node.Node` takes a list of them (the default list is
 :func:`huddle.features.default_features`) and loops over it:
 
-1. ``peer_services(uuid)`` and ``payload_takers()`` before it builds the mesh: the
+1. ``links(config)`` before it makes its transport: a watcher of its connections' links
+   (up, down, closed for good), or None (watching costs a monitor per connection); then
+   ``peer_services(uuid)`` and ``payload_takers()`` before it builds the mesh: the
    sans-I/O services the feature adds (protocol/service.py), and which of them take
    addressed payloads by prefix (addressed delivery hands them over);
-2. ``start(stack, spawn, host)`` once the mesh and the log run, before the API serves:
+2. ``start(stack, spawn, host)`` once the mesh and the log are made, before the
+   transport reads, the finders look and the API serves:
    the feature's driver, given the node's exit stack (its closers go there, and run in
    reverse order as the node stops), ``spawn`` for its long tasks (run in the node's
    task group, cancelled as it stops) and a narrow :class:`FeatureHost`, never the node;
@@ -38,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .config import NodeConfig
 from .ids import NodeId
 from .protocol.service import PayloadTaker, PeerService
-from .security import NodeIdentity
+from .security import GroupSecret, NodeIdentity
 from .wire import LogRecord
 
 if TYPE_CHECKING:  # aiohttp and the client load when a node serves or a command calls one, not with the contract
@@ -46,7 +49,8 @@ if TYPE_CHECKING:  # aiohttp and the client load when a node serves or a command
 
     from .client import ApiClient
 
-__all__ = ["ApiHandler", "ClientOptions", "Feature", "FeatureHost", "Renderer", "Shown", "Spawn", "Subscriber"]
+__all__ = ["ApiHandler", "ClientOptions", "Feature", "FeatureHost", "LinkWatcher", "MeshFacts", "Renderer", "Shown",
+           "Spawn", "Subscriber"]
 
 # An event subscriber: True when it consumed the event (the subscribers after it do not see it).
 Subscriber = Callable[[Any], bool | None]
@@ -59,6 +63,27 @@ Shown = tuple[Any, str] | None
 ApiHandler = Callable[["ApiClient", argparse.Namespace], Awaitable[Shown]]
 # Adds the options every command that calls a node takes (--api, --json, --token).
 ClientOptions = Callable[[argparse.ArgumentParser], None]
+
+
+class MeshFacts(Protocol):
+    """What a feature reads of the mesh: its admitted peers, the peers hosting guests, and
+    the connection and address each one's session has."""
+
+    def alive_peers(self) -> list[NodeId]: ...
+
+    def guest_hosts(self) -> list[NodeId]: ...
+
+    def conn_of(self, peer: NodeId) -> int | None: ...
+
+    def source_of(self, peer: NodeId) -> str: ...
+
+
+class LinkWatcher(Protocol):
+    """Told of the node's connections to its peers: a link down or back, a connection closed for good."""
+
+    def changed(self, conn: int, up: bool) -> None: ...
+
+    def forget(self, conn: int) -> None: ...
 
 
 class FeatureHost(Protocol):
@@ -81,6 +106,16 @@ class FeatureHost(Protocol):
     def read_only(self) -> bool:
         """True while a read-only node type is cut off: nothing may be recorded or added."""
 
+    @property
+    def address(self) -> str:
+        """The address the node listens on now (its interface's; it follows a move)."""
+
+    @property
+    def mesh(self) -> MeshFacts: ...
+
+    def name_of(self, uuid: NodeId) -> str:
+        """A node's name as this node knows it (its short id if it knows none)."""
+
     def local_now(self) -> float: ...
 
     def mesh_time(self) -> float: ...
@@ -90,14 +125,23 @@ class FeatureHost(Protocol):
 
     def emit_many(self, events: list[tuple[str, Any]]) -> list[LogRecord]: ...
 
+    def record_soon(self, kind: str, body: Any) -> LogRecord | None:
+        """Record an event now, or, while the node starts (protocol.md 12.1), once its
+        start-up window ends (None then)."""
+
+    def follow_address(self, moved: Callable[[str], Awaitable[None]]) -> None:
+        """Call ``moved(address)`` when the node's interface moves to a new address, after the
+        node follows it (its ROUTER, its peers told), in the order the features asked."""
+
+    def watch_keys(self, changed: Callable[[GroupSecret], None]) -> None:
+        """Call ``changed(secret)`` with the group secret in use at each step of its rotation."""
+
     def publish(self, event: object) -> None:
         """Hand an event to the node's subscribers: the statistics rows and the API's stream
         (an event class of the feature's ``event_renderers``), or a feature's own inputs."""
 
     def execute(self) -> None:
         """Carry out what the mesh and its services want done now (after a service was asked to send)."""
-
-    def alive_peers(self) -> list[NodeId]: ...
 
     def send_to(self, peer: NodeId, payload: bytes) -> int:
         """Queue an addressed message; raises BufferFull when the peer's channel is full."""
@@ -118,6 +162,8 @@ class Feature(Protocol):
 
     @property
     def event_renderers(self) -> Mapping[type, Renderer]: ...
+
+    def links(self, config: NodeConfig) -> LinkWatcher | None: ...
 
     def peer_services(self, uuid: NodeId) -> Sequence[PeerService]: ...
 

@@ -577,42 +577,6 @@ async def _get_guest_js(request: web.Request) -> web.StreamResponse:
                                                          "Content-Type": "text/javascript; charset=utf-8"})
 
 
-def _guest_server(request: web.Request) -> Any:
-    guests = request.app[NODE_KEY].guests
-    if guests is None:
-        raise web.HTTPConflict(text="this node does not host guests: start it with --guests")
-    return guests
-
-
-async def _get_guests(request: web.Request) -> web.Response:
-    node = request.app[NODE_KEY]
-    guests = _guest_server(request)
-    room = guests.room
-    now = node.local_now()
-    return web.json_response({
-        "room": room.room, **guests.ports(),
-        "guests": [g.as_dict(now) for g in room.guests.values()],
-        "free": [x.as_dict(now) for x in room.free.values()],
-        "others": [x.as_dict(now) for x in room.others.values()],
-        "grabbed": sorted(room.grabbed),
-        "hosts": guests.host_ids(),
-        "stats": dict(guests.stats) | {"fired": room.fired, "errors": room.errors},
-    })
-
-
-async def _post_guest_action(request: web.Request) -> web.Response:
-    guests = _guest_server(request)
-    name = request.match_info["name"]
-    if bad_text(name):
-        return _error(400, "a guest's name must be text that can be encoded as UTF-8")
-    if request.match_info["action"] == "grab":
-        guests.grab(name)
-        return web.json_response({"grabbed": name}, status=201)
-    if not guests.fire(name, "fired by hand"):
-        return _error(404, f"no guest {name!r} in this room")
-    return web.json_response({"fired": name})
-
-
 def _login_page(next_path: str, message: str = "", status: int = 200) -> web.Response:
     note = f'<p class="bad">{html.escape(message)}</p>' if message else ""
     body = f"""<!doctype html>
@@ -780,8 +744,6 @@ def make_app(node: ApiNode, limits: ApiLimits | None = None) -> web.Application:
     app.router.add_get("/guest.js", _get_guest_js)
     app.router.add_get(_LOGIN, _get_login)
     app.router.add_post(_LOGIN, _post_login)
-    app.router.add_get("/api/v1/guests", _get_guests)
-    app.router.add_post("/api/v1/guests/{name}/{action:grab|fire}", _post_guest_action)
     add_join_routes(app)
     add_trust_routes(app, _read_json)
     add_group_routes(app, _read_json)

@@ -8,7 +8,7 @@ satisfies it without naming it, so ``huddle.api`` does not import
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from ..config import NodeType
 from ..doc import DocEngine
@@ -19,9 +19,6 @@ from ..protocol import PeerInfo
 from ..security import GroupSecret
 from ..security.trust import TrustedKey
 from ..wire import LogRecord
-
-if TYPE_CHECKING:  # the guest servers load only with --guests
-    from ..guests.server import GuestServer
 
 __all__ = ["ApiMesh", "ApiNode", "RotationPort", "TrustPort"]
 
@@ -81,9 +78,6 @@ class ApiNode(Protocol):
 
     @property
     def read_only(self) -> bool: ...
-
-    @property
-    def guests(self) -> GuestServer | None: ...
 
     @property
     def features(self) -> Sequence[Feature]:

@@ -328,15 +328,6 @@ async def _peers(api: ApiClient, args: argparse.Namespace) -> Shown:
     return peers, render.peers_text(peers, await api.node())
 
 
-async def _guests(api: ApiClient, args: argparse.Namespace) -> Shown:
-    if args.grab or args.fire:
-        name = args.grab or args.fire
-        result = await api.guest_action(name, "grab" if args.grab else "fire")
-        return result, f"{'grabbed' if args.grab else 'fired'} {name}"
-    info = await api.guests()
-    return info, render.guests_text(info)
-
-
 async def _system(api: ApiClient, args: argparse.Namespace) -> Shown:
     picture = await api.system()
     return picture, render.system_text(picture)
@@ -454,7 +445,7 @@ COMMANDS: Mapping[str, Handler] = {
     "node": _node, "demo": _demo, "node-types": _node_types, "limits": _limits, "simulate": _simulate,
     "broker": _broker, "pipeline": _pipeline, "repair": _repair, "export": _export, "group": _group,
     # through a node's API
-    "peers": _on_api(_peers), "guests": _on_api(_guests), "system": _on_api(_system), "info": _on_api(_info),
+    "peers": _on_api(_peers), "system": _on_api(_system), "info": _on_api(_info),
     "chat": _on_api(_chat), "emit": _on_api(_emit), "log": _on_api(_log), "exclude": _on_api(_exclude),
     "send": _on_api(_send), "tail": _on_api(_tail), "doc": _doc, "trust": _on_api(_trust),
 }

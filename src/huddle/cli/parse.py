@@ -375,17 +375,6 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
     )
     _add_client_options(system)
 
-    guests_p = sub.add_parser(
-        "guests", help="the guests of a node's room (Noam): registered, free, others; grab or fire one",
-        description="Guests are programs that join a node's room with the Noam protocol (UDP marco / polo on "
-        "port 1030, length-prefixed JSON over TCP or WebSocket) instead of running a node: browser pages, "
-        "scripts, small devices. Start the node with --guests. A free guest (one that asks for no room) joins "
-        "only when grabbed.", epilog=CLIENT_EPILOG,
-    )
-    guests_p.add_argument("--grab", metavar="NAME", help="take a free guest into this room: its next marco gets a polo")
-    guests_p.add_argument("--fire", metavar="NAME", help="remove a guest and close its connections")
-    _add_client_options(guests_p)
-
     limits_p = sub.add_parser(
         "limits", help="list the bounds on what peers, guests and web pages can make a node hold",
         description="Every limit a node applies to its mesh socket, log replication, HTTP API, guest ports, "

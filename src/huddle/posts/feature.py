@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Final
 from ..config import NodeConfig
 from ..errors import LocalProtocolError
 from ..ids import NodeId
-from ..ports import ApiHandler, ClientOptions, FeatureHost, Renderer, Spawn, Subscriber
+from ..ports import ApiHandler, ClientOptions, FeatureHost, LinkWatcher, Renderer, Spawn, Subscriber
 from ..protocol.service import PayloadTaker, PeerService
 from .model import PostAdded
 from .peer import POSTS_INPUTS, PostsPeer
@@ -55,7 +55,7 @@ class _Link:
         return self
 
     def alive_peers(self) -> list[NodeId]:
-        return self._host.alive_peers()
+        return self._host.mesh.alive_peers()
 
     def send_to(self, peer: NodeId, payload: bytes) -> int:
         return self._host.send_to(peer, payload)
@@ -91,6 +91,9 @@ class PostsFeature:
         if self._service is None:
             raise LocalProtocolError("the node is not running")
         return self._service
+
+    def links(self, config: NodeConfig) -> LinkWatcher | None:
+        return None  # BULKs ride on the sessions: posts watches no link
 
     def peer_services(self, uuid: NodeId) -> Sequence[PeerService]:
         self._peer = PostsPeer(uuid)
