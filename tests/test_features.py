@@ -19,6 +19,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
@@ -34,9 +35,10 @@ from huddle.node import Node
 from huddle.ports import ApiHandler, ClientOptions, Feature, FeatureHost, LinkWatcher, Renderer, Spawn, Subscriber
 from huddle.protocol.events import ChatReceived
 from huddle.protocol.service import PayloadTaker, PeerService
+from huddle.security.features import RotationFeature, TrustFeature
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "huddle"
-FEATURE_PACKAGES = ("huddle.posts", "huddle.guests")
+FEATURE_PACKAGES = ("huddle.posts", "huddle.guests", "huddle.guests_feature", "huddle.security.features")
 
 
 @dataclass(frozen=True)
@@ -117,7 +119,27 @@ class Probe:
 
 def test_the_probe_and_posts_satisfy_the_contract() -> None:
     features: list[Feature] = [Probe(), *default_features()]  # mypy checks each against the protocol
-    assert [f.name for f in features] == ["probe", "posts", "guests"]
+    assert [f.name for f in features] == ["probe", "posts", "guests", "trust", "rotation"]
+
+
+class _SecuredHost:
+    """The part of a FeatureHost the trust and rotation features read."""
+
+    def __init__(self, keys: int) -> None:
+        self.allow_list = SimpleNamespace(listed=lambda: [{}] * keys)
+        self.rotation = SimpleNamespace(describe=lambda: {"key_id": "ab12cd34", "keys": [{}, {}], "retired": []})
+
+
+def test_trust_and_rotation_say_their_facts_only_in_their_mode() -> None:
+    trust, rotation = TrustFeature(), RotationFeature()
+    assert trust.facts() is None and rotation.facts() is None  # not started: nothing to say
+    host: Any = _SecuredHost(keys=3)
+    asyncio.run(trust.start(contextlib.AsyncExitStack(), lambda run: None, host))
+    asyncio.run(rotation.start(contextlib.AsyncExitStack(), lambda run: None, host))
+    assert trust.facts() == {"keys": 3}
+    assert rotation.facts() == {"key_id": "ab12cd34", "held": 2}
+    host.allow_list = host.rotation = None  # an open group: neither mode
+    assert trust.facts() is None and rotation.facts() is None
 
 
 # ------------------------------------------------------------------ node.py names no feature
@@ -157,9 +179,9 @@ def test_a_feature_removed_takes_its_commands_with_it() -> None:
         return set(sub.choices)
 
     everything = commands(build_parser())
-    assert {"post", "posts", "guests", "node", "peers", "doc"} <= everything
+    assert {"post", "posts", "guests", "trust", "node", "peers", "doc", "group"} <= everything
     without = commands(build_parser(features=[]))
-    assert everything - without == {"post", "posts", "guests"}
+    assert everything - without == {"post", "posts", "guests", "trust"}
     probe = Probe()
     parser = build_parser(features=[probe])
     assert commands(parser) == without | {"probe"}
@@ -223,6 +245,9 @@ def test_a_node_without_posts_starts_serves_and_meshes_and_has_nothing_of_posts(
                 assert status == 404 and "no such endpoint" in answer["error"]  # no guests feature: no route
                 status, answer = await get(full.api_url, "/api/v1/guests")
                 assert status == 409 and "--guests" in answer["error"]  # the feature, hosting no guests
+                for path in ("/api/v1/trust", "/api/v1/group/keys"):  # trust, rotation: an open group
+                    assert (await get(bare.api_url, path))[0] == 404
+                    assert (await get(full.api_url, path))[0] == 409
                 _, info = await get(bare.api_url, "/api/v1/node")
                 assert info["features"] == {"probe": {"chats": 0}} and info["guests"] is None  # no posts facts
                 _, info = await get(full.api_url, "/api/v1/node")

@@ -69,6 +69,7 @@ LAYER_OF: dict[str, str] = {
     "huddle.posts.feature": "features",
     "huddle.posts.cli": "features",
     "huddle.guests_feature": "features",  # beside the guests package: that loads only with --guests
+    "huddle.security.features": "features",  # trust and rotation: their routes, command and facts
     "huddle.__main__": "entry",
     "huddle.pipeline.submit": "entry",
 }

@@ -12,10 +12,11 @@ from __future__ import annotations
 from .guests_feature import GuestsFeature
 from .ports import Feature
 from .posts.feature import PostsFeature
+from .security.features import RotationFeature, TrustFeature
 
 __all__ = ["default_features"]
 
 
 def default_features() -> list[Feature]:
     """A new list of new features, in the order the node starts them (each node its own)."""
-    return [PostsFeature(), GuestsFeature()]
+    return [PostsFeature(), GuestsFeature(), TrustFeature(), RotationFeature()]

@@ -42,6 +42,7 @@ from .config import NodeConfig
 from .ids import NodeId
 from .protocol.service import PayloadTaker, PeerService
 from .security import GroupSecret, NodeIdentity
+from .security.trust import TrustedKey
 from .wire import LogRecord
 
 if TYPE_CHECKING:  # aiohttp and the client load when a node serves or a command calls one, not with the contract
@@ -49,8 +50,8 @@ if TYPE_CHECKING:  # aiohttp and the client load when a node serves or a command
 
     from .client import ApiClient
 
-__all__ = ["ApiHandler", "ClientOptions", "Feature", "FeatureHost", "LinkWatcher", "MeshFacts", "Renderer", "Shown",
-           "Spawn", "Subscriber"]
+__all__ = ["ApiHandler", "ClientOptions", "Feature", "FeatureHost", "LinkWatcher", "MeshFacts", "Renderer",
+           "RotationPort", "Shown", "Spawn", "Subscriber", "TrustPort"]
 
 # An event subscriber: True when it consumed the event (the subscribers after it do not see it).
 Subscriber = Callable[[Any], bool | None]
@@ -86,6 +87,29 @@ class LinkWatcher(Protocol):
     def forget(self, conn: int) -> None: ...
 
 
+class TrustPort(Protocol):
+    """Allow-list mode's keys, as the trust feature changes them (transport/zap.py AllowList)."""
+
+    def listed(self) -> list[dict[str, str]]: ...
+
+    def add(self, text: str, name: str = "") -> TrustedKey: ...
+
+    def remove(self, text: str) -> TrustedKey | None: ...
+
+
+class RotationPort(Protocol):
+    """The group secret's rotation, as the rotation feature steps it (transport/rotation.py KeyRotation).
+    Each step raises security.KeyringError (its ``status``: 400, 404 or 409) when it cannot be taken."""
+
+    def describe(self) -> dict[str, object]: ...
+
+    async def install(self, text: str) -> dict[str, object]: ...
+
+    async def switch(self, key_id: str) -> dict[str, object]: ...
+
+    def retire(self, key_id: str) -> dict[str, object]: ...
+
+
 class FeatureHost(Protocol):
     """The node as a feature's driver sees it: its settings and identity, its clocks,
     the log, the event stream, and ways to reach its peers."""
@@ -112,6 +136,14 @@ class FeatureHost(Protocol):
 
     @property
     def mesh(self) -> MeshFacts: ...
+
+    @property
+    def allow_list(self) -> TrustPort | None:
+        """Allow-list mode's trusted keys (None in the other modes): the mesh's security holds them."""
+
+    @property
+    def rotation(self) -> RotationPort | None:
+        """The group secret's rotation (None: an open group); made once the transport listens."""
 
     def name_of(self, uuid: NodeId) -> str:
         """A node's name as this node knows it (its short id if it knows none)."""

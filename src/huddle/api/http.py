@@ -34,9 +34,8 @@ from ..protocol.delivery import BufferFull, MessageTooLarge, NotIncluded
 from ..protocol.events import LogAppended, record_json
 from ..security import load_or_create_token, token_matches
 from ..wire import MAX_BODY
-from .common import NODE_KEY, STATE_KEY, ApiState, file_response
+from .common import NODE_KEY, READ_JSON_KEY, STATE_KEY, ApiState, file_response
 from .common import error_response as _error
-from .group_http import add_group_routes
 from .guard import (
     SIMPLE_TYPES,
     TOKEN_COOKIE,
@@ -52,7 +51,6 @@ from .guard import (
 )
 from .join import add_join_routes
 from .ports import ApiNode
-from .trust_http import add_trust_routes
 
 __all__ = ["make_app", "start_api"]
 
@@ -720,6 +718,7 @@ def make_app(node: ApiNode, limits: ApiLimits | None = None) -> web.Application:
     app = web.Application(middlewares=[_door, _errors], client_max_size=MAX_BODY + 4096)
     app[NODE_KEY] = node
     app[STATE_KEY] = ApiState(limits or ApiLimits())
+    app[READ_JSON_KEY] = _read_json
     app[_RENDERERS] = {kind: fn for f in node.features for kind, fn in f.event_renderers.items()}
     app.cleanup_ctx.append(_sweeper)
     app.router.add_get("/api/v1/node", _get_node)
@@ -745,8 +744,6 @@ def make_app(node: ApiNode, limits: ApiLimits | None = None) -> web.Application:
     app.router.add_get(_LOGIN, _get_login)
     app.router.add_post(_LOGIN, _post_login)
     add_join_routes(app)
-    add_trust_routes(app, _read_json)
-    add_group_routes(app, _read_json)
     for feature in node.features:  # each adds its routes, with its own port
         feature.routes(app)
     return app

@@ -17,10 +17,9 @@ from ..log import SqliteStore
 from ..ports import Feature
 from ..protocol import PeerInfo
 from ..security import GroupSecret
-from ..security.trust import TrustedKey
 from ..wire import LogRecord
 
-__all__ = ["ApiMesh", "ApiNode", "RotationPort", "TrustPort"]
+__all__ = ["ApiMesh", "ApiNode"]
 
 
 class ApiMesh(Protocol):
@@ -33,29 +32,6 @@ class ApiMesh(Protocol):
     def excluded(self) -> dict[NodeId, str]: ...
 
     def alive_peers(self) -> list[NodeId]: ...
-
-
-class TrustPort(Protocol):
-    """Allow-list mode's keys, as the API changes them (transport/zap.py AllowList)."""
-
-    def listed(self) -> list[dict[str, str]]: ...
-
-    def add(self, text: str, name: str = "") -> TrustedKey: ...
-
-    def remove(self, text: str) -> TrustedKey | None: ...
-
-
-class RotationPort(Protocol):
-    """The group secret's rotation, as the API steps it (transport/rotation.py KeyRotation).
-    Each step raises security.KeyringError (its ``status``: 400, 404 or 409) when it cannot be taken."""
-
-    def describe(self) -> dict[str, object]: ...
-
-    async def install(self, text: str) -> dict[str, object]: ...
-
-    async def switch(self, key_id: str) -> dict[str, object]: ...
-
-    def retire(self, key_id: str) -> dict[str, object]: ...
 
 
 class ApiNode(Protocol):
@@ -86,13 +62,6 @@ class ApiNode(Protocol):
     @property
     def group_secret(self) -> GroupSecret | None:
         """The group's secret (None: an open group); the join panel shows its code."""
-
-    @property
-    def allow_list(self) -> TrustPort | None: ...
-
-    @property
-    def rotation(self) -> RotationPort | None:
-        """The group secret's rotation (None: an open group)."""
 
     def local_now(self) -> float: ...
 

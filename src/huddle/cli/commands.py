@@ -411,18 +411,6 @@ async def _doc_jams(api: ApiClient, args: argparse.Namespace) -> Shown:
     return j, render.jams_text(j)
 
 
-async def _trust(api: ApiClient, args: argparse.Namespace) -> Shown:
-    if args.trust_command == "add":
-        added = await api.trust(args.key, args.name or "")
-        return added, f"trusted {added['fingerprint']} {added['name']}".rstrip() + " (admitted at its next handshake)"
-    if args.trust_command == "remove":
-        removed = await api.distrust(args.key)
-        return removed, f"removed {removed['fingerprint']} {removed['name']}".rstrip() + ": cut off now"
-    listed = await api.trusted()
-    lines = [f"{k['fingerprint']}  {k['public_key']}  {k['name']}".rstrip() for k in listed["keys"]]
-    return listed, "\n".join([f"{len(lines)} trusted keys (and this node's own):", *lines])
-
-
 DOC_ACTIONS: Mapping[str, Handler] = {
     "show": _on_api(_doc_show), "apply": _on_api(_doc_apply), "export": _on_api(_doc_export),
     "history": _on_api(_doc_history), "jams": _on_api(_doc_jams),
@@ -447,7 +435,7 @@ COMMANDS: Mapping[str, Handler] = {
     # through a node's API
     "peers": _on_api(_peers), "system": _on_api(_system), "info": _on_api(_info),
     "chat": _on_api(_chat), "emit": _on_api(_emit), "log": _on_api(_log), "exclude": _on_api(_exclude),
-    "send": _on_api(_send), "tail": _on_api(_tail), "doc": _doc, "trust": _on_api(_trust),
+    "send": _on_api(_send), "tail": _on_api(_tail), "doc": _doc,
 }
 
 

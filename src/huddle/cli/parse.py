@@ -433,25 +433,6 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
         p.add_argument("--node", action="append", metavar="URL", help="a member's API; give it once per member "
                        "to take the step on each in turn (default: --api)")
 
-    trust = sub.add_parser(
-        "trust", help="allow-list mode: list, add or remove the node keys a node admits",
-        description="A node started with --allow-list admits to its mesh only the node keys it trusts (kept in "
-        "its data directory, trusted-keys) and its own. A change takes effect at once on the running node: a "
-        "removed key's connections are cut off and its next handshake refused.",
-        epilog=CLIENT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    trust_sub = trust.add_subparsers(dest="trust_command", metavar="ACTION", required=True)
-    t_list = trust_sub.add_parser("list", help="the trusted keys")
-    _add_client_options(t_list)
-    t_add = trust_sub.add_parser("add", help="trust a node key")
-    t_add.add_argument("key", metavar="KEY", help="the node's public key, 64 hex digits ('public_key' of its "
-                       "'huddle info --json')")
-    t_add.add_argument("--name", help="a name for people, kept beside the key")
-    _add_client_options(t_add)
-    t_remove = trust_sub.add_parser("remove", help="stop trusting a node key: it is cut off at once")
-    t_remove.add_argument("key", metavar="KEY", help="the key in hex, or its fingerprint XXXX-XXXX-XXXX-XXXX")
-    _add_client_options(t_remove)
-
     info = sub.add_parser("info", help="show the node's identity, clock and counters", epilog=CLIENT_EPILOG)
     _add_client_options(info)
 
