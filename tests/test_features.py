@@ -31,7 +31,7 @@ from huddle.cli.parse import build_parser
 from huddle.config import NodeConfig
 from huddle.features import default_features
 from huddle.ids import NodeId
-from huddle.node import Node
+from huddle.node import Node, _links_changed
 from huddle.ports import ApiHandler, ClientOptions, Feature, FeatureHost, LinkWatcher, Renderer, Spawn, Subscriber
 from huddle.protocol.events import ChatReceived
 from huddle.protocol.service import PayloadTaker, PeerService
@@ -140,6 +140,27 @@ def test_trust_and_rotation_say_their_facts_only_in_their_mode() -> None:
     assert rotation.facts() == {"key_id": "ab12cd34", "held": 2}
     host.allow_list = host.rotation = None  # an open group: neither mode
     assert trust.facts() is None and rotation.facts() is None
+
+
+class _Watcher:
+    def __init__(self) -> None:
+        self.seen: list[tuple[int, bool]] = []
+
+    def changed(self, conn: int, up: bool) -> None:
+        self.seen.append((conn, up))
+
+    def forget(self, conn: int) -> None:
+        pass
+
+
+def test_link_changes_reach_every_watcher_and_no_watcher_asks_for_no_monitor() -> None:
+    assert _links_changed([]) is None  # the transport monitors links only when someone watches
+    one, two = _Watcher(), _Watcher()
+    assert _links_changed([one]) == one.changed
+    changed = _links_changed([one, two])
+    assert changed is not None
+    changed(3, False)
+    assert one.seen == two.seen == [(3, False)]
 
 
 # ------------------------------------------------------------------ node.py names no feature
