@@ -59,11 +59,14 @@ def node_proc(name: str, tmp: str, seed: str | None, n: int, conn: Connection) -
 
 async def _node(name: str, tmp: str, seed: str | None, n: int, conn: Connection) -> None:
     from huddle import Node
+    from huddle.features import default_features
+    from huddle.guests_feature import GuestsFeature
     from huddle.protocol.events import LogAppended
 
     base = benchlib.node_config(name, Path(tmp) / name, (seed,) if seed else ())
+    features = default_features()
     node = Node(base.with_overrides(guests=True, guest_port=0, guest_ws_port=0,
-                                    guest_marco_port=benchlib.free_port(socket.SOCK_DGRAM)))
+                                    guest_marco_port=benchlib.free_port(socket.SOCK_DGRAM)), features=features)
     count = 0
     done = asyncio.Event()
     t_last = 0.0
@@ -79,7 +82,7 @@ async def _node(name: str, tmp: str, seed: str | None, n: int, conn: Connection)
     node.add_listener(on_event)
     task = asyncio.create_task(node.run())
     await node.wait_ready()
-    guests = node.guests
+    guests = next(f for f in features if isinstance(f, GuestsFeature)).server
     assert guests is not None
     conn.send(("ready", node.mesh.endpoint.removeprefix("tcp://"), guests.tcp_port, guests.ws_port))
     while True:

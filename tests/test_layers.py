@@ -57,13 +57,18 @@ LAYER_OF: dict[str, str] = {
     "huddle.node": "node",
     "huddle.client": "clients",
     "huddle.procs": "clients",
-    "huddle.render": "cli",
+    "huddle.render": "render",
     "huddle.guest_client": "clients",
     "huddle.pipeline": "pipeline",
     "huddle": "facade",
     "huddle.cli": "cli",
     "huddle.demo": "cli",
-    "huddle.posts.cli": "cli",
+    "huddle.ports": "ports",  # the contracts between the node and its features
+    "huddle.features": "features",  # the default list
+    "huddle.posts.feature": "features",
+    "huddle.posts.cli": "features",
+    "huddle.guests_feature": "features",  # beside the guests package: that loads only with --guests
+    "huddle.security.features": "features",  # trust and rotation: their routes, command and facts
     "huddle.__main__": "entry",
     "huddle.pipeline.submit": "entry",
 }
@@ -92,14 +97,22 @@ ALLOWED: dict[str, set[str]] = {
     "driver": {"base", "wire", "protocol", "transport"},
     "finders": {"base", "config", "discovery", "transport"},
     "sim": {"base", "wire", "log", "doc", "protocol", "posts", "security"},  # posts: the peer service it hosts
-    "api": {"base", "wire", "log", "doc", "protocol", "posts", "guests", "config", "security"},
-    "node": {"base", "wire", "log", "doc", "protocol", "posts", "guests", "transport", "discovery", "config",
-             "api", "security", "driver", "finders"},
+    # What a feature may use of the node and gives it (huddle/ports.py): the contract alone.
+    "ports": {"base", "wire", "protocol", "config", "security", "clients"},
+    "api": {"base", "wire", "log", "doc", "protocol", "posts", "guests", "config", "security", "ports"},
+    # Each feature (its package's feature.py and commands) and the default list: a feature plugs
+    # its routes (api) and its commands (through the client, rendered) into the node.
+    "features": {"base", "wire", "protocol", "posts", "guests", "config", "security", "ports", "api", "clients",
+                 "render"},
+    # The node names no feature package: it loops over the features it is given (the default list).
+    "node": {"base", "wire", "log", "doc", "protocol", "transport", "discovery", "config", "api", "security",
+             "driver", "finders", "ports", "features"},
     "facade": {"base", "wire", "protocol", "config", "node"},
     "clients": {"base", "guests", "facade"},
     "pipeline": {"base", "wire", "doc"},  # reads exported logs; never the runtime
-    "cli": {"base", "wire", "log", "protocol", "posts", "transport", "config", "sim", "node", "facade", "clients",
-            "pipeline", "security"},
+    "render": set(),  # the API's answers as text: JSON in, text out
+    "cli": {"base", "wire", "log", "protocol", "transport", "config", "sim", "node", "facade", "clients",
+            "pipeline", "security", "render", "ports", "features"},
     "entry": {"cli"},
 }
 

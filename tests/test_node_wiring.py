@@ -22,6 +22,7 @@ from huddle.errors import ConfigError, CutOffReadOnly
 from huddle.ids import NodeId
 from huddle.log.datadir import DataDir
 from huddle.node import Node
+from huddle.posts.feature import PostsFeature
 from huddle.posts.peer import HydraBulk, HydraPayload, PostsPeerDown, PostsPeerUp
 from huddle.posts.store import PostStore
 from huddle.protocol.events import BufferSpace, ChatReceived, Event, MessageReceived, PeerExcluded
@@ -135,9 +136,10 @@ class _Mesh:
 
 
 def _wired(tmp_path: Path) -> tuple[Node, _Posts, list[Event]]:
-    node = Node(NodeConfig(data_dir=tmp_path))
+    feature = PostsFeature()
+    node = Node(NodeConfig(data_dir=tmp_path), features=[feature])
     posts = _Posts()
-    node._posts = posts  # type: ignore[assignment]
+    feature._service = posts  # type: ignore[assignment]
     node._mesh = _Mesh()  # type: ignore[assignment]
     heard: list[Event] = []
     node.add_listener(heard.append)
@@ -152,7 +154,7 @@ def test_the_post_service_alone_hears_the_posts_peer_services_events(tmp_path: P
     chat = ChatReceived(PEER, "bob", "hi", 1.0)
     message = MessageReceived(PEER, 1, b"plain")
     for event in [*mine, chat, message]:
-        node._publish(event)
+        node.publish(event)
     assert posts.seen == mine  # the application's events are not the post service's
     assert heard == [chat, message]  # and its events never reach the listeners
 
@@ -162,11 +164,11 @@ def test_the_node_acts_on_its_events_before_the_listeners_hear_them(tmp_path: Pa
     waiting = node._driver._space.setdefault(PEER, asyncio.Event())  # a sender waiting for room
     order: list[str] = []
     node.add_listener(lambda e: order.append(f"listener saw space={waiting.is_set()}"))
-    node._publish(BufferSpace(PEER, 1))
+    node.publish(BufferSpace(PEER, 1))
     assert order == ["listener saw space=True"]
     saved: list[dict[NodeId, str]] = []
     node.add_listener(lambda e: saved.append(DataDir(tmp_path).excluded()) if isinstance(e, PeerExcluded) else None)
-    node._publish(PeerExcluded(PEER, "bob", "spam", 2.0))
+    node.publish(PeerExcluded(PEER, "bob", "spam", 2.0))
     assert saved == [{PEER: "spam"}]  # on disk before any listener hears of it
     assert [type(e) for e in heard] == [BufferSpace, PeerExcluded]
 
@@ -186,14 +188,14 @@ def test_listeners_added_or_removed_while_an_event_is_handed_out_change_only_the
     remove_first = node.add_listener(first)
     remove_second = node.add_listener(lambda e: order.append("second"))
     chat = ChatReceived(PEER, "bob", "hi", 1.0)
-    node._publish(chat)
+    node.publish(chat)
     assert order == ["first", "second"]
-    node._publish(chat)
+    node.publish(chat)
     assert order == ["first", "second", "first", "late"]
     remove_first()
     remove_first()  # twice: nothing more happens
     remove_second()
-    node._publish(chat)
+    node.publish(chat)
     assert order == ["first", "second", "first", "late", "late"]
     assert heard == [chat] * 3  # the first listener, added before the others, heard every one
 

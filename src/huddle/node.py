@@ -1,16 +1,17 @@
-"""The composition root: one node = mesh state machine + ZeroMQ + discovery + API.
+"""The composition root: one node = mesh state machine + ZeroMQ + discovery + API + features.
 
 The driver is thin: it turns socket readiness and timers into calls on
 :class:`~huddle.protocol.Mesh` and carries out the actions it returns.  What
 the node holds lives with its own package: the data directory
 (:mod:`huddle.log.datadir`), the bout document and its rules
 (:mod:`huddle.doc.desk`), the statistics rows (:mod:`huddle.log.stats`), the
-guests' side (:mod:`huddle.guests.bridge`), the mesh's driver: its actions
-carried out, frames fed in, the timer loop (:mod:`huddle.driver`), the finders
-(:mod:`huddle.finders`), what the API shows (:mod:`huddle.api.info`).  This
-module wires them, starts them in order
-and stops them in reverse (one exit stack), and routes the protocol's events
-to an ordered list of subscribers (:meth:`Node._wire_events`).
+mesh's driver: its actions carried out, frames fed in, the timer loop
+(:mod:`huddle.driver`), the finders (:mod:`huddle.finders`), what the API shows
+(:mod:`huddle.api.info`).  The capabilities with I/O of their own (posts, guests)
+are features (huddle/ports.py): the node loops over the list it is given, and
+names none of them.  This module wires them, starts them in order and stops
+them in reverse (one exit stack), and routes the protocol's events to an
+ordered list of subscribers (:meth:`Node._wire_events`).
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ import os
 import signal
 import time
 import typing
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any
 
 from .api.info import log_summary, node_info, system_picture
 from .config import NodeConfig, resolve_seed
@@ -41,10 +42,7 @@ from .log.datadir import DataDir
 from .log.integrity import LogGuard, take_new_identity
 from .log.stats import STATS_INTERVAL, StatRows
 from .memtune import raise_descriptor_limit
-from .posts.model import Policy
-from .posts.peer import POSTS_INPUTS, PostsPeer
-from .posts.service import PostService, PostSettings
-from .posts.store import PostStore
+from .ports import Feature, LinkWatcher, Renderer, Subscriber
 from .protocol import Event, Mesh, PeerInfo
 from .protocol.core import CoreServices, build_services
 from .protocol.events import (
@@ -53,7 +51,7 @@ from .protocol.events import (
     CutOff,
     LogAppended,
     PeerExcluded,
-    ServiceEvent,
+    json_row,
     stat_row,
 )
 from .protocol.logstore import canonical_json
@@ -75,28 +73,31 @@ from .transport.zap import AllowList, MeshSecurity
 from .transport.zmq_transport import ZmqTransport
 from .wire import LogRecord
 
-if TYPE_CHECKING:  # the guests' side loads only with --guests
-    from .guests.bridge import GuestBridge
-    from .guests.server import GuestServer
-
 __all__ = ["Node", "run_node"]
 
 log = logging.getLogger("huddle.node")
 
-Listener = Callable[[Event], None]
-# An event subscriber: True when it consumed the event (the subscribers after it do not see it).
-Subscriber = Callable[[Any], bool | None]
+Listener = Callable[[Any], None]  # hears the core's events (Event) and the features' own
 EVENT_TYPES: tuple[type, ...] = typing.get_args(Event)
 
 
 class Node:
     """A running huddle node.  Create, then ``await node.run()``."""
 
-    def __init__(self, config: NodeConfig, *, carried: list[tuple[str, str]] | None = None,
-                 renewed: dict[str, str] | None = None) -> None:
-        """``carried`` and ``renewed``: what the node that ran before under the identity it
-        retired left (:meth:`_renew_identity`): the events it recorded under numbers its peers
-        held with other content, recorded again once this node records, and why it changed."""
+    def __init__(self, config: NodeConfig, *, features: Sequence[Feature] | None = None,
+                 carried: list[tuple[str, str]] | None = None, renewed: dict[str, str] | None = None) -> None:
+        """``features``: the capabilities it runs (huddle/ports.py; None: the default list,
+        huddle/features.py).  ``carried`` and ``renewed``: what the node that ran before under
+        the identity it retired left (:meth:`_renew_identity`): the events it recorded under
+        numbers its peers held with other content, recorded again once this node records, and
+        why it changed."""
+        if features is None:
+            from .features import default_features  # noqa: PLC0415 - the one list; node.py names no feature
+
+            features = default_features()
+        self.features: tuple[Feature, ...] = tuple(features)
+        self._renderers: dict[type, Renderer] = {k: fn for f in self.features for k, fn in f.event_renderers.items()}
+        self._spawned: list[Coroutine[Any, Any, None]] = []  # the features' long tasks, run in the task group
         self.config = config
         self.carried = list(carried or ())  # (kind, body as canonical JSON) to record when recording starts
         self.renewed = renewed  # the previous identity and why it was retired (shown in info())
@@ -113,11 +114,11 @@ class Node:
         self._rows: StatRows | None = None  # the statistics rows, in the store
         self._replicator: Replicator | None = None
         self._core: CoreServices | None = None  # the mesh's peer services, by name
-        self._posts_peer: PostsPeer | None = None  # posts' peer service, one of the mesh's
-        self._driver = MeshDriver(self.local_now, self._publish)  # attached to the mesh and transport by _start
+        self._driver = MeshDriver(self.local_now, self.publish)  # attached to the mesh and transport by _start
         self._finders = Finders(self._driver.discovered)
-        self._bridge: GuestBridge | None = None  # with --guests
-        self._posts: PostService | None = None
+        self._iface: Interface | None = None  # the interface it started on (the follower has it then)
+        self._movers: list[Callable[[str], Awaitable[None]]] = []  # features following an address move
+        self._key_watchers: list[Callable[[GroupSecret], None]] = []  # features told of each rotation step
         self._follower: NetworkFollower | None = None  # follows the interface's address
         self._left = False  # the mesh said GBYE
         self.api_url: str | None = None
@@ -183,7 +184,8 @@ class Node:
         stats["accept_failures"] = self.accept_failures
         stats["security"] = None if self.security is None else self.security.stats()
         out = node_info(self.mesh, identity=self.identity, node_type=self.node_type, mesh_time=self.mesh_time(),
-                        started_at=self.started_at, read_only=self.read_only, guests=self.guests,
+                        started_at=self.started_at, read_only=self.read_only,
+                        features={f.name: facts for f in self.features if (facts := f.facts()) is not None},
                         security=None if self.security is None else self.security.describe(), stats=stats)
         # Whether events are recorded now, and why not (starting, or this identity retired: protocol.md 12.1);
         # the identity this node took over from, if it retired one.
@@ -261,7 +263,7 @@ class Node:
         # LocalProtocolError here means nothing was.
         record = self.replicator.append(kind, self._body_texts([(kind, body)])[0][1], self.local_now(),
                                         self.mesh_time(), canonical=True)
-        self._execute()  # commits before anything is sent or returned
+        self.execute()  # commits before anything is sent or returned
         return record
 
     def _body_texts(self, events: list[tuple[str, Any]]) -> list[tuple[str, str]]:
@@ -278,7 +280,7 @@ class Node:
         self._check_recording(len(events))
         now, stamp = self.local_now(), self.mesh_time()
         records = self.replicator.append_many(self._body_texts(events), now, stamp, canonical=True)
-        self._execute()
+        self.execute()
         return records
 
     def _origin(self) -> tuple[bytes, int]:
@@ -311,17 +313,6 @@ class Node:
         """Queue an addressed message (:meth:`MeshDriver.send_to`)."""
         return self._driver.send_to(peer, payload)
 
-    def send_bulk(self, peer: NodeId, head: bytes, data: bytes | memoryview) -> bool:
-        """Send a BULK (``head``, then ``data`` as a frame of its own) to an admitted peer on
-        its connection now, outside the addressed-message channel: not acknowledged, not
-        re-sent.  False if the peer is not admitted (nothing sent)."""
-        posts = self._posts_peer
-        if posts is None:
-            raise NotRunning("the node is not running")
-        ok = posts.send_bulk(peer, head, data)
-        self._execute()
-        return ok
-
     def queued_bulk(self, peer: NodeId) -> int:
         return self._driver.queued_bulk(peer)
 
@@ -335,14 +326,8 @@ class Node:
     def exclude(self, peer: NodeId, reason: str) -> bool:
         """Exclude ``peer`` for good (persisted); False if it already was."""
         done = self.mesh.exclude(peer, reason, self.local_now())
-        self._execute()
+        self.execute()
         return done
-
-    @property
-    def posts(self) -> PostService:
-        if self._posts is None:
-            raise NotRunning("the node is not running")
-        return self._posts
 
     @property
     def allow_list(self) -> AllowList | None:
@@ -350,8 +335,20 @@ class Node:
         return None if self.security is None else self.security.allow
 
     @property
-    def guests(self) -> GuestServer | None:
-        return None if self._bridge is None else self._bridge.server
+    def address(self) -> str:
+        """The address the node listens on now: its interface's, followed when it moves."""
+        iface = self._iface if self._follower is None else self._follower.interface
+        if iface is None:
+            raise LocalProtocolError("the node is not running")
+        return iface.ip
+
+    def follow_address(self, moved: Callable[[str], Awaitable[None]]) -> None:
+        """``moved(address)`` after each move of the interface, once the node followed it."""
+        self._movers.append(moved)
+
+    def watch_keys(self, changed: Callable[[GroupSecret], None]) -> None:
+        """``changed(secret)`` with the group secret in use, at each step of its rotation."""
+        self._key_watchers.append(changed)
 
     @property
     def group_secret(self) -> GroupSecret | None:
@@ -397,8 +394,7 @@ class Node:
             async with asyncio.TaskGroup() as tg:
                 tasks = [tg.create_task(self._driver.run(STATS_INTERVAL, self._rows_due))]
                 tasks += [tg.create_task(finder) for finder in self._finders.tasks()]
-                if self._posts is not None:
-                    tasks.append(tg.create_task(self._posts.run()))
+                tasks += [tg.create_task(run) for run in self._spawned]
                 if self._follower is not None:
                     tasks.append(tg.create_task(self._follower.run()))
                 tasks.append(tg.create_task(self._record_carried()))  # ends once the node records
@@ -410,15 +406,13 @@ class Node:
     async def _start(self, stack: contextlib.AsyncExitStack, iface: Interface) -> None:
         cfg, uuid = self.config, self.uuid
         assert uuid is not None  # run() read it
-        if cfg.guests.enabled:
-            from .guests.bridge import GuestBridge  # noqa: PLC0415 - the guests' side loads only with --guests
-
-            self._bridge = GuestBridge()
-        links = None if self._bridge is None else self._bridge.links
+        self._iface = iface
+        watchers = [w for f in self.features if (w := f.links(cfg)) is not None]  # guests' hosts: one per guest
         driver = self._driver
+        driver.on_disconnect += [w.forget for w in watchers]
         transport = ZmqTransport(uuid, on_frames=driver.on_frames, on_stalled=driver.on_stalled,
                                  on_connect_failed=driver.on_connect_failed, limits=cfg.limits.mesh,
-                                 on_link=None if links is None else links.changed,
+                                 on_link=_links_changed(watchers),
                                  curve=None if self.security is None else self.security.setup)
         if self.security is not None:
             self.security.attach(transport.guard, self._cut_key)
@@ -437,11 +431,12 @@ class Node:
         if returned:
             log.warning("dropped %d records in this node's name that came from peers: "
                         "its sequence continues what it wrote itself", returned)
-        posts = self._posts_peer = PostsPeer(uuid)  # Hydra's payloads ride on addressed delivery
         core = self._core = build_services(uuid, now=self.local_now(), store=store, log_limits=cfg.limits.log,
                                            delivery=cfg.delivery_timing(), conn_counters=transport.counters,
                                            log_signer=self.identity, log_secure=cfg.group_secret is not None,
-                                           report_signer=self.identity, takers=[posts], extra=[posts])
+                                           report_signer=self.identity,
+                                           extra=[s for f in self.features for s in f.peer_services(uuid)],
+                                           takers=[t for f in self.features for t in f.payload_takers()])
         mesh = self._mesh = Mesh(
             uuid, name=cfg.name, group=cfg.group, endpoint=endpoint,
             incarnation=os.urandom(8).hex(), now=self.local_now(), timing=cfg.mesh_timing(),
@@ -464,18 +459,14 @@ class Node:
         if not self._new_identity:
             self.replicator.hold_own(self.local_now(), cfg.limits.log.own_wait, cfg.limits.log.own_quiet)
         self.desk.reload(store.of_kind(DOC_KIND))
-        settings = PostSettings(policy=Policy.parse(cfg.posts.policy), chunk_size=cfg.posts.chunk,
-                                interval=cfg.posts.interval, require_seal=cfg.group_secret is not None)
-        self._posts = PostService(self, PostStore(self.data_dir.path, self.identity), settings, self._publish,
-                                  limits=cfg.limits.posts)
-        stack.callback(self._posts.close)
+        stack.callback(self._spawned_unrun)
+        for feature in self.features:  # each one's driver: its closers on the stack, its tasks spawned
+            await feature.start(stack, self._spawned.append, self)
         self._wire_events()
         transport.start(asyncio.get_running_loop())
         for seed in cfg.discovery.seeds:
             mesh.add_seed(resolve_seed(seed), self.local_now())
         await self._finders.start(stack, cfg, uuid=uuid, iface=iface, port=port, endpoint=endpoint)
-        if self._bridge is not None:
-            await self._start_guests(self._bridge, stack, iface, mesh)
         if self.security is not None and self.security.keyring is not None:  # transport/rotation.py
             here = lambda: iface.ip if self._follower is None else self._follower.interface.ip  # noqa: E731
             self.rotation = KeyRotation(self.security, transport, host=here, port=port, port_range=cfg.mesh.port_range,
@@ -491,7 +482,7 @@ class Node:
             self._follower = NetworkFollower(cfg.discovery.interface or iface.name, iface, port, self._followers(transport),
                                              counts=self.driver_stats, failed=self._network_failed)
         stack.callback(self._leave)  # stopping starts with GBYE, while everything still runs
-        self._execute()
+        self.execute()
         log.info("node %s (%s) in group %r at %s, api %s", uuid.short, cfg.name, cfg.group, endpoint, self.api_url)
         assert self.identity is not None and self.security is not None  # loaded before anything starts
         said = self.security.describe()
@@ -501,26 +492,13 @@ class Node:
             log.info("mesh secured (CurveZMQ): %s mode, group key %s; this node's key: %s", said["mode"],
                      said["key_id"], self.identity.fingerprint)
 
-    async def _start_guests(self, bridge: GuestBridge, stack: contextlib.AsyncExitStack, iface: Interface,
-                            mesh: Mesh) -> None:
-        from .guests.bridge import BridgeSettings, room_key_of  # noqa: PLC0415 - with --guests (_start loaded it)
-
-        cfg, uuid = self.config, mesh.uuid
-        self._driver.on_disconnect.append(bridge.forget)
-        stack.push_async_callback(bridge.close)
-        await bridge.start(
-            BridgeSettings(group=cfg.group, me=uuid, marco_port=cfg.guests.marco_port, tcp_port=cfg.guests.port,
-                           ws_port=cfg.guests.ws_port, max_frame=cfg.guests.max_message,
-                           limits=cfg.limits.guests, room_key=room_key_of(cfg.group_secret)),
-            iface.ip, mesh, emit=self._record_guest, clock=self.local_now)
-
     def _followers(self, transport: ZmqTransport) -> Followers:
         """Who follows an address change, in order: the ROUTER, the mesh (HELO to the
-        peers), the naming client; then the announcements (beacon, mDNS, guest servers)."""
+        peers), the naming client; then the announcements (beacon, mDNS), then the
+        features (the guest servers)."""
         follow = Followers(transport, self.config.mesh.port_range, endpoint=[self._set_endpoint])
         self._finders.follow(follow)
-        if self._bridge is not None:
-            follow.announce.append(self._move_guests)
+        follow.announce += [_moved_to(moved) for moved in self._movers]
         return follow
 
     async def _advertise(self, iface: Interface, port: int) -> None:
@@ -533,28 +511,18 @@ class Node:
 
     def _keys_changed(self, keyring: Keyring) -> None:
         """A rotation step: naming announcements are MAC'd with the key in use and accepted with
-        any key held; a guest registers with the room key of the secret in use."""
+        any key held; the features are told the secret in use (a guest registers with its room key)."""
         naming = self._finders.naming
         if naming is not None:
             keys = [s.naming_key() for s in keyring.secrets()]
             naming.key = naming.state.key = keys[0]
             naming.state.also_accepted = tuple(keys[1:])
-        if self.guests is not None:
-            from .guests.bridge import room_key_of  # noqa: PLC0415 - with --guests (_start loaded it)
-
-            self.guests.room.room_key = room_key_of(keyring.current)
+        for changed in self._key_watchers:
+            changed(keyring.current)
 
     def _set_endpoint(self, endpoint: str) -> None:
         self.mesh.set_endpoint(endpoint, self.local_now())
-        self._execute()
-
-    async def _move_guests(self, iface: Interface, port: int) -> None:
-        """The guest servers listen on the interface's address (docs/guests.md, "Address changes")."""
-        guests = self.guests
-        if guests is not None and guests.host != iface.ip:
-            await guests.move(iface.ip)
-            log.warning("the guest servers moved to %s: TCP %d, WebSocket %d", iface.ip, guests.tcp_port,
-                        guests.ws_port)
+        self.execute()
 
     def _network_failed(self, exc: Exception) -> None:
         self._driver.survived("network_failures", "following the network interface", exc)
@@ -564,7 +532,7 @@ class Node:
         if self._mesh is not None and not self._left:
             self._left = True
             self._mesh.leave(self.local_now())
-            self._execute()
+            self.execute()
 
     async def _record_carried(self) -> None:
         """Once the start-up window ends: record what waited for it (guests' events), and,
@@ -578,12 +546,12 @@ class Node:
             except LocalProtocolError as exc:  # they passed these checks once: not expected, but not fatal either
                 log.error("could not record the %d events that waited for the start-up window: %s", len(events), exc)
                 return
-            self._execute()
+            self.execute()
             log.info("recorded %d events that waited for the start-up window's end%s", len(events),
                      "" if self.renewed is None else " (with those recorded under the retired identity since its start)")
 
-    def _record_guest(self, kind: str, body: Any) -> LogRecord | None:
-        """A guest's event: recorded, or kept for the start-up window's end (a guest may speak
+    def record_soon(self, kind: str, body: Any) -> LogRecord | None:
+        """An event recorded now, or kept for the start-up window's end (a guest may speak
         as soon as its host is back; protocol.md 12.1)."""
         if self.replicator.starting:
             self.carried.append(self._body_texts([(kind, body)])[0])
@@ -653,19 +621,26 @@ class Node:
                                        self.local_now())
             self._driver.execute()
 
-    def _execute(self) -> None:
+    def execute(self) -> None:
+        """Carry out the mesh's pending actions (a feature's service asked to send)."""
         self._driver.execute()
+
+    def _spawned_unrun(self) -> None:
+        """The features' tasks that never ran (a start failed before the task group): closed, not left."""
+        for run in self._spawned:
+            run.close()
 
     # ---------------------------------------------------------------- events
 
     def _wire_events(self) -> None:
         """Who hears the protocol's events, in this order.  A subscriber that returns
-        True consumed the event: the ones after it do not see it.  The posts peer
-        service's events (Hydra's messages, BULKs, its peers) go to the post service
-        alone, never to the event stream; the API's listeners come last."""
-        every = EVENT_TYPES
-        routes: list[tuple[tuple[type, ...], Subscriber]] = [
-            (POSTS_INPUTS, self.posts.handle),
+        True consumed the event: the ones after it do not see it.  The features'
+        subscribers come first (posts consumes its peer service's events: Hydra's
+        messages, BULKs, its peers); the API's listeners come last, and hear the
+        features' own events (their ``event_renderers``) too."""
+        every, own = EVENT_TYPES, tuple(self._renderers)
+        routes: list[tuple[tuple[type, ...], Subscriber]] = [sub for f in self.features for sub in f.subscriptions()]
+        routes += [
             ((IdentityRetired,), self._identity_retired),
             ((PeerExcluded,), self._save_excluded),
             ((BufferSpace,), self._driver.wake_sender),
@@ -675,12 +650,14 @@ class Node:
         routes += [
             ((LogAppended,), self._log_appended),
             (tuple(kind for kind in every if not issubclass(kind, NOT_STATISTICS)), self._stat_row),
-            (every, self._to_listeners),
+            (own, self._feature_row),
+            ((*every, *own), self._to_listeners),
         ]
         self._routes = {kind: [fn for kinds, fn in routes if kind in kinds]
-                        for kind in (*every, *POSTS_INPUTS, IdentityRetired)}
+                        for kinds, _ in routes for kind in kinds}
 
-    def _publish(self, event: Event | ServiceEvent) -> None:
+    def publish(self, event: object) -> None:
+        """Hand ``event`` to its subscribers, in order (:meth:`_wire_events`)."""
         for subscriber in self._routes.get(type(event), ()):
             if subscriber(event):
                 return
@@ -702,14 +679,12 @@ class Node:
         return False
 
     def _log_appended(self, event: LogAppended) -> bool:
-        bridge = self._bridge
         for run, _ in event.runs:
             self.desk.take(run)
-            if bridge is not None:
-                bridge.speak(run, self.mesh.uuid, self._name_of)
         return False
 
-    def _name_of(self, uuid: NodeId) -> str:
+    def name_of(self, uuid: NodeId) -> str:
+        """A node's name as this node knows it (its short id if it knows none)."""
         mesh = self._mesh
         if mesh is not None:
             if uuid == mesh.uuid:
@@ -724,13 +699,35 @@ class Node:
             self._rows.event(stat_row(event))
         return False
 
-    def _to_listeners(self, event: Event) -> bool:
+    def _feature_row(self, event: object) -> bool:
+        """A feature's event as a statistics row, rendered as the event stream shows it."""
+        if self._rows is not None:
+            self._rows.event(json_row(self._renderers[type(event)](event), getattr(event, "peer", None)))
+        return False
+
+    def _to_listeners(self, event: object) -> bool:
         for fn in self._listeners:
             try:
                 fn(event)
             except Exception:  # a listener's bug must not stop the node
                 log.exception("event listener failed")
         return False
+
+
+def _links_changed(watchers: list[LinkWatcher]) -> Callable[[int, bool], None] | None:
+    """What the transport calls on a link change: the features' watchers (None: no monitor needed)."""
+    if len(watchers) < 2:
+        return watchers[0].changed if watchers else None
+
+    def changed(conn: int, up: bool) -> None:
+        for watcher in watchers:
+            watcher.changed(conn, up)
+    return changed
+
+
+def _moved_to(moved: Callable[[str], Awaitable[None]]) -> Callable[[Interface, int], Awaitable[None]]:
+    """A feature following the address, as the followers announce a move (to the interface, on a port)."""
+    return lambda iface, port: moved(iface.ip)
 
 
 def run_node(config: NodeConfig, on_ready: Callable[[Node], None] | None = None) -> None:

@@ -9,8 +9,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from aiohttp import hdrs, web
 from aiohttp.abc import AbstractStreamWriter
@@ -21,7 +22,7 @@ from ..ratelog import RateLog
 from .guard import ApiCounters, ConnectionGuard
 from .ports import ApiNode
 
-__all__ = ["NODE_KEY", "STATE_KEY", "ApiState", "error_response", "file_response"]
+__all__ = ["NODE_KEY", "READ_JSON_KEY", "STATE_KEY", "ApiState", "ReadJson", "error_response", "file_response"]
 
 log = logging.getLogger("huddle.api")
 
@@ -54,6 +55,9 @@ class ApiState:
 
 
 STATE_KEY: web.AppKey[ApiState] = web.AppKey("api_state")
+# Reads a request's JSON object under the door's rules (type, size, time, depth): a feature's routes use it.
+ReadJson = Callable[[web.Request], Awaitable[dict[str, Any]]]
+READ_JSON_KEY: web.AppKey[ReadJson] = web.AppKey("read_json")
 
 
 def error_response(status: int, message: str) -> web.Response:

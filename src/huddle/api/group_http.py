@@ -1,5 +1,5 @@
 """HTTP routes of the group secret's rotation (docs/security.md, "Rotating the group secret"),
-added to the node's API app.  Token rules as every API call.
+added to the node's API app by the rotation feature (security/features.py).  Token rules as every API call.
 
     GET  /api/v1/group/keys     the key in use, each key held (key id, state, port), the retired key ids
     POST /api/v1/group/keys     {"file": TEXT}: install the group file TEXT beside the key in use
@@ -12,25 +12,32 @@ Never a secret in an answer.  400: not a group file of this group; 404: no such 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Protocol
 
 from aiohttp import web
 
+from ..ports import RotationPort
 from ..security import KeyringError
-from .common import NODE_KEY
+from .common import READ_JSON_KEY
 from .common import error_response as _error
-from .ports import RotationPort
 
-__all__ = ["add_group_routes"]
+__all__ = ["ROTATION_KEY", "RotationFacts", "add_group_routes"]
 
-ReadJson = Callable[[web.Request], Awaitable[dict[str, Any]]]
+
+class RotationFacts(Protocol):
+    """What these routes read of the rotation feature: the rotation, in a group with a secret."""
+
+    @property
+    def rotation(self) -> RotationPort | None: ...
+
+
+ROTATION_KEY: web.AppKey[RotationFacts] = web.AppKey("rotation")
 _OPEN = "this node runs an open group (no group secret): there is no key to rotate"
 MAX_KEY_ID = 64  # far beyond a key id's 8 hex digits
 
 
 def _rotation(request: web.Request) -> RotationPort:
-    rotation = request.app[NODE_KEY].rotation
+    rotation = request.app[ROTATION_KEY].rotation
     if rotation is None:
         raise web.HTTPConflict(text=_OPEN)
     return rotation
@@ -40,8 +47,10 @@ async def _get_keys(request: web.Request) -> web.Response:
     return web.json_response(_rotation(request).describe())
 
 
-def add_group_routes(app: web.Application, read_json: ReadJson) -> None:
-    """Add the routes; ``read_json`` reads a request's JSON object under the API's door rules."""
+def add_group_routes(app: web.Application, rotation: RotationFacts) -> None:
+    """Add the routes (after the API's own: they read a JSON body as ``READ_JSON_KEY`` does)."""
+    app[ROTATION_KEY] = rotation
+    read_json = app[READ_JSON_KEY]
 
     async def install(request: web.Request) -> web.Response:
         rotation = _rotation(request)

@@ -28,14 +28,14 @@ from ..errors import ConfigError, CutOffReadOnly, LocalProtocolError, NoSuchPeer
 from ..gated import GatedSite
 from ..ids import NodeId
 from ..limits import ApiLimits
+from ..ports import Renderer
 from ..protocol import Event, PeerInfo
 from ..protocol.delivery import BufferFull
 from ..protocol.events import LogAppended, record_json
 from ..security import load_or_create_token, token_matches
 from ..wire import MAX_BODY
-from .common import NODE_KEY, STATE_KEY, ApiState, file_response
+from .common import NODE_KEY, READ_JSON_KEY, STATE_KEY, ApiState, file_response
 from .common import error_response as _error
-from .group_http import add_group_routes
 from .guard import (
     SIMPLE_TYPES,
     TOKEN_COOKIE,
@@ -51,8 +51,6 @@ from .guard import (
 )
 from .join import add_join_routes
 from .ports import ApiNode
-from .posts_http import add_post_routes
-from .trust_http import add_trust_routes
 
 __all__ = ["make_app", "start_api"]
 
@@ -66,6 +64,8 @@ _JSON_WRITE_TYPES = frozenset({"application/json"})
 _DOC_TYPES = frozenset({"application/json", "application/xml", "text/xml"})
 _FORM_TYPES = frozenset({"application/x-www-form-urlencoded"})
 _LOGIN = "/login"
+# The features' event classes, each with its JSON for the stream (the core's events have to_json).
+_RENDERERS: web.AppKey[dict[type, Renderer]] = web.AppKey("renderers")
 
 
 
@@ -340,12 +340,14 @@ async def _get_log_summary(request: web.Request) -> web.Response:
     return web.json_response(request.app[NODE_KEY].log_summary())
 
 
-def _event_messages(event: Event) -> list[bytes]:
-    """An event as the stream's text messages (one per log record), UTF-8."""
+def _event_messages(event: Event, renderers: dict[type, Renderer]) -> list[bytes]:
+    """An event as the stream's text messages (one per log record), UTF-8; a feature's
+    own event as its renderer makes it."""
     if isinstance(event, LogAppended):
         items = [record_json(record, frm, arriving=True) for record, frm in event.records]
     else:
-        items = [event.to_json()]
+        render = renderers.get(type(event))
+        items = [event.to_json() if render is None else render(event)]
     return [json.dumps(item, ensure_ascii=False).encode("utf-8", "replace") for item in items]
 
 
@@ -379,6 +381,7 @@ async def _events(request: web.Request) -> web.StreamResponse:
         return ws
     state.subscribers += 1
     limit = state.limits.subscriber_buffer_bytes
+    renderers = request.app[_RENDERERS]
     closing: list[asyncio.Task[None]] = []
 
     async def drop() -> None:
@@ -391,7 +394,7 @@ async def _events(request: web.Request) -> web.StreamResponse:
     def listener(event: Event) -> None:
         if closing or transport.is_closing():
             return
-        messages = _event_messages(event)
+        messages = _event_messages(event, renderers)
         size = sum(len(m) + 10 for m in messages)
         if transport.get_write_buffer_size() + size > limit:
             # A subscriber that does not keep up is cut off rather than made to hold the node's memory.
@@ -581,42 +584,6 @@ async def _get_guest_js(request: web.Request) -> web.StreamResponse:
                                                          "Content-Type": "text/javascript; charset=utf-8"})
 
 
-def _guest_server(request: web.Request) -> Any:
-    guests = request.app[NODE_KEY].guests
-    if guests is None:
-        raise web.HTTPConflict(text="this node does not host guests: start it with --guests")
-    return guests
-
-
-async def _get_guests(request: web.Request) -> web.Response:
-    node = request.app[NODE_KEY]
-    guests = _guest_server(request)
-    room = guests.room
-    now = node.local_now()
-    return web.json_response({
-        "room": room.room, **guests.ports(),
-        "guests": [g.as_dict(now) for g in room.guests.values()],
-        "free": [x.as_dict(now) for x in room.free.values()],
-        "others": [x.as_dict(now) for x in room.others.values()],
-        "grabbed": sorted(room.grabbed),
-        "hosts": guests.host_ids(),
-        "stats": dict(guests.stats) | {"fired": room.fired, "errors": room.errors},
-    })
-
-
-async def _post_guest_action(request: web.Request) -> web.Response:
-    guests = _guest_server(request)
-    name = request.match_info["name"]
-    if bad_text(name):
-        return _error(400, "a guest's name must be text that can be encoded as UTF-8")
-    if request.match_info["action"] == "grab":
-        guests.grab(name)
-        return web.json_response({"grabbed": name}, status=201)
-    if not guests.fire(name, "fired by hand"):
-        return _error(404, f"no guest {name!r} in this room")
-    return web.json_response({"fired": name})
-
-
 def _login_page(next_path: str, message: str = "", status: int = 200) -> web.Response:
     note = f'<p class="bad">{html.escape(message)}</p>' if message else ""
     body = f"""<!doctype html>
@@ -760,6 +727,8 @@ def make_app(node: ApiNode, limits: ApiLimits | None = None) -> web.Application:
     app = web.Application(middlewares=[_door, _errors], client_max_size=MAX_BODY + 4096)
     app[NODE_KEY] = node
     app[STATE_KEY] = ApiState(limits or ApiLimits())
+    app[READ_JSON_KEY] = _read_json
+    app[_RENDERERS] = {kind: fn for f in node.features for kind, fn in f.event_renderers.items()}
     app.cleanup_ctx.append(_sweeper)
     app.router.add_get("/api/v1/node", _get_node)
     app.router.add_get("/api/v1/peers", _get_peers)
@@ -783,12 +752,9 @@ def make_app(node: ApiNode, limits: ApiLimits | None = None) -> web.Application:
     app.router.add_get("/guest.js", _get_guest_js)
     app.router.add_get(_LOGIN, _get_login)
     app.router.add_post(_LOGIN, _post_login)
-    app.router.add_get("/api/v1/guests", _get_guests)
-    app.router.add_post("/api/v1/guests/{name}/{action:grab|fire}", _post_guest_action)
-    add_post_routes(app)
     add_join_routes(app)
-    add_trust_routes(app, _read_json)
-    add_group_routes(app, _read_json)
+    for feature in node.features:  # each adds its routes, with its own port
+        feature.routes(app)
     return app
 
 

@@ -7,7 +7,7 @@ them with its parts, and :class:`~huddle.api.ports.ApiNode` serves the results.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..config import NodeType
 from ..protocol import Mesh
@@ -15,16 +15,14 @@ from ..protocol.picture import Reports
 from ..protocol.replication import Replicator
 from ..security import NodeIdentity
 
-if TYPE_CHECKING:  # the guest servers load only with --guests
-    from ..guests.server import GuestServer
-
 __all__ = ["log_summary", "node_info", "system_picture"]
 
 
 def node_info(mesh: Mesh, *, identity: NodeIdentity | None, node_type: NodeType, mesh_time: float,
-              started_at: float, read_only: bool, guests: GuestServer | None, security: dict[str, Any] | None,
+              started_at: float, read_only: bool, features: dict[str, object], security: dict[str, Any] | None,
               stats: dict[str, Any]) -> dict[str, Any]:
-    """The node: who it is, its endpoint and clock, its type and state, its counters (``stats``)."""
+    """The node: who it is, its endpoint and clock, its type and state, its counters (``stats``),
+    its features' facts (huddle/ports.py; ``guests``: the guest ports, kept where clients read them)."""
     return {
         "uuid": str(mesh.uuid),
         "name": mesh.name,
@@ -41,7 +39,8 @@ def node_info(mesh: Mesh, *, identity: NodeIdentity | None, node_type: NodeType,
         "on_cut_off": node_type.on_cut_off,
         "cut_off": mesh.cut_off,
         "read_only": read_only,
-        "guests": None if guests is None else guests.ports(),
+        "guests": features.get("guests"),
+        "features": features,
         "stats": stats,
     }
 

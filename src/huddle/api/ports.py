@@ -7,23 +7,19 @@ satisfies it without naming it, so ``huddle.api`` does not import
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 from ..config import NodeType
 from ..doc import DocEngine
 from ..ids import NodeId
 from ..log import SqliteStore
-from ..posts.service import PostService
-from ..protocol import Event, PeerInfo
+from ..ports import Feature
+from ..protocol import PeerInfo
 from ..security import GroupSecret
-from ..security.trust import TrustedKey
 from ..wire import LogRecord
 
-if TYPE_CHECKING:  # the guest servers load only with --guests
-    from ..guests.server import GuestServer
-
-__all__ = ["ApiMesh", "ApiNode", "RotationPort", "TrustPort"]
+__all__ = ["ApiMesh", "ApiNode"]
 
 
 class ApiMesh(Protocol):
@@ -36,29 +32,6 @@ class ApiMesh(Protocol):
     def excluded(self) -> dict[NodeId, str]: ...
 
     def alive_peers(self) -> list[NodeId]: ...
-
-
-class TrustPort(Protocol):
-    """Allow-list mode's keys, as the API changes them (transport/zap.py AllowList)."""
-
-    def listed(self) -> list[dict[str, str]]: ...
-
-    def add(self, text: str, name: str = "") -> TrustedKey: ...
-
-    def remove(self, text: str) -> TrustedKey | None: ...
-
-
-class RotationPort(Protocol):
-    """The group secret's rotation, as the API steps it (transport/rotation.py KeyRotation).
-    Each step raises security.KeyringError (its ``status``: 400, 404 or 409) when it cannot be taken."""
-
-    def describe(self) -> dict[str, object]: ...
-
-    async def install(self, text: str) -> dict[str, object]: ...
-
-    async def switch(self, key_id: str) -> dict[str, object]: ...
-
-    def retire(self, key_id: str) -> dict[str, object]: ...
 
 
 class ApiNode(Protocol):
@@ -83,21 +56,12 @@ class ApiNode(Protocol):
     def read_only(self) -> bool: ...
 
     @property
-    def guests(self) -> GuestServer | None: ...
-
-    @property
-    def posts(self) -> PostService: ...
+    def features(self) -> Sequence[Feature]:
+        """The features it runs: the API serves their routes and streams their events."""
 
     @property
     def group_secret(self) -> GroupSecret | None:
         """The group's secret (None: an open group); the join panel shows its code."""
-
-    @property
-    def allow_list(self) -> TrustPort | None: ...
-
-    @property
-    def rotation(self) -> RotationPort | None:
-        """The group secret's rotation (None: an open group)."""
 
     def local_now(self) -> float: ...
 
@@ -109,7 +73,8 @@ class ApiNode(Protocol):
 
     def log_summary(self) -> dict[str, Any]: ...
 
-    def add_listener(self, fn: Callable[[Event], None]) -> Callable[[], None]: ...
+    def add_listener(self, fn: Callable[[Any], None]) -> Callable[[], None]:
+        """``fn`` hears every event: the core's (``Event``) and the features' own."""
 
     def emit(self, kind: str, body: Any) -> LogRecord: ...
 

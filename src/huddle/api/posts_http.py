@@ -1,4 +1,4 @@
-"""HTTP routes of post sharing (Hydra posts), added to the node's API app.
+"""HTTP routes of post sharing (Hydra posts), added to the node's API app by the posts feature.
 
     POST /api/v1/posts?subject=S[&parent=ID][&mime=TYPE]   body: the content (streamed to disk)
     GET  /api/v1/posts[?limit=N]                             newest first
@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import Protocol
 
 from aiohttp import web
 
@@ -27,7 +28,7 @@ from ..posts.service import PostService
 from .common import NODE_KEY, STATE_KEY, file_response
 from .common import error_response as _error
 
-__all__ = ["add_post_routes"]
+__all__ = ["POSTS_KEY", "PostsPort", "add_post_routes"]
 
 log = logging.getLogger("huddle.posts")
 
@@ -41,8 +42,18 @@ CONTENT_HEADERS = {
 }
 
 
+class PostsPort(Protocol):
+    """What these routes read of the posts feature (posts/feature.py): its running service."""
+
+    @property
+    def service(self) -> PostService: ...
+
+
+POSTS_KEY: web.AppKey[PostsPort] = web.AppKey("posts")
+
+
 def _service(request: web.Request) -> PostService:
-    return request.app[NODE_KEY].posts
+    return request.app[POSTS_KEY].service
 
 
 def _cannot_store(exc: OSError) -> web.Response:
@@ -64,7 +75,7 @@ async def _post_post(request: web.Request) -> web.Response:
     if node.read_only:  # as for events: a read-only node type that is cut off records nothing
         raise CutOffReadOnly(f"this {node.node_type.name} node is cut off from the group and read-only until "
                              "a peer is back; no post was added")
-    service = node.posts
+    service = _service(request)
     q = request.query
     unknown = set(q) - {"subject", "parent", "mime"}
     if unknown:
@@ -158,7 +169,8 @@ async def _get_content(request: web.Request) -> web.StreamResponse:
                                         **CONTENT_HEADERS})
 
 
-def add_post_routes(app: web.Application) -> None:
+def add_post_routes(app: web.Application, posts: PostsPort) -> None:
+    app[POSTS_KEY] = posts
     app.router.add_post("/api/v1/posts", _post_post)
     app.router.add_get("/api/v1/posts", _get_posts)
     app.router.add_get("/api/v1/posts/stats", _get_stats)

@@ -1,4 +1,5 @@
-"""HTTP routes of allow-list mode (docs/security.md, "Allow-list mode"), added to the node's API app.
+"""HTTP routes of allow-list mode (docs/security.md, "Allow-list mode"), added to the node's API app
+by the trust feature (security/features.py).
 
     GET    /api/v1/trust          the trusted keys: {"keys": [{public_key, fingerprint, name}, ...]}
     POST   /api/v1/trust          {"key": HEX, "name": STR}: trust a key, now and in the file
@@ -9,24 +10,31 @@ A node not in allow-list mode answers 409.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Protocol
 
 from aiohttp import web
 
 from ..errors import ConfigError
-from .common import NODE_KEY
+from ..ports import TrustPort
+from .common import READ_JSON_KEY
 from .common import error_response as _error
-from .ports import TrustPort
 
-__all__ = ["add_trust_routes"]
+__all__ = ["TRUST_KEY", "TrustFacts", "add_trust_routes"]
 
-ReadJson = Callable[[web.Request], Awaitable[dict[str, Any]]]
+
+class TrustFacts(Protocol):
+    """What these routes read of the trust feature: the trusted keys, in allow-list mode."""
+
+    @property
+    def allow_list(self) -> TrustPort | None: ...
+
+
+TRUST_KEY: web.AppKey[TrustFacts] = web.AppKey("trust")
 _NOT_ALLOW_LIST = "this node is not in allow-list mode: start it with --group-key FILE --allow-list"
 
 
 def _allow_list(request: web.Request) -> TrustPort:
-    allow = request.app[NODE_KEY].allow_list
+    allow = request.app[TRUST_KEY].allow_list
     if allow is None:
         raise web.HTTPConflict(text=_NOT_ALLOW_LIST)
     return allow
@@ -36,8 +44,10 @@ async def _get_trust(request: web.Request) -> web.Response:
     return web.json_response({"keys": _allow_list(request).listed()})
 
 
-def add_trust_routes(app: web.Application, read_json: ReadJson) -> None:
-    """Add the routes; ``read_json`` reads a request's JSON object under the API's door rules."""
+def add_trust_routes(app: web.Application, trust: TrustFacts) -> None:
+    """Add the routes (after the API's own: they read a JSON body as ``READ_JSON_KEY`` does)."""
+    app[TRUST_KEY] = trust
+    read_json = app[READ_JSON_KEY]
 
     async def post_trust(request: web.Request) -> web.Response:
         allow = _allow_list(request)

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import ConfigError, HuddleError
-from .commands import COMMANDS
+from .commands import handler_of
 from .parse import build_parser
 
 __all__ = ["main"]
@@ -21,7 +21,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return COMMANDS[args.command](args)
+        return handler_of(args)(args)
     except HuddleError as exc:
         print(f"huddle {args.command}: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, ConfigError) else 1

@@ -1,4 +1,5 @@
-"""The ``huddle`` command's commands: one handler per command, in :data:`COMMANDS`.
+"""The ``huddle`` command's commands: one handler per command, in :data:`COMMANDS`, and the
+features' commands, whose parsers carry their handlers (:func:`handler_of`).
 
 A handler takes the parsed arguments and returns the exit status.  The commands
 that talk to a node go through :class:`~huddle.client.ApiClient`: each returns what
@@ -15,7 +16,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,20 +27,18 @@ from ..errors import ConfigError, HuddleError
 from ..limits import describe
 from ..log.datadir import DataDir
 from ..memtune import tune_malloc
+from ..ports import ApiHandler, Shown
 from ..security import GroupSecret, load_group_file, renew_identity
 
 # Each command imports what only it needs inside its handler (deferred on purpose): `huddle node`
-# and `huddle --help` do not load the simulator, the exporter, the repair or the posts commands
+# and `huddle --help` do not load the simulator, the exporter, the repair or the features' handlers
 # (tests/test_startup.py lists what a node's start must not import).
 if TYPE_CHECKING:  # the client imports aiohttp: loaded by the commands that call a node, not by `huddle --help`
     from ..client import ApiClient
 
-__all__ = ["COMMANDS", "Handler"]
+__all__ = ["COMMANDS", "Handler", "handler_of"]
 
 Handler = Callable[[argparse.Namespace], int]
-# What the API answered (printed by --json) and the text for a person; None: the handler printed already.
-Shown = tuple[Any, str] | None
-ApiHandler = Callable[["ApiClient", argparse.Namespace], Awaitable[Shown]]
 
 
 # ------------------------------------------------------------------ local commands
@@ -296,15 +295,6 @@ async def _peers(api: ApiClient, args: argparse.Namespace) -> Shown:
     return peers, render.peers_text(peers, await api.node())
 
 
-async def _guests(api: ApiClient, args: argparse.Namespace) -> Shown:
-    if args.grab or args.fire:
-        name = args.grab or args.fire
-        result = await api.guest_action(name, "grab" if args.grab else "fire")
-        return result, f"{'grabbed' if args.grab else 'fired'} {name}"
-    info = await api.guests()
-    return info, render.guests_text(info)
-
-
 async def _system(api: ApiClient, args: argparse.Namespace) -> Shown:
     picture = await api.system()
     return picture, render.system_text(picture)
@@ -388,24 +378,6 @@ async def _doc_jams(api: ApiClient, args: argparse.Namespace) -> Shown:
     return j, render.jams_text(j)
 
 
-async def _trust(api: ApiClient, args: argparse.Namespace) -> Shown:
-    if args.trust_command == "add":
-        added = await api.trust(args.key, args.name or "")
-        return added, f"trusted {added['fingerprint']} {added['name']}".rstrip() + " (admitted at its next handshake)"
-    if args.trust_command == "remove":
-        removed = await api.distrust(args.key)
-        return removed, f"removed {removed['fingerprint']} {removed['name']}".rstrip() + ": cut off now"
-    listed = await api.trusted()
-    lines = [f"{k['fingerprint']}  {k['public_key']}  {k['name']}".rstrip() for k in listed["keys"]]
-    return listed, "\n".join([f"{len(lines)} trusted keys (and this node's own):", *lines])
-
-
-async def _posts(api: ApiClient, args: argparse.Namespace) -> Shown:
-    from ..posts.cli import run  # noqa: PLC0415 - deferred: the posts commands' handlers, not a node's
-
-    return await run(api, args)
-
-
 DOC_ACTIONS: Mapping[str, Handler] = {
     "show": _on_api(_doc_show), "apply": _on_api(_doc_apply), "export": _on_api(_doc_export),
     "history": _on_api(_doc_history), "jams": _on_api(_doc_jams),
@@ -428,8 +400,13 @@ COMMANDS: Mapping[str, Handler] = {
     "node": _node, "demo": _demo, "node-types": _node_types, "limits": _limits, "simulate": _simulate,
     "broker": _broker, "pipeline": _pipeline, "repair": _repair, "export": _export, "group": _group,
     # through a node's API
-    "peers": _on_api(_peers), "guests": _on_api(_guests), "system": _on_api(_system), "info": _on_api(_info),
+    "peers": _on_api(_peers), "system": _on_api(_system), "info": _on_api(_info),
     "chat": _on_api(_chat), "emit": _on_api(_emit), "log": _on_api(_log), "exclude": _on_api(_exclude),
-    "send": _on_api(_send), "tail": _on_api(_tail), "doc": _doc, "trust": _on_api(_trust),
-    "post": _on_api(_posts), "posts": _on_api(_posts),
+    "send": _on_api(_send), "tail": _on_api(_tail), "doc": _doc,
 }
+
+
+def handler_of(args: argparse.Namespace) -> Handler:
+    """The parsed command's handler: the core's, or a feature's (its parser set ``api_handler``)."""
+    handler = COMMANDS.get(args.command)
+    return handler if handler is not None else _on_api(args.api_handler)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .. import __version__
 from ..config import BUILTIN_TYPES, DEFAULT_API, DEFAULT_BEACON_PORT
-from ..posts.cli import add_parsers as add_post_parsers
+from ..features import default_features
+from ..ports import Feature
 
 __all__ = ["build_parser"]
 
@@ -102,7 +103,9 @@ def _add_client_options(p: argparse.ArgumentParser) -> None:
                    help="the node's API token, when its API listens beyond loopback (default: $HUDDLE_TOKEN)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(features: Sequence[Feature] | None = None) -> argparse.ArgumentParser:
+    """The whole tree: the core's commands and each feature's (None: the default features).
+    A feature's command carries its handler as ``args.api_handler`` (cli/commands.py runs it)."""
     parser = argparse.ArgumentParser(
         prog="huddle",
         description="huddle: a brokerless peer-to-peer event mesh for small groups of machines on one network.",
@@ -396,17 +399,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_client_options(system)
 
-    guests_p = sub.add_parser(
-        "guests", help="the guests of a node's room (Noam): registered, free, others; grab or fire one",
-        description="Guests are programs that join a node's room with the Noam protocol (UDP marco / polo on "
-        "port 1030, length-prefixed JSON over TCP or WebSocket) instead of running a node: browser pages, "
-        "scripts, small devices. Start the node with --guests. A free guest (one that asks for no room) joins "
-        "only when grabbed.", epilog=CLIENT_EPILOG,
-    )
-    guests_p.add_argument("--grab", metavar="NAME", help="take a free guest into this room: its next marco gets a polo")
-    guests_p.add_argument("--fire", metavar="NAME", help="remove a guest and close its connections")
-    _add_client_options(guests_p)
-
     limits_p = sub.add_parser(
         "limits", help="list the bounds on what peers, guests and web pages can make a node hold",
         description="Every limit a node applies to its mesh socket, log replication, HTTP API, guest ports, "
@@ -433,7 +425,9 @@ def build_parser() -> argparse.ArgumentParser:
     types.add_argument("--config", type=Path, metavar="FILE", help="also list the [types.NAME] tables of this file")
     types.add_argument("--json", action="store_true", help="print JSON")
 
-    add_post_parsers(sub, _add_client_options, CLIENT_EPILOG)
+    for feature in default_features() if features is None else features:
+        for name, handler in feature.commands(sub, _add_client_options, CLIENT_EPILOG).items():
+            sub.choices[name].set_defaults(api_handler=handler)
 
     group = sub.add_parser(
         "group", help="create or show a group secret and its join code",
@@ -462,25 +456,6 @@ def build_parser() -> argparse.ArgumentParser:
         _add_client_options(p)
         p.add_argument("--node", action="append", metavar="URL", help="a member's API; give it once per member "
                        "to take the step on each in turn (default: --api)")
-
-    trust = sub.add_parser(
-        "trust", help="allow-list mode: list, add or remove the node keys a node admits",
-        description="A node started with --allow-list admits to its mesh only the node keys it trusts (kept in "
-        "its data directory, trusted-keys) and its own. A change takes effect at once on the running node: a "
-        "removed key's connections are cut off and its next handshake refused.",
-        epilog=CLIENT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    trust_sub = trust.add_subparsers(dest="trust_command", metavar="ACTION", required=True)
-    t_list = trust_sub.add_parser("list", help="the trusted keys")
-    _add_client_options(t_list)
-    t_add = trust_sub.add_parser("add", help="trust a node key")
-    t_add.add_argument("key", metavar="KEY", help="the node's public key, 64 hex digits ('public_key' of its "
-                       "'huddle info --json')")
-    t_add.add_argument("--name", help="a name for people, kept beside the key")
-    _add_client_options(t_add)
-    t_remove = trust_sub.add_parser("remove", help="stop trusting a node key: it is cut off at once")
-    t_remove.add_argument("key", metavar="KEY", help="the key in hex, or its fingerprint XXXX-XXXX-XXXX-XXXX")
-    _add_client_options(t_remove)
 
     info = sub.add_parser("info", help="show the node's identity, clock and counters", epilog=CLIENT_EPILOG)
     _add_client_options(info)

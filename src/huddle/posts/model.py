@@ -24,10 +24,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..errors import HuddleError
+from ..ids import NodeId
 from ..security import NodeIdentity, fingerprint, node_id_for, verify
 
 __all__ = [
-    "HEAD", "TAIL", "CorruptContent", "Policy", "Post", "PostError", "Range", "UnknownPost",
+    "HEAD", "TAIL", "CorruptContent", "Policy", "Post", "PostAdded", "PostError", "Range", "UnknownPost",
     "is_post_id", "now_timestamp", "post_id",
 ]
 
@@ -202,3 +203,17 @@ class Policy:
 class Range:
     oldest: str
     newest: str
+
+
+@dataclass(frozen=True, slots=True)
+class PostAdded:
+    """A Hydra post is new in this node's store: added here (``peer`` None) or fetched from
+    ``peer``.  The posts feature's event (posts/feature.py renders it for the event stream)."""
+
+    post: dict[str, Any]  # Post.to_json(): id, subject, timestamp, parent_id, mime_type, digest, size
+    peer: NodeId | None
+    time: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": "post_new", **self.post, "from": None if self.peer is None else str(self.peer),
+                "time": self.time}

@@ -40,7 +40,7 @@ from ..errors import DecodeError, HuddleError
 from ..ids import NodeId
 from ..limits import PostLimits
 from ..protocol.delivery import BufferFull
-from ..protocol.events import Counters, Event, PostAdded
+from ..protocol.events import Counters
 from ..ratelog import RateLog
 from .codec import (
     CLIENT_COMMANDS,
@@ -57,7 +57,7 @@ from .codec import (
     encode,
     encode_bulk,
 )
-from .model import Policy, Post
+from .model import Policy, Post, PostAdded
 from .peer import HydraBulk, HydraPayload, PostsInput, PostsPeerDown, PostsPeerUp
 from .ports import PostsHost
 from .store import PostStore, digest_file
@@ -136,7 +136,7 @@ class PostSettings:
 
 class PostService:
     def __init__(self, node: PostsHost, store: PostStore, settings: PostSettings,
-                 publish: Callable[[Event], None], limits: PostLimits | None = None) -> None:
+                 publish: Callable[[PostAdded], None], limits: PostLimits | None = None) -> None:
         self.node = node
         self.store = store
         self.settings = settings

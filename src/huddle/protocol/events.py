@@ -34,9 +34,9 @@ __all__ = [
     "PeerNew",
     "PeerRefused",
     "PeerStateChanged",
-    "PostAdded",
     "Send",
     "ServiceEvent",
+    "json_row",
 ]
 
 
@@ -282,8 +282,12 @@ def stat_row(event: Event) -> tuple[float, str, NodeId | None, str] | None:
     ``None`` for the log's and chat's events (``NOT_STATISTICS``)."""
     if isinstance(event, NOT_STATISTICS):
         return None
-    detail = event.to_json()
-    peer = getattr(event, "peer", None)
+    return json_row(event.to_json(), getattr(event, "peer", None))
+
+
+def json_row(detail: dict[str, Any], peer: NodeId | None) -> tuple[float, str, NodeId | None, str]:
+    """An event's JSON (``type``, ``time`` and the rest: taken apart) as a statistics row;
+    a feature's events are rendered by the feature (huddle/ports.py) and made rows here."""
     return float(detail.pop("time")), str(detail.pop("type")), peer, json.dumps(detail, ensure_ascii=False)
 
 
@@ -302,18 +306,5 @@ def record_json(r: LogRecord, received_from: NodeId | None = None, *, arriving: 
     }
 
 
-@dataclass(frozen=True, slots=True)
-class PostAdded:
-    """A Hydra post is new in this node's store: added here (``peer`` None) or fetched from ``peer``."""
-
-    post: dict[str, Any]  # Post.to_json(): id, subject, timestamp, parent_id, mime_type, digest, size
-    peer: NodeId | None
-    time: float
-
-    def to_json(self) -> dict[str, Any]:
-        return {"type": "post_new", **self.post, "from": None if self.peer is None else str(self.peer),
-                "time": self.time}
-
-
 Event = (PeerJoined | PeerLeft | PeerStateChanged | PeerRefused | ChatReceived | ClockSynced | LogAppended
-         | MessageReceived | BufferSpace | PeerNew | PeerExcluded | CutOff | PostAdded)
+         | MessageReceived | BufferSpace | PeerNew | PeerExcluded | CutOff)

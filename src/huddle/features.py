@@ -1,0 +1,22 @@
+"""The features a node runs unless told otherwise (docs/architecture.md, "The feature unit").
+
+:func:`default_features` is the one list: :class:`~huddle.node.Node` takes it when it is
+given none, the API serves its routes, the ``huddle`` command adds its commands.  A new
+capability is a package with a class that satisfies :class:`huddle.ports.Feature`, and one
+line here.  A feature's heavy parts (its driver, its routes, its commands' handlers) load
+when they are used, so building the list costs ``huddle --help`` nothing.
+"""
+
+from __future__ import annotations
+
+from .guests_feature import GuestsFeature
+from .ports import Feature
+from .posts.feature import PostsFeature
+from .security.features import RotationFeature, TrustFeature
+
+__all__ = ["default_features"]
+
+
+def default_features() -> list[Feature]:
+    """A new list of new features, in the order the node starts them (each node its own)."""
+    return [PostsFeature(), GuestsFeature(), TrustFeature(), RotationFeature()]
