@@ -48,6 +48,7 @@ class FakeNode:
 
     def __init__(self) -> None:
         self.raises: Exception | None = None
+        self.features: list[Any] = []  # the core routes alone
 
     def _maybe(self) -> None:
         if self.raises is not None:
