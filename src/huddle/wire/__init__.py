@@ -29,12 +29,15 @@ from .messages import (
     encode_parts,
     valid_endpoint,
 )
+from .peek import TAG_BEAT, TAG_CHAT, peek
 
 __all__ = [
     "BEACON_SIZE",
     "MAX_BODY",
     "MAX_BULK",
     "PROTOCOL_VERSION",
+    "TAG_BEAT",
+    "TAG_CHAT",
     "Beacon",
     "Beat",
     "Bulk",
@@ -60,6 +63,7 @@ __all__ = [
     "encode_parts",
     "group_hash",
     "pack",
+    "peek",
     "unpack",
     "valid_endpoint",
 ]
