@@ -31,14 +31,13 @@ import logging
 import math
 import random
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Final, TypeVar
 
 from ..errors import DecodeError, LocalProtocolError
 from ..ids import NodeId, address_of
 from ..limits import MeshLimits
 from ..ratelog import RateLog
-from ..security import NodeIdentity, fingerprint, node_id_for
+from ..security import NodeIdentity, node_id_for
 from ..wire import (
     MAX_BODY,
     PROTOCOL_VERSION,
@@ -81,6 +80,7 @@ from .parts import Stats
 from .seeds import Seeds
 from .service import BUSY_POLL, PeerFacts, PeerSeen, PeerService, group_scale
 from .session import Move, Phase, Session, Timing
+from .sessions import PeerInfo, Sessions
 
 S = TypeVar("S")
 
@@ -96,31 +96,6 @@ _LOG_EVERY: Final = 60.0
 LATE_TICK: Final = 0.5
 # The messages the mesh handles itself (membership, time, chat): no service may claim them.
 _OWN_TYPES: Final = frozenset({Helo, Gbye, Group, Time, Beat, Chat, Peer, Members})
-# Connections from a session's own address, besides its latest, that carried a HELO of the session
-# and so may carry its messages (a probe's, a re-dialled DEALER's, while the older one closes).
-_PROVEN: Final = 3
-
-
-@dataclass(frozen=True, slots=True)
-class PeerInfo:
-    """A snapshot of one peer, as the API reports it."""
-
-    uuid: NodeId
-    name: str
-    endpoint: str
-    group: str
-    state: str
-    last_seen: float
-    rtt: float | None
-    joined: float = 0.0  # the node's local clock (not mesh time) when the session was admitted
-    key: str = ""  # the fingerprint of the peer's key ("": it said none)
-    verified: bool = False  # its node id is the one its key gives: no other key can claim it
-
-
-@dataclass(slots=True)
-class _Gone:
-    info: PeerInfo
-    until: float
 
 
 class _Port:
@@ -195,10 +170,13 @@ class Mesh:
         self.guests: Final = guests  # our marco port when we host Noam guests (0: we do not), said in our HELO
         self.clock: Final = Clock(uuid, self.timing.heartbeat_interval)
         self.stats = Stats()
-        self._sessions: dict[NodeId, Session] = {}
+        self.sessions: Final = Sessions(self.timing, group, self.clock)
+        # The table's dicts, read on every message: bound once, not looked up each time.
+        self._sessions: Final = self.sessions.by_uuid
+        self._last_frame: Final = self.sessions.last_frame
+        self._counts: Final = self.sessions.counts
         port = _Port(self)
         self.seeds: Final = Seeds(self.timing, port)
-        self._gone: dict[NodeId, _Gone] = {}
         self._refused: dict[NodeId, str] = {}  # uuid -> incarnation refused
         self.excluded: dict[NodeId, str] = dict(excluded or {})  # uuid -> why; never admitted again
         self._reported: set[NodeId] = set()  # reported new once
@@ -211,8 +189,6 @@ class Mesh:
         self._asked = math.inf  # the soonest deadline next_deadline gave since the last tick
         self._late_at = -math.inf  # when a tick last came LATE_TICK or more after its deadline
         self._closed = False
-        self._last_frame: dict[NodeId, float] = {}  # any message from a node, admitted or not
-        self._counts: dict[NodeId, list[int]] = {}  # per node: messages and octets received
         self.cut_off = False  # had peers and lost the last one
         self._had_peers = False
         self._lines = RateLog(log, period=_LOG_EVERY)  # per kind: decode, foreign, helo, intro, evict, identity
@@ -278,79 +254,31 @@ class Mesh:
         return self.timing.exclude_slow_after
 
     def seen(self, now: float, keep: float) -> list[PeerSeen]:
-        """Every node heard from within ``keep`` seconds or with a session, by UUID (the
-        excluded left out): what the system picture's reports say of them.  A session admitted
-        here whose peer has not answered is a handshake done at one end only: reported as
-        ``handshake``, so that the others relay our report to that peer (protocol.md 6, 14)."""
-        for uuid in [u for u, t in self._last_frame.items() if now - t > keep and u not in self._sessions]:
-            del self._last_frame[uuid]
-            self._counts.pop(uuid, None)
-        rows = []
-        for uuid in sorted(set(self._last_frame) | set(self._sessions)):
-            if uuid in self.excluded:
-                continue
-            s = self._sessions.get(uuid)
-            msgs_in, bytes_in = self._counts.get(uuid, (0, 0))
-            rows.append(PeerSeen(
-                uuid, self._last_frame.get(uuid), s.rtt if s is not None and s.admitted else None,
-                "none" if s is None else Phase.HANDSHAKE.value if s.admitted and not s.answered else s.phase.value,
-                msgs_in, bytes_in, None if s is None else s.conn,
-            ))
-        return rows
+        """Every node heard from within ``keep`` seconds or with a session, the excluded left
+        out: what the system picture's reports say of them (:meth:`Sessions.seen`)."""
+        return self.sessions.seen(now, keep, self.excluded)
 
     def peers(self, now: float) -> list[PeerInfo]:
-        """Every admitted peer, then recently gone ones (state ``gone``).  A gone peer being
-        dialled again (a member list that still names it) stays gone until it is admitted."""
-        sessions = self._sessions
-        infos = [self._info(s, now) for s in sessions.values() if s.admitted]
-        infos.sort(key=lambda p: (p.name, p.uuid))
-        gone = [g.info for uuid, g in self._gone.items()
-                if g.until > now and (uuid not in sessions or not sessions[uuid].admitted)]
-        return infos + sorted(gone, key=lambda p: (p.name, p.uuid))
+        """Every admitted peer, then recently gone ones (state ``gone``)."""
+        return self.sessions.peers(now)
 
     def alive_peers(self) -> list[NodeId]:
         return [s.uuid for s in self._sessions.values() if s.admitted]
 
     def guest_hosts(self) -> list[NodeId]:
-        """The ALIVE peers whose HELO says they host guests on our marco port (they
-        hear the marcos we hear).  A SUSPECT one is left out: its guests' marcos go
-        to another host until it is heard again."""
-        port = self.guests
-        return [s.uuid for s in self._sessions.values() if port and s.guests == port and s.phase is Phase.ALIVE]
+        """The ALIVE peers that host guests on our marco port (:meth:`Sessions.guest_hosts`)."""
+        return self.sessions.guest_hosts(self.guests)
 
     def conn_of(self, peer: NodeId) -> int | None:
-        s = self._sessions.get(peer)
-        return None if s is None or not s.admitted else s.conn
+        return self.sessions.conn_of(peer)
 
     def source_of(self, peer: NodeId) -> str:
         """The address a peer's HELO came from ("" if unknown): guest hosts are bounded per address."""
-        s = self._sessions.get(peer)
-        return "" if s is None else address_of(s.source)
+        return self.sessions.source_of(peer)
 
     def bound_by_address(self) -> dict[str, int]:
-        """Per source address, the sessions whose HELO was accepted from there: how many of
-        the ROUTER's connections from that address have proved themselves (section 2.1;
-        the transport bounds and closes the others)."""
-        out: dict[str, int] = {}
-        for s in self._sessions.values():
-            if s.source:
-                address = address_of(s.source)
-                out[address] = out.get(address, 0) + 1
-        return out
-
-    def _info(self, s: Session, now: float) -> PeerInfo:
-        return PeerInfo(
-            uuid=s.uuid,
-            name=s.name,
-            endpoint=s.endpoint,
-            group=self.group,
-            state=s.phase.value,
-            last_seen=self.mesh_time(s.last_heard),
-            rtt=s.rtt,
-            joined=s.joined,
-            key=fingerprint(s.key) if s.key else "",
-            verified=s.verified,
-        )
+        """Per source address, the sessions whose HELO was accepted from there (section 2.1)."""
+        return self.sessions.bound_by_address()
 
     # ------------------------------------------------------------- discovery
 
@@ -359,7 +287,7 @@ class Mesh:
         if endpoint == self.endpoint or endpoint in self.seeds:
             return
         self.seeds.add(endpoint, now)
-        self.seeds.retry(now, self._endpoint_known)
+        self.seeds.retry(now, self.sessions.endpoint_known)
 
     def discovered(self, uuid: NodeId, endpoint: str, now: float) -> None:
         """A discovery mechanism saw ``uuid`` listening at ``endpoint``."""
@@ -377,7 +305,7 @@ class Mesh:
                 return
             self._follow(uuid, endpoint, None, now)  # it may have restarted elsewhere
             return
-        if self._endpoint_known(endpoint):
+        if self.sessions.endpoint_known(endpoint):
             return
         if not self.admission.room(self._sessions, ""):
             self.admission.refused_intro("a discovered node", now)
@@ -473,10 +401,9 @@ class Mesh:
             if s.phase is not Phase.CONNECTING:
                 self._send(s.conn, bye)
             self._actions.append(Disconnect(s.conn, flush=True))
-            s.move(Move.END)
         self.seeds.close()
         self.gossip.close()
-        self._sessions.clear()
+        self.sessions.clear()
 
     # ----------------------------------------------------------------- receive
 
@@ -511,7 +438,7 @@ class Mesh:
             self.stats.decode_errors += 1
             limit = self.timing.exclude_after_errors
             s = self._sessions.get(frames[0]) if frames and isinstance(frames[0], bytes) else None  # type: ignore[call-overload]
-            if s is not None and source and not self._from_session(s, source):
+            if s is not None and source and not Sessions.from_session(s, source):
                 self.admission.blame(source, now)  # not the session's connection: never towards its exclusion
             elif s is not None and s.admitted and limit:
                 s.errors += 1
@@ -522,7 +449,7 @@ class Mesh:
             return False
         if source:
             s = self._sessions.get(msg.sender)
-            if (s is not None and not self._from_session(s, source)
+            if (s is not None and not Sessions.from_session(s, source)
                     and not (isinstance(msg, Helo) and (s.phase is Phase.SUSPECT
                                                         or address_of(source) == address_of(s.source)))):
                 self.admission.blame(source, now)
@@ -530,11 +457,6 @@ class Mesh:
         if msg.sender in self._counts:
             self._counts[msg.sender][1] += len(frames[2]) if len(frames) == 3 else len(frames[2]) + len(frames[3])
         return self.handle(msg, now, source)
-
-    @staticmethod
-    def _from_session(s: Session, source: str) -> bool:
-        """Whether ``source`` is a connection ``s`` is bound to (any, before its first HELO)."""
-        return not s.source or s.source == source or source in s.proven
 
     def receive_chat(self, frames: list[bytes], now: float, source: str = "") -> ChatReceived | None:
         """CHAT's fast path (docs/architecture.md, "The CHAT fast path"): the commonest message,
@@ -686,7 +608,7 @@ class Mesh:
                 s = self._open(m.sender, m.endpoint, now, introducer=None, send_helo=False)
                 s.opened_by = key
             else:
-                s = self._new_session(m.sender, conn, m.endpoint, now, introducer=None)
+                s = self._new(m.sender, conn, m.endpoint, now, introducer=None)
                 if seeded:
                     s.seed = m.endpoint
             if not m.reply or conn is None:
@@ -724,7 +646,7 @@ class Mesh:
         s.guests = m.guests
         s.deltas = m.deltas
         if source and source != s.source and newer:
-            self._bind(s, source)
+            Sessions.bind(s, source)
         if m.beat:
             # Its node type says how often it beats and how many beats may be lost
             # (clamped: a HELO must not keep a silent ghost for long).
@@ -734,22 +656,6 @@ class Mesh:
         if s.phase is Phase.CONNECTING:
             s.move(Move.HELO)
         return True
-
-    @staticmethod
-    def _bind(s: Session, source: str) -> None:
-        """Bind ``s`` to the connection ``source``, whose HELO passed the identity checks.  A
-        connection from the same address it was bound to stays good too (the last _PROVEN):
-        the peer's probe, or a DEALER it re-opened while the old one drains; another address
-        (the peer moved) leaves the old one's connections nothing."""
-        if s.source and address_of(s.source) == address_of(source):
-            proven = s.proven
-            if source in proven:
-                proven.remove(source)
-            proven.append(s.source)
-            del proven[:-_PROVEN]
-        else:
-            s.proven.clear()
-        s.source = source
 
     def _on_bout(self, s: Session, m: Group, now: float) -> bool:
         if m.group != self.group:
@@ -795,7 +701,7 @@ class Mesh:
             return
         if m.peer == self.uuid or m.peer in self._sessions or m.peer in self._refused or m.peer in self.excluded:
             return
-        if m.endpoint == self.endpoint or self._endpoint_known(m.endpoint):
+        if m.endpoint == self.endpoint or self.sessions.endpoint_known(m.endpoint):
             return
         seed = self.seeds.get(m.endpoint)
         if seed is not None and seed.awaited:
@@ -930,15 +836,14 @@ class Mesh:
                         self.stats.backoffs_spared += 1
                     else:
                         self.admission.back_off(s.uuid, now)
-        for uuid in [u for u, g in self._gone.items() if g.until <= now]:
-            del self._gone[uuid]
+        self.sessions.expire(now)
         self.gossip.expire(now)
         listing = self.gossip.periodic(self._sessions, now) if beating else None
         if listing is not None:
             chosen, members = listing
             self._send(chosen.conn, members)
             told.add(chosen.conn)
-        self.seeds.retry(now, self._endpoint_known)
+        self.seeds.retry(now, self.sessions.endpoint_known)
         if self._moving:
             self._tell_moved(now)
         for service in self._services:
@@ -1045,25 +950,15 @@ class Mesh:
         self._send(conn, dataclasses.replace(helo, sig=self.identity.sign(helo_signed(helo))))
         self._send(conn, Group(sender=self.uuid, group=self.group))
 
-    def _new_session(
-        self, uuid: NodeId, conn: int, endpoint: str, now: float, introducer: NodeId | None
-    ) -> Session:
-        s = Session(
-            uuid=uuid, conn=conn, endpoint=endpoint,
-            created=now, last_heard=now, introducer=introducer,
-            suspect_after=self.timing.suspect_after, gone_after=self.timing.gone_after,
-            redial_at=now + self.timing.suspect_after,
-        )
-        self._sessions[uuid] = s
-        self._counts.setdefault(uuid, [0, 0])
+    def _new(self, uuid: NodeId, conn: int, endpoint: str, now: float, introducer: NodeId | None) -> Session:
         self._note(now + self.timing.handshake_timeout)
-        return s
+        return self.sessions.open(uuid, conn, endpoint, now, introducer)
 
     def _open(
         self, uuid: NodeId, endpoint: str, now: float, introducer: NodeId | None, *, send_helo: bool = True,
         listed: int = 0,
     ) -> Session:
-        s = self._new_session(uuid, self._connect(endpoint), endpoint, now, introducer)
+        s = self._new(uuid, self._connect(endpoint), endpoint, now, introducer)
         if send_helo:
             self._send_hello(s.conn, reply=False, to=uuid, now=now, listed=listed)
         return s
@@ -1083,7 +978,7 @@ class Mesh:
         self._note(s.last_heard + s.suspect_after)
         if not s.answered:
             s.redial_at = s.last_heard + s.suspect_after
-        self._gone.pop(s.uuid, None)
+        self.sessions.returned(s.uuid)
         self.seeds.admitted(s)
         self._notify(PeerJoined(s.uuid, s.name, s.endpoint, self.mesh_time(now)))
         self._had_peers = True
@@ -1159,18 +1054,14 @@ class Mesh:
         self._actions.append(Disconnect(s.conn))
         self._forget(s, now)
         if s.admitted:
-            info = self._info(s, now)
-            gone = dataclasses.replace(info, state="gone")
-            self._gone[s.uuid] = _Gone(gone, now + self.timing.gone_retention)
+            self.sessions.retire(s, now)
             self._notify(PeerLeft(s.uuid, s.name, reason, self.mesh_time(now)))
             if not self._closed and not self.cut_off and not any(x.admitted for x in self._sessions.values()):
                 self.cut_off = True
                 self._notify(CutOff(True, self.mesh_time(now)))
 
     def _forget(self, s: Session, now: float) -> None:
-        if self._sessions.get(s.uuid) is s:
-            s.move(Move.END)
-            del self._sessions[s.uuid]
+        if self.sessions.remove(s):
             self.gossip.aliases.pop(s.uuid, None)
             for service in self._services:
                 service.peer_down(s.uuid, now)
@@ -1232,9 +1123,6 @@ class Mesh:
             return False
         self._cut_incarnation(s, reason, now)
         return True
-
-    def _endpoint_known(self, endpoint: str) -> bool:
-        return any(s.endpoint == endpoint for s in self._sessions.values())
 
     # bounds --------------------------------------------------------------------
 
