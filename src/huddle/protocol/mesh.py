@@ -76,6 +76,8 @@ from .events import (
 )
 from .gossip import MemberGossip
 from .helo_check import check_helo
+from .introductions import Introductions
+from .moves import Moves
 from .parts import Stats
 from .seeds import Seeds
 from .service import BUSY_POLL, PeerFacts, PeerSeen, PeerService, group_scale
@@ -108,6 +110,16 @@ class _Port:
 
     def connect(self, endpoint: str) -> int:
         return self._mesh._connect(endpoint)
+
+    def reopen(self, conn: int, endpoint: str) -> None:
+        self._mesh._actions.append(Disconnect(conn))
+        self._mesh._actions.append(Connect(conn, endpoint))
+
+    def open(self, uuid: NodeId, endpoint: str, now: float, introducer: NodeId | None, listed: int) -> Session:
+        return self._mesh._open(uuid, endpoint, now, introducer, listed=listed)
+
+    def redial(self, s: Session, now: float) -> None:
+        self._mesh._redial(s, now)
 
     def disconnect(self, conn: int) -> None:
         self._mesh._actions.append(Disconnect(conn))
@@ -177,8 +189,8 @@ class Mesh:
         self._counts: Final = self.sessions.counts
         port = _Port(self)
         self.seeds: Final = Seeds(self.timing, port)
-        self._refused: dict[NodeId, str] = {}  # uuid -> incarnation refused
-        self.excluded: dict[NodeId, str] = dict(excluded or {})  # uuid -> why; never admitted again
+        self._refused: Final[dict[NodeId, str]] = {}  # uuid -> incarnation refused
+        self.excluded: Final[dict[NodeId, str]] = dict(excluded or {})  # uuid -> why; never admitted again
         self._reported: set[NodeId] = set()  # reported new once
         self._actions: list[Action] = []
         self._next_conn = 1
@@ -194,12 +206,14 @@ class Mesh:
         self._lines = RateLog(log, period=_LOG_EVERY)  # per kind: decode, foreign, helo, intro, evict, identity
         self.admission: Final = Admission(self.limits, self.stats, self._lines, self.timing.handshake_timeout)
         self.blamed: Final = self.admission.blamed  # per address: frames under another connection's UUID
-        # Peers not yet told of this node's new endpoint (set_endpoint) -> when to say HELO again.
-        self._moving: dict[NodeId, float] = {}
+        self.moves: Final = Moves(self.beat, self.stats, port)
         # Membership anti-entropy (protocol.md 4.9): member lists, jittered (deterministic per
         # node, for the simulator), and probes of known members named at a new endpoint.
         self._rng = random.Random(bytes(uuid) + bytes.fromhex(incarnation))
         self.gossip: Final = MemberGossip(uuid, self.timing, self.limits, self.stats, rng=self._rng, port=port, now=now)
+        self.intros: Final = Introductions(uuid, lambda: self.endpoint, self._sessions, self._refused, self.excluded,
+                                           limits=self.limits, stats=self.stats, admission=self.admission,
+                                           seeds=self.seeds, gossip=self.gossip, port=port)
         self.push_on_admit = True  # send a newly admitted peer our member list (tests turn it off)
         self.deltas = True  # our HELO says we understand RAWS deltas (tests turn it off: an older node)
         # The peer services (protocol/service.py), in the order given: ticked, told of peers and
@@ -290,27 +304,9 @@ class Mesh:
         self.seeds.retry(now, self.sessions.endpoint_known)
 
     def discovered(self, uuid: NodeId, endpoint: str, now: float) -> None:
-        """A discovery mechanism saw ``uuid`` listening at ``endpoint``."""
-        if self._closed or uuid == self.uuid or uuid in self._refused:
-            return
-        if uuid in self.excluded:
-            return
-        if uuid in self._sessions:
-            s = self._sessions[uuid]
-            if (s.phase is Phase.CONNECTING and s.endpoint == endpoint and now >= s.redial_at
-                    and now - s.last_heard >= s.suspect_after and s.reopen_at == math.inf):
-                # It is there, and has not answered our dial for a suspect_after: our connection
-                # to it is stuck as an answer's can be (protocol.md 6), so is dialled afresh.
-                self._redial(s, now)
-                return
-            self._follow(uuid, endpoint, None, now)  # it may have restarted elsewhere
-            return
-        if self.sessions.endpoint_known(endpoint):
-            return
-        if not self.admission.room(self._sessions, ""):
-            self.admission.refused_intro("a discovered node", now)
-            return
-        self._open(uuid, endpoint, now, introducer=None)
+        """A discovery mechanism saw ``uuid`` listening at ``endpoint`` (introductions.py)."""
+        if not self._closed:
+            self.intros.discovered(uuid, endpoint, now)
 
     def set_endpoint(self, endpoint: str, now: float) -> None:
         """This node's own address changed (a DHCP renewal, another Wi-Fi): advertise
@@ -323,34 +319,9 @@ class Mesh:
         if endpoint == self.endpoint or self._closed:
             return
         self.endpoint = endpoint
-        self.stats.endpoint_changes += 1
-        for s in self._sessions.values():
-            if s.admitted:
-                self._moving[s.uuid] = now
+        self.moves.moved(self._sessions, now)
         self.seeds.moved(now)
-        self._tell_moved(now)
-
-    def _tell_moved(self, now: float) -> None:
-        for uuid, due in list(self._moving.items()):
-            s = self._sessions.get(uuid)
-            if s is None or not s.admitted:
-                del self._moving[uuid]
-            elif due <= now:
-                self._actions.append(Disconnect(s.conn))
-                self._actions.append(Connect(s.conn, s.endpoint))  # same conn: replication and delivery keep it
-                s.reopen_at = math.inf  # open again now
-                self._send_hello(s.conn, reply=False, to=uuid, now=now)
-                self._moving[uuid] = now + self.beat
-                self._note(now + self.beat)
-
-    def _follow_moved(self, s: Session, endpoint: str) -> None:
-        """An admitted peer says HELO from a new endpoint (its address changed):
-        connect there instead, under the same conn."""
-        self._actions.append(Disconnect(s.conn))
-        self._actions.append(Connect(s.conn, endpoint))
-        s.reopen_at = math.inf  # open again now
-        s.endpoint = endpoint
-        self.stats.endpoints_followed += 1
+        self.moves.tell(self._sessions, now)
 
     def connect_failed(self, conn: int, now: float) -> None:
         """The driver could not open connection ``conn`` (out of descriptors, or any
@@ -543,10 +514,11 @@ class Mesh:
             self._notify(ChatReceived(s.uuid, s.name, msg.text, self.mesh_time(now)))
             return True
         if isinstance(msg, Peer):
-            self._on_peer(s, msg, now, live=not was_suspect)
+            self.intros.peer(s, msg, now, live=not was_suspect)
             return True
         if isinstance(msg, Members):
-            self._on_members(s, msg, now, live=not was_suspect)
+            if self.intros.members(s, msg, now, live=not was_suspect):
+                self._send_members(s, now, reply=True)
             return True
         # A type no service of this node handles (a node that keeps no log, say): dropped.
         self.stats.dropped_unintroduced += 1
@@ -621,10 +593,10 @@ class Mesh:
                 s.endpoint = m.endpoint
                 s.reopen_at = math.inf
             elif s.endpoint != m.endpoint:
-                self._follow_moved(s, m.endpoint)
+                self.moves.follow(s, m.endpoint)
             self._send_hello(s.conn, reply=True, to=m.sender, now=now)
         else:
-            self._moving.pop(m.sender, None)  # it answered a HELO: it knows our endpoint
+            self.moves.answered(m.sender)  # it answered a HELO: it knows our endpoint
         s.incarnation = m.incarnation
         # From another connection of its address, only a HELO newer than the last binds it: one
         # crossing ours out of order (on a probe's connection) is answered, and binds nothing.
@@ -693,76 +665,8 @@ class Mesh:
         self._notify(PeerRefused(s.uuid, s.endpoint, reason, False, self.mesh_time(now)))
         return True
 
-    def _on_peer(self, s: Session, m: Peer, now: float, live: bool, listed: int = 0) -> None:
-        """``listed``: the size of the member list that named the peer (with its sender), if a
-        list did: our HELO then says as many peers (:meth:`_send_hello`)."""
-        if m.peer in self._sessions and live:
-            self._follow(m.peer, m.endpoint, None, now, listed)  # it may have restarted elsewhere
-            return
-        if m.peer == self.uuid or m.peer in self._sessions or m.peer in self._refused or m.peer in self.excluded:
-            return
-        if m.endpoint == self.endpoint or self.sessions.endpoint_known(m.endpoint):
-            return
-        seed = self.seeds.get(m.endpoint)
-        if seed is not None and seed.awaited:
-            # Our HELO to that seed awaits its answer: a second connection to it would carry our
-            # identity too, and the seed's ROUTER would never read it (protocol.md 8.5).
-            self.stats.seed_intros_skipped += 1
-            return
-        # Dial only what we would keep: for a live introducer, within the handshake
-        # quotas, and not a node whose introduced handshake failed lately.
-        key = f"peer:{s.uuid}"
-        admission = self.admission
-        if not live or admission.backed_off(m.peer, now):
-            admission.refused_intro(f"a PEER from {s.uuid.short}", now)
-            return
-        if not admission.room(self._sessions, key, admission.introducer_cap(s)):
-            if admission.wait(m, str(s.uuid), now):  # an honest crowd joining at once: its turn comes
-                self._note(now + BUSY_POLL)
-            return
-        self._open(m.peer, m.endpoint, now, introducer=s.uuid, listed=listed).opened_by = key
-
-    def _on_members(self, s: Session, m: Members, now: float, live: bool) -> None:
-        """A member list: dial the members we have no session with (as if each were a PEER
-        from ``s``: the same caps, waiting and back-off), probe the known ones it names at
-        another incarnation, and, unless it is a reply, answer with our list if it lacks
-        any of our members."""
-        self.stats.lists_received += 1
-        entries = m.members[: self.limits.max_members_listed]
-        size = len(entries) + 1  # the list's members and its sender
-        for uuid, endpoint, incarnation in entries:
-            if uuid in (self.uuid, s.uuid):
-                continue
-            known = self._sessions.get(uuid)
-            if known is None:
-                self._on_peer(s, Peer(sender=s.uuid, peer=uuid, endpoint=endpoint), now, live, size)
-            elif live and known.incarnation != incarnation:
-                self._follow(uuid, endpoint, incarnation, now, size)
-        if not m.reply and self.gossip.lacking(s, entries, self._sessions, now):
-            self._send_members(s, now, reply=True)
-
     def _send_members(self, to: Session, now: float, *, reply: bool) -> None:
         self._send(to.conn, self.gossip.members_for(to, self._sessions, now, reply=reply))
-
-    def _follow(self, uuid: NodeId, endpoint: str, incarnation: str | None, now: float, listed: int = 0) -> None:
-        """A list, PEER or discovery names ``uuid``, which we have a session with, at
-        ``endpoint`` (and ``incarnation`` if known): if that is new, it may have restarted
-        there.  A session still dialling is redirected; an admitted one is kept until the
-        new incarnation says HELO (protocol.md 8.7), and that endpoint is probed with a
-        HELO of ours, on a connection of its own, once per handshake timeout."""
-        s = self._sessions[uuid]
-        if s.endpoint == endpoint and (incarnation is None or incarnation == s.incarnation):
-            return
-        if not s.admitted:
-            if s.phase is Phase.CONNECTING and s.endpoint != endpoint:
-                self._actions.append(Disconnect(s.conn))
-                s.conn = self._connect(endpoint)
-                s.endpoint = endpoint
-                s.reopen_at = math.inf
-                self._send_hello(s.conn, reply=False, to=uuid, now=now, listed=listed)
-            return
-        if self.gossip.probe(uuid, endpoint, incarnation, now, listed) is False:
-            self.admission.refused_intro(f"a new endpoint of {uuid.short}", now)
 
     def _on_time(self, s: Session, m: Time, now: float) -> bool:
         if m.t1 is None:
@@ -844,8 +748,8 @@ class Mesh:
             self._send(chosen.conn, members)
             told.add(chosen.conn)
         self.seeds.retry(now, self.sessions.endpoint_known)
-        if self._moving:
-            self._tell_moved(now)
+        if self.moves.moving:
+            self.moves.tell(self._sessions, now)
         for service in self._services:
             service.tick(now)
         if beating:
@@ -884,10 +788,7 @@ class Mesh:
                 due = min(due, s.last_heard + s.gone_after)
             else:
                 due = min(due, max(s.created, s.last_heard) + t.handshake_timeout)
-        due = min(due, self.seeds.due(), self.admission.due(now), self.gossip.due())
-        if self._moving:
-            due = min(due, *self._moving.values())
-        return due
+        return min(due, self.seeds.due(), self.admission.due(now), self.gossip.due(), self.moves.due())
 
     def _note(self, when: float) -> None:
         """A timer of this mesh's own is due at ``when`` (between two ticks): tick by then."""
@@ -1149,4 +1050,4 @@ class Mesh:
                 continue
             introducer = self._sessions.get(m.sender)
             if introducer is not None and introducer.phase is Phase.ALIVE:
-                self._on_peer(introducer, m, now, live=True)
+                self.intros.peer(introducer, m, now, live=True)

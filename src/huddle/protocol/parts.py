@@ -8,8 +8,9 @@ from typing import Protocol
 
 from ..counters import Counters
 from ..ids import NodeId
+from .session import Session
 
-__all__ = ["Dialler", "Stats"]
+__all__ = ["Dialler", "Opener", "Stats"]
 
 
 class Dialler(Protocol):
@@ -22,8 +23,22 @@ class Dialler(Protocol):
 
     def send_hello(self, conn: int, *, reply: bool, to: NodeId | None, now: float, listed: int = 0) -> None: ...
 
+    def reopen(self, conn: int, endpoint: str) -> None:
+        """Close ``conn`` and open it again to ``endpoint``, under the same number (the
+        services that send on it keep it)."""
+
     def note(self, when: float) -> None:
         """A timer is due at ``when``: the mesh ticks by then."""
+
+
+class Opener(Dialler, Protocol):
+    """And sessions opened or dialled afresh: what introductions ask of the mesh."""
+
+    def open(self, uuid: NodeId, endpoint: str, now: float, introducer: NodeId | None, listed: int) -> Session:
+        """A new session with ``uuid``, dialled at ``endpoint`` with our HELO and BOUT."""
+
+    def redial(self, s: Session, now: float) -> None:
+        """Our connection to ``s`` is stuck: closed now, a fresh one a heartbeat later."""
 
 
 @dataclass(slots=True)
