@@ -9,6 +9,7 @@ on a grid of mesh time, so the members of a group beat at the same moments.
 from __future__ import annotations
 
 import math
+import random
 
 from ..ids import NodeId
 from ..wire import Time
@@ -21,9 +22,10 @@ __all__ = ["Clock"]
 class Clock:
     """This node's offset to mesh time, and what a TIME message does to it."""
 
-    def __init__(self, uuid: NodeId, beat: float) -> None:
+    def __init__(self, uuid: NodeId, beat: float, rng: random.Random) -> None:
         self.uuid = uuid
         self.beat = beat  # the heartbeat interval: the grid's step
+        self._rng = rng  # the mesh's (deterministic per node, for the simulator)
         self.offset = 0.0
         self.synced_with: NodeId | None = None
 
@@ -44,6 +46,24 @@ class Clock:
         """A TIME request to ``s``: the one outstanding; its reply is measured against it."""
         s.probe_t0 = now
         return Time(sender=self.uuid, t0=now)
+
+    def admitted(self, s: Session, alone: bool, now: float) -> Time | None:
+        """``s`` was just admitted (``alone``: our first peer): whether we take its clock, and
+        when we first probe it; the probe to send it now, if any."""
+        # A node alone takes its clock from the first peer it meets.  When two lone nodes
+        # meet, the one with the smaller UUID is the reference.
+        s.sync_pending = alone and (s.helo_peers > 0 or s.uuid < self.uuid)
+        # The round trip: measured at once by one end of the pair, the one with the smaller UUID
+        # (and by a node taking the peer's clock); the other end's first probe comes at a random
+        # point of the next half interval.  The next probe half an interval on (the first round
+        # trip, measured while the peer was busy being admitted, is soon renewed): of the
+        # interval as the group's size scales it then, so that the peers admitted while the
+        # group was small are not all probed again amid a crowd joining.
+        if s.sync_pending or self.uuid < s.uuid:
+            s.probed, s.probe_in = now, 0.5
+            return self.probe(s, now)
+        s.probed, s.probe_in = now, 0.5 * self._rng.random()
+        return None
 
     def answer(self, m: Time, now: float) -> Time:
         """The reply to a TIME request: its t0 and our mesh time."""

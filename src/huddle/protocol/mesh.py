@@ -77,6 +77,7 @@ from .events import (
 from .gossip import MemberGossip
 from .helo_check import check_helo
 from .introductions import Introductions
+from .liveness import Liveness, Verdict
 from .moves import Moves
 from .parts import Stats
 from .seeds import Seeds
@@ -108,18 +109,17 @@ class _Port:
     def __init__(self, mesh: Mesh) -> None:
         self._mesh = mesh
 
-    def connect(self, endpoint: str) -> int:
-        return self._mesh._connect(endpoint)
-
-    def reopen(self, conn: int, endpoint: str) -> None:
-        self._mesh._actions.append(Disconnect(conn))
+    def connect(self, endpoint: str, conn: int | None = None) -> int:
+        if conn is None:
+            return self._mesh._connect(endpoint)
         self._mesh._actions.append(Connect(conn, endpoint))
+        return conn
 
     def open(self, uuid: NodeId, endpoint: str, now: float, introducer: NodeId | None, listed: int) -> Session:
         return self._mesh._open(uuid, endpoint, now, introducer, listed=listed)
 
     def redial(self, s: Session, now: float) -> None:
-        self._mesh._redial(s, now)
+        self._mesh.liveness.redial(s, now)
 
     def disconnect(self, conn: int) -> None:
         self._mesh._actions.append(Disconnect(conn))
@@ -180,7 +180,9 @@ class Mesh:
         self.node_type: Final = node_type
         self.rate: Final = rate
         self.guests: Final = guests  # our marco port when we host Noam guests (0: we do not), said in our HELO
-        self.clock: Final = Clock(uuid, self.timing.heartbeat_interval)
+        # Deterministic per node (for the simulator): the jitter of member lists and first probes.
+        self._rng = random.Random(bytes(uuid) + bytes.fromhex(incarnation))
+        self.clock: Final = Clock(uuid, self.timing.heartbeat_interval, self._rng)
         self.stats = Stats()
         self.sessions: Final = Sessions(self.timing, group, self.clock)
         # The table's dicts, read on every message: bound once, not looked up each time.
@@ -207,9 +209,7 @@ class Mesh:
         self.admission: Final = Admission(self.limits, self.stats, self._lines, self.timing.handshake_timeout)
         self.blamed: Final = self.admission.blamed  # per address: frames under another connection's UUID
         self.moves: Final = Moves(self.beat, self.stats, port)
-        # Membership anti-entropy (protocol.md 4.9): member lists, jittered (deterministic per
-        # node, for the simulator), and probes of known members named at a new endpoint.
-        self._rng = random.Random(bytes(uuid) + bytes.fromhex(incarnation))
+        self.liveness: Final = Liveness(self.timing, self.stats, port)
         self.gossip: Final = MemberGossip(uuid, self.timing, self.limits, self.stats, rng=self._rng, port=port, now=now)
         self.intros: Final = Introductions(uuid, lambda: self.endpoint, self._sessions, self._refused, self.excluded,
                                            limits=self.limits, stats=self.stats, admission=self.admission,
@@ -707,30 +707,11 @@ class Mesh:
         probe_every = t.rtt_probe_interval * self._probe_scale() if beating else 0.0  # S as the group is now
         told: set[int] = set()
         for s in list(self._sessions.values()):
-            silence = now - s.last_heard
-            if s.admitted:
-                suspect_after, gone_after = s.suspect_after, s.gone_after
-                if not s.answered:
-                    # Admitted on its HELO and BOUT, it cannot speak before our answer reaches it.
-                    suspect_after = max(suspect_after, t.handshake_timeout / 2)
-                    gone_after = max(gone_after, t.handshake_timeout)
-                if silence >= gone_after:
-                    self._end(s, "timeout", now)
-                    continue
-                if now >= s.redial_at and not s.answered:
-                    self._redial(s, now)
-                if now >= s.reopen_at:
-                    self._reopen(s, now)
-                if silence >= suspect_after and s.phase is Phase.ALIVE:
-                    s.move(Move.SILENT)
-                    self._notify(PeerStateChanged(s.uuid, s.name, s.phase.value, self.mesh_time(now)))
-                if beating and now >= s.probed + s.probe_in * probe_every:
-                    self._probe(s, now)
-                    s.probed, s.probe_in = probe_base, 1.0
-                    told.add(s.conn)
-            elif now >= s.reopen_at:
-                self._reopen(s, now)
-            elif now - s.created >= t.handshake_timeout and silence >= t.handshake_timeout:
+            verdict = self.liveness.check(s, now)  # a stuck connection re-dialled on the way
+            if verdict is Verdict.GONE:
+                self._end(s, "timeout", now)
+                continue
+            if verdict is Verdict.TIMED_OUT:
                 self._actions.append(Disconnect(s.conn))
                 self._forget(s, now)
                 if s.opened_by.startswith("peer:"):
@@ -740,6 +721,14 @@ class Mesh:
                         self.stats.backoffs_spared += 1
                     else:
                         self.admission.back_off(s.uuid, now)
+                continue
+            if verdict is Verdict.SILENT:
+                s.move(Move.SILENT)
+                self._notify(PeerStateChanged(s.uuid, s.name, s.phase.value, self.mesh_time(now)))
+            if beating and s.admitted and now >= s.probed + s.probe_in * probe_every:
+                self._probe(s, now)
+                s.probed, s.probe_in = probe_base, 1.0
+                told.add(s.conn)
         self.sessions.expire(now)
         self.gossip.expire(now)
         listing = self.gossip.periodic(self._sessions, now) if beating else None
@@ -772,22 +761,7 @@ class Mesh:
 
     def _own_deadline(self, now: float) -> float:
         """The soonest of this mesh's own timers but the heartbeat (which ticks anyway), from scratch."""
-        t = self.timing
-        due = math.inf
-        for s in self._sessions.values():
-            phase = s.phase
-            if s.reopen_at < due:  # noqa: PLR1730 (min() costs a call here, per session and tick)
-                due = s.reopen_at
-            if not s.answered and (phase is Phase.ALIVE or phase is Phase.SUSPECT):
-                gone = s.last_heard + max(s.gone_after, t.handshake_timeout)
-                due = min(due, s.redial_at, gone if phase is Phase.SUSPECT else
-                          s.last_heard + max(s.suspect_after, t.handshake_timeout / 2))
-            elif phase is Phase.ALIVE:
-                due = min(due, s.last_heard + s.suspect_after)
-            elif phase is Phase.SUSPECT:
-                due = min(due, s.last_heard + s.gone_after)
-            else:
-                due = min(due, max(s.created, s.last_heard) + t.handshake_timeout)
+        due = self.liveness.due(self._sessions.values())
         return min(due, self.seeds.due(), self.admission.due(now), self.gossip.due(), self.moves.due())
 
     def _note(self, when: float) -> None:
@@ -898,47 +872,10 @@ class Mesh:
         # made a join into N cost about N² messages (protocol.md 4.8).
         if self.push_on_admit and others and s.helo_peers <= len(others):
             self._send_members(s, now, reply=False)
-        # Time: a node alone takes its clock from the first peer it meets.  When
-        # two lone nodes meet, the one with the smaller UUID is the reference.
-        s.sync_pending = not others and (s.helo_peers > 0 or s.uuid < self.uuid)
-        # The round trip: measured at once by one end of the pair, the one with the smaller UUID
-        # (and by a node taking the peer's clock); the other end's first probe comes at a random
-        # point of the next half interval.  The next probe half an interval on (the first round
-        # trip, measured while the peer was busy being admitted, is soon renewed): of the
-        # interval as the group's size scales it then, so that the peers admitted while the
-        # group was small are not all probed again amid a crowd joining.
-        if s.sync_pending or self.uuid < s.uuid:
-            self._probe(s, now)
-            s.probed, s.probe_in = now, 0.5
-        else:
-            s.probed, s.probe_in = now, 0.5 * self._rng.random()
+        probe = self.clock.admitted(s, not others, now)
+        if probe is not None:
+            self._send(s.conn, probe)
         self._answer_waiting(now)  # a handshake slot just freed
-
-    def _redial(self, s: Session, now: float) -> None:
-        """A peer admitted on the HELO and BOUT it dialled us with has said nothing since, for
-        its suspect_after: our answer has not reached it (it beats only once our HELO and BOUT
-        admit us there), so our connection to it is stuck.  After a network returns, one opened
-        a moment too early has its SYN lost, and the kernel tries again 1 s, then 3 s later; or
-        its ROUTER does not read it, a connection from before the cut still holding our id
-        (section 2.1).  Closed now, and a fresh connection a heartbeat later, HELO and BOUT on it
-        (:meth:`_reopen`): opened in the same turn, it could reach the peer's ROUTER before the
-        close does, and be left unread there in turn (protocol.md 8.5).  Again each
-        suspect_after until it answers (protocol.md 6).  Meanwhile it is judged as its end judges
-        our handshake: gone after the handshake timeout, suspect after half (:meth:`tick`)."""
-        self.stats.answers_redialled += 1
-        self._actions.append(Disconnect(s.conn))
-        s.redial_at = math.inf
-        s.reopen_at = now + self.beat
-        self._note(s.reopen_at)
-
-    def _reopen(self, s: Session, now: float) -> None:
-        """The fresh connection of :meth:`_redial`, under the same conn (replication and delivery
-        keep it): HELO (reply false) and BOUT on it."""
-        s.reopen_at = math.inf
-        self._actions.append(Connect(s.conn, s.endpoint))
-        self._send_hello(s.conn, reply=False, to=s.uuid, now=now)
-        if not s.answered:
-            s.redial_at = now + s.suspect_after
 
     def _probe(self, s: Session, now: float) -> None:
         self._send(s.conn, self.clock.probe(s, now))

@@ -45,7 +45,8 @@ class Moves:
             if s is None or not s.admitted:
                 del moving[uuid]
             elif due <= now:
-                self._port.reopen(s.conn, s.endpoint)  # same conn: replication and delivery keep it
+                self._port.disconnect(s.conn)
+                self._port.connect(s.endpoint, s.conn)  # same conn: replication and delivery keep it
                 s.reopen_at = math.inf  # open again now
                 self._port.send_hello(s.conn, reply=False, to=uuid, now=now)
                 moving[uuid] = now + self._beat
@@ -58,7 +59,8 @@ class Moves:
     def follow(self, s: Session, endpoint: str) -> None:
         """The admitted peer of ``s`` says HELO from a new endpoint (its address changed):
         connect there instead, under the same conn."""
-        self._port.reopen(s.conn, endpoint)
+        self._port.disconnect(s.conn)
+        self._port.connect(endpoint, s.conn)
         s.reopen_at = math.inf  # open again now
         s.endpoint = endpoint
         self.stats.endpoints_followed += 1

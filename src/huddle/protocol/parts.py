@@ -17,15 +17,13 @@ class Dialler(Protocol):
     """What a part of the mesh may ask of the mesh: connections opened and closed, our HELO and
     BOUT sent, its own timer noted.  The mesh queues each as actions; a test records them."""
 
-    def connect(self, endpoint: str) -> int: ...
+    def connect(self, endpoint: str, conn: int | None = None) -> int:
+        """A connection to ``endpoint``: a new one, or ``conn`` again (closed before: the
+        services that send on it keep its number)."""
 
     def disconnect(self, conn: int) -> None: ...
 
     def send_hello(self, conn: int, *, reply: bool, to: NodeId | None, now: float, listed: int = 0) -> None: ...
-
-    def reopen(self, conn: int, endpoint: str) -> None:
-        """Close ``conn`` and open it again to ``endpoint``, under the same number (the
-        services that send on it keep it)."""
 
     def note(self, when: float) -> None:
         """A timer is due at ``when``: the mesh ticks by then."""
