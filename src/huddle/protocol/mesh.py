@@ -37,7 +37,7 @@ from ..errors import DecodeError, LocalProtocolError
 from ..ids import NodeId, address_of
 from ..limits import MeshLimits
 from ..ratelog import RateLog
-from ..security import NodeIdentity, node_id_for
+from ..security import NodeIdentity
 from ..wire import (
     MAX_BODY,
     PROTOCOL_VERSION,
@@ -55,7 +55,6 @@ from ..wire import (
     encode_parts,
 )
 from ..wire import decode as _decode
-from ..wire.messages import helo_signed
 from .admission import Admission
 from .clock import Clock
 from .events import (
@@ -75,7 +74,7 @@ from .events import (
     Send,
 )
 from .gossip import MemberGossip
-from .helo_check import check_helo
+from .helo import Greeting, check_helo
 from .introductions import Introductions
 from .liveness import Liveness, Verdict
 from .moves import Moves
@@ -164,14 +163,15 @@ class Mesh:
         # The heartbeats we allow to be lost, as we announce it: peers then wait
         # beat * (lost + 1) before they count us gone (our gone_after).
         self.lost: Final = max(1, min(100, round(self.timing.gone_after / self.beat) - 1))
-        # Constructing our own HELO validates name, endpoint, incarnation and type.
-        Helo(sender=uuid, endpoint=endpoint, name=name, incarnation=incarnation, node_type=node_type,
-             beat=float(self.beat), lost=self.lost, rate=rate)
-        Group(sender=uuid, group=group)
         self.uuid: Final = uuid
         # This node's key: it signs our HELOs (a test or tool that gives none gets a fresh one).
         # ``secure`` (a group secret): only ids a key gives are admitted (protocol.md 4.1).
         self.identity: Final = identity or NodeIdentity.generate()
+        # Constructing our own HELO validates name, endpoint, incarnation, type and group.
+        self.greeting: Final = Greeting(uuid, name, group, incarnation, node_type, float(self.beat), self.lost, rate,
+                                        guests, self.identity)
+        self.greeting.check(endpoint)
+        self.greeting.bout  # noqa: B018 (constructing it checks the group's name)
         self.secure: Final = secure
         self.name: Final = name
         self.group: Final = group
@@ -314,8 +314,7 @@ class Mesh:
         (from the new address), again each heartbeat until it answers with a HELO: a
         peer accepts it once it finds the old address silent (SUSPECT, protocol.md 8.8), and
         its stale connection from the old address must be gone first (section 2.1)."""
-        Helo(sender=self.uuid, endpoint=endpoint, name=self.name, incarnation=self.incarnation,
-             node_type=self.node_type, beat=float(self.beat), lost=self.lost, rate=self.rate)
+        self.greeting.check(endpoint)
         if endpoint == self.endpoint or self._closed:
             return
         self.endpoint = endpoint
@@ -597,33 +596,7 @@ class Mesh:
             self._send_hello(s.conn, reply=True, to=m.sender, now=now)
         else:
             self.moves.answered(m.sender)  # it answered a HELO: it knows our endpoint
-        s.incarnation = m.incarnation
-        # From another connection of its address, only a HELO newer than the last binds it: one
-        # crossing ours out of order (on a probe's connection) is answered, and binds nothing.
-        newer = not m.key or m.at > s.helo_at or not s.source
-        if m.reply:
-            s.answered = True  # it answers our HELO: our BOUT, which came with it, admits us there
-        elif s.answered and s.admitted:
-            # It dials us afresh: it lost our session, or does not read our connection (protocol.md 6).
-            s.answered = False
-            s.redial_at = now + s.suspect_after
-        if m.key:
-            s.key = m.key
-            s.verified = node_id_for(m.key) == m.sender
-            s.helo_at = max(s.helo_at, m.at)  # HELOs may cross on two connections: keep the newest
-        s.name = m.name
-        s.helo_peers = m.peers
-        s.node_type = m.node_type
-        s.rate = m.rate
-        s.guests = m.guests
-        s.deltas = m.deltas
-        if source and source != s.source and newer:
-            Sessions.bind(s, source)
-        if m.beat:
-            # Its node type says how often it beats and how many beats may be lost
-            # (clamped: a HELO must not keep a silent ghost for long).
-            s.gone_after = min(self.limits.peer_gone_after_max, max(0.2, m.beat * (m.lost + 1)))
-            s.suspect_after = s.gone_after / 2
+        Sessions.record_helo(s, m, source, now, self.limits.peer_gone_after_max)
         self._heard(s, now)
         if s.phase is Phase.CONNECTING:
             s.move(Move.HELO)
@@ -803,27 +776,9 @@ class Mesh:
         whose id we do not know); ``listed``: the size of the member list we dial on, if any."""
         # Our admitted peers; dialling the members of a list, as many as it names (we know them
         # all, and each member we dial then sends us its own list only if it may know more).
-        admitted = max(listed, sum(1 for x in self._sessions.values() if x.admitted))
-        helo = Helo(
-            sender=self.uuid,
-            endpoint=self.endpoint,
-            name=self.name,
-            incarnation=self.incarnation,
-            reply=reply,
-            peers=admitted,
-            node_type=self.node_type,
-            beat=float(self.beat),
-            lost=self.lost,
-            rate=self.rate,
-            guests=self.guests,
-            deltas=self.deltas,
-            key=self.identity.public_key,
-            sig=bytes(64),  # replaced by the signature of the rest below
-            at=max(0, round(now * 1000)),
-            to=to,
-        )
-        self._send(conn, dataclasses.replace(helo, sig=self.identity.sign(helo_signed(helo))))
-        self._send(conn, Group(sender=self.uuid, group=self.group))
+        peers = max(listed, self.sessions.count_admitted())
+        self._send(conn, self.greeting.helo(self.endpoint, reply=reply, peers=peers, deltas=self.deltas, now=now, to=to))
+        self._send(conn, self.greeting.bout)
 
     def _new(self, uuid: NodeId, conn: int, endpoint: str, now: float, introducer: NodeId | None) -> Session:
         self._note(now + self.timing.handshake_timeout)

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from ..ids import NodeId, address_of
-from ..security import fingerprint
+from ..security import fingerprint, node_id_for
+from ..wire import Helo
 from .clock import Clock
 from .service import PeerSeen
 from .session import Move, Phase, Session, Timing
@@ -125,6 +126,38 @@ class Sessions:
         else:
             s.proven.clear()
         s.source = source
+
+    @staticmethod
+    def record_helo(s: Session, m: Helo, source: str, now: float, gone_after_max: float) -> None:
+        """What an accepted HELO from ``source`` says of its sender, recorded in ``s``: who it
+        is, whether it answers us, its key, the connection it is bound to, its timing."""
+        s.incarnation = m.incarnation
+        # From another connection of its address, only a HELO newer than the last binds it: one
+        # crossing ours out of order (on a probe's connection) is answered, and binds nothing.
+        newer = not m.key or m.at > s.helo_at or not s.source
+        if m.reply:
+            s.answered = True  # it answers our HELO: our BOUT, which came with it, admits us there
+        elif s.answered and s.admitted:
+            # It dials us afresh: it lost our session, or does not read our connection (protocol.md 6).
+            s.answered = False
+            s.redial_at = now + s.suspect_after
+        if m.key:
+            s.key = m.key
+            s.verified = node_id_for(m.key) == m.sender
+            s.helo_at = max(s.helo_at, m.at)  # HELOs may cross on two connections: keep the newest
+        s.name = m.name
+        s.helo_peers = m.peers
+        s.node_type = m.node_type
+        s.rate = m.rate
+        s.guests = m.guests
+        s.deltas = m.deltas
+        if source and source != s.source and newer:
+            Sessions.bind(s, source)
+        if m.beat:
+            # Its node type says how often it beats and how many beats may be lost
+            # (clamped: a HELO must not keep a silent ghost for long).
+            s.gone_after = min(gone_after_max, max(0.2, m.beat * (m.lost + 1)))
+            s.suspect_after = s.gone_after / 2
 
     # queries ------------------------------------------------------------------
 

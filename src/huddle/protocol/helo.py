@@ -1,6 +1,8 @@
-"""The identity checks of a HELO (protocol.md 4.1): a pure function, before any state is touched.
+"""HELO identity (protocol.md 4.1): ours built and signed, theirs checked.
 
-Given the HELO, the connection it came from, the session its sender has here (if any) and
+:class:`Greeting` is what this node says of itself in every HELO, signed with its key.
+:func:`check_helo` is the identity check of a HELO received, a pure function run before any
+state is touched: given the HELO, the connection it came from, the session its sender has here (if any) and
 this node's own settings, :func:`check_helo` says why the HELO's identity does not hold, or
 None if it does.  It changes nothing: the mesh counts and logs a refusal, and goes on with a
 HELO that passed.
@@ -8,15 +10,67 @@ HELO that passed.
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from ..ids import NodeId, address_of
-from ..security import fingerprint, key_derived, node_id_for, verify
-from ..wire import Helo
+from ..security import NodeIdentity, fingerprint, key_derived, node_id_for, verify
+from ..wire import Group, Helo
 from ..wire.messages import helo_signed
 from .session import Session
 
-__all__ = ["Refusal", "check_helo"]
+__all__ = ["Greeting", "Refusal", "check_helo"]
+
+
+@dataclass(frozen=True, slots=True)
+class Greeting:
+    """What this node says of itself in every HELO (and the BOUT that follows it), and the
+    key that signs it."""
+
+    uuid: NodeId
+    name: str
+    group: str
+    incarnation: str
+    node_type: str
+    beat: float
+    lost: int  # the heartbeats we allow to be lost: peers wait beat * (lost + 1) before counting us gone
+    rate: int
+    guests: int  # our marco port when we host Noam guests (0: we do not)
+    identity: NodeIdentity
+
+    def check(self, endpoint: str) -> None:
+        """Raise as :class:`Helo` does if our HELO could not say ``endpoint`` (nor the rest)."""
+        Helo(sender=self.uuid, endpoint=endpoint, name=self.name, incarnation=self.incarnation,
+             node_type=self.node_type, beat=self.beat, lost=self.lost, rate=self.rate)
+
+    @property
+    def bout(self) -> Group:
+        """Our BOUT: the group we are in (raises as :class:`Group` does on a bad name)."""
+        return Group(sender=self.uuid, group=self.group)
+
+    def helo(self, endpoint: str, *, reply: bool, peers: int, deltas: bool, now: float, to: NodeId | None) -> Helo:
+        """Our HELO from ``endpoint``, signed at ``now`` for ``to`` (None: a seed, whose id we do
+        not know), saying ``peers`` admitted peers."""
+        helo = Helo(
+            sender=self.uuid,
+            endpoint=endpoint,
+            name=self.name,
+            incarnation=self.incarnation,
+            reply=reply,
+            peers=peers,
+            node_type=self.node_type,
+            beat=self.beat,
+            lost=self.lost,
+            rate=self.rate,
+            guests=self.guests,
+            deltas=deltas,
+            key=self.identity.public_key,
+            sig=bytes(64),  # replaced by the signature of the rest below
+            at=max(0, round(now * 1000)),
+            to=to,
+        )
+        return dataclasses.replace(helo, sig=self.identity.sign(helo_signed(helo)))
 
 
 class Refusal(NamedTuple):
