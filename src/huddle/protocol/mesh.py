@@ -33,13 +33,12 @@ import random
 from collections.abc import Callable, Iterable
 from typing import Final, TypeVar
 
-from ..errors import DecodeError, LocalProtocolError
+from ..errors import DecodeError
 from ..ids import NodeId, address_of
 from ..limits import MeshLimits
 from ..ratelog import RateLog
 from ..security import NodeIdentity
 from ..wire import (
-    MAX_BODY,
     PROTOCOL_VERSION,
     TAG_BEAT,
     TAG_CHAT,
@@ -52,10 +51,10 @@ from ..wire import (
     Message,
     Peer,
     Time,
-    encode_parts,
 )
 from ..wire import decode as _decode
 from .admission import Admission
+from .chat import Chats
 from .clock import Clock
 from .events import (
     Action,
@@ -185,6 +184,7 @@ class Mesh:
         self.clock: Final = Clock(uuid, self.timing.heartbeat_interval, self._rng)
         self.stats = Stats()
         self.sessions: Final = Sessions(self.timing, group, self.clock)
+        self.chats: Final = Chats(uuid, self.sessions, self.stats, self.clock)
         # The table's dicts, read on every message: bound once, not looked up each time.
         self._sessions: Final = self.sessions.by_uuid
         self._last_frame: Final = self.sessions.last_frame
@@ -349,23 +349,14 @@ class Mesh:
     def chat(self, text: str, now: float, to: NodeId | None = None) -> int:
         """Send a CHAT to one admitted peer, or to every one.  Returns how many."""
         msg = Chat(sender=self.uuid, text=text)
-        conns = self._chat_conns(to)
+        conns = self.chats.conns(to)
         for conn in conns:
             self._send(conn, msg)
         return len(conns)
 
-    def _chat_conns(self, to: NodeId | None) -> list[int]:
-        """The connections a chat line goes on: ``to``'s, or every admitted peer's."""
-        if to is None:
-            return [s.conn for s in self._sessions.values() if s.admitted]
-        s = self._sessions.get(to)
-        if s is None or not s.admitted:
-            raise LocalProtocolError(f"no alive peer {to}")
-        return [s.conn]
-
     def leave(self, now: float) -> None:
         """Say GBYE to everyone and close every connection."""
-        self._closed = True
+        self._closed = self.chats.closed = True
         bye = Gbye(sender=self.uuid, reason="")
         for s in list(self._sessions.values()):
             if s.phase is not Phase.CONNECTING:
@@ -429,52 +420,15 @@ class Mesh:
         return self.handle(msg, now, source)
 
     def receive_chat(self, frames: list[bytes], now: float, source: str = "") -> ChatReceived | None:
-        """CHAT's fast path (docs/architecture.md, "The CHAT fast path"): the commonest message,
-        decided here without a decoded ``Chat`` or a ``Notify``.  An ALIVE peer's CHAT from its
-        session's address (``source``, as :meth:`receive` takes it) whose body is UTF-8 within
-        MAX_BODY is counted exactly as :meth:`receive` counts it (received, chats, the peer
-        heard, its messages and octets) and its event returned, for the caller to publish.
-
-        None: this path does not take the message and has changed and counted nothing; hand the
-        same frames to :meth:`receive`, which decides (and counts any refusal) as for every
-        message: not a CHAT, a closed mesh, a sender with no session or one not ALIVE (a
-        handshake, or a SUSPECT peer, which the general path makes ALIVE again), another
-        address than its session's, a body too long or not UTF-8."""
-        if len(frames) != 3 or frames[1] != TAG_CHAT or self._closed:
-            return None
-        s = self._sessions.get(frames[0])  # type: ignore[call-overload]
-        if s is None or s.phase is not Phase.ALIVE or (source and s.source != source):
-            return None
-        body = frames[2]
-        if len(body) > MAX_BODY:
-            return None
-        try:
-            text = body.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
-        stats = self.stats
-        stats.received += 1
-        stats.chats_received += 1
-        uuid = s.uuid
-        s.last_heard = self._last_frame[uuid] = now  # _heard, for an ALIVE peer
-        s.answered = True
-        counts = self._counts[uuid]
-        counts[0] += 1
-        counts[1] += len(body)
-        return ChatReceived(uuid, s.name, text, now + self.clock.offset)
+        """CHAT's fast path in (:meth:`Chats.receive`): an ALIVE peer's CHAT taken and counted as
+        :meth:`receive` would, its event returned for the caller to publish; None: nothing
+        changed, hand the same frames to :meth:`receive`."""
+        return self.chats.receive(frames, now, source)
 
     def chat_frames(self, text: str, to: NodeId | None = None) -> tuple[list[bytes], list[int]]:
-        """CHAT's fast path out: what :meth:`chat` decides, as the frames to send (type and
-        body, encoded once) and the connections to send them on (``to``'s, or every admitted
-        peer's), counted as sent, with no ``Chat`` or ``Send`` queued: the caller hands them to
-        the transport.  Raises LocalProtocolError as :meth:`chat` does (nothing counted)."""
-        if type(text) is str and len(text) <= MAX_BODY and text.isascii():  # Chat's own fast check
-            frames = [TAG_CHAT, text.encode("ascii")]
-        else:
-            frames = encode_parts(Chat(sender=self.uuid, text=text))  # checked whole, as chat() does
-        conns = self._chat_conns(to)
-        self.stats.sent += len(conns)
-        return frames, conns
+        """CHAT's fast path out (:meth:`Chats.frames`): the frames and the connections to send
+        them on, counted as sent; raises LocalProtocolError as :meth:`chat` does."""
+        return self.chats.frames(text, to)
 
     def handle(self, msg: Message, now: float, source: str = "") -> bool:
         """Handle a decoded message (from ``source``, "" if unknown).  True if it was accepted."""
