@@ -33,7 +33,9 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Final
 
 from ..errors import LocalProtocolError
@@ -60,7 +62,7 @@ class Move(enum.Enum):
 
 
 # (phase, move) -> the next phase; None: the session is removed.  Nothing else moves a session.
-TRANSITIONS: Final[dict[tuple[Phase, Move], Phase | None]] = {
+TRANSITIONS: Final[Mapping[tuple[Phase, Move], Phase | None]] = MappingProxyType({
     (Phase.CONNECTING, Move.HELO): Phase.HANDSHAKE,
     (Phase.CONNECTING, Move.END): None,
     (Phase.HANDSHAKE, Move.BOUT): Phase.ALIVE,
@@ -69,7 +71,7 @@ TRANSITIONS: Final[dict[tuple[Phase, Move], Phase | None]] = {
     (Phase.ALIVE, Move.END): None,
     (Phase.SUSPECT, Move.HEARD): Phase.ALIVE,
     (Phase.SUSPECT, Move.END): None,
-}
+})
 
 
 def transition(phase: Phase, move: Move) -> Phase | None:
