@@ -19,7 +19,7 @@ from huddle.wire import Group, Helo, encode
 ROOT = Path(__file__).resolve().parent.parent
 PROTOCOL = ROOT / "src" / "huddle" / "protocol"
 # The mesh and its parts: the modules that hold sessions.
-MESH_MODULES = ("mesh", "session", "sessions", "admission", "seeds", "gossip", "introductions", "moves",
+MESH_MODULES = ("mesh", "session", "sessions", "handshake", "admission", "seeds", "gossip", "introductions", "moves",
                 "liveness", "clock", "chat", "helo", "parts")
 
 

@@ -39,7 +39,6 @@ from ..limits import MeshLimits
 from ..ratelog import RateLog
 from ..security import NodeIdentity
 from ..wire import (
-    PROTOCOL_VERSION,
     TAG_BEAT,
     TAG_CHAT,
     Beat,
@@ -73,13 +72,14 @@ from .events import (
     Send,
 )
 from .gossip import MemberGossip
-from .helo import Greeting, check_helo
+from .handshake import Handshake
+from .helo import Greeting
 from .introductions import Introductions
 from .liveness import Liveness, Verdict
 from .moves import Moves
 from .parts import Stats
 from .seeds import Seeds
-from .service import BUSY_POLL, PeerFacts, PeerSeen, PeerService, group_scale
+from .service import PeerFacts, PeerSeen, PeerService, group_scale
 from .session import Move, Phase, Session, Timing
 from .sessions import PeerInfo, Sessions
 
@@ -119,8 +119,8 @@ class _Port:
     def redial(self, s: Session, now: float) -> None:
         self._mesh.liveness.redial(s, now)
 
-    def disconnect(self, conn: int) -> None:
-        self._mesh._actions.append(Disconnect(conn))
+    def disconnect(self, conn: int, *, flush: bool = False) -> None:
+        self._mesh._actions.append(Disconnect(conn, flush=flush))
 
     def send_hello(self, conn: int, *, reply: bool, to: NodeId | None, now: float, listed: int = 0) -> None:
         self._mesh._send_hello(conn, reply=reply, to=to, now=now, listed=listed)
@@ -128,10 +128,29 @@ class _Port:
     def note(self, when: float) -> None:
         self._mesh._note(when)
 
+    def new(self, uuid: NodeId, conn: int, endpoint: str, now: float) -> Session:
+        return self._mesh._new(uuid, conn, endpoint, now, None)
 
-def _quote(text: str, limit: int = 60) -> str:
-    """A group name for a reason text: quoted, and cut short so reasons stay small."""
-    return repr(text) if len(text) <= limit else repr(text[:limit]) + "..."
+    def admit(self, s: Session, now: float) -> None:
+        self._mesh._admit(s, now)
+
+    def end(self, s: Session, reason: str, now: float) -> None:
+        self._mesh._end(s, reason, now)
+
+    def forget(self, s: Session, now: float) -> None:
+        self._mesh._forget(s, now)
+
+    def heard(self, s: Session, now: float) -> None:
+        self._mesh._heard(s, now)
+
+    def make_room(self, address: str, now: float) -> None:
+        self._mesh._make_room(address, now)
+
+    def send(self, conn: int, msg: Message) -> None:
+        self._mesh._send(conn, msg)
+
+    def notify(self, event: Event) -> None:
+        self._mesh._notify(event)
 
 
 class Mesh:
@@ -211,6 +230,10 @@ class Mesh:
         self.moves: Final = Moves(self.beat, self.stats, port)
         self.liveness: Final = Liveness(self.timing, self.stats, port)
         self.gossip: Final = MemberGossip(uuid, self.timing, self.limits, self.stats, rng=self._rng, port=port, now=now)
+        self.handshake: Final = Handshake(uuid, group, self._sessions, refused=self._refused, excluded=self.excluded,
+                                          secure=secure, limits=self.limits, stats=self.stats, lines=self._lines,
+                                          clock=self.clock, admission=self.admission, seeds=self.seeds,
+                                          gossip=self.gossip, moves=self.moves, port=port)
         self.intros: Final = Introductions(uuid, lambda: self.endpoint, self._sessions, self._refused, self.excluded,
                                            limits=self.limits, stats=self.stats, admission=self.admission,
                                            seeds=self.seeds, gossip=self.gossip, port=port)
@@ -435,16 +458,16 @@ class Mesh:
         if self._closed:
             return False
         if isinstance(msg, Helo):
-            return self._on_helo(msg, now, source)
+            return self.handshake.helo(msg, now, source)
         if isinstance(msg, Gbye):
-            return self._on_gbye(msg, now)
+            return self.handshake.gbye(msg, now)
         s = self._sessions.get(msg.sender)
         if s is None or s.phase is Phase.CONNECTING:
             self.stats.dropped_unintroduced += 1
             return False
         if isinstance(msg, Group):
             self._heard(s, now)
-            return self._on_bout(s, msg, now)
+            return self.handshake.bout(s, msg, now)
         if isinstance(msg, Time):
             self._heard(s, now)
             s.answered = True  # a probe or its reply: it has admitted us, or we probed it
@@ -476,121 +499,6 @@ class Mesh:
         # A type no service of this node handles (a node that keeps no log, say): dropped.
         self.stats.dropped_unintroduced += 1
         return False
-
-    def _on_helo(self, m: Helo, now: float, source: str = "") -> bool:
-        if m.sender != self.uuid and m.version == PROTOCOL_VERSION:
-            refusal = check_helo(m, now, source, self._sessions.get(m.sender), me=self.uuid, secure=self.secure,
-                                 window=self.limits.helo_clock_window)
-            if refusal is not None:
-                if refusal.misaddressed:
-                    self.stats.helos_misaddressed += 1
-                else:
-                    self.stats.refused_identity += 1
-                self._lines.warning("identity", now, "refused a HELO claiming %s (%s) from %s: %s "
-                                    "(%d refused, %d misaddressed so far)", m.sender.short, _quote(m.name),
-                                    source or "?", refusal.reason, self.stats.refused_identity,
-                                    self.stats.helos_misaddressed)
-                return False
-        return self._on_checked_helo(m, now, source)
-
-    def _on_checked_helo(self, m: Helo, now: float, source: str = "") -> bool:
-        if m.sender == self.uuid:
-            # We dialled ourselves (a seed that is another name for our own
-            # endpoint).  Which seed cannot be told; it is retried with backoff.
-            return False
-        if m.version != PROTOCOL_VERSION:
-            reason = f"incompatible protocol version {m.version}: this node speaks version {PROTOCOL_VERSION}"
-            self._refuse_endpoint(m.sender, m.endpoint, m.incarnation, reason, now)
-            return False
-        if m.sender in self.excluded:
-            self._refuse_endpoint(m.sender, m.endpoint, m.incarnation, f"excluded: {self.excluded[m.sender]}", now)
-            return False
-        if self._refused.get(m.sender) == m.incarnation:
-            self.stats.dropped_unintroduced += 1
-            return False
-        self._refused.pop(m.sender, None)
-        s = self._sessions.get(m.sender)
-        if s is not None and s.incarnation is not None and s.incarnation != m.incarnation:
-            # The peer restarted: end the old session, start afresh.
-            self.stats.restarts_followed += 1
-            self._end(s, "restarted", now)
-            s = None
-        if s is not None and s.incarnation == m.incarnation and s.endpoint == m.endpoint:
-            self.gossip.answered(m.sender)  # a probe of ours found the same incarnation: an alias
-        if s is None:
-            conn = self.seeds.adopt(m.sender, m.endpoint)
-            seeded = conn is not None
-            if conn is None:
-                conn = self.gossip.adopt(m.sender, m.endpoint)
-            if conn is None:
-                key = f"addr:{address_of(source)}" if source else ""
-                if len(self._sessions) >= self.limits.max_sessions:
-                    self._make_room(address_of(source), now)
-                if not self.admission.room(self._sessions, key):
-                    if self.admission.wait(m, source, now):
-                        self._note(now + BUSY_POLL)
-                    return False
-                s = self._open(m.sender, m.endpoint, now, introducer=None, send_helo=False)
-                s.opened_by = key
-            else:
-                s = self._new(m.sender, conn, m.endpoint, now, introducer=None)
-                if seeded:
-                    s.seed = m.endpoint
-            if not m.reply or conn is None:
-                self._send_hello(s.conn, reply=m.reply is False, to=m.sender, now=now)
-        elif not m.reply:
-            # The peer (re)opens a session with us: answer it.
-            if s.endpoint != m.endpoint and not s.admitted:
-                self._actions.append(Disconnect(s.conn))
-                s.conn = self._connect(m.endpoint)
-                s.endpoint = m.endpoint
-                s.reopen_at = math.inf
-            elif s.endpoint != m.endpoint:
-                self.moves.follow(s, m.endpoint)
-            self._send_hello(s.conn, reply=True, to=m.sender, now=now)
-        else:
-            self.moves.answered(m.sender)  # it answered a HELO: it knows our endpoint
-        Sessions.record_helo(s, m, source, now, self.limits.peer_gone_after_max)
-        self._heard(s, now)
-        if s.phase is Phase.CONNECTING:
-            s.move(Move.HELO)
-        return True
-
-    def _on_bout(self, s: Session, m: Group, now: float) -> bool:
-        if m.group != self.group:
-            reason = f"group mismatch: peer is in {_quote(m.group)}, this node is in {_quote(self.group)}"
-            self._send(s.conn, Gbye(sender=self.uuid, reason=reason))
-            self._actions.append(Disconnect(s.conn, flush=True))
-            self._forget(s, now)
-            self._refused[s.uuid] = s.incarnation or ""
-            self.stats.refused += 1
-            if self.seeds.refused(s, reason):
-                log.warning("seed %s refused: %s (not retrying it)", s.seed, reason)
-            self._notify(PeerRefused(s.uuid, s.endpoint, reason, True, self.mesh_time(now)))
-            return True
-        if s.phase is Phase.HANDSHAKE:
-            self._admit(s, now)
-        return True
-
-    def _on_gbye(self, m: Gbye, now: float) -> bool:
-        s = self._sessions.get(m.sender)
-        if s is None or (s.phase is Phase.CONNECTING and s.incarnation is None and not m.reason):
-            self.stats.dropped_unintroduced += 1
-            if s is None and m.reason:
-                log.info("peer %s refused us: %s", m.sender.short, m.reason)
-            return False
-        if s.admitted:
-            self._end(s, f"left: {m.reason}" if m.reason else "left", now)
-            return True
-        # A refusal during the handshake: remember it, do not retry in a loop.
-        self._actions.append(Disconnect(s.conn))
-        self._forget(s, now)
-        reason = m.reason or "peer said goodbye during the handshake"
-        self._refused[s.uuid] = s.incarnation or ""
-        if self.seeds.refused(s, reason):
-            log.warning("seed %s refused us: %s (not retrying it)", s.seed, reason)
-        self._notify(PeerRefused(s.uuid, s.endpoint, reason, False, self.mesh_time(now)))
-        return True
 
     def _send_members(self, to: Session, now: float, *, reply: bool) -> None:
         self._send(to.conn, self.gossip.members_for(to, self._sessions, now, reply=reply))
@@ -814,19 +722,6 @@ class Mesh:
                 service.peer_down(s.uuid, now)
         self.seeds.forgotten(s, now)
 
-    def _refuse_endpoint(self, uuid: NodeId, endpoint: str, incarnation: str, reason: str, now: float) -> None:
-        old = self._sessions.get(uuid)
-        if old is not None:
-            self._end(old, f"refused: {reason}", now)
-        if self._refused.get(uuid) != incarnation:
-            log.warning("refusing %s at %s: %s", uuid.short, endpoint, reason)
-            self.stats.refused += 1
-            self._refused[uuid] = incarnation
-            conn = self._connect(endpoint)
-            self._send(conn, Gbye(sender=self.uuid, reason=reason))
-            self._actions.append(Disconnect(conn, flush=True))
-            self._notify(PeerRefused(uuid, endpoint, reason, True, self.mesh_time(now)))
-
     def _cut_incarnation(self, s: Session, reason: str, now: float) -> None:
         """An automatic exclusion: end the session (GBYE ``excluded: reason``) and refuse
         this incarnation of the peer until it restarts.  Not for good, as :meth:`exclude`
@@ -892,7 +787,7 @@ class Mesh:
             if isinstance(m, Helo):
                 # Its BOUT came while it waited and was dropped: answer as if we opened the
                 # session (a HELO with reply false), so that it says HELO and BOUT again.
-                self._on_checked_helo(dataclasses.replace(m, reply=True), now, via)  # checked when it came
+                self.handshake.checked(dataclasses.replace(m, reply=True), now, via)  # checked when it came
                 continue
             introducer = self._sessions.get(m.sender)
             if introducer is not None and introducer.phase is Phase.ALIVE:

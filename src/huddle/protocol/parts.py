@@ -8,9 +8,11 @@ from typing import Protocol
 
 from ..counters import Counters
 from ..ids import NodeId
+from ..wire import Message
+from .events import Event
 from .session import Session
 
-__all__ = ["Dialler", "Opener", "Stats"]
+__all__ = ["Dialler", "Host", "Opener", "Stats"]
 
 
 class Dialler(Protocol):
@@ -21,7 +23,8 @@ class Dialler(Protocol):
         """A connection to ``endpoint``: a new one, or ``conn`` again (closed before: the
         services that send on it keep its number)."""
 
-    def disconnect(self, conn: int) -> None: ...
+    def disconnect(self, conn: int, *, flush: bool = False) -> None:
+        """Close ``conn`` (``flush``: after what is queued on it is sent)."""
 
     def send_hello(self, conn: int, *, reply: bool, to: NodeId | None, now: float, listed: int = 0) -> None: ...
 
@@ -37,6 +40,28 @@ class Opener(Dialler, Protocol):
 
     def redial(self, s: Session, now: float) -> None:
         """Our connection to ``s`` is stuck: closed now, a fresh one a heartbeat later."""
+
+
+class Host(Dialler, Protocol):
+    """And what the handshake asks of the mesh, which owns the sessions' lifecycle: a session
+    on a connection opened, admitted, ended (``forget``: removed, no PeerLeft), heard from; room
+    made; messages sent and events notified."""
+
+    def new(self, uuid: NodeId, conn: int, endpoint: str, now: float) -> Session: ...
+
+    def admit(self, s: Session, now: float) -> None: ...
+
+    def end(self, s: Session, reason: str, now: float) -> None: ...
+
+    def forget(self, s: Session, now: float) -> None: ...
+
+    def heard(self, s: Session, now: float) -> None: ...
+
+    def make_room(self, address: str, now: float) -> None: ...
+
+    def send(self, conn: int, msg: Message) -> None: ...
+
+    def notify(self, event: Event) -> None: ...
 
 
 @dataclass(slots=True)
