@@ -188,6 +188,17 @@ class Admission:
             del table[next(iter(table))]  # the oldest entry
         table[uuid] = now + self.limits.introduction_backoff
 
+    def handshake_failed(self, s: Session, now: float, *, spared: bool = False) -> None:
+        """``s`` never got through its handshake: if a PEER or a list opened it, PEERs naming its
+        node are ignored for a while (:meth:`back_off`), unless ``spared``: this node's own loop
+        was late, and the answer may be what waited unread (the next list naming it dials it)."""
+        if not s.opened_by.startswith("peer:"):
+            return
+        if spared:
+            self.stats.backoffs_spared += 1
+        else:
+            self.back_off(s.uuid, now)
+
     def backed_off(self, uuid: NodeId, now: float) -> bool:
         until = self._backoff.get(uuid)
         return until is not None and until > now

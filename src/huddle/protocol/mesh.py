@@ -10,18 +10,14 @@ everything else rides on its sessions as a peer service given at construction
 (protocol/service.py): the log, addressed delivery, the system picture's
 reports, posts (BULK).  Each other message type goes to its service through a table.
 
-The mesh coordinates its parts, each in its own module and tested on its own:
-
-- ``session.py``: a session's record and its phases, moved only through one transition table;
-- ``helo_check.py``: the identity checks of a HELO (a pure function);
-- ``admission.py``: the session quotas, the waiting room, introductions' back-off, blamed addresses;
-- ``seeds.py``: the seeds and their retries;
-- ``gossip.py``: member lists (MEMB) and the probes of known members at a new endpoint;
-- ``clock.py``: clock sync (TIME), the heartbeat grid;
-- ``parts.py``: the counters they share and the port through which they reach a peer.
-
-The mesh itself routes messages, opens, admits and ends sessions, judges liveness, follows
-address moves and takes the CHAT and BEAT fast paths.
+The mesh coordinates its parts, each a module of its own, tested on its own
+(docs/architecture.md, "The mesh's parts"): the session record and its one transition
+table (session.py), the session table (sessions.py), the handshake (handshake.py), HELO
+identity (helo.py), admission quotas and the waiting room (admission.py), introductions
+(introductions.py), seeds (seeds.py), member lists and probes (gossip.py), liveness
+(liveness.py), clock sync (clock.py), address moves (moves.py), CHAT's fast paths (chat.py).
+The mesh itself routes each message, owns the sessions' lifecycle (admitted, ended: the
+services and events told), runs the timers and sends the heartbeats.
 """
 
 from __future__ import annotations
@@ -38,19 +34,7 @@ from ..ids import NodeId, address_of
 from ..limits import MeshLimits
 from ..ratelog import RateLog
 from ..security import NodeIdentity
-from ..wire import (
-    TAG_BEAT,
-    TAG_CHAT,
-    Beat,
-    Chat,
-    Gbye,
-    Group,
-    Helo,
-    Members,
-    Message,
-    Peer,
-    Time,
-)
+from ..wire import TAG_BEAT, TAG_CHAT, Beat, Chat, Gbye, Group, Helo, Members, Message, Peer, Time
 from ..wire import decode as _decode
 from .admission import Admission
 from .chat import Chats
@@ -223,7 +207,6 @@ class Mesh:
         self._late_at = -math.inf  # when a tick last came LATE_TICK or more after its deadline
         self._closed = False
         self.cut_off = False  # had peers and lost the last one
-        self._had_peers = False
         self._lines = RateLog(log, period=_LOG_EVERY)  # per kind: decode, foreign, helo, intro, evict, identity
         self.admission: Final = Admission(self.limits, self.stats, self._lines, self.timing.handshake_timeout)
         self.blamed: Final = self.admission.blamed  # per address: frames under another connection's UUID
@@ -355,8 +338,7 @@ class Mesh:
             else:
                 self._actions.append(Disconnect(conn))
                 self._forget(s, now)
-                if s.opened_by.startswith("peer:"):
-                    self.admission.back_off(s.uuid, now)
+                self.admission.handshake_failed(s, now)
         self.seeds.connect_failed(conn)
 
     def not_responding(self, conn: int, now: float) -> None:
@@ -549,13 +531,8 @@ class Mesh:
             if verdict is Verdict.TIMED_OUT:
                 self._actions.append(Disconnect(s.conn))
                 self._forget(s, now)
-                if s.opened_by.startswith("peer:"):
-                    if now - self._late_at < t.handshake_timeout:
-                        # Our own loop was late within the handshake's time: its answer may be
-                        # what waited unread.  The next list naming it dials it again.
-                        self.stats.backoffs_spared += 1
-                    else:
-                        self.admission.back_off(s.uuid, now)
+                # Our own loop late within the handshake's time: its answer may be what waited unread.
+                self.admission.handshake_failed(s, now, spared=now - self._late_at < t.handshake_timeout)
                 continue
             if verdict is Verdict.SILENT:
                 s.move(Move.SILENT)
@@ -673,7 +650,6 @@ class Mesh:
         self.sessions.returned(s.uuid)
         self.seeds.admitted(s)
         self._notify(PeerJoined(s.uuid, s.name, s.endpoint, self.mesh_time(now)))
-        self._had_peers = True
         if self.cut_off:
             self.cut_off = False
             self._notify(CutOff(False, self.mesh_time(now)))

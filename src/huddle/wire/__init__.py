@@ -29,7 +29,7 @@ from .messages import (
     encode_parts,
     valid_endpoint,
 )
-from .peek import TAG_BEAT, TAG_CHAT, peek
+from .peek import TAG_BEAT, TAG_CHAT
 
 __all__ = [
     "BEACON_SIZE",
@@ -63,7 +63,6 @@ __all__ = [
     "encode_parts",
     "group_hash",
     "pack",
-    "peek",
     "unpack",
     "valid_endpoint",
 ]
