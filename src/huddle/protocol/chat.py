@@ -32,7 +32,7 @@ class Chats:
         self._clock = clock
         self.closed = False  # the mesh left: nothing is taken
 
-    def receive(self, frames: list[bytes], now: float, source: str) -> ChatReceived | None:
+    def receive(self, frames: list[bytes], now: float, source: str = "") -> ChatReceived | None:
         """An ALIVE peer's CHAT from its session's address (``source``, as ``Mesh.receive``
         takes it) whose body is UTF-8 within MAX_BODY: counted exactly as the general path
         counts it (received, chats, the peer heard, its messages and octets), and its event
@@ -66,7 +66,7 @@ class Chats:
         counts[1] += len(body)
         return ChatReceived(uuid, s.name, text, now + self._clock.offset)
 
-    def frames(self, text: str, to: NodeId | None) -> tuple[list[bytes], list[int]]:
+    def frames(self, text: str, to: NodeId | None = None) -> tuple[list[bytes], list[int]]:
         """What ``Mesh.chat`` decides, as the frames to send (type and body, encoded once) and
         the connections to send them on (``to``'s, or every admitted peer's), counted as sent,
         with no ``Chat`` or ``Send`` queued: the caller hands them to the transport.  Raises

@@ -188,6 +188,13 @@ class Mesh:
         self.stats = Stats()
         self.sessions: Final = Sessions(self.timing, group, self.clock)
         self.chats: Final = Chats(uuid, self.sessions, self.stats, self.clock)
+        # CHAT's fast paths (chat.py; docs/architecture.md), bound here so that no call comes
+        # between the driver and them.  In: an ALIVE peer's CHAT taken and counted as receive()
+        # would, its event returned for the caller to publish; None: nothing changed, hand the
+        # frames to receive().  Out: the frames and the connections, counted as sent; raises
+        # LocalProtocolError as chat() does.
+        self.receive_chat = self.chats.receive
+        self.chat_frames = self.chats.frames
         # The table's dicts, read on every message: bound once, not looked up each time.
         self._sessions: Final = self.sessions.by_uuid
         self._last_frame: Final = self.sessions.last_frame
@@ -423,17 +430,6 @@ class Mesh:
         if msg.sender in self._counts:
             self._counts[msg.sender][1] += len(frames[2]) if len(frames) == 3 else len(frames[2]) + len(frames[3])
         return self.handle(msg, now, source)
-
-    def receive_chat(self, frames: list[bytes], now: float, source: str = "") -> ChatReceived | None:
-        """CHAT's fast path in (:meth:`Chats.receive`): an ALIVE peer's CHAT taken and counted as
-        :meth:`receive` would, its event returned for the caller to publish; None: nothing
-        changed, hand the same frames to :meth:`receive`."""
-        return self.chats.receive(frames, now, source)
-
-    def chat_frames(self, text: str, to: NodeId | None = None) -> tuple[list[bytes], list[int]]:
-        """CHAT's fast path out (:meth:`Chats.frames`): the frames and the connections to send
-        them on, counted as sent; raises LocalProtocolError as :meth:`chat` does."""
-        return self.chats.frames(text, to)
 
     def handle(self, msg: Message, now: float, source: str = "") -> bool:
         """Handle a decoded message (from ``source``, "" if unknown).  True if it was accepted."""
