@@ -1,5 +1,8 @@
-"""What the mesh's parts share: the counters they all count into (one dict in the API) and
-the narrow port through which seeds, member lists and admission reach a peer."""
+"""What the mesh's parts share: the counters they all count into (one dict in the API), and
+the narrow ports through which they ask the mesh to act (it queues actions; a test records):
+``Dialler`` (connections, our HELO, timers: seeds, member lists, moves, liveness), ``Opener``
+(sessions opened or dialled afresh: introductions), ``Host`` (the sessions' lifecycle,
+messages and events: the handshake)."""
 
 from __future__ import annotations
 
