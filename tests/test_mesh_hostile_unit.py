@@ -125,19 +125,19 @@ def test_held_helos_expire_after_the_handshake_timeout() -> None:
     assert mesh.stats.helos_waited == 3 and mesh.stats.helos_refused == 1  # the oldest of three held went
     mesh.tick(10.0)  # past the handshake timeout: the held ones are given up, the slot's session too
     assert mesh.stats.helos_refused == 3
-    assert mesh._waiting == {}
+    assert mesh.admission.waiting == {}
 
 
 def test_one_address_cannot_fill_the_waiting_room() -> None:
     mesh = node(max_handshaking=2, max_handshaking_per_introducer=2, max_waiting_helos=40)
     for i in range(500):  # a flood from one address: 2 handshaking, a quarter of the room waiting
         mesh.receive(encode(Helo(fresh(), endpoint=f"tcp://{EVIL}:{i + 1}", name="x", incarnation="55" * 8)), 0.0, EVIL)
-    assert len(mesh._waiting) == 10 and mesh.stats.helos_refused == 488
+    assert len(mesh.admission.waiting) == 10 and mesh.stats.helos_refused == 488
     honest = [fresh() for _ in range(5)]
     for i, u in enumerate(honest):  # honest nodes elsewhere still get a place in the queue
         mesh.receive(encode(Helo(u, endpoint=f"tcp://10.0.4.{i + 1}:1", name="h", incarnation="66" * 8)), 0.0,
                      f"10.0.4.{i + 1}")
-    assert all(u in mesh._waiting for u in honest)
+    assert all(u in mesh.admission.waiting for u in honest)
 
 
 def test_peer_introductions_are_bounded_backed_off_and_only_from_a_live_introducer() -> None:
@@ -150,7 +150,7 @@ def test_peer_introductions_are_bounded_backed_off_and_only_from_a_live_introduc
         mesh.receive(encode(Peer(bob, peer=uuid, endpoint=f"tcp://10.9.{i // 250}.{i % 250}:1")), 0.1, HOME)
     assert len(connects(mesh)) == 8
     # A quarter of mesh.max-waiting-helos (256) wait their turn; the rest are refused.
-    assert len(mesh._waiting) == 64 and mesh.stats.introductions_waited == 64
+    assert len(mesh.admission.waiting) == 64 and mesh.stats.introductions_waited == 64
     assert mesh.stats.introductions_refused == 1092 - 64
     mesh.receive(encode(Chat(bob, text="still here")), 4.0, HOME)
     mesh.tick(5.5)  # the 8 introduced handshakes time out

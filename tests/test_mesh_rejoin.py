@@ -187,7 +187,7 @@ def test_a_long_member_list_is_read_up_to_the_limit_and_dialled_within_the_caps(
     mesh.receive(encode(Members(bob, members=listed)), 0.1, HOME)
     dialled = [a for a in mesh.take_actions() if isinstance(a, Connect)]
     assert len(dialled) == 8  # mesh.max-handshaking-per-introducer, as PEERs
-    assert len(mesh._waiting) == 64  # a quarter of the waiting room; the rest refused
+    assert len(mesh.admission.waiting) == 64  # a quarter of the waiting room; the rest refused
     assert mesh.stats.introductions_refused == 100 - 8 - 64  # only the first 100 were read
 
 
@@ -209,7 +209,7 @@ def test_a_member_list_cannot_move_a_live_session_to_another_address() -> None:
     assert mesh.stats.foreign_frames == 1 and mesh.stats.restarts_followed == 0
     assert {p.endpoint for p in mesh.peers(0.5)} == {f"tcp://{HOME}:6000", "tcp://10.0.0.3:6000"}
     mesh.tick(5.5)  # the unanswered probe is closed
-    assert not mesh._probes
+    assert not mesh.gossip.probes
 
 
 def test_the_new_incarnation_answering_a_probe_takes_over_its_connection() -> None:

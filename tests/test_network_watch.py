@@ -99,7 +99,7 @@ def test_a_node_whose_address_changed_is_followed_by_its_peers_and_nothing_is_lo
     assert a.mesh.stats.endpoints_followed == 1 and c.mesh.stats.endpoints_followed == 1
     assert b.mesh.stats.endpoint_changes == 1
     net.run(5.0)
-    assert b.mesh._moving == {}  # every peer answered: no more HELOs
+    assert b.mesh.moves.moving == {}  # every peer answered: no more HELOs
     # and a HELO from the new address was refused until the peer found the old one silent
     assert sum(a.mesh.blamed.values()) > 0
 
@@ -114,7 +114,7 @@ def test_a_node_that_moves_before_its_peers_time_it_out_slowly_still_meshes() ->
     assert net.settle(5.0, lambda: len(a.mesh.alive_peers()) == 1 and len(b.mesh.alive_peers()) == 1)
     new = move(net, b, "10.0.9.9")
     assert net.settle(30.0, lambda: [p.endpoint for p in a.mesh.peers(net.local(a))] == [new]
-                      and a.mesh.peers(net.local(a))[0].state == "alive" and not b.mesh._moving)
+                      and a.mesh.peers(net.local(a))[0].state == "alive" and not b.mesh.moves.moving)
     assert not [e for e in a.events if isinstance(e, PeerLeft)]
 
 

@@ -1,0 +1,154 @@
+"""Seeds: endpoints the operator named, dialled until a peer answers there (protocol.md 4.2, 8.5).
+
+A seed is dialled with our HELO and BOUT, again after a back-off (doubling from the seed retry
+to ``SEED_BACKOFF_MAX``), on the same connection until it answers: a second connection would
+carry our identity too, and the seed's ROUTER would never read it while the first lingers
+there.  Unanswered for ``seed_reopen_after``, the connection is closed and the next try opens a
+fresh one.  The session that answers adopts the seed's connection; a seed that refuses us
+(another group, a GBYE) is not tried again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+from ..ids import NodeId
+from .parts import Dialler
+from .session import Session, Timing
+
+__all__ = ["SEED_BACKOFF_MAX", "Seed", "Seeds"]
+
+SEED_BACKOFF_MAX: Final = 10.0
+
+
+@dataclass(slots=True)
+class Seed:
+    endpoint: str
+    conn: int | None = None
+    opened: float = 0.0
+    next_try: float = 0.0
+    backoff: float = 0.0
+    peer: NodeId | None = None
+    refused: str | None = None
+
+    @property
+    def awaited(self) -> bool:
+        """Our HELO to it awaits its answer on an open connection."""
+        return self.conn is not None and self.peer is None
+
+
+class Seeds:
+    """The seeds by endpoint, and their retries."""
+
+    def __init__(self, timing: Timing, port: Dialler) -> None:
+        self._timing = timing
+        self._port = port
+        self._by_endpoint: dict[str, Seed] = {}
+
+    def __contains__(self, endpoint: str) -> bool:
+        return endpoint in self._by_endpoint
+
+    def get(self, endpoint: str) -> Seed | None:
+        return self._by_endpoint.get(endpoint)
+
+    def add(self, endpoint: str, now: float) -> None:
+        self._by_endpoint[endpoint] = Seed(endpoint=endpoint, next_try=now)
+        self._port.note(now)
+
+    def retry(self, now: float, endpoint_known: Callable[[str], bool]) -> None:
+        """Dial every seed that is due, not refused, unanswered and at no session's endpoint."""
+        timing, port = self._timing, self._port
+        for seed in self._by_endpoint.values():
+            if seed.refused is not None or seed.peer is not None or now < seed.next_try:
+                continue
+            if endpoint_known(seed.endpoint):
+                continue
+            if seed.conn is not None and now - seed.opened >= timing.seed_reopen_after:
+                # Unanswered this long: the seed is down or gone, not busy.  Drop the HELOs queued
+                # for it; the next try, not this same turn, connects afresh.
+                port.disconnect(seed.conn)
+                seed.conn = None
+                seed.next_try = now + timing.seed_retry
+                port.note(seed.next_try)
+                continue
+            if seed.conn is None:
+                # Kept until the seed answers (or seed_reopen_after), its retries on it: a new
+                # connection would carry our identity while the old one may linger at the seed,
+                # whose ROUTER would then never read it (protocol.md 8.5).
+                seed.conn = port.connect(seed.endpoint)
+                seed.opened = now
+            port.send_hello(seed.conn, reply=False, to=None, now=now)
+            seed.backoff = min(SEED_BACKOFF_MAX, max(timing.seed_retry, seed.backoff * 2))
+            seed.next_try = now + seed.backoff
+            port.note(seed.next_try)
+
+    def adopt(self, uuid: NodeId, endpoint: str) -> int | None:
+        """The connection of our unanswered seed at ``endpoint``, for ``uuid``'s new session
+        (its HELO answered there), or None."""
+        seed = self._by_endpoint.get(endpoint)
+        if seed is None or not seed.awaited:
+            return None
+        seed.peer = uuid
+        return seed.conn
+
+    def admitted(self, s: Session) -> None:
+        """``s`` was admitted: if it was not dialled as a seed but is at a seed's endpoint, it is
+        that seed's answer (the seed's own connection, if another, is closed)."""
+        if s.seed is not None:
+            return
+        for seed in self._by_endpoint.values():
+            if seed.endpoint == s.endpoint and seed.peer is None:
+                if seed.conn is not None and seed.conn != s.conn:
+                    self._port.disconnect(seed.conn)
+                seed.conn = s.conn
+                seed.peer = s.uuid
+                s.seed = seed.endpoint
+
+    def refused(self, s: Session, reason: str) -> bool:
+        """``s``, dialled as a seed, refused us: that seed is not tried again.  False: ``s`` was
+        no seed's."""
+        seed = None if s.seed is None else self._by_endpoint.get(s.seed)
+        if seed is None:
+            return False
+        seed.refused = reason
+        return True
+
+    def forgotten(self, s: Session, now: float) -> None:
+        """``s`` is removed: the seed it answered is dialled again."""
+        seed = None if s.seed is None else self._by_endpoint.get(s.seed)
+        if seed is not None and seed.peer == s.uuid:
+            seed.peer = None
+            seed.conn = None
+            seed.backoff = 0.0
+            # Dialled again a retry interval on, not at once: a new connection that reaches the
+            # seed before it saw the old one close is never read there (protocol.md 8.5).
+            seed.next_try = now + self._timing.seed_retry
+            self._port.note(seed.next_try)
+
+    def moved(self, now: float) -> None:
+        """This node's endpoint changed: the HELOs queued for unanswered seeds named the old one."""
+        for seed in self._by_endpoint.values():
+            if seed.conn is not None and seed.peer is None:
+                self._port.disconnect(seed.conn)
+                seed.conn = None
+                seed.next_try = now
+                self._port.note(now)
+
+    def connect_failed(self, conn: int) -> None:
+        for seed in self._by_endpoint.values():
+            if seed.conn == conn:
+                seed.conn = None  # dialled afresh at its next try (it keeps its back-off)
+
+    def close(self) -> None:
+        """This node leaves: the connections of unanswered seeds close (an answered one is its session's)."""
+        for seed in self._by_endpoint.values():
+            if seed.conn is not None and seed.peer is None:
+                self._port.disconnect(seed.conn)
+            seed.conn = None
+
+    def due(self) -> float:
+        """The soonest retry of a seed not refused nor answered (inf: none)."""
+        return min((seed.next_try for seed in self._by_endpoint.values()
+                    if seed.refused is None and seed.peer is None), default=float("inf"))
