@@ -25,7 +25,8 @@ from dataclasses import replace
 from typing import Any
 
 from huddle.ids import NodeId
-from huddle.protocol.picture import PictureTiming, Reports, report_delta
+from huddle.protocol.picture import Reports
+from huddle.protocol.picture_compute import PictureTiming, report_delta
 from huddle.protocol.service import PeerFacts
 from huddle.security import NodeIdentity
 from huddle.wire import PeerStat, Raws, decode, encode
