@@ -58,6 +58,13 @@ def test_a_report_carries_its_features_facts_and_one_without_is_written_as_befor
     assert isinstance(got, Raws) and got.ext == {}
 
 
+def test_a_member_the_decoder_does_not_know_is_ignored() -> None:
+    # What makes ext need no new version (protocol.md 14.1): a decoder that predates a member
+    # ignores it, as this one ignores a member of a later version.
+    later = decode([bytes(A), b"RAWS", encode(report(A, stat(B)))[2][:-1] + b',"later":{"x":[1]}}'])
+    assert later == report(A, stat(B))
+
+
 @pytest.mark.parametrize("ext", [
     '[]', '"posts"', 'null', '3',  # not an object
     '{"posts":3}', '{"posts":[1,2]}', '{"posts":"many"}', '{"posts":null}',  # a feature's facts not an object
