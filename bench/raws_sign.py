@@ -25,7 +25,12 @@ from dataclasses import replace
 from typing import Any
 
 from huddle.ids import NodeId
-from huddle.protocol.picture import PictureTiming, Reports, report_delta
+from huddle.protocol.picture import Reports
+
+try:
+    from huddle.protocol.picture_compute import PictureTiming, report_delta
+except ImportError:  # a tree from before the picture's computation had a module of its own
+    from huddle.protocol.picture import PictureTiming, report_delta  # type: ignore[attr-defined,no-redef]
 from huddle.protocol.service import PeerFacts
 from huddle.security import NodeIdentity
 from huddle.wire import PeerStat, Raws, decode, encode

@@ -280,6 +280,11 @@ def test_a_node_without_posts_starts_serves_and_meshes_and_has_nothing_of_posts(
                 assert [(e["type"], e.get("text")) for e in seen] == [
                     ("poked", "SECRET"), ("poked", "HELLO"), ("chat", "hello")]
                 assert (await get(bare.api_url, "/api/v1/probe")) == (200, {"chats": 2})
+                # Its facts reach the other node's system picture (protocol.md 14.1 ``ext``); posts,
+                # absent, has no section there: the picture knows no feature but by its report.
+                exts = lambda: {m["name"]: m["ext"] for m in full.system()["members"]}  # noqa: E731
+                await _until(lambda: exts().get("bare") == {"probe": {"chats": 2}}, 10, "the probe's facts at full")
+                assert exts()["full"] == {"posts": {"posts": 0, "octets": 0}}
         finally:
             for node in (bare, full):
                 node.stop()

@@ -20,7 +20,7 @@ from huddle.protocol.core import build_services
 from huddle.protocol.events import Send
 from huddle.protocol.logchain import GENESIS, chain_hashes, check_batch, key_bound, sign_head
 from huddle.protocol.logstore import MemoryStore
-from huddle.protocol.picture import compute
+from huddle.protocol.picture_compute import compute
 from huddle.protocol.replication import Replicator
 from huddle.security import NodeIdentity
 from huddle.wire import MAX_BODY, Gsip, LogHead, LogRecord, PeerStat, Raws, Xmsg, decode, encode, encode_parts

@@ -15,7 +15,8 @@ from huddle import NodeId
 from huddle.errors import DecodeError, LocalProtocolError
 from huddle.protocol.events import CutOff
 from huddle.protocol.mesh import Timing
-from huddle.protocol.picture import Pictures, PictureTiming, compute
+from huddle.protocol.picture import Pictures
+from huddle.protocol.picture_compute import PictureTiming, compute
 from huddle.sim import SimNetwork, SimNode
 from huddle.wire import PEER_STATES, CheckedRows, PeerStat, Raws, decode, encode
 from huddle.wire.fields import _NODE_IDS, _NODE_IDS_KEPT

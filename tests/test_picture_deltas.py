@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from huddle import NodeId
 from huddle.errors import DecodeError, LocalProtocolError
-from huddle.protocol.picture import PictureTiming, Reports, compute, merge_report, report_delta, report_facts
+from huddle.protocol.picture import Reports
+from huddle.protocol.picture_compute import PictureTiming, compute, merge_report, report_delta, report_facts
 from huddle.protocol.service import PeerFacts
 from huddle.sim import SimNetwork, SimNode
 from huddle.wire import MAX_GONE_ROWS, Helo, PeerStat, Raws, decode, encode

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from huddle import NodeId
 from huddle.errors import DecodeError
 from huddle.protocol.events import Send
-from huddle.protocol.picture import PictureTiming, Reports, report_delta
+from huddle.protocol.picture import Reports
+from huddle.protocol.picture_compute import PictureTiming, report_delta
 from huddle.protocol.service import PeerFacts, PeerSeen
 from huddle.security import NodeIdentity, key_derived, verify
 from huddle.sim import SimNetwork

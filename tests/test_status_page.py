@@ -147,3 +147,29 @@ def test_the_graph_marks_one_way_and_slow_links(cluster: Cluster, browser: Any) 
     shot = page.locator("#graph").screenshot()
     assert blobs(shot, ONE_WAY_RED) >= 2, "two degraded nodes and the red arrow"
     assert blobs(shot, OK_GREEN) == 0
+
+
+def test_the_features_facts_show_as_a_table_per_feature(cluster: Cluster, browser: Any) -> None:
+    """Each member's ``ext`` (protocol.md 14.1), drawn with no knowledge of any feature: a table
+    per feature, a row per member that reports it, a column per fact."""
+    from playwright.sync_api import expect
+
+    a = cluster.start("solo", beacon=False)
+    ids = [c * 32 for c in "12"]
+    exts = [{"posts": {"posts": 3, "octets": 10240}, "zeta": {"mode": "on", "ready": True}},
+            {"posts": {"posts": 1, "octets": 20, "sealed": None}}]
+    picture = {
+        "node": ids[0], "digest": "f" * 64, "links": [{"a": ids[0], "b": ids[1], "state": "two-way", "rtt_ms": 0.3}],
+        "members": [{"uuid": u, "name": n, "type": "standard", "health": "ok", "problems": [], "rtt_ms": 1.0,
+                     "age": 0.5, "rates": {}, "ext": ext} for u, n, ext in zip(ids, ("x", "y"), exts, strict=True)],
+    }
+    page = browser.new_page(viewport={"width": 1200, "height": 900})
+    page.route("**/api/v1/system", lambda route: route.fulfill(json=picture))
+    page.goto(a.api + "/")
+    expect(page.locator("#conn")).to_have_text("live", timeout=10_000)
+    expect(page.locator("#features table")).to_have_count(2, timeout=10_000)
+    expect(page.locator("#features h2")).to_have_text(["posts", "zeta"])
+    expect(page.locator("#features table[data-feature=posts] th")).to_have_text(["name", "posts", "octets", "sealed"])
+    dash = "\u2013"  # the page's sign of a fact a member does not give
+    expect(page.locator("#features table[data-feature=posts] tbody tr")).to_have_text(["x310240" + dash, "y120null"])
+    expect(page.locator("#features table[data-feature=zeta] tbody tr td")).to_have_text(["x", "on", "true"])

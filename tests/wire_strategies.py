@@ -34,6 +34,7 @@ from huddle.wire import (
     Raws,
     Time,
     Xmsg,
+    extension_problem,
     sign_raws,
 )
 
@@ -101,6 +102,14 @@ peer_stats = st.builds(
 )
 
 
+# A report's extension map (protocol.md 14.1): features' flat facts, within the bounds.
+fact_names = st.from_regex(r"[a-z][a-z0-9_-]{0,31}", fullmatch=True)
+fact_values = (st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | finite | st.text(max_size=20)
+               .filter(lambda t: extension_problem({"a": {"b": t}}) is None))
+extensions = st.dictionaries(fact_names, st.dictionaries(fact_names, fact_values, max_size=4), max_size=4).filter(
+    lambda ext: extension_problem(ext) is None)
+
+
 @st.composite
 def raws(draw: st.DrawFn) -> Raws:
     """A report, full or a delta (rows changed, peers gone), signed by its origin or not."""
@@ -115,7 +124,7 @@ def raws(draw: st.DrawFn) -> Raws:
         draw(node_ids), origin=draw(node_ids), seq=seq, name=draw(names), node_type=draw(node_types),
         beat=draw(st.floats(0.01, 60.0)), lost=draw(st.integers(1, 100)), cut_off=draw(st.booleans()), peers=rows,
         forged=tuple(draw(st.dictionaries(node_ids, st.integers(1, MAX_SEQ), max_size=3)).items()),
-        base=draw(st.integers(1, seq - 1)) if delta else None, gone=gone,
+        base=draw(st.integers(1, seq - 1)) if delta else None, gone=gone, ext=draw(extensions),
     )
     if not draw(st.booleans()):
         return report

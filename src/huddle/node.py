@@ -436,7 +436,8 @@ class Node:
                                            log_signer=self.identity, log_secure=cfg.group_secret is not None,
                                            report_signer=self.identity,
                                            extra=[s for f in self.features for s in f.peer_services(uuid)],
-                                           takers=[t for f in self.features for t in f.payload_takers()])
+                                           takers=[t for f in self.features for t in f.payload_takers()],
+                                           facts=lambda: {f.name: f.facts() for f in self.features})
         mesh = self._mesh = Mesh(
             uuid, name=cfg.name, group=cfg.group, endpoint=endpoint,
             incarnation=os.urandom(8).hex(), now=self.local_now(), timing=cfg.mesh_timing(),

@@ -25,7 +25,8 @@ one.  :class:`~huddle.node.Node` takes a list of them (the default list is
 6. ``commands(sub, client_options, epilog)``: its ``huddle`` subcommands, each a parser
    and a handler that talks to a node through :class:`~huddle.client.ApiClient`;
 7. ``facts()``: small JSON about it, shown in ``GET /api/v1/node`` under
-   ``features: {name: facts}`` (None: nothing to say).
+   ``features: {name: facts}`` (None: nothing to say), and carried to every node in the
+   node's RAWS reports (the system picture's ``ext``, docs/protocol.md 14.1).
 
 Structural types (``typing.Protocol``): a feature satisfies :class:`Feature` without
 naming it, the node satisfies :class:`FeatureHost`, and tests may pass fakes of either.
@@ -210,4 +211,10 @@ class Feature(Protocol):
     def commands(self, sub: Any, client_options: ClientOptions, epilog: str) -> dict[str, ApiHandler]:
         """Add its subcommands' parsers to ``sub`` (argparse's subparsers); returns each command's handler."""
 
-    def facts(self) -> dict[str, object] | None: ...
+    def facts(self) -> dict[str, object] | None:
+        """Its state for the system picture, or None: a flat object of facts named
+        ``[a-z][a-z0-9_-]{0,31}``, each a string, number, boolean or null, all features'
+        together within 2 KiB as JSON (docs/protocol.md 14.1; facts that do not fit are left
+        out of the reports).  Slowly changing state (counts, modes, a key id), never a counter
+        that ticks every second: a report whose facts changed is sent to every member, one
+        whose facts did not is not (14), so a ticking fact would make every report go."""

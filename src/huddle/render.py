@@ -11,8 +11,9 @@ from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
-    "doc_apply_text", "doc_history_text", "event_text", "guests_text", "info_text", "jams_text", "limits_text",
-    "log_summary_text", "log_text", "peers_text", "posts_text", "size_text", "system_text", "table", "types_text",
+    "doc_apply_text", "doc_history_text", "event_text", "feature_tables", "guests_text", "info_text", "jams_text",
+    "limits_text", "log_summary_text", "log_text", "peers_text", "posts_text", "size_text", "system_text", "table",
+    "types_text",
 ]
 
 
@@ -56,8 +57,32 @@ def system_text(s: dict[str, Any]) -> str:
     out = [table(rows)]
     if len(links) > 1:
         out += ["", table(links)]
+    for feature, facts in feature_tables(s["members"]).items():
+        out += ["", feature, table(facts)]
     out += ["", f"digest {s['digest']}"]
     return "\n".join(out)
+
+
+def feature_tables(members: list[dict[str, Any]]) -> dict[str, list[tuple[str, ...]]]:
+    """The features' facts of the system picture (each member's ``ext``, protocol.md 14.1),
+    a table per feature by name: a row per member that reports it, a column per fact (in
+    the order they first appear; "-" where a member does not give one).  Nothing of any one
+    feature is known here: what a feature reports is what is shown."""
+    by_feature: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    for m in members:
+        for feature, facts in (m.get("ext") or {}).items():
+            by_feature.setdefault(feature, []).append((m["name"], facts))
+    tables = {}
+    for feature in sorted(by_feature):
+        rows = by_feature[feature]
+        keys = list(dict.fromkeys(k for _, facts in rows for k in facts))
+        tables[feature] = [("NAME", *(k.upper() for k in keys))] + [
+            (name, *("-" if k not in facts else _fact(facts[k]) for k in keys)) for name, facts in rows]
+    return tables
+
+
+def _fact(value: object) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def guests_text(g: dict[str, Any]) -> str:

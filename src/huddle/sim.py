@@ -33,7 +33,8 @@ from .protocol.events import LogAppended, ServiceEvent, stat_row
 from .protocol.logchain import LogSigner
 from .protocol.logstate import ReplicationTiming
 from .protocol.logstore import MemoryStore, canonical_json
-from .protocol.picture import Pictures, PictureTiming, Reports
+from .protocol.picture import FeatureFacts, Pictures, Reports
+from .protocol.picture_compute import PictureTiming
 from .protocol.replication import Replicator
 from .security import NodeIdentity
 from .simlog import Origin, RangeStore
@@ -132,6 +133,7 @@ class SimNetwork:
         rate: int = 0,
         log_signer: LogSigner | None = None,
         log_limits: LogLimits | None = None,
+        facts: FeatureFacts | None = None,
     ) -> SimNode:
         if endpoint is None:
             # Each node on a host of its own, as on a real network: the mesh binds a
@@ -160,7 +162,7 @@ class SimNetwork:
         services = build_services(node_id, now=self.now + skew, store=store, log_timing=log_timing,
                                   log_limits=log_limits, delivery=delivery, picture=picture, log_signer=log_signer,
                                   report_signer=identity, takers=() if posts is None else (posts,),
-                                  extra=() if posts is None else (posts,))
+                                  extra=() if posts is None else (posts,), facts=facts)
         mesh = Mesh(
             node_id, name=name, group=group, endpoint=endpoint,
             incarnation=self.rng.randbytes(8).hex(), now=self.now + skew, timing=timing,

@@ -47,7 +47,8 @@ def node_info(mesh: Mesh, *, identity: NodeIdentity | None, node_type: NodeType,
 
 def system_picture(mesh: Mesh, reports: Reports, now: float, mesh_time: float) -> dict[str, Any]:
     """The system picture as this node computes it from its ``reports`` (same reports,
-    same digest on every node), with round trips and rates beside it."""
+    same digest on every node), each member with its features' facts (``ext``, protocol.md
+    14.1), with round trips and rates beside it."""
     described = reports.pictures.describe(now)
     # Beside the picture (not in its digest): each member's key fingerprint, as its HELO proved
     # it to this node ("" for a member this node holds no session with, or a legacy id).

@@ -23,7 +23,8 @@ from .delivery import Delivery, DeliveryTiming
 from .logchain import LogSigner
 from .logstate import ReplicationTiming
 from .logstore import EventStore
-from .picture import PictureTiming, Reports
+from .picture import FeatureFacts, Reports
+from .picture_compute import PictureTiming
 from .replication import Replicator
 from .service import PayloadTaker, PeerService
 
@@ -61,13 +62,15 @@ def build_services(
     report_signer: LogSigner | None = None,
     takers: Sequence[PayloadTaker] = (),
     extra: Sequence[PeerService] = (),
+    facts: FeatureFacts | None = None,
 ) -> CoreServices:
     """The replicated log (when there is a ``store``), addressed delivery (when it has a
     timing) handing ``takers`` the payloads they claim, the system picture's reports and
     the ``extra`` services.  ``conn_counters`` is the driver's (messages, octets) sent on a
     connection.  ``log_signer`` signs this node's records (its key); ``log_secure``: a group
     secret is set, unsigned records are refused.  ``report_signer`` signs this node's RAWS
-    reports (its key, whether or not it signs records: protocol.md 14.1).  Payload takers
+    reports (its key, whether or not it signs records: protocol.md 14.1); ``facts`` gives
+    the node's features' facts, which its reports carry (14.1 ``ext``).  Payload takers
     without delivery are a ``ValueError``: they ride on it."""
     replicator = None
     if store is not None:
@@ -81,5 +84,5 @@ def build_services(
     reports = Reports(uuid, now=now, timing=picture, conn_counters=conn_counters,
                       delivery_counters=None if addressed is None else addressed.counters,
                       forgeries=None if replicator is None else replicator.forgeries.copy, signer=report_signer,
-                      secure=log_secure)
+                      secure=log_secure, features=facts)
     return CoreServices(replicator, addressed, reports, tuple(extra))

@@ -7,12 +7,10 @@ again, octets queued) and publishes that as a RAWS report every
 of every origin and passes a newer one on to its other peers, so a report
 crosses the mesh even where a link is open one way only.
 
-:func:`compute` turns a set of reports into a :class:`Picture` using nothing
-but their contents, so two nodes holding the same reports compute the same
-picture, byte for byte, and the same digest.  Reports change every few
-seconds, so the picture keeps only discrete facts (who is a member, each
-node's health, each link's state); numbers such as round trips and rates
-are given beside it and left out of the digest.
+:func:`~huddle.protocol.picture_compute.compute` turns a set of reports into the
+picture, the same on every node that holds the same reports (protocol/picture_compute.py).
+:class:`Pictures` holds this node's reports and describes the picture with the numbers
+beside it (round trips, rates: not in the digest).
 
 :class:`Reports` is the peer service (protocol/service.py) that makes this
 node's reports from what the mesh measured, publishes them, and keeps and
@@ -23,232 +21,46 @@ Pure: time is passed in, nothing here does I/O.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import random
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from operator import attrgetter, itemgetter
-from typing import Any, Final, TypeVar
+from typing import Any, Final, cast
 
 from ..errors import LocalProtocolError
 from ..ids import NodeId
 from ..security import key_derived, node_id_for, verify
-from ..wire import MAX_FORGED_ROWS, MAX_GONE_ROWS, CheckedRows, Message, PeerStat, Raws, raws_signed, sign_raws
+from ..wire import (
+    MAX_FORGED_ROWS,
+    Extensions,
+    Message,
+    PeerStat,
+    Raws,
+    extension_problem,
+    raws_signed,
+    sign_raws,
+)
 from .events import Counters, Send
 from .logchain import LogSigner
+from .picture_compute import (
+    ADMITTED,
+    Picture,
+    PictureTiming,
+    compute,
+    hears,
+    link_rtt,
+    merge_report,
+    report_delta,
+    report_facts,
+)
 from .service import DETACHED, MeshView, PeerFacts, group_scale
 
-__all__ = [
-    "REPORT_QUIET", "Picture", "PictureTiming", "Pictures", "ReportStats", "Reports", "compute", "merge_report",
-    "report_delta", "report_facts",
-]
+__all__ = ["REPORT_QUIET", "FeatureFacts", "Pictures", "ReportStats", "Reports"]
 
-ADMITTED: Final = frozenset({"alive", "suspect"})
 REPORT_QUIET: Final = 0.2  # seconds without a change of our sessions before a report says so
-
-
-@dataclass(frozen=True, slots=True)
-class PictureTiming:
-    interval: float = 2.0  # seconds between a node's own reports
-    expire_after: float = 10.0  # a report not renewed for this long is dropped: its node is gone
-    hear_window: float = 20.0  # heard within this many seconds counts as "hears", session or not
-    slow_rtt: float = 0.25  # seconds: a link with a longer round trip is slow
-    lossy_ratio: float = 0.05  # addressed frames sent again per frame sent, above which a peer is lossy
-    lossy_min_frames: int = 100  # ... counted only once this many frames were sent
-    queue_limit: int = 4 * 1024 * 1024  # octets queued for a node, above which it is lagging
-
-    @property
-    def refresh(self) -> float:
-        """A report whose facts (what the digest depends on) did not change since the last one
-        sent goes out again only this often (scaled as the interval): 0.4 x expire_after, so
-        one report lost still leaves the next in time."""
-        return max(self.interval, 0.4 * self.expire_after)
-
-    def __post_init__(self) -> None:
-        if min(self.interval, self.expire_after, self.hear_window, self.slow_rtt) <= 0:
-            raise ValueError("picture intervals must be positive")
-        if self.expire_after < 2 * self.interval:
-            raise ValueError("expire_after must be at least twice the report interval")
-
-
-@dataclass(frozen=True, slots=True)
-class Picture:
-    members: tuple[dict[str, Any], ...]
-    links: tuple[dict[str, Any], ...]
-    digest: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"digest": self.digest, "members": list(self.members), "links": list(self.links)}
-
-
-def _hears(report: Raws, peer: NodeId, window: float) -> bool:
-    """Whether ``report``'s node hears ``peer``: an admitted session, or any
-    message from it within the window (a link open one way keeps sessions
-    from forming, but its messages still arrive)."""
-    for p in report.peers:
-        if p.peer == peer:
-            return p.state in ADMITTED or (p.heard is not None and p.heard <= window)
-    return False
-
-
-def _rtt(reports: Mapping[NodeId, Raws], a: NodeId, b: NodeId) -> float | None:
-    """The smaller round trip that either end measured (None: neither did)."""
-    rtts = [p.rtt for x, y in ((a, b), (b, a)) for p in reports[x].peers if p.peer == y and p.rtt is not None]
-    return min(rtts) if rtts else None
-
-
-def compute(reports: Mapping[NodeId, Raws], timing: PictureTiming = PictureTiming()) -> Picture:
-    """The picture of the nodes whose reports are given (the members)."""
-    ids = sorted(reports)
-    window = timing.hear_window
-    links: list[dict[str, Any]] = []
-    problems: dict[NodeId, set[str]] = {n: set() for n in ids}
-    up: dict[NodeId, int] = dict.fromkeys(ids, 0)  # links of each node that work at least one way
-    for i, a in enumerate(ids):
-        for b in ids[i + 1 :]:
-            ab = _hears(reports[b], a, window)  # a -> b works when b hears a
-            ba = _hears(reports[a], b, window)
-            rtt = _rtt(reports, a, b)
-            link: dict[str, Any] = {"a": str(a), "b": str(b)}
-            if ab and ba:
-                link["state"] = "slow" if rtt is not None and rtt > timing.slow_rtt else "two-way"
-            elif ab or ba:
-                src, dst = (a, b) if ab else (b, a)
-                link |= {"state": "one-way", "from": str(src), "to": str(dst)}
-                problems[src].add("one-way")
-                problems[dst].add("one-way")
-            else:
-                link["state"] = "down"
-                problems[a].add("unreachable")
-                problems[b].add("unreachable")
-            if link["state"] != "down":
-                up[a] += 1
-                up[b] += 1
-            if link["state"] == "slow":
-                problems[a].add("slow")
-                problems[b].add("slow")
-            links.append(link)
-    # What the others measured sending to a node: retransmissions and queues.
-    for n in ids:
-        sent = resent = 0
-        for other in ids:
-            for p in reports[other].peers:
-                if p.peer == n and other != n:
-                    sent += p.sent
-                    resent += p.retrans
-                    if p.queued > timing.queue_limit:
-                        problems[n].add("lagging")
-        if sent + resent >= timing.lossy_min_frames and resent > timing.lossy_ratio * (sent + resent):
-            problems[n].add("lossy")
-    # Forged log records some member received from a node (protocol.md 12.5).
-    for n in ids:
-        for peer, count in reports[n].forged:
-            if peer in problems and peer != n and count:
-                problems[peer].add("forging")
-    members = []
-    for n in ids:
-        r = reports[n]
-        issues = problems[n]
-        if r.cut_off:
-            health = "cut-off"
-        elif "forging" in issues:
-            health = "forging"
-        elif len(ids) > 1 and not up[n]:
-            health = "isolated"
-        elif issues & {"one-way", "unreachable"}:
-            health = "degraded"
-        elif issues & {"lossy", "lagging", "slow"}:
-            health = "slow" if issues == {"slow"} else "lossy" if "lossy" in issues else "lagging"
-        else:
-            health = "ok"
-        members.append({
-            "uuid": str(n), "name": r.name, "type": r.node_type, "health": health, "problems": sorted(issues),
-        })
-    digest = hashlib.sha256(
-        json.dumps({"members": members, "links": links}, sort_keys=True, separators=(",", ":")).encode()
-    ).hexdigest()
-    return Picture(tuple(members), tuple(links), digest)
-
-
-def _row_facts(p: PeerStat, timing: PictureTiming) -> tuple[object, ...]:
-    return (p.peer, p.state, p.heard is not None and p.heard <= timing.hear_window,
-            p.rtt is not None and p.rtt > timing.slow_rtt, p.sent, p.retrans, p.queued > timing.queue_limit)
-
-
-def report_delta(base: Raws, report: Raws, timing: PictureTiming) -> Raws | None:
-    """``report`` as a delta on ``base`` (the origin's previous report, full): the rows whose
-    facts (:func:`report_facts`) changed or that are new, and the peers whose rows were
-    dropped (protocol.md 14.1).  None when too many were dropped for one delta."""
-    before = {p.peer: _row_facts(p, timing) for p in base.peers}
-    changed = []
-    for p in report.peers:
-        if before.pop(p.peer, None) != _row_facts(p, timing):
-            changed.append(p)
-    if len(before) > MAX_GONE_ROWS:
-        return None
-    return replace(report, peers=tuple(changed), base=base.seq, gone=tuple(before))
-
-
-def merge_report(held: Raws, delta: Raws) -> Raws:
-    """The full report that ``delta`` makes of ``held``, the origin's report ``delta.base``
-    (protocol.md 14.1), the inverse of :func:`report_delta`: ``held``'s rows, less those
-    ``gone``, with the delta's rows in place of (or, new peers, after) the held ones; name,
-    type, timing, ``cut_off`` and ``forged`` the delta's; unsigned (no origin signed the
-    merged whole: a relay passes on the delta).  Raises LocalProtocolError when the delta
-    does not fit ``held`` (another base or origin, a gone peer ``held`` has no row for).
-    Decoded rows are merged as the JSON arrays they came in (``CheckedRows.raw``): no
-    PeerStat is made of the rows that did not change."""
-    if not (delta.base is not None and held.base is None and held.origin == delta.origin
-            and held.seq == delta.base):
-        raise LocalProtocolError("a delta applies only to the full report it is based on")
-    hp, dp = held.peers, delta.peers
-    held_rows = hp.raw if type(hp) is CheckedRows else None
-    changed_rows = dp.raw if type(dp) is CheckedRows else None
-    if held_rows is not None and changed_rows is not None:
-        rows = _merged_rows(held_rows, changed_rows, {g.hex() for g in delta.gone}, _ROW_PEER)
-        return replace(delta, peers=CheckedRows(rows), base=None, gone=(), key=b"", sig=b"", signed=b"")
-    stats = _merged_rows(hp, dp, set(delta.gone), _PEER)
-    return replace(delta, peers=tuple(stats), base=None, gone=(), key=b"", sig=b"", signed=b"")
-
-
-_ROW_PEER: Final = itemgetter(0)  # a decoded row's peer, as hex
-_PEER: Final = attrgetter("peer")
-_R = TypeVar("_R")
-
-
-def _merged_rows(held: Iterable[_R], changed: Iterable[_R], gone: set[Any], key: Callable[[_R], Any]) -> list[_R]:
-    """``held``'s rows in order, less the ``gone`` keys, each replaced by the ``changed`` row
-    of its key if any; then the changed rows of new keys.  Raises LocalProtocolError if a
-    gone key has no held row (``gone`` is used up)."""
-    by_key = {key(row): row for row in changed}
-    out = []
-    for row in held:
-        k = key(row)
-        if k in gone:
-            gone.discard(k)
-        else:
-            out.append(by_key.pop(k, row))
-    if gone:
-        raise LocalProtocolError("a gone peer has no row in the report the delta is based on")
-    out.extend(by_key.values())
-    return out
-
-
-def report_facts(report: Raws, timing: PictureTiming) -> tuple[object, ...]:
-    """What :func:`compute` reads of ``report`` (its facts): two reports of one origin with
-    the same facts give every node the same picture and digest.  The counters, round trips
-    and times beside them are left out but for what crosses a threshold (heard within the
-    hear window, a round trip above slow_rtt, a queue above queue_limit) and the addressed
-    frames sent and sent again (lossy)."""
-    window, slow, limit = timing.hear_window, timing.slow_rtt, timing.queue_limit
-    return (
-        report.name, report.node_type, report.cut_off, report.forged,
-        tuple((p.peer, p.state, p.heard is not None and p.heard <= window, p.rtt is not None and p.rtt > slow,
-               p.sent, p.retrans, p.queued > limit) for p in report.peers),
-    )
+# This node's features' facts now, by feature name (huddle/ports.py ``Feature.facts``; None: nothing to say).
+FeatureFacts = Callable[[], Mapping[str, object]]
 
 
 @dataclass(slots=True)
@@ -455,14 +267,15 @@ class Pictures:
                 "beat": r.beat,
                 "lost": r.lost,
                 "cut_off": r.cut_off,
-                "hears": sorted(str(p.peer) for p in r.peers if _hears(r, p.peer, self.timing.hear_window)),
+                "hears": sorted(str(p.peer) for p in r.peers if hears(r, p.peer, self.timing.hear_window)),
                 "rtt_ms": round(statistics.median(rtts) * 1000, 3) if rtts else None,
                 "rates": {k: round(v, 1) for k, v in rates.get(n, {}).items()},
+                "ext": r.ext,  # its features' facts ({}: none), as in the digest when it has any
             })
         links = []
         for link in pic.links:
             a, b = (NodeId.from_hex(link[k]) for k in ("a", "b"))
-            rtt = _rtt(reports, a, b)
+            rtt = link_rtt(reports, a, b)
             links.append(link | {"rtt_ms": None if rtt is None else round(rtt * 1000, 3)})
         return {"digest": pic.digest, "members": members, "links": links}
 
@@ -491,6 +304,7 @@ class ReportStats(Counters):
     reports_unsigned: int = 0  # unsigned reports of a key-bound origin (any, with a group secret) refused: relayed (14.1)
     reports_bad_signature: int = 0  # signed reports refused: a key that does not give the origin, or a bad signature
     reports_unvouched: int = 0  # reports dropped: only ever relayed, of a node no member vouches for any more (14)
+    facts_left_out: int = 0  # a feature's facts left out of one of our reports: not of the form 14.1 takes, or too big
 
 
 def _no_conn_counters(conn: int) -> tuple[int, int]:
@@ -507,7 +321,9 @@ class Reports:
 
     ``conn_counters`` is the driver's (messages, octets) sent on a connection, and
     ``delivery_counters`` the addressed-delivery service's (frames sent, sent again,
-    octets queued) for a peer: what the report says beside what the mesh measured."""
+    octets queued) for a peer: what the report says beside what the mesh measured.
+    ``features`` gives this node's features' facts, which each report carries in ``ext``
+    (protocol.md 14.1): a change of them makes a report (they are among its facts, 14)."""
 
     handles: tuple[type[Message], ...] = (Raws,)
 
@@ -522,8 +338,10 @@ class Reports:
         forgeries: Callable[[], Mapping[NodeId, int]] | None = None,
         signer: LogSigner | None = None,
         secure: bool = False,
+        features: FeatureFacts | None = None,
     ) -> None:
         self.uuid: Final = uuid
+        self._features: Final = features
         self._secure: Final = secure  # a group secret is set: every member's id is key-bound
         # Our reports are signed when our key gives our id (protocol.md 14.1): a key that does
         # not (a legacy id) could prove nothing to a node that is not our peer.
@@ -747,4 +565,23 @@ class Reports:
         return Raws(
             sender=self.uuid, origin=self.uuid, seq=seq, name=mesh.name, node_type=mesh.node_type,
             beat=float(mesh.beat), lost=mesh.lost, cut_off=mesh.cut_off, peers=tuple(rows), forged=forged,
+            ext=self._extensions(),
         )
+
+    def _extensions(self) -> Extensions:
+        """Our features' facts for our report (protocol.md 14.1 ``ext``), by feature name: each
+        feature's whose facts are of the form every receiver takes, as long as the whole stays
+        within its bounds; one that is not, or does not fit, is left out (``facts_left_out``),
+        the others still go.  A node's report must never be one its peers refuse."""
+        if self._features is None:
+            return {}
+        ext: Extensions = {}
+        for name, facts in sorted(self._features().items()):
+            if facts is None:
+                continue
+            wider: dict[str, object] = {**ext, name: dict(facts) if isinstance(facts, Mapping) else facts}
+            if extension_problem(wider) is None:
+                ext = cast(Extensions, wider)  # checked: of the form it names
+            else:
+                self.stats.facts_left_out += 1
+        return ext

@@ -46,13 +46,28 @@ from .records import (
     record_size,
     strict_json,
 )
-from .reports import MAX_FORGED_ROWS, MAX_GONE_ROWS, PEER_STATES, CheckedRows, PeerStat, Raws, raws_signed, sign_raws
+from .reports import (
+    MAX_EXTENSION_OCTETS,
+    MAX_EXTENSIONS,
+    MAX_FORGED_ROWS,
+    MAX_GONE_ROWS,
+    PEER_STATES,
+    CheckedRows,
+    Extensions,
+    PeerStat,
+    Raws,
+    extension_problem,
+    raws_signed,
+    sign_raws,
+)
 
 __all__ = [
     "BEACON_SIZE",
     "MAX_BODY",
     "MAX_BULK",
     "MAX_BULK_HEAD",
+    "MAX_EXTENSIONS",
+    "MAX_EXTENSION_OCTETS",
     "MAX_FORGED_ROWS",
     "MAX_GONE_ROWS",
     "MAX_GROUP",
@@ -86,6 +101,7 @@ __all__ = [
     "CheckedRows",
     "Dack",
     "Dmsg",
+    "Extensions",
     "Gbye",
     "Group",
     "Gsip",
@@ -107,6 +123,7 @@ __all__ = [
     "decode",
     "encode",
     "encode_parts",
+    "extension_problem",
     "group_hash",
     "helo_signed",
     "make_record",

@@ -1,8 +1,10 @@
 """The system picture's report (docs/protocol.md 14): RAWS, a node's measurements of
 its peers (:class:`PeerStat` rows), full or a delta, signed by its origin; a decoded
 report's rows checked column by column and kept as JSON arrays (:class:`CheckedRows`)
-until read.  How a delta is merged into the report it is based on is the picture's
-(protocol/picture.py ``merge_report``).  RAWS' encoder and decoder sit beside its class;
+until read; and the extension map (``ext``), the features' facts of its origin, each a
+small flat JSON object, bounded in form and size (:func:`extension_problem`).  How a delta
+is merged into the report it is based on is the picture's (protocol/picture_compute.py
+``merge_report``).  RAWS' encoder and decoder sit beside its class;
 ``framing.SPECS`` names them in one table.
 
 Pure: no sockets, no clock.
@@ -43,8 +45,9 @@ from .fields import (
 )
 
 __all__ = [
-    "MAX_FORGED_ROWS", "MAX_GONE_ROWS", "PEER_STATES", "CheckedRows", "PeerStat", "Raws", "decode_raws",
-    "encode_raws", "raws_signed", "sign_raws",
+    "MAX_EXTENSIONS", "MAX_EXTENSION_OCTETS", "MAX_FORGED_ROWS", "MAX_GONE_ROWS", "PEER_STATES", "CheckedRows",
+    "Extensions", "FactValue", "PeerStat", "Raws", "decode_raws", "encode_raws", "extension_problem", "raws_signed",
+    "sign_raws",
 ]
 
 _RAWS_DOMAIN: Final = b"huddle RAWS 1\n"
@@ -55,6 +58,13 @@ _HEX32_RE: Final = re.compile(r"[0-9a-f]{32}")
 MAX_FORGED_ROWS: Final = 1024  # peers a RAWS report's ``forged`` may name
 MAX_GONE_ROWS: Final = 1024  # peers a RAWS delta's ``gone`` may name (more: the origin sends a full report)
 PEER_STATES: Final = ("connecting", "handshake", "alive", "suspect", "none")
+# The extension map (protocol.md 14.1): the same bound on every node, so every node holds the same
+# reports and computes the same digest (a bound set per node would let one refuse what others hold).
+MAX_EXTENSIONS: Final = 16  # features one report's ``ext`` may name
+MAX_EXTENSION_OCTETS: Final = 2048  # octets of the ``ext`` object as compact JSON, every feature's facts together
+FactValue = str | int | float | bool | None  # a fact: a JSON scalar (a table's cell)
+Extensions = dict[str, dict[str, FactValue]]  # feature name -> its facts (fact name -> value)
+_FACT_TYPES: Final = frozenset({str, int, float, bool, type(None)})
 _UUID: Final = itemgetter(0)
 _STATE: Final = itemgetter(3)
 
@@ -138,9 +148,15 @@ class Raws:
     key: bytes = b""
     sig: bytes = b""
     signed: bytes = field(default=b"", compare=False, repr=False)
+    # The origin's features' facts (protocol.md 14.1 ``ext``), carried whole in full and delta
+    # reports alike; empty: none (the member is then left out, the body as before it existed).
+    ext: Extensions = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         check(isinstance(self.origin, NodeId), "origin must be a NodeId")
+        if self.ext:
+            problem = extension_problem(self.ext)
+            check(problem is None, f"ext: {problem}")
         if self.sig or self.key or self.signed:
             check(len(self.key) == HELO_KEY and len(self.sig) == HELO_SIG and self.signed[-1:] == b"}",
                    "a signed report has a 32-octet key, a 64-octet signature and the octets it signs")
@@ -204,6 +220,8 @@ def _raws_object(msg: Raws) -> dict[str, Any]:
     }
     if msg.forged:
         report["forged"] = {peer.hex(): n for peer, n in msg.forged}
+    if msg.ext:
+        report["ext"] = msg.ext
     if msg.base is not None:
         report["base"] = msg.base
         report["gone"] = [peer.hex() for peer in msg.gone]
@@ -424,7 +442,48 @@ def decode_raws(sender: NodeId, body: str) -> Raws:
         base=get_seq(obj["base"], "RAWS base") if "base" in obj else None,
         gone=_gone(obj["gone"]) if "gone" in obj else (),
         key=key, sig=sig, signed=signed,
+        ext=_ext(obj["ext"]) if "ext" in obj else {},
     )
+
+
+def _ext(value: object) -> Extensions:
+    if type(value) is not dict:  # the rest is Raws' to check (extension_problem)
+        raise DecodeError("RAWS ext must be an object")
+    return value
+
+
+def extension_problem(ext: object) -> str | None:
+    """What is wrong with ``ext`` as a report's extension map (protocol.md 14.1), or None: an
+    object of at most MAX_EXTENSIONS features, each named ``[a-z][a-z0-9_-]{0,31}``, whose
+    facts are an object of facts so named, each a string, a boolean, null, an integer of
+    -2^63..2^63-1 or a finite number; and all of it at most MAX_EXTENSION_OCTETS octets
+    written as compact JSON (UTF-8, not escaped to ASCII).  The node's own facts are checked
+    with it before they go into a report (what does not fit is left out), every received
+    report's as it is decoded."""
+    if type(ext) is not dict:
+        return "must be an object"
+    if len(ext) > MAX_EXTENSIONS:
+        return f"at most {MAX_EXTENSIONS} features, got {len(ext)}"
+    for name, facts in ext.items():
+        if type(name) is not str or TYPE_RE.fullmatch(name) is None:
+            return f"feature name {str(name)[:40]!r} is not [a-z][a-z0-9_-]{{0,31}}"
+        if type(facts) is not dict:
+            return f"{name}: facts must be an object"
+        for key, value in facts.items():
+            if type(key) is not str or TYPE_RE.fullmatch(key) is None:
+                return f"{name}: fact name {str(key)[:40]!r} is not [a-z][a-z0-9_-]{{0,31}}"
+            kind = type(value)
+            if kind not in _FACT_TYPES:
+                return f"{name}.{key}: a fact is a string, number, boolean or null"
+            if (kind is int and not -MAX_SEQ - 1 <= value <= MAX_SEQ) or (kind is float and not math.isfinite(value)):
+                return f"{name}.{key}: a number must be finite, an integer within 64 bits"
+    try:
+        size = len(compact_json(ext))
+    except UnicodeEncodeError:  # a lone surrogate: no UTF-8 (a decoded report has none)
+        return "a string is not valid text"
+    if size > MAX_EXTENSION_OCTETS:
+        return f"{size} octets as JSON, more than {MAX_EXTENSION_OCTETS}"
+    return None
 
 
 def _gone(value: object) -> tuple[NodeId, ...]:
