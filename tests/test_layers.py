@@ -67,6 +67,8 @@ LAYER_OF: dict[str, str] = {
     "huddle.features": "features",  # the default list
     "huddle.posts.feature": "features",
     "huddle.posts.cli": "features",
+    "huddle.doc.feature": "features",  # the bout document: its desk's driver, routes, command and facts
+    "huddle.doc.cli": "features",
     "huddle.guests_feature": "features",  # beside the guests package: that loads only with --guests
     "huddle.security.features": "features",  # trust and rotation: their routes, command and facts
     "huddle.__main__": "entry",
@@ -102,10 +104,10 @@ ALLOWED: dict[str, set[str]] = {
     "api": {"base", "wire", "log", "doc", "protocol", "posts", "guests", "config", "security", "ports"},
     # Each feature (its package's feature.py and commands) and the default list: a feature plugs
     # its routes (api) and its commands (through the client, rendered) into the node.
-    "features": {"base", "wire", "protocol", "posts", "guests", "config", "security", "ports", "api", "clients",
-                 "render"},
+    "features": {"base", "wire", "log", "doc", "protocol", "posts", "guests", "config", "security", "ports", "api",
+                 "clients", "render"},
     # The node names no feature package: it loops over the features it is given (the default list).
-    "node": {"base", "wire", "log", "doc", "protocol", "transport", "discovery", "config", "api", "security",
+    "node": {"base", "wire", "log", "protocol", "transport", "discovery", "config", "api", "security",
              "driver", "finders", "ports", "features"},
     "facade": {"base", "wire", "protocol", "config", "node"},
     "clients": {"base", "guests", "facade"},

@@ -3,12 +3,11 @@
 The driver is thin: it turns socket readiness and timers into calls on
 :class:`~huddle.protocol.Mesh` and carries out the actions it returns.  What
 the node holds lives with its own package: the data directory
-(:mod:`huddle.log.datadir`), the bout document and its rules
-(:mod:`huddle.doc.desk`), the statistics rows (:mod:`huddle.log.stats`), the
+(:mod:`huddle.log.datadir`), the statistics rows (:mod:`huddle.log.stats`), the
 mesh's driver: its actions carried out, frames fed in, the timer loop
 (:mod:`huddle.driver`), the finders (:mod:`huddle.finders`), what the API shows
-(:mod:`huddle.api.info`).  The capabilities with I/O of their own (posts, guests)
-are features (huddle/ports.py): the node loops over the list it is given, and
+(:mod:`huddle.api.info`).  The capabilities with I/O of their own (posts, the bout
+document, guests) are features (huddle/ports.py): the node loops over the list it is given, and
 names none of them.  This module wires them, starts them in order and stops
 them in reverse (one exit stack), and routes the protocol's events to an
 ordered list of subscribers (:meth:`Node._wire_events`).
@@ -23,7 +22,7 @@ import os
 import signal
 import time
 import typing
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import Any
 
 from .api.info import log_summary, node_info, system_picture
@@ -31,8 +30,6 @@ from .config import NodeConfig, resolve_seed
 from .discovery import Interface
 from .discovery.follow import Followers, NetworkFollower, advertise, wait_interface
 from .discovery.interfaces import LOOPBACK
-from .doc import DOC_KIND, DocEngine
-from .doc.desk import DocumentDesk, Recording
 from .driver import MeshDriver
 from .errors import ConfigError, CutOffReadOnly, LocalProtocolError, NotRecording, NotRunning
 from .finders import Finders
@@ -49,7 +46,6 @@ from .protocol.events import (
     NOT_STATISTICS,
     BufferSpace,
     CutOff,
-    LogAppended,
     PeerExcluded,
     json_row,
     stat_row,
@@ -124,8 +120,6 @@ class Node:
         self.api_url: str | None = None
         self._listeners: tuple[Listener, ...] = ()  # replaced, never changed: no copy per event
         self._routes: dict[type, list[Subscriber]] = {}  # event type -> its subscribers, in order
-        self.desk = DocumentDesk(Recording(writable=self._check_writable, stamp=self.mesh_time,
-                                           origin=self._origin, record=self.emit_many))
         self._stop = asyncio.Event()
         self._ready = asyncio.Event()
         self._base = time.time() - time.monotonic()
@@ -246,7 +240,8 @@ class Node:
                and time.monotonic() < deadline):
             await asyncio.sleep(0.05)
 
-    def _check_writable(self) -> None:
+    def check_writable(self) -> None:
+        """Raise CutOffReadOnly while a read-only node type is cut off."""
         if self.read_only:
             raise CutOffReadOnly(
                 f"this {self.node_type.name} node is cut off from the group and read-only until a peer is back; "
@@ -257,7 +252,7 @@ class Node:
         ``body`` is any JSON value.  Returns the record (source, seq, ...).
         Raises CutOffReadOnly on a read-only node type while cut off; NotRecording while
         it starts or after its identity was retired."""
-        self._check_writable()
+        self.check_writable()
         self._check_recording()
         # Checked whole (text, JSON, size, sequence) before it is recorded: a
         # LocalProtocolError here means nothing was.
@@ -276,36 +271,25 @@ class Node:
 
     def emit_many(self, events: list[tuple[str, Any]]) -> list[LogRecord]:
         """Record several events in one transaction and as few messages as possible."""
-        self._check_writable()
+        self.check_writable()
         self._check_recording(len(events))
         now, stamp = self.local_now(), self.mesh_time()
         records = self.replicator.append_many(self._body_texts(events), now, stamp, canonical=True)
         self.execute()
         return records
 
-    def _origin(self) -> tuple[bytes, int]:
-        """This node's id and the sequence its next event gets (the document desk's keys)."""
-        replicator = self.replicator
-        return bytes(replicator.uuid), replicator.next_seq
+    def next_seq(self) -> int:
+        """The sequence number this node's next event gets."""
+        return self.replicator.next_seq
 
-    # ------------------------------------------------------------- the document
+    def records_of(self, kind: str) -> Iterable[list[LogRecord]]:
+        """The log's records of one kind, in batches (no order promised)."""
+        return self.store.of_kind(kind)
 
-    @property
-    def doc(self) -> DocEngine:
-        """The bout document, made from the log's ``doc`` events."""
-        return self.desk.engine
-
-    def apply_ops(self, ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Record document operations, all or none (:meth:`DocumentDesk.apply_ops`)."""
-        return self.desk.apply_ops(ops)
-
-    def start_jam(self) -> dict[str, Any]:
-        """Start the upcoming jam now (:meth:`DocumentDesk.start_jam`)."""
-        return self.desk.start_jam()
-
-    def stop_jam(self) -> dict[str, Any]:
-        """Stop the active jam now (:meth:`DocumentDesk.stop_jam`)."""
-        return self.desk.stop_jam()
+    def stat_row(self, kind: str, detail: dict[str, Any]) -> None:
+        """A feature's statistics row, at the mesh time now."""
+        if self._rows is not None:
+            self._rows.feature(self.mesh_time(), kind, detail)
 
     # ---------------------------------------------------- addressed messages
 
@@ -401,7 +385,6 @@ class Node:
                 await self._stop.wait()
                 for task in tasks:
                     task.cancel()
-                self._document_row(self.local_now(), final=True)  # the document as the node leaves it
 
     async def _start(self, stack: contextlib.AsyncExitStack, iface: Interface) -> None:
         cfg, uuid = self.config, self.uuid
@@ -458,7 +441,6 @@ class Node:
         # (a log restored from an older copy takes back what it lost: protocol.md 12.1).
         if not self._new_identity:
             self.replicator.hold_own(self.local_now(), cfg.limits.log.own_wait, cfg.limits.log.own_quiet)
-        self.desk.reload(store.of_kind(DOC_KIND))
         stack.callback(self._spawned_unrun)
         for feature in self.features:  # each one's driver: its closers on the stack, its tasks spawned
             await feature.start(stack, self._spawned.append, self)
@@ -593,9 +575,8 @@ class Node:
     # ---------------------------------------------------------------- the timer loop
 
     def _rows_due(self, now: float) -> None:
-        """Every STATS_INTERVAL, from the timer loop: the statistics rows."""
+        """Every STATS_INTERVAL, from the timer loop: the statistics snapshot."""
         self._snapshot()
-        self._document_row(now)
 
     def _snapshot(self) -> None:
         """A statistics row with the node's counters and each peer's state and RTT."""
@@ -606,11 +587,6 @@ class Node:
             for p in self.peers()
         ]}
         self._rows.snapshot(self.mesh_time(), detail)
-
-    def _document_row(self, now: float, *, final: bool = False) -> None:
-        """A ``document`` statistics row, if one is due (:meth:`DocumentDesk.row`)."""
-        if self._rows is not None:
-            self._rows.document(self.mesh_time(), self.desk.row(now, final=final))
 
     # ---------------------------------------------------------------- wiring
 
@@ -639,16 +615,14 @@ class Node:
         messages, BULKs, its peers); the API's listeners come last, and hear the
         features' own events (their ``event_renderers``) too."""
         every, own = EVENT_TYPES, tuple(self._renderers)
-        routes: list[tuple[tuple[type, ...], Subscriber]] = [sub for f in self.features for sub in f.subscriptions()]
+        routes: list[tuple[tuple[type, ...], Subscriber]] = []
+        if self.node_type.on_cut_off == "empty":  # the log's part first: the features then read what it kept
+            routes.append(((CutOff,), self._empty))
+        routes += [sub for f in self.features for sub in f.subscriptions()]
         routes += [
             ((IdentityRetired,), self._identity_retired),
             ((PeerExcluded,), self._save_excluded),
             ((BufferSpace,), self._driver.wake_sender),
-        ]
-        if self.node_type.on_cut_off == "empty":
-            routes.append(((CutOff,), self._empty))
-        routes += [
-            ((LogAppended,), self._log_appended),
             (tuple(kind for kind in every if not issubclass(kind, NOT_STATISTICS)), self._stat_row),
             (own, self._feature_row),
             ((*every, *own), self._to_listeners),
@@ -667,20 +641,15 @@ class Node:
         return False
 
     def _empty(self, event: CutOff) -> bool:
-        """Cut off, an ``empty`` node type drops every other node's events (store,
-        log state, document); its peers send them all again when it reconnects."""
+        """Cut off, an ``empty`` node type drops every other node's events (store, log
+        state; the document feature then makes its document again from what is left);
+        its peers send them all again when it reconnects."""
         store, mesh, uuid = self._store, self._mesh, self.uuid
         if not event.cut_off or store is None or mesh is None or uuid is None:
             return False
         dropped = store.drop_others(uuid)
         self.replicator.reload(self.local_now())  # the same replicator, hosted by the mesh, reads the store afresh
-        self.desk.reload(store.of_kind(DOC_KIND))
         log.info("cut off: dropped %d events of other nodes (node type %s)", dropped, self.node_type.name)
-        return False
-
-    def _log_appended(self, event: LogAppended) -> bool:
-        for run, _ in event.runs:
-            self.desk.take(run)
         return False
 
     def name_of(self, uuid: NodeId) -> str:
