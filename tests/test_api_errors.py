@@ -48,10 +48,9 @@ def test_not_running_is_a_local_protocol_error_of_its_own() -> None:
 class FakeDocs:
     """The document feature, its desk the fake node: the document's routes (api/doc_http.py)."""
 
-    event_renderers: dict[type, Any] = {}
-
     def __init__(self, desk: FakeNode) -> None:
         self.desk = desk
+        self.event_renderers: dict[type, Any] = {}
 
     def routes(self, app: web.Application) -> None:
         add_doc_routes(app, self)

@@ -4,8 +4,9 @@ the ones it is not.
 Two in-process nodes on loopback: one with the default features, one with all of them
 removed (posts, the bout document, guests, trust, rotation) and a probe feature in their
 place.  The second starts, serves and meshes (the first's document events reach its log);
-the routes, commands and facts of posts and of the document are gone from it; the probe's subscriber, event renderer, task, closer,
-routes, command and facts each do their part.  And node.py names no feature package.
+the routes, commands and facts of posts and of the document are gone from it; the
+probe's subscriber, event renderer, task, closer, routes, command and facts each do
+their part.  And node.py names no feature package.
 """
 
 from __future__ import annotations

@@ -50,6 +50,7 @@ LAYER_OF: dict[str, str] = {
     "huddle.config": "config",
     "huddle.driver": "driver",
     "huddle.finders": "finders",
+    "huddle.host": "host",  # the node's parts that are not wiring: events, recording, renewal, keys, address
     "huddle.sim": "sim",
     "huddle.simlog": "sim",
     "huddle.simhostile": "sim",
@@ -98,6 +99,7 @@ ALLOWED: dict[str, set[str]] = {
     # node that are not wiring, each below it.
     "driver": {"base", "wire", "protocol", "transport"},
     "finders": {"base", "config", "discovery", "transport"},
+    "host": {"base", "wire", "log", "protocol", "security", "transport", "discovery", "finders", "ports"},
     "sim": {"base", "wire", "log", "doc", "protocol", "posts", "security"},  # posts: the peer service it hosts
     # What a feature may use of the node and gives it (huddle/ports.py): the contract alone.
     "ports": {"base", "wire", "protocol", "config", "security", "clients"},
@@ -108,7 +110,7 @@ ALLOWED: dict[str, set[str]] = {
                  "clients", "render"},
     # The node names no feature package: it loops over the features it is given (the default list).
     "node": {"base", "wire", "log", "protocol", "transport", "discovery", "config", "api", "security",
-             "driver", "finders", "ports", "features"},
+             "driver", "finders", "host", "ports", "features"},
     "facade": {"base", "wire", "protocol", "config", "node"},
     "clients": {"base", "guests", "facade"},
     "pipeline": {"base", "wire", "doc"},  # reads exported logs; never the runtime

@@ -21,36 +21,30 @@ import logging
 import os
 import signal
 import time
-import typing
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any
 
 from .api.info import log_summary, node_info, system_picture
 from .config import NodeConfig, resolve_seed
 from .discovery import Interface
-from .discovery.follow import Followers, NetworkFollower, advertise, wait_interface
-from .discovery.interfaces import LOOPBACK
+from .discovery.follow import wait_interface
 from .driver import MeshDriver
-from .errors import ConfigError, CutOffReadOnly, LocalProtocolError, NotRecording, NotRunning
+from .errors import ConfigError, CutOffReadOnly, NotRunning
 from .finders import Finders
+from .host.address import Following
+from .host.events import EventRoutes
+from .host.recording import Recorder
+from .host.renewal import renew_identity_after
 from .ids import NodeId
 from .log import SqliteStore
 from .log.datadir import DataDir
-from .log.integrity import LogGuard, take_new_identity
+from .log.integrity import LogGuard
 from .log.stats import STATS_INTERVAL, StatRows
 from .memtune import raise_descriptor_limit
-from .ports import Feature, LinkWatcher, Renderer, Subscriber
-from .protocol import Event, Mesh, PeerInfo
+from .ports import Feature, LinkWatcher, Subscriber
+from .protocol import Mesh, PeerInfo
 from .protocol.core import CoreServices, build_services
-from .protocol.events import (
-    NOT_STATISTICS,
-    BufferSpace,
-    CutOff,
-    PeerExcluded,
-    json_row,
-    stat_row,
-)
-from .protocol.logstore import canonical_json
+from .protocol.events import BufferSpace, CutOff, PeerExcluded
 from .protocol.ownseq import IdentityRetired
 from .protocol.replication import Replicator
 from .ratelog import RateLog
@@ -62,7 +56,6 @@ from .security import (
     load_or_create_identity,
     node_id_for,
     own_id_refusal,
-    renew_identity,
 )
 from .transport.rotation import KeyRotation
 from .transport.zap import AllowList, MeshSecurity
@@ -72,9 +65,6 @@ from .wire import LogRecord
 __all__ = ["Node", "run_node"]
 
 log = logging.getLogger("huddle.node")
-
-Listener = Callable[[Any], None]  # hears the core's events (Event) and the features' own
-EVENT_TYPES: tuple[type, ...] = typing.get_args(Event)
 
 
 class Node:
@@ -92,10 +82,9 @@ class Node:
 
             features = default_features()
         self.features: tuple[Feature, ...] = tuple(features)
-        self._renderers: dict[type, Renderer] = {k: fn for f in self.features for k, fn in f.event_renderers.items()}
+        self._events = EventRoutes({k: fn for f in self.features for k, fn in f.event_renderers.items()})
         self._spawned: list[Coroutine[Any, Any, None]] = []  # the features' long tasks, run in the task group
         self.config = config
-        self.carried = list(carried or ())  # (kind, body as canonical JSON) to record when recording starts
         self.renewed = renewed  # the previous identity and why it was retired (shown in info())
         self.retired: IdentityRetired | None = None  # this run's identity was retired: the next takes a new one
         self._new_identity = False  # made at this start: no window (nothing in its name anywhere)
@@ -110,16 +99,19 @@ class Node:
         self._rows: StatRows | None = None  # the statistics rows, in the store
         self._replicator: Replicator | None = None
         self._core: CoreServices | None = None  # the mesh's peer services, by name
-        self._driver = MeshDriver(self.local_now, self.publish)  # attached to the mesh and transport by _start
+        self._driver = MeshDriver(self.local_now, self._events.publish)  # attached to the mesh and transport by _start
         self._finders = Finders(self._driver.discovered)
-        self._iface: Interface | None = None  # the interface it started on (the follower has it then)
-        self._movers: list[Callable[[str], Awaitable[None]]] = []  # features following an address move
-        self._key_watchers: list[Callable[[GroupSecret], None]] = []  # features told of each rotation step
-        self._follower: NetworkFollower | None = None  # follows the interface's address
+        # Who follows the address and the group key: the features ask through follow_address, watch_keys.
+        self._following = Following(self._finders, config.mesh.port_range, self._set_endpoint)
+        self.follow_address, self.watch_keys = self._following.movers.append, self._following.key_watchers.append
         self._left = False  # the mesh said GBYE
         self.api_url: str | None = None
-        self._listeners: tuple[Listener, ...] = ()  # replaced, never changed: no copy per event
-        self._routes: dict[type, list[Subscriber]] = {}  # event type -> its subscribers, in order
+        self._recorder = Recorder(lambda: self._replicator, writable=self.check_writable, local_now=self.local_now,
+                                  mesh_time=self.mesh_time, execute=self.execute, carried=list(carried or ()),
+                                  renewed=renewed is not None)
+        self.add_listener, self.publish = self._events.add_listener, self._events.publish
+        self.emit, self.emit_many, self.record_soon = self._recorder.emit, self._recorder.emit_many, self._recorder.record_soon
+        self.until_recording = self._recorder.until_recording
         self._stop = asyncio.Event()
         self._ready = asyncio.Event()
         self._base = time.time() - time.monotonic()
@@ -158,16 +150,6 @@ class Node:
         return self._mesh
 
     # ------------------------------------------------------------ public API
-
-    def add_listener(self, fn: Listener) -> Callable[[], None]:
-        """Call ``fn(event)`` for every event; returns a function that removes it."""
-        self._listeners += (fn,)  # a new tuple: an event being handed out keeps the one it started with
-
-        def remove() -> None:
-            if fn in self._listeners:
-                k = self._listeners.index(fn)
-                self._listeners = self._listeners[:k] + self._listeners[k + 1:]
-        return remove
 
     def peers(self) -> list[PeerInfo]:
         return self.mesh.peers(self.local_now())
@@ -225,20 +207,10 @@ class Node:
         """True while a read-only node type (e.g. console) is cut off."""
         return self.node_type.on_cut_off == "read-only" and self._mesh is not None and self._mesh.cut_off
 
-    def _check_recording(self, n: int = 1) -> None:
-        """Events wait for the start-up window's end, and none is recorded under a retired identity."""
-        replicator = self.replicator
-        if not replicator.recording:
-            replicator.stats.events_refused += n
-            raise NotRecording(replicator.why_not_recording())
-
-    async def until_recording(self, timeout: float) -> None:
-        """Wait, at most ``timeout`` s, for the start-up window to end (protocol.md 12.1):
-        a write made as the node starts is held, not refused."""
-        deadline = time.monotonic() + timeout
-        while (self._replicator is not None and self._replicator.starting and self._replicator.retired is None
-               and time.monotonic() < deadline):
-            await asyncio.sleep(0.05)
+    @property
+    def carried(self) -> list[tuple[str, str]]:
+        """The events to record once the node records (those of a retired identity among them)."""
+        return self._recorder.carried
 
     def check_writable(self) -> None:
         """Raise CutOffReadOnly while a read-only node type is cut off."""
@@ -246,37 +218,6 @@ class Node:
             raise CutOffReadOnly(
                 f"this {self.node_type.name} node is cut off from the group and read-only until a peer is back; "
                 "nothing was recorded")
-
-    def emit(self, kind: str, body: Any) -> LogRecord:
-        """Record an event of this node: persisted, then sent to every peer.
-        ``body`` is any JSON value.  Returns the record (source, seq, ...).
-        Raises CutOffReadOnly on a read-only node type while cut off; NotRecording while
-        it starts or after its identity was retired."""
-        self.check_writable()
-        self._check_recording()
-        # Checked whole (text, JSON, size, sequence) before it is recorded: a
-        # LocalProtocolError here means nothing was.
-        record = self.replicator.append(kind, self._body_texts([(kind, body)])[0][1], self.local_now(),
-                                        self.mesh_time(), canonical=True)
-        self.execute()  # commits before anything is sent or returned
-        return record
-
-    def _body_texts(self, events: list[tuple[str, Any]]) -> list[tuple[str, str]]:
-        """The events with their bodies as canonical JSON text (all counted refused if one is not JSON)."""
-        try:
-            return [(kind, canonical_json(body)) for kind, body in events]
-        except LocalProtocolError:
-            self.replicator.stats.events_refused += len(events)
-            raise
-
-    def emit_many(self, events: list[tuple[str, Any]]) -> list[LogRecord]:
-        """Record several events in one transaction and as few messages as possible."""
-        self.check_writable()
-        self._check_recording(len(events))
-        now, stamp = self.local_now(), self.mesh_time()
-        records = self.replicator.append_many(self._body_texts(events), now, stamp, canonical=True)
-        self.execute()
-        return records
 
     def next_seq(self) -> int:
         """The sequence number this node's next event gets."""
@@ -321,18 +262,7 @@ class Node:
     @property
     def address(self) -> str:
         """The address the node listens on now: its interface's, followed when it moves."""
-        iface = self._iface if self._follower is None else self._follower.interface
-        if iface is None:
-            raise LocalProtocolError("the node is not running")
-        return iface.ip
-
-    def follow_address(self, moved: Callable[[str], Awaitable[None]]) -> None:
-        """``moved(address)`` after each move of the interface, once the node followed it."""
-        self._movers.append(moved)
-
-    def watch_keys(self, changed: Callable[[GroupSecret], None]) -> None:
-        """``changed(secret)`` with the group secret in use, at each step of its rotation."""
-        self._key_watchers.append(changed)
+        return self._following.address
 
     @property
     def group_secret(self) -> GroupSecret | None:
@@ -379,9 +309,9 @@ class Node:
                 tasks = [tg.create_task(self._driver.run(STATS_INTERVAL, self._rows_due))]
                 tasks += [tg.create_task(finder) for finder in self._finders.tasks()]
                 tasks += [tg.create_task(run) for run in self._spawned]
-                if self._follower is not None:
-                    tasks.append(tg.create_task(self._follower.run()))
-                tasks.append(tg.create_task(self._record_carried()))  # ends once the node records
+                if self._following.follower is not None:
+                    tasks.append(tg.create_task(self._following.follower.run()))
+                tasks.append(tg.create_task(self._recorder.record_carried()))  # ends once the node records
                 await self._stop.wait()
                 for task in tasks:
                     task.cancel()
@@ -389,7 +319,7 @@ class Node:
     async def _start(self, stack: contextlib.AsyncExitStack, iface: Interface) -> None:
         cfg, uuid = self.config, self.uuid
         assert uuid is not None  # run() read it
-        self._iface = iface
+        self._following.iface = iface
         watchers = [w for f in self.features if (w := f.links(cfg)) is not None]  # guests' hosts: one per guest
         driver = self._driver
         driver.on_disconnect += [w.forget for w in watchers]
@@ -408,7 +338,7 @@ class Node:
         self.started_at = time.time()
         guard = LogGuard(self.data_dir.path, cfg.group, uuid)
         store = self._store = guard.open()  # refuses a damaged log (LogDamaged names `huddle repair`)
-        self._rows = StatRows(store, guard)
+        self._rows = self._events.rows = StatRows(store, guard)
         stack.callback(self._close_store, store, guard)
         returned = store.drop_returned(uuid)
         if returned:
@@ -450,19 +380,19 @@ class Node:
             mesh.add_seed(resolve_seed(seed), self.local_now())
         await self._finders.start(stack, cfg, uuid=uuid, iface=iface, port=port, endpoint=endpoint)
         if self.security is not None and self.security.keyring is not None:  # transport/rotation.py
-            here = lambda: iface.ip if self._follower is None else self._follower.interface.ip  # noqa: E731
-            self.rotation = KeyRotation(self.security, transport, host=here, port=port, port_range=cfg.mesh.port_range,
-                                        data_dir=self.data_dir.path, advertise=lambda p: self._advertise(iface, p),
-                                        changed=self._keys_changed)
-            self._keys_changed(self.rotation.keyring)  # restarted during a rotation: both keys held
+            following = self._following
+            self.rotation = KeyRotation(self.security, transport, host=lambda: following.address, port=port,
+                                        port_range=cfg.mesh.port_range, data_dir=self.data_dir.path,
+                                        advertise=lambda p: following.advertise(transport, p, 2 * mesh.beat),
+                                        changed=following.keys_changed)
+            following.keys_changed(self.rotation.keyring)  # restarted during a rotation: both keys held
         from .api.http import start_api  # noqa: PLC0415 - aiohttp: imported when a node runs, not with huddle.node
 
         api_runner, self.api_url = await start_api(self, cfg.api.address, cfg.limits.api, token_dir=self.data_dir.path,
                                                    require_token=cfg.api.require_token)
         stack.push_async_callback(api_runner.cleanup)
-        if iface != LOOPBACK:  # loopback never changes
-            self._follower = NetworkFollower(cfg.discovery.interface or iface.name, iface, port, self._followers(transport),
-                                             counts=self.driver_stats, failed=self._network_failed)
+        self._following.follow(cfg.discovery.interface or iface.name, port, transport, counts=self.driver_stats,
+                               failed=self._network_failed)
         stack.callback(self._leave)  # stopping starts with GBYE, while everything still runs
         self.execute()
         log.info("node %s (%s) in group %r at %s, api %s", uuid.short, cfg.name, cfg.group, endpoint, self.api_url)
@@ -473,34 +403,6 @@ class Node:
         else:
             log.info("mesh secured (CurveZMQ): %s mode, group key %s; this node's key: %s", said["mode"],
                      said["key_id"], self.identity.fingerprint)
-
-    def _followers(self, transport: ZmqTransport) -> Followers:
-        """Who follows an address change, in order: the ROUTER, the mesh (HELO to the
-        peers), the naming client; then the announcements (beacon, mDNS), then the
-        features (the guest servers)."""
-        follow = Followers(transport, self.config.mesh.port_range, endpoint=[self._set_endpoint])
-        self._finders.follow(follow)
-        follow.announce += [_moved_to(moved) for moved in self._movers]
-        return follow
-
-    async def _advertise(self, iface: Interface, port: int) -> None:
-        """The group key switched: the ROUTER's port of the new key is this node's endpoint now."""
-        if self._follower is not None:
-            self._follower.port, iface = port, self._follower.interface
-        transport = self._driver.transport
-        assert transport is not None
-        await advertise(self._followers(transport), iface, port, delay=2 * self.mesh.beat)
-
-    def _keys_changed(self, keyring: Keyring) -> None:
-        """A rotation step: naming announcements are MAC'd with the key in use and accepted with
-        any key held; the features are told the secret in use (a guest registers with its room key)."""
-        naming = self._finders.naming
-        if naming is not None:
-            keys = [s.naming_key() for s in keyring.secrets()]
-            naming.key = naming.state.key = keys[0]
-            naming.state.also_accepted = tuple(keys[1:])
-        for changed in self._key_watchers:
-            changed(keyring.current)
 
     def _set_endpoint(self, endpoint: str) -> None:
         self.mesh.set_endpoint(endpoint, self.local_now())
@@ -516,30 +418,6 @@ class Node:
             self._mesh.leave(self.local_now())
             self.execute()
 
-    async def _record_carried(self) -> None:
-        """Once the start-up window ends: record what waited for it (guests' events), and,
-        under a new identity, what the node recorded under the one it retired."""
-        while self.replicator.starting:
-            await asyncio.sleep(0.05)
-        events, self.carried = self.carried, []
-        if events and self.replicator.recording:
-            try:
-                self.replicator.append_many(events, self.local_now(), self.mesh_time())
-            except LocalProtocolError as exc:  # they passed these checks once: not expected, but not fatal either
-                log.error("could not record the %d events that waited for the start-up window: %s", len(events), exc)
-                return
-            self.execute()
-            log.info("recorded %d events that waited for the start-up window's end%s", len(events),
-                     "" if self.renewed is None else " (with those recorded under the retired identity since its start)")
-
-    def record_soon(self, kind: str, body: Any) -> LogRecord | None:
-        """An event recorded now, or kept for the start-up window's end (a guest may speak
-        as soon as its host is back; protocol.md 12.1)."""
-        if self.replicator.starting:
-            self.carried.append(self._body_texts([(kind, body)])[0])
-            return None
-        return self.emit(kind, body)
-
     def _identity_retired(self, event: IdentityRetired) -> bool:
         """A peer showed a record in this node's name, signed with its key, that differs from its own:
         this identity's sequence was reused.  The node stops and starts again under a new one."""
@@ -554,19 +432,9 @@ class Node:
         records of those numbers, which it replays to the new identity as another source's) to
         be recorded again, and the node takes a new key and the id it gives, as ``huddle repair
         --new-identity`` does (the old id listed in ``previous-ids``, the old key kept aside)."""
-        retired, old = self.retired, self.uuid
-        if retired is None or old is None:
-            return
-        store = SqliteStore(self.data_dir.path / "log.sqlite", self.config.group)
-        try:
-            self.carried = store.take_after(old, retired.since) + self.carried  # then guests' events that waited
-        finally:
-            store.close()
-        new = renew_identity(self.data_dir.path).node_id
-        take_new_identity(self.data_dir.path, new, why="sequence-reused")
-        self.renewed = {"previous": str(old), "reason": retired.reason}
-        log.error("this node retired its identity %s and continues as %s (%d events to record again): %s",
-                  old, new, len(self.carried), retired.reason)
+        if self.retired is not None and self.uuid is not None:
+            self._recorder.carried, self.renewed = renew_identity_after(
+                self.data_dir.path, self.config.group, self.uuid, self.retired, self._recorder.carried)
 
     def _close_store(self, store: SqliteStore, guard: LogGuard) -> None:
         guard.note(store)  # the own-sequence mark follows what is durable
@@ -614,7 +482,6 @@ class Node:
         subscribers come first (posts consumes its peer service's events: Hydra's
         messages, BULKs, its peers); the API's listeners come last, and hear the
         features' own events (their ``event_renderers``) too."""
-        every, own = EVENT_TYPES, tuple(self._renderers)
         routes: list[tuple[tuple[type, ...], Subscriber]] = []
         if self.node_type.on_cut_off == "empty":  # the log's part first: the features then read what it kept
             routes.append(((CutOff,), self._empty))
@@ -623,18 +490,8 @@ class Node:
             ((IdentityRetired,), self._identity_retired),
             ((PeerExcluded,), self._save_excluded),
             ((BufferSpace,), self._driver.wake_sender),
-            (tuple(kind for kind in every if not issubclass(kind, NOT_STATISTICS)), self._stat_row),
-            (own, self._feature_row),
-            ((*every, *own), self._to_listeners),
         ]
-        self._routes = {kind: [fn for kinds, fn in routes if kind in kinds]
-                        for kinds, _ in routes for kind in kinds}
-
-    def publish(self, event: object) -> None:
-        """Hand ``event`` to its subscribers, in order (:meth:`_wire_events`)."""
-        for subscriber in self._routes.get(type(event), ()):
-            if subscriber(event):
-                return
+        self._events.wire(routes)
 
     def _save_excluded(self, event: PeerExcluded) -> bool:
         self.data_dir.save_excluded(self.mesh.excluded)
@@ -663,26 +520,6 @@ class Node:
                     return p.name
         return uuid.short
 
-    def _stat_row(self, event: Event) -> bool:
-        if self._rows is not None:
-            self._rows.event(stat_row(event))
-        return False
-
-    def _feature_row(self, event: object) -> bool:
-        """A feature's event as a statistics row, rendered as the event stream shows it."""
-        if self._rows is not None:
-            self._rows.event(json_row(self._renderers[type(event)](event), getattr(event, "peer", None)))
-        return False
-
-    def _to_listeners(self, event: object) -> bool:
-        for fn in self._listeners:
-            try:
-                fn(event)
-            except Exception:  # a listener's bug must not stop the node
-                log.exception("event listener failed")
-        return False
-
-
 def _links_changed(watchers: list[LinkWatcher]) -> Callable[[int, bool], None] | None:
     """What the transport calls on a link change: the features' watchers (None: no monitor needed)."""
     if len(watchers) < 2:
@@ -692,11 +529,6 @@ def _links_changed(watchers: list[LinkWatcher]) -> Callable[[int, bool], None] |
         for watcher in watchers:
             watcher.changed(conn, up)
     return changed
-
-
-def _moved_to(moved: Callable[[str], Awaitable[None]]) -> Callable[[Interface, int], Awaitable[None]]:
-    """A feature following the address, as the followers announce a move (to the interface, on a port)."""
-    return lambda iface, port: moved(iface.ip)
 
 
 def run_node(config: NodeConfig, on_ready: Callable[[Node], None] | None = None) -> None:
