@@ -32,8 +32,9 @@ from huddle.cli.commands import handler_of
 from huddle.cli.parse import build_parser
 from huddle.config import NodeConfig
 from huddle.features import default_features
+from huddle.host.mesh import links_changed as _links_changed
 from huddle.ids import NodeId
-from huddle.node import Node, _links_changed
+from huddle.node import Node
 from huddle.ports import ApiHandler, ClientOptions, Feature, FeatureHost, LinkWatcher, Renderer, Spawn, Subscriber
 from huddle.protocol.events import ChatReceived
 from huddle.protocol.service import PayloadTaker, PeerService

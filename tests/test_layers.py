@@ -99,7 +99,8 @@ ALLOWED: dict[str, set[str]] = {
     # node that are not wiring, each below it.
     "driver": {"base", "wire", "protocol", "transport"},
     "finders": {"base", "config", "discovery", "transport"},
-    "host": {"base", "wire", "log", "protocol", "security", "transport", "discovery", "finders", "ports"},
+    "host": {"base", "wire", "log", "protocol", "security", "transport", "discovery", "config", "driver", "finders",
+             "ports"},
     "sim": {"base", "wire", "log", "doc", "protocol", "posts", "security"},  # posts: the peer service it hosts
     # What a feature may use of the node and gives it (huddle/ports.py): the contract alone.
     "ports": {"base", "wire", "protocol", "config", "security", "clients"},

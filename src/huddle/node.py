@@ -1,16 +1,13 @@
 """The composition root: one node = mesh state machine + ZeroMQ + discovery + API + features.
 
-The driver is thin: it turns socket readiness and timers into calls on
-:class:`~huddle.protocol.Mesh` and carries out the actions it returns.  What
-the node holds lives with its own package: the data directory
-(:mod:`huddle.log.datadir`), the statistics rows (:mod:`huddle.log.stats`), the
-mesh's driver: its actions carried out, frames fed in, the timer loop
-(:mod:`huddle.driver`), the finders (:mod:`huddle.finders`), what the API shows
-(:mod:`huddle.api.info`).  The capabilities with I/O of their own (posts, the bout
-document, guests) are features (huddle/ports.py): the node loops over the list it is given, and
-names none of them.  This module wires them, starts them in order and stops
-them in reverse (one exit stack), and routes the protocol's events to an
-ordered list of subscribers (:meth:`Node._wire_events`).
+It wires and orders; what it holds lives with its own package: the data directory
+(:mod:`huddle.log.datadir`), the mesh's driver (:mod:`huddle.driver`), the finders
+(:mod:`huddle.finders`), what the API shows (:mod:`huddle.api.info`), and the parts
+made for it (:mod:`huddle.host`): its identity, its mesh stack, its own events'
+recording, the routing of its events, who follows its address and group key.  The
+capabilities with I/O of their own (posts, the bout document, guests, ...) are features
+(huddle/ports.py): the node loops over the list it is given and names none of them.
+It starts them in order and stops them in reverse (one exit stack).
 """
 
 from __future__ import annotations
@@ -18,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import signal
 import time
 from collections.abc import Callable, Coroutine, Iterable, Sequence
@@ -29,37 +25,29 @@ from .config import NodeConfig, resolve_seed
 from .discovery import Interface
 from .discovery.follow import wait_interface
 from .driver import MeshDriver
-from .errors import ConfigError, CutOffReadOnly, NotRunning
+from .errors import CutOffReadOnly, NotRunning
 from .finders import Finders
 from .host.address import Following
 from .host.events import EventRoutes
+from .host.identity import load_identity, say_security
+from .host.loop import AcceptFailures
+from .host.mesh import Whom, name_in, open_mesh
 from .host.recording import Recorder
 from .host.renewal import renew_identity_after
 from .ids import NodeId
 from .log import SqliteStore
 from .log.datadir import DataDir
-from .log.integrity import LogGuard
 from .log.stats import STATS_INTERVAL, StatRows
 from .memtune import raise_descriptor_limit
-from .ports import Feature, LinkWatcher, Subscriber
+from .ports import Feature, Subscriber
 from .protocol import Mesh, PeerInfo
-from .protocol.core import CoreServices, build_services
+from .protocol.core import CoreServices
 from .protocol.events import BufferSpace, CutOff, PeerExcluded
 from .protocol.ownseq import IdentityRetired
 from .protocol.replication import Replicator
-from .ratelog import RateLog
-from .security import (
-    GroupSecret,
-    Keyring,
-    NodeIdentity,
-    TrustList,
-    load_or_create_identity,
-    node_id_for,
-    own_id_refusal,
-)
+from .security import GroupSecret, NodeIdentity
 from .transport.rotation import KeyRotation
 from .transport.zap import AllowList, MeshSecurity
-from .transport.zmq_transport import ZmqTransport
 from .wire import LogRecord
 
 __all__ = ["Node", "run_node"]
@@ -117,22 +105,10 @@ class Node:
         self._base = time.time() - time.monotonic()
         self.started_at = 0.0
         self.driver_stats, self.traffic = self._driver.stats, self._driver.traffic
-        self.accept_failures = 0  # connections a listening socket could not take: out of descriptors (EMFILE, ...)
-        self._loop_lines = RateLog(log, period=60.0)
-
-    def loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-        """The event loop's exception handler.  A listening socket that cannot accept
-        (the process is out of descriptors: EMFILE, ENFILE, ...) is reported by asyncio
-        with a traceback each time, for every one of the node's ports; here it is counted
-        (``stats.accept_failures``) and said in one line a minute.  asyncio pauses that
-        socket for a second and tries again: the node's own caps (docs/limits.md) are what
-        keep descriptors free.  Anything else goes to asyncio's own handler."""
-        if str(context.get("message", "")).startswith("socket.accept() out of system resource"):
-            self.accept_failures += 1
-            self._loop_lines.warning("accept", loop.time(), "a connection could not be accepted: %s (%d so far)",
-                                     context.get("exception"), self.accept_failures)
-            return
-        loop.default_exception_handler(context)
+        # Addressed messages (MeshDriver.send_to ...): queued, or waiting for room; BULKs queued.
+        self.send_to, self.send_to_wait, self.queued_bulk = (self._driver.send_to, self._driver.send_to_wait,
+                                                             self._driver.queued_bulk)
+        self.loop_exception = AcceptFailures()  # the event loop's handler: counts what could not be accepted
 
     # ----------------------------------------------------------------- clock
 
@@ -157,19 +133,14 @@ class Node:
     def info(self) -> dict[str, Any]:
         stats = self._driver.counters(self._finders.stats())
         stats["log_forgeries"] = {str(peer): n for peer, n in self.replicator.forgeries.items()}
-        stats["accept_failures"] = self.accept_failures
+        stats["accept_failures"] = self.loop_exception.count
         stats["security"] = None if self.security is None else self.security.stats()
         out = node_info(self.mesh, identity=self.identity, node_type=self.node_type, mesh_time=self.mesh_time(),
                         started_at=self.started_at, read_only=self.read_only,
                         features={f.name: facts for f in self.features if (facts := f.facts()) is not None},
                         security=None if self.security is None else self.security.describe(), stats=stats)
-        # Whether events are recorded now, and why not (starting, or this identity retired: protocol.md 12.1);
-        # the identity this node took over from, if it retired one.
-        replicator = self.replicator
-        out["recording"] = replicator.recording
-        out["not_recording"] = None if replicator.recording else replicator.why_not_recording()
-        out["identity_renewed"] = self.renewed
-        return out
+        # Whether it records now (protocol.md 12.1); the identity it took over from, if it retired one.
+        return out | self._recorder.describe() | {"identity_renewed": self.renewed}
 
     def system(self) -> dict[str, Any]:
         mesh, core = self.mesh, self._core
@@ -215,9 +186,8 @@ class Node:
     def check_writable(self) -> None:
         """Raise CutOffReadOnly while a read-only node type is cut off."""
         if self.read_only:
-            raise CutOffReadOnly(
-                f"this {self.node_type.name} node is cut off from the group and read-only until a peer is back; "
-                "nothing was recorded")
+            raise CutOffReadOnly(f"this {self.node_type.name} node is cut off from the group and read-only until a "
+                                 "peer is back; nothing was recorded")
 
     def next_seq(self) -> int:
         """The sequence number this node's next event gets."""
@@ -231,19 +201,6 @@ class Node:
         """A feature's statistics row, at the mesh time now."""
         if self._rows is not None:
             self._rows.feature(self.mesh_time(), kind, detail)
-
-    # ---------------------------------------------------- addressed messages
-
-    def send_to(self, peer: NodeId, payload: bytes) -> int:
-        """Queue an addressed message (:meth:`MeshDriver.send_to`)."""
-        return self._driver.send_to(peer, payload)
-
-    def queued_bulk(self, peer: NodeId) -> int:
-        return self._driver.queued_bulk(peer)
-
-    async def send_to_wait(self, peer: NodeId, payload: bytes, timeout: float = 10.0) -> int:
-        """Queue an addressed message, waiting for room (:meth:`MeshDriver.send_to_wait`)."""
-        return await self._driver.send_to_wait(peer, payload, timeout)
 
     def log_summary(self) -> dict[str, Any]:
         return log_summary(self.replicator)
@@ -286,18 +243,9 @@ class Node:
             self.data_dir.lock()
             stack.callback(self.data_dir.unlock)
             stack.callback(self._renew_identity)  # after the store closed, before the unlock
-            # A new identity (a new data directory, or one just taken): no peer can hold records in its name.
-            self._new_identity = self.renewed is not None or not (self.data_dir.path / "node-id").exists()
-            self.identity = load_or_create_identity(self.data_dir.path)
-            self.uuid = self.data_dir.node_id(new=node_id_for(self.identity.public_key))
-            if self.config.group_secret is not None and (why := own_id_refusal(self.uuid, self.identity,
-                                                                               self.data_dir.path)):
-                raise ConfigError(why)  # a legacy id: not admitted in a group with a secret
-            keyring = Keyring.restore(self.data_dir.path, self.config.group_secret)  # a rotation's keys, if any
-            if keyring is not None and keyring.current != self.config.group_secret:  # switched before a restart
-                self.config = self.config.with_overrides(group_secret=keyring.current)
-            self.security = MeshSecurity(self.config.group_secret, self.identity, allow_list=TrustList.load(
-                self.data_dir.path) if self.config.allow_list else None, keyring=keyring)
+            me = load_identity(self.data_dir, self.config, renewed=self.renewed is not None)
+            self.identity, self.uuid, self.config, self.security, self._new_identity = (
+                me.keys, me.uuid, me.config, me.security, me.new)
             iface = await wait_interface(self.config.discovery.interface, self._stop)
             if iface is None:
                 return  # stopped while waiting
@@ -306,7 +254,7 @@ class Node:
             if on_ready is not None:
                 on_ready(self)
             async with asyncio.TaskGroup() as tg:
-                tasks = [tg.create_task(self._driver.run(STATS_INTERVAL, self._rows_due))]
+                tasks = [tg.create_task(self._driver.run(STATS_INTERVAL, self._snapshot))]
                 tasks += [tg.create_task(finder) for finder in self._finders.tasks()]
                 tasks += [tg.create_task(run) for run in self._spawned]
                 if self._following.follower is not None:
@@ -317,60 +265,16 @@ class Node:
                     task.cancel()
 
     async def _start(self, stack: contextlib.AsyncExitStack, iface: Interface) -> None:
-        cfg, uuid = self.config, self.uuid
-        assert uuid is not None  # run() read it
+        cfg, uuid, identity, security = self.config, self.uuid, self.identity, self.security
+        assert uuid is not None and identity is not None and security is not None  # run() read them
         self._following.iface = iface
-        watchers = [w for f in self.features if (w := f.links(cfg)) is not None]  # guests' hosts: one per guest
-        driver = self._driver
-        driver.on_disconnect += [w.forget for w in watchers]
-        transport = ZmqTransport(uuid, on_frames=driver.on_frames, on_stalled=driver.on_stalled,
-                                 on_connect_failed=driver.on_connect_failed, limits=cfg.limits.mesh,
-                                 on_link=_links_changed(watchers),
-                                 curve=None if self.security is None else self.security.setup)
-        if self.security is not None:
-            self.security.attach(transport.guard, self._cut_key)
-        stack.callback(transport.close)
-        try:
-            port = transport.bind(iface.ip, cfg.mesh.port, cfg.mesh.port_range)
-        except Exception as exc:  # zmq.ZMQError: address in use, no free port
-            raise ConfigError(f"cannot bind the ROUTER on {iface.ip}:{cfg.mesh.port or cfg.mesh.port_range}: {exc}") from None
-        endpoint = f"tcp://{iface.ip}:{port}"
+        who = Whom(uuid, identity, security, self.node_type, self.data_dir, self._new_identity)
+        parts = open_mesh(stack, cfg, who, iface, driver=self._driver, features=self.features, now=self.local_now,
+                          leave=self._leave)
+        transport, port, endpoint, mesh = parts.transport, parts.port, parts.endpoint, parts.mesh
         self.started_at = time.time()
-        guard = LogGuard(self.data_dir.path, cfg.group, uuid)
-        store = self._store = guard.open()  # refuses a damaged log (LogDamaged names `huddle repair`)
-        self._rows = self._events.rows = StatRows(store, guard)
-        stack.callback(self._close_store, store, guard)
-        returned = store.drop_returned(uuid)
-        if returned:
-            log.warning("dropped %d records in this node's name that came from peers: "
-                        "its sequence continues what it wrote itself", returned)
-        core = self._core = build_services(uuid, now=self.local_now(), store=store, log_limits=cfg.limits.log,
-                                           delivery=cfg.delivery_timing(), conn_counters=transport.counters,
-                                           log_signer=self.identity, log_secure=cfg.group_secret is not None,
-                                           report_signer=self.identity,
-                                           extra=[s for f in self.features for s in f.peer_services(uuid)],
-                                           takers=[t for f in self.features for t in f.payload_takers()])
-        mesh = self._mesh = Mesh(
-            uuid, name=cfg.name, group=cfg.group, endpoint=endpoint,
-            incarnation=os.urandom(8).hex(), now=self.local_now(), timing=cfg.mesh_timing(),
-            excluded=self.data_dir.excluded(), node_type=self.node_type.name, rate=self.node_type.send_rate,
-            limits=cfg.limits.mesh, guests=cfg.guests.marco_port if cfg.guests.enabled else 0, services=core.all(),
-            identity=self.identity, secure=cfg.group_secret is not None,
-        )
-        driver.attach(mesh, transport, core)
-        # The ROUTER's connections beyond the sessions bound to their address are closed after
-        # the handshake timeout (transport/accepted.py): the transport asks the mesh which.
-        transport.bound_by_address = mesh.bound_by_address
-        transport.accepted.grace = mesh.timing.handshake_timeout
-        stack.callback(self._leave)  # a start that fails half-way still says GBYE to the peers it met
-        self._replicator = core.replicator
-        allow = self.allow_list
-        if allow is not None and self._replicator is not None:  # the trust list's keys are vouched for (12.2)
-            self._replicator.vouch(node_id_for(k.public_key) for k in allow.trust.entries())
-        # Nothing recorded until the peers have shown what they hold in this node's name
-        # (a log restored from an older copy takes back what it lost: protocol.md 12.1).
-        if not self._new_identity:
-            self.replicator.hold_own(self.local_now(), cfg.limits.log.own_wait, cfg.limits.log.own_quiet)
+        self._store, self._rows, self._core, self._mesh = parts.store, parts.rows, parts.core, mesh
+        self._events.rows, self._replicator = parts.rows, parts.core.replicator
         stack.callback(self._spawned_unrun)
         for feature in self.features:  # each one's driver: its closers on the stack, its tasks spawned
             await feature.start(stack, self._spawned.append, self)
@@ -379,13 +283,7 @@ class Node:
         for seed in cfg.discovery.seeds:
             mesh.add_seed(resolve_seed(seed), self.local_now())
         await self._finders.start(stack, cfg, uuid=uuid, iface=iface, port=port, endpoint=endpoint)
-        if self.security is not None and self.security.keyring is not None:  # transport/rotation.py
-            following = self._following
-            self.rotation = KeyRotation(self.security, transport, host=lambda: following.address, port=port,
-                                        port_range=cfg.mesh.port_range, data_dir=self.data_dir.path,
-                                        advertise=lambda p: following.advertise(transport, p, 2 * mesh.beat),
-                                        changed=following.keys_changed)
-            following.keys_changed(self.rotation.keyring)  # restarted during a rotation: both keys held
+        self.rotation = self._following.rotation(security, transport, port, self.data_dir.path, 2 * mesh.beat)
         from .api.http import start_api  # noqa: PLC0415 - aiohttp: imported when a node runs, not with huddle.node
 
         api_runner, self.api_url = await start_api(self, cfg.api.address, cfg.limits.api, token_dir=self.data_dir.path,
@@ -396,13 +294,7 @@ class Node:
         stack.callback(self._leave)  # stopping starts with GBYE, while everything still runs
         self.execute()
         log.info("node %s (%s) in group %r at %s, api %s", uuid.short, cfg.name, cfg.group, endpoint, self.api_url)
-        assert self.identity is not None and self.security is not None  # loaded before anything starts
-        said = self.security.describe()
-        if "warning" in said:
-            log.warning("%s; this node's key: %s", said["warning"], self.identity.fingerprint)
-        else:
-            log.info("mesh secured (CurveZMQ): %s mode, group key %s; this node's key: %s", said["mode"],
-                     said["key_id"], self.identity.fingerprint)
+        say_security(security, identity)
 
     def _set_endpoint(self, endpoint: str) -> None:
         self.mesh.set_endpoint(endpoint, self.local_now())
@@ -427,43 +319,18 @@ class Node:
         return True
 
     def _renew_identity(self) -> None:
-        """Once the store is closed, after a retirement: the events recorded under the retired
-        identity since the start are taken out of the log (the group holds that identity's own
-        records of those numbers, which it replays to the new identity as another source's) to
-        be recorded again, and the node takes a new key and the id it gives, as ``huddle repair
-        --new-identity`` does (the old id listed in ``previous-ids``, the old key kept aside)."""
+        """Once the store is closed, after a retirement: a new identity (host/renewal.py)."""
         if self.retired is not None and self.uuid is not None:
             self._recorder.carried, self.renewed = renew_identity_after(
                 self.data_dir.path, self.config.group, self.uuid, self.retired, self._recorder.carried)
 
-    def _close_store(self, store: SqliteStore, guard: LogGuard) -> None:
-        guard.note(store)  # the own-sequence mark follows what is durable
-        store.close()
-
-    # ---------------------------------------------------------------- the timer loop
-
-    def _rows_due(self, now: float) -> None:
-        """Every STATS_INTERVAL, from the timer loop: the statistics snapshot."""
-        self._snapshot()
-
-    def _snapshot(self) -> None:
-        """A statistics row with the node's counters and each peer's state and RTT."""
-        if self._rows is None or self._mesh is None:
-            return
-        detail = self.info()["stats"] | {"log": self.replicator.stats.as_dict(), "peers": [
-            {"uuid": str(p.uuid), "state": p.state, "rtt_ms": None if p.rtt is None else p.rtt * 1000}
-            for p in self.peers()
-        ]}
-        self._rows.snapshot(self.mesh_time(), detail)
-
-    # ---------------------------------------------------------------- wiring
-
-    def _cut_key(self, public_key: bytes) -> None:
-        """A key left the allow-list: end that node's session now (its messages are dropped already)."""
-        if self._mesh is not None:
-            self._mesh.end_incarnation(node_id_for(public_key), "its key was removed from the allow-list",
-                                       self.local_now())
-            self._driver.execute()
+    def _snapshot(self, now: float) -> None:
+        """Every STATS_INTERVAL, from the timer loop: a statistics row with the node's
+        counters and each peer's state and RTT."""
+        if self._rows is not None and self._mesh is not None:
+            self._rows.snapshot(self.mesh_time(), self.info()["stats"] | {"log": self.replicator.stats.as_dict(), "peers": [
+                {"uuid": str(p.uuid), "state": p.state, "rtt_ms": None if p.rtt is None else p.rtt * 1000}
+                for p in self.peers()]})
 
     def execute(self) -> None:
         """Carry out the mesh's pending actions (a feature's service asked to send)."""
@@ -498,37 +365,14 @@ class Node:
         return False
 
     def _empty(self, event: CutOff) -> bool:
-        """Cut off, an ``empty`` node type drops every other node's events (store, log
-        state; the document feature then makes its document again from what is left);
-        its peers send them all again when it reconnects."""
-        store, mesh, uuid = self._store, self._mesh, self.uuid
-        if not event.cut_off or store is None or mesh is None or uuid is None:
-            return False
-        dropped = store.drop_others(uuid)
-        self.replicator.reload(self.local_now())  # the same replicator, hosted by the mesh, reads the store afresh
-        log.info("cut off: dropped %d events of other nodes (node type %s)", dropped, self.node_type.name)
+        """Cut off, an ``empty`` node type keeps only its own events (:meth:`Recorder.keep_own_only`)."""
+        if event.cut_off and self._store is not None and self._mesh is not None and self.uuid is not None:
+            self._recorder.keep_own_only(self._store, self.uuid, self.node_type.name)
         return False
 
     def name_of(self, uuid: NodeId) -> str:
         """A node's name as this node knows it (its short id if it knows none)."""
-        mesh = self._mesh
-        if mesh is not None:
-            if uuid == mesh.uuid:
-                return mesh.name
-            for p in mesh.peers(self.local_now()):
-                if p.uuid == uuid:
-                    return p.name
-        return uuid.short
-
-def _links_changed(watchers: list[LinkWatcher]) -> Callable[[int, bool], None] | None:
-    """What the transport calls on a link change: the features' watchers (None: no monitor needed)."""
-    if len(watchers) < 2:
-        return watchers[0].changed if watchers else None
-
-    def changed(conn: int, up: bool) -> None:
-        for watcher in watchers:
-            watcher.changed(conn, up)
-    return changed
+        return uuid.short if self._mesh is None else name_in(self._mesh, uuid, self.local_now())
 
 
 def run_node(config: NodeConfig, on_ready: Callable[[Node], None] | None = None) -> None:

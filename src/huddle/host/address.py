@@ -10,6 +10,7 @@ keys, then the features that asked).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..discovery import Interface
@@ -17,6 +18,8 @@ from ..discovery.follow import FollowCounts, Followers, NetworkFollower, adverti
 from ..discovery.interfaces import LOOPBACK
 from ..errors import NotRunning
 from ..security import GroupSecret, Keyring
+from ..transport.rotation import KeyRotation
+from ..transport.zap import MeshSecurity
 from ..transport.zmq_transport import ZmqTransport
 
 if TYPE_CHECKING:  # the node hands its finders in
@@ -71,6 +74,19 @@ class Following:
         if self.follower is not None:
             self.follower.port = port
         await advertise(self.followers(transport), self.interface, port, delay=delay)
+
+    def rotation(self, security: MeshSecurity, transport: ZmqTransport, port: int, data_dir: Path,
+                 delay: float) -> KeyRotation | None:
+        """The group secret's live rotation (None: an open group), on the ROUTER's ``port``:
+        a switch advertises the new key's port ``delay`` seconds after the HELO
+        (transport/rotation.py); restarted during a rotation, both keys are held."""
+        if security.keyring is None:
+            return None
+        rotation = KeyRotation(security, transport, host=lambda: self.address, port=port,
+                               port_range=self._port_range, data_dir=data_dir,
+                               advertise=lambda p: self.advertise(transport, p, delay), changed=self.keys_changed)
+        self.keys_changed(rotation.keyring)
+        return rotation
 
     def keys_changed(self, keyring: Keyring) -> None:
         """A rotation step: naming announcements are MAC'd with the key in use and accepted with

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import LocalProtocolError, NotRecording, NotRunning
+from ..ids import NodeId
+from ..log import SqliteStore
 from ..protocol.logstore import canonical_json
 from ..protocol.replication import Replicator
 from ..wire import LogRecord
@@ -40,6 +42,20 @@ class Recorder:
         self._local_now, self._mesh_time, self._execute = local_now, mesh_time, execute
         self.carried = carried
         self._renewed = renewed
+
+    def describe(self) -> dict[str, object]:
+        """Whether events are recorded now, and why not (starting, or this identity retired)."""
+        replicator = self.replicator
+        return {"recording": replicator.recording,
+                "not_recording": None if replicator.recording else replicator.why_not_recording()}
+
+    def keep_own_only(self, store: SqliteStore, uuid: NodeId, node_type: str) -> None:
+        """Cut off, an ``empty`` node type drops every other node's events (store, log state;
+        the document feature then makes its document again from what is left); its peers send
+        them all again when it reconnects."""
+        dropped = store.drop_others(uuid)
+        self.replicator.reload(self._local_now())  # the same replicator, hosted by the mesh, reads the store afresh
+        log.info("cut off: dropped %d events of other nodes (node type %s)", dropped, node_type)
 
     @property
     def replicator(self) -> Replicator:
