@@ -10,7 +10,9 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 
+from huddle.api.doc_http import add_doc_routes
 from huddle.api.http import ERROR_STATUS, error_status, start_api
 from huddle.doc import JamStateError, OperationError
 from huddle.errors import (
@@ -43,12 +45,23 @@ def test_not_running_is_a_local_protocol_error_of_its_own() -> None:
     assert issubclass(NotRunning, LocalProtocolError) and issubclass(NoSuchPeer, LocalProtocolError)
 
 
+class FakeDocs:
+    """The document feature, its desk the fake node: the document's routes (api/doc_http.py)."""
+
+    def __init__(self, desk: FakeNode) -> None:
+        self.desk = desk
+        self.event_renderers: dict[type, Any] = {}
+
+    def routes(self, app: web.Application) -> None:
+        add_doc_routes(app, self)
+
+
 class FakeNode:
-    """The node as the core routes use it; each call raises what the test sets."""
+    """The node as the core routes use it, and the document's desk; each call raises what the test sets."""
 
     def __init__(self) -> None:
         self.raises: Exception | None = None
-        self.features: list[Any] = []  # the core routes alone
+        self.features: list[Any] = [FakeDocs(self)]  # the core routes and the document's
 
     def _maybe(self) -> None:
         if self.raises is not None:

@@ -1,10 +1,12 @@
 """The feature unit (huddle/ports.py): a node runs the features it is given and nothing of
 the ones it is not.
 
-Two in-process nodes on loopback: one with the default features, one with posts removed
-and a probe feature in their place.  The second starts, serves and meshes; posts' routes,
-commands and facts are gone from it; the probe's subscriber, event renderer, task, closer,
-routes, command and facts each do their part.  And node.py names no feature package.
+Two in-process nodes on loopback: one with the default features, one with all of them
+removed (posts, the bout document, guests, trust, rotation) and a probe feature in their
+place.  The second starts, serves and meshes (the first's document events reach its log);
+the routes, commands and facts of posts and of the document are gone from it; the
+probe's subscriber, event renderer, task, closer, routes, command and facts each do
+their part.  And node.py names no feature package.
 """
 
 from __future__ import annotations
@@ -30,15 +32,16 @@ from huddle.cli.commands import handler_of
 from huddle.cli.parse import build_parser
 from huddle.config import NodeConfig
 from huddle.features import default_features
+from huddle.host.mesh import links_changed as _links_changed
 from huddle.ids import NodeId
-from huddle.node import Node, _links_changed
+from huddle.node import Node
 from huddle.ports import ApiHandler, ClientOptions, Feature, FeatureHost, LinkWatcher, Renderer, Spawn, Subscriber
 from huddle.protocol.events import ChatReceived
 from huddle.protocol.service import PayloadTaker, PeerService
 from huddle.security.features import RotationFeature, TrustFeature
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "huddle"
-FEATURE_PACKAGES = ("huddle.posts", "huddle.guests", "huddle.guests_feature", "huddle.security.features")
+FEATURE_PACKAGES = ("huddle.posts", "huddle.doc", "huddle.guests", "huddle.guests_feature", "huddle.security.features")
 
 
 @dataclass(frozen=True)
@@ -119,7 +122,7 @@ class Probe:
 
 def test_the_probe_and_posts_satisfy_the_contract() -> None:
     features: list[Feature] = [Probe(), *default_features()]  # mypy checks each against the protocol
-    assert [f.name for f in features] == ["probe", "posts", "guests", "trust", "rotation"]
+    assert [f.name for f in features] == ["probe", "posts", "doc", "guests", "trust", "rotation"]
 
 
 class _SecuredHost:
@@ -202,7 +205,7 @@ def test_a_feature_removed_takes_its_commands_with_it() -> None:
     everything = commands(build_parser())
     assert {"post", "posts", "guests", "trust", "node", "peers", "doc", "group"} <= everything
     without = commands(build_parser(features=[]))
-    assert everything - without == {"post", "posts", "guests", "trust"}
+    assert everything - without == {"post", "posts", "doc", "guests", "trust"}
     probe = Probe()
     parser = build_parser(features=[probe])
     assert commands(parser) == without | {"probe"}
@@ -210,6 +213,9 @@ def test_a_feature_removed_takes_its_commands_with_it() -> None:
     assert args.api_handler.__name__ == "probe" and callable(handler_of(args))
     with pytest.raises(SystemExit):
         build_parser(features=[probe]).parse_args(["posts"])
+    with pytest.raises(SystemExit):
+        build_parser(features=[probe]).parse_args(["doc", "jams"])
+    assert handler_of(build_parser().parse_args(["doc", "jams", "--api", "127.0.0.1:1"])) is not None
     assert handler_of(build_parser().parse_args(["posts", "--api", "127.0.0.1:1"])) is not None
 
 
@@ -241,7 +247,8 @@ def _config(name: str, tmp_path: Path, seeds: tuple[str, ...] = ()) -> NodeConfi
 
 
 @pytest.mark.timeout(120)
-def test_a_node_without_posts_starts_serves_and_meshes_and_has_nothing_of_posts(tmp_path: Path) -> None:
+def test_a_node_without_posts_or_the_document_starts_serves_and_meshes_and_has_nothing_of_them(
+        tmp_path: Path) -> None:
     async def main() -> None:
         full = Node(_config("full", tmp_path))
         runs = [asyncio.create_task(full.run())]
@@ -259,6 +266,10 @@ def test_a_node_without_posts_starts_serves_and_meshes_and_has_nothing_of_posts(
                     async with http.get(api + path) as resp:
                         return resp.status, await resp.json()
 
+                async def post(api: str, path: str, body: Any) -> tuple[int, Any]:
+                    async with http.post(api + path, json=body) as resp:
+                        return resp.status, await resp.json()
+
                 status, answer = await get(bare.api_url, "/api/v1/posts")
                 assert status == 404 and "no such endpoint" in answer["error"]
                 assert (await get(full.api_url, "/api/v1/posts")) == (200, [])
@@ -269,10 +280,30 @@ def test_a_node_without_posts_starts_serves_and_meshes_and_has_nothing_of_posts(
                 for path in ("/api/v1/trust", "/api/v1/group/keys"):  # trust, rotation: an open group
                     assert (await get(bare.api_url, path))[0] == 404
                     assert (await get(full.api_url, path))[0] == 409
+                # The document: its routes, the bout page and its facts on the full node alone; its
+                # events are the log's, and reach the bare node's log all the same.
+                await full.until_recording(30)
+                op = {"op": "set", "to": {"period": 1, "jam": 1}, "attribute": "start", "value": "1.5"}
+                status, answer = await post(full.api_url, "/api/v1/doc/ops", [op])
+                assert status == 201 and answer["ops"][0]["source"] == str(full.uuid)
+                for path in ("/api/v1/doc", "/api/v1/doc/history?eid=x", "/api/v1/doc/dropped", "/api/v1/bout/jams",
+                             "/bout"):
+                    async with http.get(bare.api_url + path) as resp:
+                        assert resp.status == 404 and "no such endpoint" in (await resp.json())["error"], path
+                    async with http.get(full.api_url + path) as resp:  # an eid never seen: the route's own 404
+                        assert resp.status == 200 or "no element with eid x" in (await resp.json())["error"], path
+                for path in ("/api/v1/doc/ops", "/api/v1/bout/start", "/api/v1/bout/stop"):
+                    status, answer = await post(bare.api_url, path, [])
+                    assert status == 404 and "no such endpoint" in answer["error"], path
+                assert (await get(full.api_url, "/api/v1/bout/jams"))[1]["active"] is not None  # the jam started
+                await _until(lambda: any(bare.store.of_kind("doc")), 30,
+                             "the document's event to reach the log of the node without the document")
                 _, info = await get(bare.api_url, "/api/v1/node")
-                assert info["features"] == {"probe": {"chats": 0}} and info["guests"] is None  # no posts facts
+                assert info["features"] == {"probe": {"chats": 0}} and info["guests"] is None  # no posts, no doc facts
                 _, info = await get(full.api_url, "/api/v1/node")
-                assert info["features"] == {"posts": {"posts": 0, "octets": 0}}
+                doc_facts = info["features"]["doc"]
+                assert info["features"] == {"posts": {"posts": 0, "octets": 0}, "doc": doc_facts}
+                assert doc_facts["events"] == 1 and doc_facts["dropped"] == 0 and len(doc_facts["digest"]) >= 16
                 async with http.ws_connect(bare.api_url + "/api/v1/events") as ws:
                     await full.send_chat("secret", bare.uuid)  # the probe consumes it
                     await full.send_chat("hello", bare.uuid)

@@ -50,6 +50,7 @@ LAYER_OF: dict[str, str] = {
     "huddle.config": "config",
     "huddle.driver": "driver",
     "huddle.finders": "finders",
+    "huddle.host": "host",  # the node's parts that are not wiring: events, recording, renewal, keys, address
     "huddle.sim": "sim",
     "huddle.simlog": "sim",
     "huddle.simhostile": "sim",
@@ -67,6 +68,8 @@ LAYER_OF: dict[str, str] = {
     "huddle.features": "features",  # the default list
     "huddle.posts.feature": "features",
     "huddle.posts.cli": "features",
+    "huddle.doc.feature": "features",  # the bout document: its desk's driver, routes, command and facts
+    "huddle.doc.cli": "features",
     "huddle.guests_feature": "features",  # beside the guests package: that loads only with --guests
     "huddle.security.features": "features",  # trust and rotation: their routes, command and facts
     "huddle.__main__": "entry",
@@ -96,17 +99,19 @@ ALLOWED: dict[str, set[str]] = {
     # node that are not wiring, each below it.
     "driver": {"base", "wire", "protocol", "transport"},
     "finders": {"base", "config", "discovery", "transport"},
+    "host": {"base", "wire", "log", "protocol", "security", "transport", "discovery", "config", "driver", "finders",
+             "ports"},
     "sim": {"base", "wire", "log", "doc", "protocol", "posts", "security"},  # posts: the peer service it hosts
     # What a feature may use of the node and gives it (huddle/ports.py): the contract alone.
     "ports": {"base", "wire", "protocol", "config", "security", "clients"},
     "api": {"base", "wire", "log", "doc", "protocol", "posts", "guests", "config", "security", "ports"},
     # Each feature (its package's feature.py and commands) and the default list: a feature plugs
     # its routes (api) and its commands (through the client, rendered) into the node.
-    "features": {"base", "wire", "protocol", "posts", "guests", "config", "security", "ports", "api", "clients",
-                 "render"},
+    "features": {"base", "wire", "log", "doc", "protocol", "posts", "guests", "config", "security", "ports", "api",
+                 "clients", "render"},
     # The node names no feature package: it loops over the features it is given (the default list).
-    "node": {"base", "wire", "log", "doc", "protocol", "transport", "discovery", "config", "api", "security",
-             "driver", "finders", "ports", "features"},
+    "node": {"base", "wire", "log", "protocol", "transport", "discovery", "config", "api", "security",
+             "driver", "finders", "host", "ports", "features"},
     "facade": {"base", "wire", "protocol", "config", "node"},
     "clients": {"base", "guests", "facade"},
     "pipeline": {"base", "wire", "doc"},  # reads exported logs; never the runtime

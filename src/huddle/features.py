@@ -9,6 +9,7 @@ when they are used, so building the list costs ``huddle --help`` nothing.
 
 from __future__ import annotations
 
+from .doc.feature import DocumentFeature
 from .guests_feature import GuestsFeature
 from .ports import Feature
 from .posts.feature import PostsFeature
@@ -19,4 +20,4 @@ __all__ = ["default_features"]
 
 def default_features() -> list[Feature]:
     """A new list of new features, in the order the node starts them (each node its own)."""
-    return [PostsFeature(), GuestsFeature(), TrustFeature(), RotationFeature()]
+    return [PostsFeature(), DocumentFeature(), GuestsFeature(), TrustFeature(), RotationFeature()]

@@ -1,17 +1,13 @@
 """The composition root: one node = mesh state machine + ZeroMQ + discovery + API + features.
 
-The driver is thin: it turns socket readiness and timers into calls on
-:class:`~huddle.protocol.Mesh` and carries out the actions it returns.  What
-the node holds lives with its own package: the data directory
-(:mod:`huddle.log.datadir`), the bout document and its rules
-(:mod:`huddle.doc.desk`), the statistics rows (:mod:`huddle.log.stats`), the
-mesh's driver: its actions carried out, frames fed in, the timer loop
-(:mod:`huddle.driver`), the finders (:mod:`huddle.finders`), what the API shows
-(:mod:`huddle.api.info`).  The capabilities with I/O of their own (posts, guests)
-are features (huddle/ports.py): the node loops over the list it is given, and
-names none of them.  This module wires them, starts them in order and stops
-them in reverse (one exit stack), and routes the protocol's events to an
-ordered list of subscribers (:meth:`Node._wire_events`).
+It wires and orders; what it holds lives with its own package: the data directory
+(:mod:`huddle.log.datadir`), the mesh's driver (:mod:`huddle.driver`), the finders
+(:mod:`huddle.finders`), what the API shows (:mod:`huddle.api.info`), and the parts
+made for it (:mod:`huddle.host`): its identity, its mesh stack, its own events'
+recording, the routing of its events, who follows its address and group key.  The
+capabilities with I/O of their own (posts, the bout document, guests, ...) are features
+(huddle/ports.py): the node loops over the list it is given and names none of them.
+It starts them in order and stops them in reverse (one exit stack).
 """
 
 from __future__ import annotations
@@ -19,66 +15,44 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import signal
 import time
-import typing
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any
 
 from .api.info import log_summary, node_info, system_picture
 from .config import NodeConfig, resolve_seed
 from .discovery import Interface
-from .discovery.follow import Followers, NetworkFollower, advertise, wait_interface
-from .discovery.interfaces import LOOPBACK
-from .doc import DOC_KIND, DocEngine
-from .doc.desk import DocumentDesk, Recording
+from .discovery.follow import wait_interface
 from .driver import MeshDriver
-from .errors import ConfigError, CutOffReadOnly, LocalProtocolError, NotRecording, NotRunning
+from .errors import CutOffReadOnly, NotRunning
 from .finders import Finders
+from .host.address import Following
+from .host.events import EventRoutes
+from .host.identity import load_identity, say_security
+from .host.loop import AcceptFailures
+from .host.mesh import Whom, name_in, open_mesh
+from .host.recording import Recorder
+from .host.renewal import renew_identity_after
 from .ids import NodeId
 from .log import SqliteStore
 from .log.datadir import DataDir
-from .log.integrity import LogGuard, take_new_identity
 from .log.stats import STATS_INTERVAL, StatRows
 from .memtune import raise_descriptor_limit
-from .ports import Feature, LinkWatcher, Renderer, Subscriber
-from .protocol import Event, Mesh, PeerInfo
-from .protocol.core import CoreServices, build_services
-from .protocol.events import (
-    NOT_STATISTICS,
-    BufferSpace,
-    CutOff,
-    LogAppended,
-    PeerExcluded,
-    json_row,
-    stat_row,
-)
-from .protocol.logstore import canonical_json
+from .ports import Feature, Subscriber
+from .protocol import Mesh, PeerInfo
+from .protocol.core import CoreServices
+from .protocol.events import BufferSpace, CutOff, PeerExcluded
 from .protocol.ownseq import IdentityRetired
 from .protocol.replication import Replicator
-from .ratelog import RateLog
-from .security import (
-    GroupSecret,
-    Keyring,
-    NodeIdentity,
-    TrustList,
-    load_or_create_identity,
-    node_id_for,
-    own_id_refusal,
-    renew_identity,
-)
+from .security import GroupSecret, NodeIdentity
 from .transport.rotation import KeyRotation
 from .transport.zap import AllowList, MeshSecurity
-from .transport.zmq_transport import ZmqTransport
 from .wire import LogRecord
 
 __all__ = ["Node", "run_node"]
 
 log = logging.getLogger("huddle.node")
-
-Listener = Callable[[Any], None]  # hears the core's events (Event) and the features' own
-EVENT_TYPES: tuple[type, ...] = typing.get_args(Event)
 
 
 class Node:
@@ -96,10 +70,9 @@ class Node:
 
             features = default_features()
         self.features: tuple[Feature, ...] = tuple(features)
-        self._renderers: dict[type, Renderer] = {k: fn for f in self.features for k, fn in f.event_renderers.items()}
+        self._events = EventRoutes({k: fn for f in self.features for k, fn in f.event_renderers.items()})
         self._spawned: list[Coroutine[Any, Any, None]] = []  # the features' long tasks, run in the task group
         self.config = config
-        self.carried = list(carried or ())  # (kind, body as canonical JSON) to record when recording starts
         self.renewed = renewed  # the previous identity and why it was retired (shown in info())
         self.retired: IdentityRetired | None = None  # this run's identity was retired: the next takes a new one
         self._new_identity = False  # made at this start: no window (nothing in its name anywhere)
@@ -114,39 +87,28 @@ class Node:
         self._rows: StatRows | None = None  # the statistics rows, in the store
         self._replicator: Replicator | None = None
         self._core: CoreServices | None = None  # the mesh's peer services, by name
-        self._driver = MeshDriver(self.local_now, self.publish)  # attached to the mesh and transport by _start
+        self._driver = MeshDriver(self.local_now, self._events.publish)  # attached to the mesh and transport by _start
         self._finders = Finders(self._driver.discovered)
-        self._iface: Interface | None = None  # the interface it started on (the follower has it then)
-        self._movers: list[Callable[[str], Awaitable[None]]] = []  # features following an address move
-        self._key_watchers: list[Callable[[GroupSecret], None]] = []  # features told of each rotation step
-        self._follower: NetworkFollower | None = None  # follows the interface's address
+        # Who follows the address and the group key: the features ask through follow_address, watch_keys.
+        self._following = Following(self._finders, config.mesh.port_range, self._set_endpoint)
+        self.follow_address, self.watch_keys = self._following.movers.append, self._following.key_watchers.append
         self._left = False  # the mesh said GBYE
         self.api_url: str | None = None
-        self._listeners: tuple[Listener, ...] = ()  # replaced, never changed: no copy per event
-        self._routes: dict[type, list[Subscriber]] = {}  # event type -> its subscribers, in order
-        self.desk = DocumentDesk(Recording(writable=self._check_writable, stamp=self.mesh_time,
-                                           origin=self._origin, record=self.emit_many))
+        self._recorder = Recorder(lambda: self._replicator, writable=self.check_writable, local_now=self.local_now,
+                                  mesh_time=self.mesh_time, execute=self.execute, carried=list(carried or ()),
+                                  renewed=renewed is not None)
+        self.add_listener, self.publish = self._events.add_listener, self._events.publish
+        self.emit, self.emit_many, self.record_soon = self._recorder.emit, self._recorder.emit_many, self._recorder.record_soon
+        self.until_recording = self._recorder.until_recording
         self._stop = asyncio.Event()
         self._ready = asyncio.Event()
         self._base = time.time() - time.monotonic()
         self.started_at = 0.0
         self.driver_stats, self.traffic = self._driver.stats, self._driver.traffic
-        self.accept_failures = 0  # connections a listening socket could not take: out of descriptors (EMFILE, ...)
-        self._loop_lines = RateLog(log, period=60.0)
-
-    def loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-        """The event loop's exception handler.  A listening socket that cannot accept
-        (the process is out of descriptors: EMFILE, ENFILE, ...) is reported by asyncio
-        with a traceback each time, for every one of the node's ports; here it is counted
-        (``stats.accept_failures``) and said in one line a minute.  asyncio pauses that
-        socket for a second and tries again: the node's own caps (docs/limits.md) are what
-        keep descriptors free.  Anything else goes to asyncio's own handler."""
-        if str(context.get("message", "")).startswith("socket.accept() out of system resource"):
-            self.accept_failures += 1
-            self._loop_lines.warning("accept", loop.time(), "a connection could not be accepted: %s (%d so far)",
-                                     context.get("exception"), self.accept_failures)
-            return
-        loop.default_exception_handler(context)
+        # Addressed messages (MeshDriver.send_to ...): queued, or waiting for room; BULKs queued.
+        self.send_to, self.send_to_wait, self.queued_bulk = (self._driver.send_to, self._driver.send_to_wait,
+                                                             self._driver.queued_bulk)
+        self.loop_exception = AcceptFailures()  # the event loop's handler: counts what could not be accepted
 
     # ----------------------------------------------------------------- clock
 
@@ -165,35 +127,20 @@ class Node:
 
     # ------------------------------------------------------------ public API
 
-    def add_listener(self, fn: Listener) -> Callable[[], None]:
-        """Call ``fn(event)`` for every event; returns a function that removes it."""
-        self._listeners += (fn,)  # a new tuple: an event being handed out keeps the one it started with
-
-        def remove() -> None:
-            if fn in self._listeners:
-                k = self._listeners.index(fn)
-                self._listeners = self._listeners[:k] + self._listeners[k + 1:]
-        return remove
-
     def peers(self) -> list[PeerInfo]:
         return self.mesh.peers(self.local_now())
 
     def info(self) -> dict[str, Any]:
         stats = self._driver.counters(self._finders.stats())
         stats["log_forgeries"] = {str(peer): n for peer, n in self.replicator.forgeries.items()}
-        stats["accept_failures"] = self.accept_failures
+        stats["accept_failures"] = self.loop_exception.count
         stats["security"] = None if self.security is None else self.security.stats()
         out = node_info(self.mesh, identity=self.identity, node_type=self.node_type, mesh_time=self.mesh_time(),
                         started_at=self.started_at, read_only=self.read_only,
                         features={f.name: facts for f in self.features if (facts := f.facts()) is not None},
                         security=None if self.security is None else self.security.describe(), stats=stats)
-        # Whether events are recorded now, and why not (starting, or this identity retired: protocol.md 12.1);
-        # the identity this node took over from, if it retired one.
-        replicator = self.replicator
-        out["recording"] = replicator.recording
-        out["not_recording"] = None if replicator.recording else replicator.why_not_recording()
-        out["identity_renewed"] = self.renewed
-        return out
+        # Whether it records now (protocol.md 12.1); the identity it took over from, if it retired one.
+        return out | self._recorder.describe() | {"identity_renewed": self.renewed}
 
     def system(self) -> dict[str, Any]:
         mesh, core = self.mesh, self._core
@@ -231,94 +178,29 @@ class Node:
         """True while a read-only node type (e.g. console) is cut off."""
         return self.node_type.on_cut_off == "read-only" and self._mesh is not None and self._mesh.cut_off
 
-    def _check_recording(self, n: int = 1) -> None:
-        """Events wait for the start-up window's end, and none is recorded under a retired identity."""
-        replicator = self.replicator
-        if not replicator.recording:
-            replicator.stats.events_refused += n
-            raise NotRecording(replicator.why_not_recording())
-
-    async def until_recording(self, timeout: float) -> None:
-        """Wait, at most ``timeout`` s, for the start-up window to end (protocol.md 12.1):
-        a write made as the node starts is held, not refused."""
-        deadline = time.monotonic() + timeout
-        while (self._replicator is not None and self._replicator.starting and self._replicator.retired is None
-               and time.monotonic() < deadline):
-            await asyncio.sleep(0.05)
-
-    def _check_writable(self) -> None:
-        if self.read_only:
-            raise CutOffReadOnly(
-                f"this {self.node_type.name} node is cut off from the group and read-only until a peer is back; "
-                "nothing was recorded")
-
-    def emit(self, kind: str, body: Any) -> LogRecord:
-        """Record an event of this node: persisted, then sent to every peer.
-        ``body`` is any JSON value.  Returns the record (source, seq, ...).
-        Raises CutOffReadOnly on a read-only node type while cut off; NotRecording while
-        it starts or after its identity was retired."""
-        self._check_writable()
-        self._check_recording()
-        # Checked whole (text, JSON, size, sequence) before it is recorded: a
-        # LocalProtocolError here means nothing was.
-        record = self.replicator.append(kind, self._body_texts([(kind, body)])[0][1], self.local_now(),
-                                        self.mesh_time(), canonical=True)
-        self.execute()  # commits before anything is sent or returned
-        return record
-
-    def _body_texts(self, events: list[tuple[str, Any]]) -> list[tuple[str, str]]:
-        """The events with their bodies as canonical JSON text (all counted refused if one is not JSON)."""
-        try:
-            return [(kind, canonical_json(body)) for kind, body in events]
-        except LocalProtocolError:
-            self.replicator.stats.events_refused += len(events)
-            raise
-
-    def emit_many(self, events: list[tuple[str, Any]]) -> list[LogRecord]:
-        """Record several events in one transaction and as few messages as possible."""
-        self._check_writable()
-        self._check_recording(len(events))
-        now, stamp = self.local_now(), self.mesh_time()
-        records = self.replicator.append_many(self._body_texts(events), now, stamp, canonical=True)
-        self.execute()
-        return records
-
-    def _origin(self) -> tuple[bytes, int]:
-        """This node's id and the sequence its next event gets (the document desk's keys)."""
-        replicator = self.replicator
-        return bytes(replicator.uuid), replicator.next_seq
-
-    # ------------------------------------------------------------- the document
-
     @property
-    def doc(self) -> DocEngine:
-        """The bout document, made from the log's ``doc`` events."""
-        return self.desk.engine
+    def carried(self) -> list[tuple[str, str]]:
+        """The events to record once the node records (those of a retired identity among them)."""
+        return self._recorder.carried
 
-    def apply_ops(self, ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Record document operations, all or none (:meth:`DocumentDesk.apply_ops`)."""
-        return self.desk.apply_ops(ops)
+    def check_writable(self) -> None:
+        """Raise CutOffReadOnly while a read-only node type is cut off."""
+        if self.read_only:
+            raise CutOffReadOnly(f"this {self.node_type.name} node is cut off from the group and read-only until a "
+                                 "peer is back; nothing was recorded")
 
-    def start_jam(self) -> dict[str, Any]:
-        """Start the upcoming jam now (:meth:`DocumentDesk.start_jam`)."""
-        return self.desk.start_jam()
+    def next_seq(self) -> int:
+        """The sequence number this node's next event gets."""
+        return self.replicator.next_seq
 
-    def stop_jam(self) -> dict[str, Any]:
-        """Stop the active jam now (:meth:`DocumentDesk.stop_jam`)."""
-        return self.desk.stop_jam()
+    def records_of(self, kind: str) -> Iterable[list[LogRecord]]:
+        """The log's records of one kind, in batches (no order promised)."""
+        return self.store.of_kind(kind)
 
-    # ---------------------------------------------------- addressed messages
-
-    def send_to(self, peer: NodeId, payload: bytes) -> int:
-        """Queue an addressed message (:meth:`MeshDriver.send_to`)."""
-        return self._driver.send_to(peer, payload)
-
-    def queued_bulk(self, peer: NodeId) -> int:
-        return self._driver.queued_bulk(peer)
-
-    async def send_to_wait(self, peer: NodeId, payload: bytes, timeout: float = 10.0) -> int:
-        """Queue an addressed message, waiting for room (:meth:`MeshDriver.send_to_wait`)."""
-        return await self._driver.send_to_wait(peer, payload, timeout)
+    def stat_row(self, kind: str, detail: dict[str, Any]) -> None:
+        """A feature's statistics row, at the mesh time now."""
+        if self._rows is not None:
+            self._rows.feature(self.mesh_time(), kind, detail)
 
     def log_summary(self) -> dict[str, Any]:
         return log_summary(self.replicator)
@@ -337,18 +219,7 @@ class Node:
     @property
     def address(self) -> str:
         """The address the node listens on now: its interface's, followed when it moves."""
-        iface = self._iface if self._follower is None else self._follower.interface
-        if iface is None:
-            raise LocalProtocolError("the node is not running")
-        return iface.ip
-
-    def follow_address(self, moved: Callable[[str], Awaitable[None]]) -> None:
-        """``moved(address)`` after each move of the interface, once the node followed it."""
-        self._movers.append(moved)
-
-    def watch_keys(self, changed: Callable[[GroupSecret], None]) -> None:
-        """``changed(secret)`` with the group secret in use, at each step of its rotation."""
-        self._key_watchers.append(changed)
+        return self._following.address
 
     @property
     def group_secret(self) -> GroupSecret | None:
@@ -372,18 +243,9 @@ class Node:
             self.data_dir.lock()
             stack.callback(self.data_dir.unlock)
             stack.callback(self._renew_identity)  # after the store closed, before the unlock
-            # A new identity (a new data directory, or one just taken): no peer can hold records in its name.
-            self._new_identity = self.renewed is not None or not (self.data_dir.path / "node-id").exists()
-            self.identity = load_or_create_identity(self.data_dir.path)
-            self.uuid = self.data_dir.node_id(new=node_id_for(self.identity.public_key))
-            if self.config.group_secret is not None and (why := own_id_refusal(self.uuid, self.identity,
-                                                                               self.data_dir.path)):
-                raise ConfigError(why)  # a legacy id: not admitted in a group with a secret
-            keyring = Keyring.restore(self.data_dir.path, self.config.group_secret)  # a rotation's keys, if any
-            if keyring is not None and keyring.current != self.config.group_secret:  # switched before a restart
-                self.config = self.config.with_overrides(group_secret=keyring.current)
-            self.security = MeshSecurity(self.config.group_secret, self.identity, allow_list=TrustList.load(
-                self.data_dir.path) if self.config.allow_list else None, keyring=keyring)
+            me = load_identity(self.data_dir, self.config, renewed=self.renewed is not None)
+            self.identity, self.uuid, self.config, self.security, self._new_identity = (
+                me.keys, me.uuid, me.config, me.security, me.new)
             iface = await wait_interface(self.config.discovery.interface, self._stop)
             if iface is None:
                 return  # stopped while waiting
@@ -392,74 +254,27 @@ class Node:
             if on_ready is not None:
                 on_ready(self)
             async with asyncio.TaskGroup() as tg:
-                tasks = [tg.create_task(self._driver.run(STATS_INTERVAL, self._rows_due))]
+                tasks = [tg.create_task(self._driver.run(STATS_INTERVAL, self._snapshot))]
                 tasks += [tg.create_task(finder) for finder in self._finders.tasks()]
                 tasks += [tg.create_task(run) for run in self._spawned]
-                if self._follower is not None:
-                    tasks.append(tg.create_task(self._follower.run()))
-                tasks.append(tg.create_task(self._record_carried()))  # ends once the node records
+                if self._following.follower is not None:
+                    tasks.append(tg.create_task(self._following.follower.run()))
+                tasks.append(tg.create_task(self._recorder.record_carried()))  # ends once the node records
                 await self._stop.wait()
                 for task in tasks:
                     task.cancel()
-                self._document_row(self.local_now(), final=True)  # the document as the node leaves it
 
     async def _start(self, stack: contextlib.AsyncExitStack, iface: Interface) -> None:
-        cfg, uuid = self.config, self.uuid
-        assert uuid is not None  # run() read it
-        self._iface = iface
-        watchers = [w for f in self.features if (w := f.links(cfg)) is not None]  # guests' hosts: one per guest
-        driver = self._driver
-        driver.on_disconnect += [w.forget for w in watchers]
-        transport = ZmqTransport(uuid, on_frames=driver.on_frames, on_stalled=driver.on_stalled,
-                                 on_connect_failed=driver.on_connect_failed, limits=cfg.limits.mesh,
-                                 on_link=_links_changed(watchers),
-                                 curve=None if self.security is None else self.security.setup)
-        if self.security is not None:
-            self.security.attach(transport.guard, self._cut_key)
-        stack.callback(transport.close)
-        try:
-            port = transport.bind(iface.ip, cfg.mesh.port, cfg.mesh.port_range)
-        except Exception as exc:  # zmq.ZMQError: address in use, no free port
-            raise ConfigError(f"cannot bind the ROUTER on {iface.ip}:{cfg.mesh.port or cfg.mesh.port_range}: {exc}") from None
-        endpoint = f"tcp://{iface.ip}:{port}"
+        cfg, uuid, identity, security = self.config, self.uuid, self.identity, self.security
+        assert uuid is not None and identity is not None and security is not None  # run() read them
+        self._following.iface = iface
+        who = Whom(uuid, identity, security, self.node_type, self.data_dir, self._new_identity)
+        parts = open_mesh(stack, cfg, who, iface, driver=self._driver, features=self.features, now=self.local_now,
+                          leave=self._leave)
+        transport, port, endpoint, mesh = parts.transport, parts.port, parts.endpoint, parts.mesh
         self.started_at = time.time()
-        guard = LogGuard(self.data_dir.path, cfg.group, uuid)
-        store = self._store = guard.open()  # refuses a damaged log (LogDamaged names `huddle repair`)
-        self._rows = StatRows(store, guard)
-        stack.callback(self._close_store, store, guard)
-        returned = store.drop_returned(uuid)
-        if returned:
-            log.warning("dropped %d records in this node's name that came from peers: "
-                        "its sequence continues what it wrote itself", returned)
-        core = self._core = build_services(uuid, now=self.local_now(), store=store, log_limits=cfg.limits.log,
-                                           delivery=cfg.delivery_timing(), conn_counters=transport.counters,
-                                           log_signer=self.identity, log_secure=cfg.group_secret is not None,
-                                           report_signer=self.identity,
-                                           extra=[s for f in self.features for s in f.peer_services(uuid)],
-                                           takers=[t for f in self.features for t in f.payload_takers()],
-                                           facts=lambda: {f.name: f.facts() for f in self.features})
-        mesh = self._mesh = Mesh(
-            uuid, name=cfg.name, group=cfg.group, endpoint=endpoint,
-            incarnation=os.urandom(8).hex(), now=self.local_now(), timing=cfg.mesh_timing(),
-            excluded=self.data_dir.excluded(), node_type=self.node_type.name, rate=self.node_type.send_rate,
-            limits=cfg.limits.mesh, guests=cfg.guests.marco_port if cfg.guests.enabled else 0, services=core.all(),
-            identity=self.identity, secure=cfg.group_secret is not None,
-        )
-        driver.attach(mesh, transport, core)
-        # The ROUTER's connections beyond the sessions bound to their address are closed after
-        # the handshake timeout (transport/accepted.py): the transport asks the mesh which.
-        transport.bound_by_address = mesh.bound_by_address
-        transport.accepted.grace = mesh.timing.handshake_timeout
-        stack.callback(self._leave)  # a start that fails half-way still says GBYE to the peers it met
-        self._replicator = core.replicator
-        allow = self.allow_list
-        if allow is not None and self._replicator is not None:  # the trust list's keys are vouched for (12.2)
-            self._replicator.vouch(node_id_for(k.public_key) for k in allow.trust.entries())
-        # Nothing recorded until the peers have shown what they hold in this node's name
-        # (a log restored from an older copy takes back what it lost: protocol.md 12.1).
-        if not self._new_identity:
-            self.replicator.hold_own(self.local_now(), cfg.limits.log.own_wait, cfg.limits.log.own_quiet)
-        self.desk.reload(store.of_kind(DOC_KIND))
+        self._store, self._rows, self._core, self._mesh = parts.store, parts.rows, parts.core, mesh
+        self._events.rows, self._replicator = parts.rows, parts.core.replicator
         stack.callback(self._spawned_unrun)
         for feature in self.features:  # each one's driver: its closers on the stack, its tasks spawned
             await feature.start(stack, self._spawned.append, self)
@@ -468,58 +283,18 @@ class Node:
         for seed in cfg.discovery.seeds:
             mesh.add_seed(resolve_seed(seed), self.local_now())
         await self._finders.start(stack, cfg, uuid=uuid, iface=iface, port=port, endpoint=endpoint)
-        if self.security is not None and self.security.keyring is not None:  # transport/rotation.py
-            here = lambda: iface.ip if self._follower is None else self._follower.interface.ip  # noqa: E731
-            self.rotation = KeyRotation(self.security, transport, host=here, port=port, port_range=cfg.mesh.port_range,
-                                        data_dir=self.data_dir.path, advertise=lambda p: self._advertise(iface, p),
-                                        changed=self._keys_changed)
-            self._keys_changed(self.rotation.keyring)  # restarted during a rotation: both keys held
+        self.rotation = self._following.rotation(security, transport, port, self.data_dir.path, 2 * mesh.beat)
         from .api.http import start_api  # noqa: PLC0415 - aiohttp: imported when a node runs, not with huddle.node
 
         api_runner, self.api_url = await start_api(self, cfg.api.address, cfg.limits.api, token_dir=self.data_dir.path,
                                                    require_token=cfg.api.require_token)
         stack.push_async_callback(api_runner.cleanup)
-        if iface != LOOPBACK:  # loopback never changes
-            self._follower = NetworkFollower(cfg.discovery.interface or iface.name, iface, port, self._followers(transport),
-                                             counts=self.driver_stats, failed=self._network_failed)
+        self._following.follow(cfg.discovery.interface or iface.name, port, transport, counts=self.driver_stats,
+                               failed=self._network_failed)
         stack.callback(self._leave)  # stopping starts with GBYE, while everything still runs
         self.execute()
         log.info("node %s (%s) in group %r at %s, api %s", uuid.short, cfg.name, cfg.group, endpoint, self.api_url)
-        assert self.identity is not None and self.security is not None  # loaded before anything starts
-        said = self.security.describe()
-        if "warning" in said:
-            log.warning("%s; this node's key: %s", said["warning"], self.identity.fingerprint)
-        else:
-            log.info("mesh secured (CurveZMQ): %s mode, group key %s; this node's key: %s", said["mode"],
-                     said["key_id"], self.identity.fingerprint)
-
-    def _followers(self, transport: ZmqTransport) -> Followers:
-        """Who follows an address change, in order: the ROUTER, the mesh (HELO to the
-        peers), the naming client; then the announcements (beacon, mDNS), then the
-        features (the guest servers)."""
-        follow = Followers(transport, self.config.mesh.port_range, endpoint=[self._set_endpoint])
-        self._finders.follow(follow)
-        follow.announce += [_moved_to(moved) for moved in self._movers]
-        return follow
-
-    async def _advertise(self, iface: Interface, port: int) -> None:
-        """The group key switched: the ROUTER's port of the new key is this node's endpoint now."""
-        if self._follower is not None:
-            self._follower.port, iface = port, self._follower.interface
-        transport = self._driver.transport
-        assert transport is not None
-        await advertise(self._followers(transport), iface, port, delay=2 * self.mesh.beat)
-
-    def _keys_changed(self, keyring: Keyring) -> None:
-        """A rotation step: naming announcements are MAC'd with the key in use and accepted with
-        any key held; the features are told the secret in use (a guest registers with its room key)."""
-        naming = self._finders.naming
-        if naming is not None:
-            keys = [s.naming_key() for s in keyring.secrets()]
-            naming.key = naming.state.key = keys[0]
-            naming.state.also_accepted = tuple(keys[1:])
-        for changed in self._key_watchers:
-            changed(keyring.current)
+        say_security(security, identity)
 
     def _set_endpoint(self, endpoint: str) -> None:
         self.mesh.set_endpoint(endpoint, self.local_now())
@@ -535,30 +310,6 @@ class Node:
             self._mesh.leave(self.local_now())
             self.execute()
 
-    async def _record_carried(self) -> None:
-        """Once the start-up window ends: record what waited for it (guests' events), and,
-        under a new identity, what the node recorded under the one it retired."""
-        while self.replicator.starting:
-            await asyncio.sleep(0.05)
-        events, self.carried = self.carried, []
-        if events and self.replicator.recording:
-            try:
-                self.replicator.append_many(events, self.local_now(), self.mesh_time())
-            except LocalProtocolError as exc:  # they passed these checks once: not expected, but not fatal either
-                log.error("could not record the %d events that waited for the start-up window: %s", len(events), exc)
-                return
-            self.execute()
-            log.info("recorded %d events that waited for the start-up window's end%s", len(events),
-                     "" if self.renewed is None else " (with those recorded under the retired identity since its start)")
-
-    def record_soon(self, kind: str, body: Any) -> LogRecord | None:
-        """An event recorded now, or kept for the start-up window's end (a guest may speak
-        as soon as its host is back; protocol.md 12.1)."""
-        if self.replicator.starting:
-            self.carried.append(self._body_texts([(kind, body)])[0])
-            return None
-        return self.emit(kind, body)
-
     def _identity_retired(self, event: IdentityRetired) -> bool:
         """A peer showed a record in this node's name, signed with its key, that differs from its own:
         this identity's sequence was reused.  The node stops and starts again under a new one."""
@@ -568,59 +319,18 @@ class Node:
         return True
 
     def _renew_identity(self) -> None:
-        """Once the store is closed, after a retirement: the events recorded under the retired
-        identity since the start are taken out of the log (the group holds that identity's own
-        records of those numbers, which it replays to the new identity as another source's) to
-        be recorded again, and the node takes a new key and the id it gives, as ``huddle repair
-        --new-identity`` does (the old id listed in ``previous-ids``, the old key kept aside)."""
-        retired, old = self.retired, self.uuid
-        if retired is None or old is None:
-            return
-        store = SqliteStore(self.data_dir.path / "log.sqlite", self.config.group)
-        try:
-            self.carried = store.take_after(old, retired.since) + self.carried  # then guests' events that waited
-        finally:
-            store.close()
-        new = renew_identity(self.data_dir.path).node_id
-        take_new_identity(self.data_dir.path, new, why="sequence-reused")
-        self.renewed = {"previous": str(old), "reason": retired.reason}
-        log.error("this node retired its identity %s and continues as %s (%d events to record again): %s",
-                  old, new, len(self.carried), retired.reason)
+        """Once the store is closed, after a retirement: a new identity (host/renewal.py)."""
+        if self.retired is not None and self.uuid is not None:
+            self._recorder.carried, self.renewed = renew_identity_after(
+                self.data_dir.path, self.config.group, self.uuid, self.retired, self._recorder.carried)
 
-    def _close_store(self, store: SqliteStore, guard: LogGuard) -> None:
-        guard.note(store)  # the own-sequence mark follows what is durable
-        store.close()
-
-    # ---------------------------------------------------------------- the timer loop
-
-    def _rows_due(self, now: float) -> None:
-        """Every STATS_INTERVAL, from the timer loop: the statistics rows."""
-        self._snapshot()
-        self._document_row(now)
-
-    def _snapshot(self) -> None:
-        """A statistics row with the node's counters and each peer's state and RTT."""
-        if self._rows is None or self._mesh is None:
-            return
-        detail = self.info()["stats"] | {"log": self.replicator.stats.as_dict(), "peers": [
-            {"uuid": str(p.uuid), "state": p.state, "rtt_ms": None if p.rtt is None else p.rtt * 1000}
-            for p in self.peers()
-        ]}
-        self._rows.snapshot(self.mesh_time(), detail)
-
-    def _document_row(self, now: float, *, final: bool = False) -> None:
-        """A ``document`` statistics row, if one is due (:meth:`DocumentDesk.row`)."""
-        if self._rows is not None:
-            self._rows.document(self.mesh_time(), self.desk.row(now, final=final))
-
-    # ---------------------------------------------------------------- wiring
-
-    def _cut_key(self, public_key: bytes) -> None:
-        """A key left the allow-list: end that node's session now (its messages are dropped already)."""
-        if self._mesh is not None:
-            self._mesh.end_incarnation(node_id_for(public_key), "its key was removed from the allow-list",
-                                       self.local_now())
-            self._driver.execute()
+    def _snapshot(self, now: float) -> None:
+        """Every STATS_INTERVAL, from the timer loop: a statistics row with the node's
+        counters and each peer's state and RTT."""
+        if self._rows is not None and self._mesh is not None:
+            self._rows.snapshot(self.mesh_time(), self.info()["stats"] | {"log": self.replicator.stats.as_dict(), "peers": [
+                {"uuid": str(p.uuid), "state": p.state, "rtt_ms": None if p.rtt is None else p.rtt * 1000}
+                for p in self.peers()]})
 
     def execute(self) -> None:
         """Carry out the mesh's pending actions (a feature's service asked to send)."""
@@ -639,96 +349,30 @@ class Node:
         subscribers come first (posts consumes its peer service's events: Hydra's
         messages, BULKs, its peers); the API's listeners come last, and hear the
         features' own events (their ``event_renderers``) too."""
-        every, own = EVENT_TYPES, tuple(self._renderers)
-        routes: list[tuple[tuple[type, ...], Subscriber]] = [sub for f in self.features for sub in f.subscriptions()]
+        routes: list[tuple[tuple[type, ...], Subscriber]] = []
+        if self.node_type.on_cut_off == "empty":  # the log's part first: the features then read what it kept
+            routes.append(((CutOff,), self._empty))
+        routes += [sub for f in self.features for sub in f.subscriptions()]
         routes += [
             ((IdentityRetired,), self._identity_retired),
             ((PeerExcluded,), self._save_excluded),
             ((BufferSpace,), self._driver.wake_sender),
         ]
-        if self.node_type.on_cut_off == "empty":
-            routes.append(((CutOff,), self._empty))
-        routes += [
-            ((LogAppended,), self._log_appended),
-            (tuple(kind for kind in every if not issubclass(kind, NOT_STATISTICS)), self._stat_row),
-            (own, self._feature_row),
-            ((*every, *own), self._to_listeners),
-        ]
-        self._routes = {kind: [fn for kinds, fn in routes if kind in kinds]
-                        for kinds, _ in routes for kind in kinds}
-
-    def publish(self, event: object) -> None:
-        """Hand ``event`` to its subscribers, in order (:meth:`_wire_events`)."""
-        for subscriber in self._routes.get(type(event), ()):
-            if subscriber(event):
-                return
+        self._events.wire(routes)
 
     def _save_excluded(self, event: PeerExcluded) -> bool:
         self.data_dir.save_excluded(self.mesh.excluded)
         return False
 
     def _empty(self, event: CutOff) -> bool:
-        """Cut off, an ``empty`` node type drops every other node's events (store,
-        log state, document); its peers send them all again when it reconnects."""
-        store, mesh, uuid = self._store, self._mesh, self.uuid
-        if not event.cut_off or store is None or mesh is None or uuid is None:
-            return False
-        dropped = store.drop_others(uuid)
-        self.replicator.reload(self.local_now())  # the same replicator, hosted by the mesh, reads the store afresh
-        self.desk.reload(store.of_kind(DOC_KIND))
-        log.info("cut off: dropped %d events of other nodes (node type %s)", dropped, self.node_type.name)
-        return False
-
-    def _log_appended(self, event: LogAppended) -> bool:
-        for run, _ in event.runs:
-            self.desk.take(run)
+        """Cut off, an ``empty`` node type keeps only its own events (:meth:`Recorder.keep_own_only`)."""
+        if event.cut_off and self._store is not None and self._mesh is not None and self.uuid is not None:
+            self._recorder.keep_own_only(self._store, self.uuid, self.node_type.name)
         return False
 
     def name_of(self, uuid: NodeId) -> str:
         """A node's name as this node knows it (its short id if it knows none)."""
-        mesh = self._mesh
-        if mesh is not None:
-            if uuid == mesh.uuid:
-                return mesh.name
-            for p in mesh.peers(self.local_now()):
-                if p.uuid == uuid:
-                    return p.name
-        return uuid.short
-
-    def _stat_row(self, event: Event) -> bool:
-        if self._rows is not None:
-            self._rows.event(stat_row(event))
-        return False
-
-    def _feature_row(self, event: object) -> bool:
-        """A feature's event as a statistics row, rendered as the event stream shows it."""
-        if self._rows is not None:
-            self._rows.event(json_row(self._renderers[type(event)](event), getattr(event, "peer", None)))
-        return False
-
-    def _to_listeners(self, event: object) -> bool:
-        for fn in self._listeners:
-            try:
-                fn(event)
-            except Exception:  # a listener's bug must not stop the node
-                log.exception("event listener failed")
-        return False
-
-
-def _links_changed(watchers: list[LinkWatcher]) -> Callable[[int, bool], None] | None:
-    """What the transport calls on a link change: the features' watchers (None: no monitor needed)."""
-    if len(watchers) < 2:
-        return watchers[0].changed if watchers else None
-
-    def changed(conn: int, up: bool) -> None:
-        for watcher in watchers:
-            watcher.changed(conn, up)
-    return changed
-
-
-def _moved_to(moved: Callable[[str], Awaitable[None]]) -> Callable[[Interface, int], Awaitable[None]]:
-    """A feature following the address, as the followers announce a move (to the interface, on a port)."""
-    return lambda iface, port: moved(iface.ip)
+        return uuid.short if self._mesh is None else name_in(self._mesh, uuid, self.local_now())
 
 
 def run_node(config: NodeConfig, on_ready: Callable[[Node], None] | None = None) -> None:

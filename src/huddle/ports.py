@@ -1,8 +1,8 @@
 """The contracts between the node and the capabilities that plug into it, in one place.
 
-A *feature* is a capability with I/O of its own (posts today; docs/architecture.md,
-"The feature unit"): one package that implements :class:`Feature`, the one way to add
-one.  :class:`~huddle.node.Node` takes a list of them (the default list is
+A *feature* is a capability with I/O of its own (posts, the bout document; see
+docs/architecture.md, "The feature unit"): one package that implements :class:`Feature`,
+the one way to add one.  :class:`~huddle.node.Node` takes a list of them (the default list is
 :func:`huddle.features.default_features`) and loops over it:
 
 1. ``links(config)`` before it makes its transport: a watcher of its connections' links
@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .config import NodeConfig
@@ -113,7 +113,8 @@ class RotationPort(Protocol):
 
 class FeatureHost(Protocol):
     """The node as a feature's driver sees it: its settings and identity, its clocks,
-    the log, the event stream, and ways to reach its peers."""
+    the log (recording, reading one kind of record), the statistics rows, the event
+    stream, and ways to reach its peers."""
 
     @property
     def config(self) -> NodeConfig:
@@ -152,6 +153,18 @@ class FeatureHost(Protocol):
     def local_now(self) -> float: ...
 
     def mesh_time(self) -> float: ...
+
+    def check_writable(self) -> None:
+        """Raise CutOffReadOnly while a read-only node type is cut off: nothing may be recorded."""
+
+    def next_seq(self) -> int:
+        """The sequence number this node's next event gets."""
+
+    def records_of(self, kind: str) -> Iterable[list[LogRecord]]:
+        """The log's records of one kind, in batches (no order promised)."""
+
+    def stat_row(self, kind: str, detail: dict[str, Any]) -> None:
+        """Add a statistics row of the feature's (``kind``, its detail as JSON) at the mesh time now."""
 
     def emit(self, kind: str, body: Any) -> LogRecord:
         """Record an event in the log (persisted, then sent to every peer)."""

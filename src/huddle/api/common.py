@@ -1,7 +1,9 @@
-"""What the API's modules share: the application keys, the door's state, the error answer.
+"""What the API's modules share: the application keys, the door's state, reading a
+request's body under its rules, the error answer.
 
-Both :mod:`huddle.api.http` and :mod:`huddle.api.posts_http` import this module, and
-it imports neither, so the two need not import each other.
+:mod:`huddle.api.http` and the features' route modules (:mod:`huddle.api.posts_http`,
+:mod:`huddle.api.doc_http`, ...) import this module, and it imports none of them, so
+they need not import each other.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from aiohttp import hdrs, web
 from aiohttp.abc import AbstractStreamWriter
@@ -19,10 +21,12 @@ from aiohttp.web_protocol import RequestHandler
 
 from ..limits import ApiLimits
 from ..ratelog import RateLog
-from .guard import ApiCounters, ConnectionGuard
+from ..wire import MAX_BODY
+from .guard import ApiCounters, BadInput, ConnectionGuard, parse_json
 from .ports import ApiNode
 
-__all__ = ["NODE_KEY", "READ_JSON_KEY", "STATE_KEY", "ApiState", "ReadJson", "error_response", "file_response"]
+__all__ = ["HOLD_WRITES", "NODE_KEY", "READ_JSON_KEY", "STATE_KEY", "ApiState", "ReadJson", "error_response",
+           "file_response", "parse_strict", "read_body"]
 
 log = logging.getLogger("huddle.api")
 
@@ -58,6 +62,46 @@ STATE_KEY: web.AppKey[ApiState] = web.AppKey("api_state")
 # Reads a request's JSON object under the door's rules (type, size, time, depth): a feature's routes use it.
 ReadJson = Callable[[web.Request], Awaitable[dict[str, Any]]]
 READ_JSON_KEY: web.AppKey[ReadJson] = web.AppKey("read_json")
+
+
+# A write made while the node starts waits this long at most for its start-up window to end
+# (protocol.md 12.1, "A restored log"; log.own-wait and log.own-quiet), then gets 503.
+HOLD_WRITES: Final = 10.0
+
+
+async def read_body(request: web.Request, types: frozenset[str]) -> bytes:
+    """The whole body, if its content type is one of ``types``, it is not too large
+    and it arrives within api.body-timeout; else an HTTP error (counted)."""
+    state = request.app[STATE_KEY]
+    if request.content_type not in types:
+        state.counters.bad_content_type += 1
+        raise web.HTTPUnsupportedMediaType(text=f"send the body as {' or '.join(sorted(types))}, "
+                                                f"not {request.content_type}")
+    if request.content_length is not None and request.content_length > MAX_BODY + 4096:
+        state.counters.too_large += 1
+        raise web.HTTPRequestEntityTooLarge(max_size=MAX_BODY, actual_size=request.content_length,
+                                            text=f"request body larger than {MAX_BODY} octets")
+    try:
+        async with asyncio.timeout(state.limits.body_timeout):
+            return await request.read()
+    except TimeoutError:
+        state.counters.body_timeouts += 1
+        state.refused("body", "API: a request body did not arrive within %s s", state.limits.body_timeout)
+        raise web.HTTPRequestTimeout(text=f"the request body did not arrive within {state.limits.body_timeout} s") \
+            from None
+    except web.HTTPRequestEntityTooLarge:
+        state.counters.too_large += 1
+        raise
+
+
+def parse_strict(request: web.Request, raw: bytes) -> Any:
+    """``raw`` as strict JSON (no duplicate keys, NaN or deep nesting), else a 400 (counted)."""
+    state = request.app[STATE_KEY]
+    try:
+        return parse_json(raw, state.limits.max_json_depth)
+    except BadInput as exc:
+        state.counters.bad_input += 1
+        raise web.HTTPBadRequest(text=str(exc)) from None
 
 
 def error_response(status: int, message: str) -> web.Response:

@@ -23,7 +23,7 @@ from aiohttp import WSMsgType, web
 from aiohttp.web_protocol import RequestHandler
 
 from ..config import parse_hostport
-from ..doc import JamStateError, OperationError, jams, parse_json_ops, parse_ops, to_json, to_xml
+from ..doc import JamStateError, OperationError
 from ..errors import ConfigError, CutOffReadOnly, LocalProtocolError, NoSuchPeer, NotRecording, NotRunning, TooLarge
 from ..gated import GatedSite
 from ..ids import NodeId
@@ -34,17 +34,15 @@ from ..protocol.delivery import BufferFull
 from ..protocol.events import LogAppended, record_json
 from ..security import load_or_create_token, token_matches
 from ..wire import MAX_BODY
-from .common import NODE_KEY, READ_JSON_KEY, STATE_KEY, ApiState, file_response
+from .common import HOLD_WRITES, NODE_KEY, READ_JSON_KEY, STATE_KEY, ApiState, file_response, parse_strict, read_body
 from .common import error_response as _error
 from .guard import (
     SIMPLE_TYPES,
     TOKEN_COOKIE,
-    BadInput,
     bad_text,
     host_allowed,
     is_loopback,
     origin_allowed,
-    parse_json,
     presented_token,
     safe_next,
     token_required,
@@ -61,7 +59,6 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
          b"Content-Length: 58\r\n\r\n" b'{"error": "too many connections to this API; try again"}\r\n')
 _JSON_WRITE_TYPES = frozenset({"application/json"})
-_DOC_TYPES = frozenset({"application/json", "application/xml", "text/xml"})
 _FORM_TYPES = frozenset({"application/x-www-form-urlencoded"})
 _LOGIN = "/login"
 # The features' event classes, each with its JSON for the stream (the core's events have to_json).
@@ -127,7 +124,7 @@ async def _door(request: web.Request, handler: Handler) -> web.StreamResponse:
 # of no type here is a bug: 500, and logged.
 ERROR_STATUS: Final[dict[type[Exception], int]] = {
     NotRunning: 503,  # not started yet, or stopping: try again (Retry-After)
-    NotRecording: 503,  # held past _HOLD_WRITES as the node starts, or its identity retired (Retry-After)
+    NotRecording: 503,  # held past HOLD_WRITES as the node starts, or its identity retired (Retry-After)
     BufferFull: 503,  # a peer's send buffer stayed full
     CutOffReadOnly: 409,  # a read-only node type cut off from its group
     JamStateError: 409,  # a jam to start while one runs, to stop while none does
@@ -209,42 +206,8 @@ async def _get_peers(request: web.Request) -> web.Response:
     return web.json_response([_peer_json(p) for p in node.peers()])
 
 
-async def _read_body(request: web.Request, types: frozenset[str]) -> bytes:
-    """The whole body, if its content type is one of ``types``, it is not too large
-    and it arrives within api.body-timeout; else an HTTP error (counted)."""
-    state = request.app[STATE_KEY]
-    if request.content_type not in types:
-        state.counters.bad_content_type += 1
-        raise web.HTTPUnsupportedMediaType(text=f"send the body as {' or '.join(sorted(types))}, "
-                                                f"not {request.content_type}")
-    if request.content_length is not None and request.content_length > MAX_BODY + 4096:
-        state.counters.too_large += 1
-        raise web.HTTPRequestEntityTooLarge(max_size=MAX_BODY, actual_size=request.content_length,
-                                            text=f"request body larger than {MAX_BODY} octets")
-    try:
-        async with asyncio.timeout(state.limits.body_timeout):
-            return await request.read()
-    except TimeoutError:
-        state.counters.body_timeouts += 1
-        state.refused("body", "API: a request body did not arrive within %s s", state.limits.body_timeout)
-        raise web.HTTPRequestTimeout(text=f"the request body did not arrive within {state.limits.body_timeout} s") \
-            from None
-    except web.HTTPRequestEntityTooLarge:
-        state.counters.too_large += 1
-        raise
-
-
-def _parse_strict(request: web.Request, raw: bytes) -> Any:
-    state = request.app[STATE_KEY]
-    try:
-        return parse_json(raw, state.limits.max_json_depth)
-    except BadInput as exc:
-        state.counters.bad_input += 1
-        raise web.HTTPBadRequest(text=str(exc)) from None
-
-
 async def _read_json(request: web.Request) -> dict[str, Any]:
-    body = _parse_strict(request, await _read_body(request, _JSON_WRITE_TYPES))
+    body = parse_strict(request, await read_body(request, _JSON_WRITE_TYPES))
     if not isinstance(body, dict):
         request.app[STATE_KEY].counters.bad_input += 1
         raise web.HTTPBadRequest(text="request body must be a JSON object")
@@ -283,11 +246,6 @@ async def _post_chat(request: web.Request) -> web.Response:
     return web.json_response({"sent_to": count}, status=202)
 
 
-# A write made while the node starts waits this long at most for its start-up window to end
-# (protocol.md 12.1, "A restored log"; log.own-wait and log.own-quiet), then gets 503.
-_HOLD_WRITES: Final = 10.0
-
-
 async def _post_event(request: web.Request) -> web.Response:
     node = request.app[NODE_KEY]
     body = await _read_json(request)
@@ -297,7 +255,7 @@ async def _post_event(request: web.Request) -> web.Response:
         return _error(400, "'kind' must be a non-empty string")
     if "body" not in body:
         return _error(400, "'body' is required (any JSON value)")
-    await node.until_recording(_HOLD_WRITES)
+    await node.until_recording(HOLD_WRITES)
     record = node.emit(kind, body["body"])  # an event the log refuses: LocalProtocolError, 400
     return web.json_response(
         {"source": str(record.source), "seq": record.seq, "timestamp": record.timestamp}, status=201
@@ -493,85 +451,6 @@ async def _post_messages(request: web.Request) -> web.Response:
     return web.json_response({"sent": sent}, status=202)
 
 
-# ------------------------------------------------------------------ the bout document
-
-
-def _flag(request: web.Request, name: str) -> bool:
-    """``?name``, ``?name=1|true|yes`` -> True; absent, ``0|false|no`` -> False."""
-    value = request.query.get(name)
-    if value is None:
-        return False
-    if value.lower() not in ("", "1", "true", "yes", "0", "false", "no"):
-        raise web.HTTPBadRequest(text=f"'{name}' must be true or false, not {value!r}")
-    return value.lower() in ("", "1", "true", "yes")
-
-
-async def _post_doc_ops(request: web.Request) -> web.Response:
-    node = request.app[NODE_KEY]
-    raw = await _read_body(request, _DOC_TYPES)
-    try:
-        if request.content_type == "application/json":
-            ops = parse_json_ops(_parse_strict(request, raw))
-        else:
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                request.app[STATE_KEY].counters.bad_input += 1
-                return _error(400, "request body is not UTF-8")
-            ops = parse_ops(text, request.content_type)
-    except OperationError as exc:  # malformed: the request's input, as for JSON that is not
-        raise web.HTTPBadRequest(text=str(exc)) from None
-    await node.until_recording(_HOLD_WRITES)
-    applied = node.apply_ops(ops)  # not fitting the document: 422; too large: 413 (ERROR_STATUS)
-    return web.json_response({"ops": applied}, status=201)
-
-
-async def _get_doc(request: web.Request) -> web.Response:
-    node = request.app[NODE_KEY]
-    fmt = request.query.get("format", "xml")
-    eids = _flag(request, "eids")
-    doc = node.doc.document
-    if fmt == "json":
-        return web.json_response({"document": to_json(doc.root, eids=eids), "events": len(node.doc),
-                                  "dropped": len(doc.dropped)})
-    if fmt != "xml":
-        return _error(400, f"unknown format {fmt!r}: use xml or json")
-    return web.Response(text=to_xml(doc.root, eids=eids), content_type="application/xml")
-
-
-async def _get_doc_history(request: web.Request) -> web.Response:
-    node = request.app[NODE_KEY]
-    eid = request.query.get("eid")
-    if not eid:
-        return _error(400, "give the element: ?eid=UUID")
-    doc = node.doc.document
-    history = doc.history_of(eid.lower())
-    element = doc.index.get(eid.lower())
-    if history is None and element is None:
-        return _error(404, f"no element with eid {eid} was ever in the document")
-    return web.json_response({
-        "eid": eid.lower(), "present": element is not None,
-        "tag": None if element is None else element.tag, "history": history or [],
-    })
-
-
-async def _get_doc_dropped(request: web.Request) -> web.Response:
-    node = request.app[NODE_KEY]
-    return web.json_response(node.doc.document.dropped)
-
-
-async def _get_jams(request: web.Request) -> web.Response:
-    node = request.app[NODE_KEY]
-    return web.json_response(jams(node.doc.document.root))
-
-
-async def _post_jam(request: web.Request) -> web.Response:
-    node = request.app[NODE_KEY]
-    await node.until_recording(_HOLD_WRITES)
-    state = node.start_jam() if request.match_info["action"] == "start" else node.stop_jam()  # JamStateError: 409
-    return web.json_response(state, status=201)
-
-
 _STATIC = Path(__file__).parent / "static"
 
 
@@ -612,7 +491,7 @@ async def _get_login(request: web.Request) -> web.Response:
 async def _post_login(request: web.Request) -> web.StreamResponse:
     """The login form: the right token sets the cookie and goes on to ``next``."""
     state = request.app[STATE_KEY]
-    raw = await _read_body(request, _FORM_TYPES)
+    raw = await read_body(request, _FORM_TYPES)
     try:
         form = parse_qs(raw.decode("utf-8"), max_num_fields=4)
     except (UnicodeDecodeError, ValueError):
@@ -629,10 +508,6 @@ async def _post_login(request: web.Request) -> web.StreamResponse:
     resp = web.HTTPSeeOther(target)
     resp.set_cookie(TOKEN_COOKIE, state.token, httponly=True, samesite="Strict", path="/")
     raise resp
-
-
-async def _get_bout_page(request: web.Request) -> web.StreamResponse:
-    return file_response(request, _STATIC / "bout.html", {"Cache-Control": "no-cache"})
 
 
 # ------------------------------------------------------------------ connections
@@ -741,13 +616,6 @@ def make_app(node: ApiNode, limits: ApiLimits | None = None) -> web.Application:
     app.router.add_post("/api/v1/messages", _post_messages)
     app.router.add_post("/api/v1/peers/{uuid}/exclude", _post_exclude)
     app.router.add_get("/api/v1/excluded", _get_excluded)
-    app.router.add_post("/api/v1/doc/ops", _post_doc_ops)
-    app.router.add_get("/api/v1/doc", _get_doc)
-    app.router.add_get("/api/v1/doc/history", _get_doc_history)
-    app.router.add_get("/api/v1/doc/dropped", _get_doc_dropped)
-    app.router.add_get("/api/v1/bout/jams", _get_jams)
-    app.router.add_post("/api/v1/bout/{action:start|stop}", _post_jam)
-    app.router.add_get("/bout", _get_bout_page)
     app.router.add_get("/", _get_status_page)
     app.router.add_get("/guest.js", _get_guest_js)
     app.router.add_get(_LOGIN, _get_login)

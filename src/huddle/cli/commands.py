@@ -343,58 +343,6 @@ async def _tail(api: ApiClient, args: argparse.Namespace) -> Shown:
     return None
 
 
-async def _doc_show(api: ApiClient, args: argparse.Namespace) -> Shown:
-    if args.json:
-        print(json.dumps(await api.doc_json(args.eids), indent=2, ensure_ascii=False))
-    else:
-        print(await api.doc_xml(args.eids), end="")
-    return None
-
-
-async def _doc_apply(api: ApiClient, args: argparse.Namespace) -> Shown:
-    text = args.ops_text  # read before the event loop started
-    ctype = "application/xml" if text.lstrip().startswith("<") else "application/json"
-    result = await api.doc_apply(text, ctype)
-    return result, render.doc_apply_text(result)
-
-
-async def _doc_export(api: ApiClient, args: argparse.Namespace) -> Shown:
-    text = (json.dumps(await api.doc_json(args.eids), indent=2, ensure_ascii=False) + "\n"
-            if args.format == "json" else await api.doc_xml(args.eids))
-    try:
-        args.out.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise HuddleError(f"cannot write {args.out}: {exc.strerror}") from None
-    return {"out": str(args.out), "bytes": len(text.encode())}, f"saved the document to {args.out}"
-
-
-async def _doc_history(api: ApiClient, args: argparse.Namespace) -> Shown:
-    h = await api.doc_history(args.eid)
-    return h, render.doc_history_text(h)
-
-
-async def _doc_jams(api: ApiClient, args: argparse.Namespace) -> Shown:
-    j = await api.jams()
-    return j, render.jams_text(j)
-
-
-DOC_ACTIONS: Mapping[str, Handler] = {
-    "show": _on_api(_doc_show), "apply": _on_api(_doc_apply), "export": _on_api(_doc_export),
-    "history": _on_api(_doc_history), "jams": _on_api(_doc_jams),
-}
-
-
-def _doc(args: argparse.Namespace) -> int:
-    if args.doc_command == "apply":
-        try:
-            args.ops_text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            print(f"huddle doc apply: cannot read {args.file}: {getattr(exc, 'strerror', None) or exc}",
-                  file=sys.stderr)
-            return 1
-    return DOC_ACTIONS[args.doc_command](args)
-
-
 COMMANDS: Mapping[str, Handler] = {
     # local
     "node": _node, "demo": _demo, "node-types": _node_types, "limits": _limits, "simulate": _simulate,
@@ -402,7 +350,7 @@ COMMANDS: Mapping[str, Handler] = {
     # through a node's API
     "peers": _on_api(_peers), "system": _on_api(_system), "info": _on_api(_info),
     "chat": _on_api(_chat), "emit": _on_api(_emit), "log": _on_api(_log), "exclude": _on_api(_exclude),
-    "send": _on_api(_send), "tail": _on_api(_tail), "doc": _doc,
+    "send": _on_api(_send), "tail": _on_api(_tail),
 }
 
 

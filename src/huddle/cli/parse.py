@@ -347,36 +347,6 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
     p_run.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                        help="extra Spark setting, repeatable (e.g. --conf spark.driver.memory=8g)")
 
-    doc = sub.add_parser(
-        "doc", help="the shared bout document: show, apply operations, export, history, jams",
-        description="The bout document is made from the group's 'doc' events, in one order on every node. "
-        "Operations are <add>, <remove> and <set> (XML, as in the source document) or their JSON form; "
-        "docs/document.md has both.",
-        epilog="examples:\n"
-        "  echo '<set period=\"1\" jam=\"1\"><attribute name=\"start\">1700000000</attribute></set>' "
-        "| huddle doc apply -\n"
-        "  huddle doc apply lineup.xml\n"
-        "  huddle doc show --eids\n"
-        "  huddle doc export -o bout.xml\n"
-        "  huddle doc jams\n\n" + CLIENT_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    doc_sub = doc.add_subparsers(dest="doc_command", metavar="ACTION", required=True)
-    d_show = doc_sub.add_parser("show", help="print the document (XML; --json for the tree)")
-    d_show.add_argument("--eids", action="store_true", help="keep the eid attributes (left out by default)")
-    d_apply = doc_sub.add_parser("apply", help="apply operations from a file (XML or JSON; - for stdin)")
-    d_apply.add_argument("file", metavar="FILE", help="operations: <add>, <remove>, <set>, an <action> of them, "
-                         "or JSON; '-' reads standard input")
-    d_export = doc_sub.add_parser("export", help="save the document to a file")
-    d_export.add_argument("-o", "--out", required=True, type=Path, metavar="FILE", help="where to write it")
-    d_export.add_argument("--eids", action="store_true", help="keep the eid attributes")
-    d_export.add_argument("--format", choices=["xml", "json"], default="xml", help="default: xml")
-    d_hist = doc_sub.add_parser("history", help="who changed an element, when, with which event")
-    d_hist.add_argument("eid", metavar="EID", help="the element's eid (see 'huddle doc show --eids')")
-    doc_sub.add_parser("jams", help="what jam are we on: active, just completed, upcoming")
-    for p in (d_show, d_apply, d_export, d_hist, doc_sub.choices["jams"]):
-        _add_client_options(p)
-
     broker = sub.add_parser(
         "broker", help="run a naming broker: nodes find each other through it, data goes peer to peer",
         description="A naming broker forwards the nodes' announcements (UUID, group, endpoint) between them; "

@@ -2,8 +2,8 @@
 
 Three kinds of row (``huddle export`` writes them all, docs/export.md): a
 membership or clock event as it happens, a ``snapshot`` of the node's counters
-every STATS_INTERVAL seconds, and a ``document`` row when the bout document
-changed.  Each row is committed at once; after a snapshot the log's own-sequence
+every STATS_INTERVAL seconds, and a feature's own rows (the bout document's
+``document`` row when it changed).  Each row is committed at once; after a snapshot the log's own-sequence
 mark follows what is durable (:class:`~huddle.log.integrity.LogGuard`).
 """
 
@@ -42,8 +42,7 @@ class StatRows:
         if self.guard is not None:
             self.guard.note(self.store)  # the own-sequence mark follows what is durable
 
-    def document(self, stamp: float, detail: dict[str, Any] | None) -> None:
-        """The bout document's row (``None``: none is due)."""
-        if detail is not None:
-            self.store.add_stat(stamp, "document", None, json.dumps(detail))
-            self.store.commit()
+    def feature(self, stamp: float, kind: str, detail: dict[str, Any]) -> None:
+        """A feature's row of its own ``kind`` (the bout document's ``document``)."""
+        self.store.add_stat(stamp, kind, None, json.dumps(detail))
+        self.store.commit()
