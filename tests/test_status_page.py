@@ -91,6 +91,7 @@ def test_the_status_page_draws_the_mesh_and_shows_events_live(cluster: Cluster, 
     page.goto(nodes[0].api + "/")
     expect(page.locator("#conn")).to_have_text("live", timeout=10_000)
     expect(page.locator("#self")).to_have_text("ann (standard)")
+    expect(page.locator("#bout-link")).to_be_visible()  # the node has the bout document feature
     expect(page.locator("#count")).to_have_text("4", timeout=20_000)
     expect(page.locator("#graph g.node")).to_have_count(4)
     expect(page.locator("#graph line.link")).to_have_count(6)
