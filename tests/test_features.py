@@ -315,7 +315,8 @@ def test_a_node_without_posts_or_the_document_starts_serves_and_meshes_and_has_n
                 # absent, has no section there: the picture knows no feature but by its report.
                 exts = lambda: {m["name"]: m["ext"] for m in full.system()["members"]}  # noqa: E731
                 await _until(lambda: exts().get("bare") == {"probe": {"chats": 2}}, 10, "the probe's facts at full")
-                assert exts()["full"] == {"posts": {"posts": 0, "octets": 0}}
+                full_ext = {"posts": {"posts": 0, "octets": 0}, "doc": doc_facts}  # the document's too, by its report
+                await _until(lambda: exts()["full"] == full_ext, 10, "the full node's facts in its picture")
         finally:
             for node in (bare, full):
                 node.stop()

@@ -18,14 +18,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from .config import NodeConfig
-from .ids import NodeId
-from .ports import ApiHandler, ClientOptions, FeatureHost, LinkWatcher, Renderer, Spawn, Subscriber
+from .ports import ApiHandler, ClientOptions, FeatureBase, FeatureHost, LinkWatcher, Spawn, Subscriber
 from .protocol.events import LogAppended
-from .protocol.service import PayloadTaker, PeerService
 from .security import GroupSecret
 
 if TYPE_CHECKING:  # the guests' side loads only with --guests, aiohttp and the client when they are used
@@ -57,11 +55,10 @@ async def _command(api: ApiClient, args: argparse.Namespace) -> tuple[Any, str]:
     return info, guests_text(info)
 
 
-class GuestsFeature:
+class GuestsFeature(FeatureBase):
     """The Noam guests (the module docstring)."""
 
     name: Final = "guests"
-    event_renderers: Final[Mapping[type, Renderer]] = {}
 
     def __init__(self) -> None:
         self._bridge: GuestBridge | None = None  # with --guests
@@ -79,12 +76,6 @@ class GuestsFeature:
 
         self._bridge = GuestBridge()
         return self._bridge.links  # a host whose connection drops stops answering its guests' marcos at once
-
-    def peer_services(self, uuid: NodeId) -> Sequence[PeerService]:
-        return []
-
-    def payload_takers(self) -> Sequence[PayloadTaker]:
-        return []
 
     async def start(self, stack: contextlib.AsyncExitStack, spawn: Spawn, host: FeatureHost) -> None:
         bridge = self._bridge

@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .config import NodeConfig
@@ -51,7 +52,7 @@ if TYPE_CHECKING:  # aiohttp and the client load when a node serves or a command
 
     from .client import ApiClient
 
-__all__ = ["ApiHandler", "ClientOptions", "Feature", "FeatureHost", "LinkWatcher", "MeshFacts", "Renderer",
+__all__ = ["ApiHandler", "ClientOptions", "Feature", "FeatureBase", "FeatureHost", "LinkWatcher", "MeshFacts", "Renderer",
            "RotationPort", "Shown", "Spawn", "Subscriber", "TrustPort"]
 
 # An event subscriber: True when it consumed the event (the subscribers after it do not see it).
@@ -231,3 +232,35 @@ class Feature(Protocol):
         out of the reports).  Slowly changing state (counts, modes, a key id), never a counter
         that ticks every second: a report whose facts changed is sent to every member, one
         whose facts did not is not (14), so a ticking fact would make every report go."""
+
+
+class FeatureBase:
+    """A feature that adds nothing: a new feature subclasses it and overrides only the parts it
+    has (its ``name`` at least), so the no-op steps are written once, here."""
+
+    name = ""
+    event_renderers: Mapping[type, Renderer] = MappingProxyType({})  # its own event classes: none
+
+    def links(self, config: NodeConfig) -> LinkWatcher | None:
+        return None
+
+    def peer_services(self, uuid: NodeId) -> Sequence[PeerService]:
+        return []
+
+    def payload_takers(self) -> Sequence[PayloadTaker]:
+        return []
+
+    async def start(self, stack: contextlib.AsyncExitStack, spawn: Spawn, host: FeatureHost) -> None:
+        return None
+
+    def subscriptions(self) -> Sequence[tuple[tuple[type, ...], Subscriber]]:
+        return []
+
+    def routes(self, app: web.Application) -> None:
+        return None
+
+    def commands(self, sub: Any, client_options: ClientOptions, epilog: str) -> dict[str, ApiHandler]:
+        return {}
+
+    def facts(self) -> dict[str, object] | None:
+        return None

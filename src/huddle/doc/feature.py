@@ -17,16 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from ..config import NodeConfig
 from ..errors import NotRunning
-from ..ids import NodeId
 from ..log.stats import STATS_INTERVAL
-from ..ports import ApiHandler, ClientOptions, FeatureHost, LinkWatcher, Renderer, Spawn, Subscriber
+from ..ports import ApiHandler, ClientOptions, FeatureBase, FeatureHost, Spawn, Subscriber
 from ..protocol.events import CutOff, LogAppended
-from ..protocol.service import PayloadTaker, PeerService
 from .desk import DocumentDesk, Recording
 from .model import digest
 from .ops import DOC_KIND
@@ -37,11 +34,10 @@ if TYPE_CHECKING:  # the routes load when a node serves, not with `huddle --help
 __all__ = ["DocumentFeature"]
 
 
-class DocumentFeature:
+class DocumentFeature(FeatureBase):
     """The shared bout document (the module docstring)."""
 
     name: Final = "doc"
-    event_renderers: Final[Mapping[type, Renderer]] = {}
 
     def __init__(self) -> None:
         self._desk: DocumentDesk | None = None
@@ -55,15 +51,6 @@ class DocumentFeature:
         if self._desk is None:
             raise NotRunning("the node is not running")
         return self._desk
-
-    def links(self, config: NodeConfig) -> LinkWatcher | None:
-        return None
-
-    def peer_services(self, uuid: NodeId) -> Sequence[PeerService]:
-        return []  # the document rides on the log
-
-    def payload_takers(self) -> Sequence[PayloadTaker]:
-        return []
 
     async def start(self, stack: contextlib.AsyncExitStack, spawn: Spawn, host: FeatureHost) -> None:
         uuid = host.uuid

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
 from ..config import NodeConfig
 from ..errors import LocalProtocolError
 from ..ids import NodeId
-from ..ports import ApiHandler, ClientOptions, FeatureHost, LinkWatcher, Renderer, Spawn, Subscriber
+from ..ports import ApiHandler, ClientOptions, FeatureBase, FeatureHost, Renderer, Spawn, Subscriber
 from ..protocol.service import PayloadTaker, PeerService
 from .model import PostAdded
 from .peer import POSTS_INPUTS, PostsPeer
@@ -75,11 +76,11 @@ class _Link:
         return self._host.queued_bulk(peer)
 
 
-class PostsFeature:
+class PostsFeature(FeatureBase):
     """Hydra posts (the module docstring)."""
 
     name: Final = "posts"
-    event_renderers: Final[Mapping[type, Renderer]] = {PostAdded: PostAdded.to_json}
+    event_renderers: Mapping[type, Renderer] = MappingProxyType({PostAdded: PostAdded.to_json})
 
     def __init__(self) -> None:
         self._peer: PostsPeer | None = None
@@ -91,9 +92,6 @@ class PostsFeature:
         if self._service is None:
             raise LocalProtocolError("the node is not running")
         return self._service
-
-    def links(self, config: NodeConfig) -> LinkWatcher | None:
-        return None  # BULKs ride on the sessions: posts watches no link
 
     def peer_services(self, uuid: NodeId) -> Sequence[PeerService]:
         self._peer = PostsPeer(uuid)

@@ -13,23 +13,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from ..config import NodeConfig
-from ..ids import NodeId
 from ..ports import (
     ApiHandler,
     ClientOptions,
+    FeatureBase,
     FeatureHost,
-    LinkWatcher,
-    Renderer,
     RotationPort,
     Spawn,
-    Subscriber,
     TrustPort,
 )
-from ..protocol.service import PayloadTaker, PeerService
 
 if TYPE_CHECKING:  # aiohttp and the client load when a node serves or a command calls one
     from aiohttp import web
@@ -39,28 +33,16 @@ if TYPE_CHECKING:  # aiohttp and the client load when a node serves or a command
 __all__ = ["RotationFeature", "TrustFeature"]
 
 
-class _Plain:
-    """What both features lack: peer services, payload takers, a driver, subscriptions, events."""
+class _Plain(FeatureBase):
+    """What both features have: the host, kept at start (their state is the mesh's security)."""
 
-    event_renderers: Final[Mapping[type, Renderer]] = {}
 
     def __init__(self) -> None:
         self._host: FeatureHost | None = None
 
-    def links(self, config: NodeConfig) -> LinkWatcher | None:
-        return None
-
-    def peer_services(self, uuid: NodeId) -> Sequence[PeerService]:
-        return []
-
-    def payload_takers(self) -> Sequence[PayloadTaker]:
-        return []
-
     async def start(self, stack: contextlib.AsyncExitStack, spawn: Spawn, host: FeatureHost) -> None:
         self._host = host
 
-    def subscriptions(self) -> Sequence[tuple[tuple[type, ...], Subscriber]]:
-        return []
 
 
 async def _trust(api: ApiClient, args: argparse.Namespace) -> tuple[Any, str]:
@@ -132,9 +114,6 @@ class RotationFeature(_Plain):
         from ..api.group_http import add_group_routes  # noqa: PLC0415 - aiohttp: when a node serves
 
         add_group_routes(app, self)
-
-    def commands(self, sub: Any, client_options: ClientOptions, epilog: str) -> dict[str, ApiHandler]:
-        return {}  # `huddle group`: the CLI's own (the module docstring)
 
     def facts(self) -> dict[str, object] | None:
         rotation = self.rotation
