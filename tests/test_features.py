@@ -35,9 +35,8 @@ from huddle.features import default_features
 from huddle.host.mesh import links_changed as _links_changed
 from huddle.ids import NodeId
 from huddle.node import Node
-from huddle.ports import ApiHandler, ClientOptions, Feature, FeatureHost, LinkWatcher, Renderer, Spawn, Subscriber
+from huddle.ports import ApiHandler, ClientOptions, Feature, FeatureBase, FeatureHost, Renderer, Spawn, Subscriber
 from huddle.protocol.events import ChatReceived
-from huddle.protocol.service import PayloadTaker, PeerService
 from huddle.security.features import RotationFeature, TrustFeature
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "huddle"
@@ -53,8 +52,9 @@ class Poked:
     time: float
 
 
-class Probe:
-    """A feature made for this test: it hears chats first, and tells what it heard."""
+class Probe(FeatureBase):
+    """A feature made for this test: it hears chats first, and tells what it heard (the
+    steps it has no part in are FeatureBase's)."""
 
     name = "probe"
 
@@ -69,15 +69,6 @@ class Probe:
     @staticmethod
     def _render(event: Poked) -> dict[str, Any]:
         return {"type": "poked", "peer": str(event.peer), "text": event.text.upper(), "time": event.time}
-
-    def links(self, config: NodeConfig) -> LinkWatcher | None:
-        return None
-
-    def peer_services(self, uuid: NodeId) -> Sequence[PeerService]:
-        return []
-
-    def payload_takers(self) -> Sequence[PayloadTaker]:
-        return []
 
     async def start(self, stack: contextlib.AsyncExitStack, spawn: Spawn, host: FeatureHost) -> None:
         assert host.uuid is not None  # the node's id is set before any feature starts
