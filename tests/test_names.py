@@ -15,6 +15,7 @@ import aiohttp
 import pytest
 from conftest import Cluster, get, http, wait_for
 
+from huddle import render
 from huddle.api.http import start_api
 from huddle.api.resolve import MAX_TEXT, Ambiguous, BadName, Unknown, resolve
 from huddle.cli import main
@@ -97,6 +98,27 @@ def test_posts_resolve_by_id_prefix_only() -> None:
         resolve("photo", posts, digits=40, by_label=False, what="post")
     with pytest.raises(Ambiguous):
         resolve("aaaa", [*posts, ("aaaa" + "0" * 36, "x")], digits=40, by_label=False, what="post")
+
+
+# ------------------------------------------------------------------ names beside ids in the text
+
+
+def test_text_shows_a_name_beside_each_id_it_knows() -> None:
+    names = {ALICE: "alice", "ABCD-EFGH-JKLM-NPQR": "bob"}
+    assert render.named(ALICE, names) == "alice (35c9e1d4)"
+    assert render.named(DAN, names) == "beef1234"  # no name known: the short id alone
+    assert render.log_text([{"source": ALICE, "seq": 3, "kind": "k", "body": 1}], names).startswith("alice (35c9e1d4)#3")
+    summary = render.log_summary_text({"events": 4, "version_vector": {ALICE: 3, DAN: 1}, "gaps": {}}, names)
+    assert "alice (35c9e1d4)  up to 3" in summary and "beef1234  up to 1" in summary
+    assert render.event_text({"type": "event", "source": ALICE, "seq": 1, "kind": "k", "body": 1}, names) \
+        == "+ alice (35c9e1d4)#1 k 1"
+    assert render.event_text({"type": "message", "peer": ALICE, "seq": 2, "text": "hi"}, names) \
+        == "> alice (35c9e1d4)#2 hi"
+    assert render.event_text({"type": "peer_joined", "peer": BOB, "name": "bob", "endpoint": "tcp://h:1"}) \
+        == "* bob (35c9aaaa) joined from tcp://h:1"
+    post = {"id": "a" * 40, "timestamp": "t", "size": 1, "mime_type": "text/plain", "subject": "s"}
+    assert "by bob (ABCD-EFGH)" in render.posts_text([post | {"author_key": "ABCD-EFGH-JKLM-NPQR"}], names)
+    assert "by WXYZ-EFGH-JKLM-NPQR" in render.posts_text([post | {"author_key": "WXYZ-EFGH-JKLM-NPQR"}], names)
 
 
 # ------------------------------------------------------------------ the API, in this process
@@ -290,7 +312,17 @@ def test_real_nodes_send_to_a_name_and_get_a_post_by_prefix(cluster: Cluster, tm
             result: dict[str, Any] = await resp.json()
             return result
 
+    status, _ = http(bob.api, "/api/v1/events", {"kind": "score", "body": 1})
+    assert status == 201
+    wait_for(lambda: get(alice.api, "/api/v1/log/summary")["version_vector"].get(bob_id), 20, "bob's event at alice")
+    capsys.readouterr()
+    assert main(["log", "--source", "bob", "--api", alice.api]) == 0  # by name, shown by name
+    assert f"bob ({bob_id[:8]})#1" in capsys.readouterr().out
+
     post = asyncio.run(upload())
+    capsys.readouterr()
+    assert main(["posts", "--api", alice.api]) == 0  # its author by name
+    assert f"by alice ({get(alice.api, '/api/v1/node')['key'][:9]})" in capsys.readouterr().out
     out = tmp_path / "got.jpg"
     assert main(["post", "get", post["id"][:12], "-o", str(out), "--api", alice.api]) == 0
     assert out.read_bytes() == b"content"

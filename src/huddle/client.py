@@ -150,6 +150,20 @@ class ApiClient:
         result: list[dict[str, Any]] = await self._request("GET", "/api/v1/peers")
         return result
 
+    async def names(self) -> dict[str, str]:
+        """The names of the nodes the node knows (itself, its peers, the system picture's
+        members), by id and by key fingerprint: for showing names beside ids."""
+        me = await self.node()
+        found = [me, *(await self.peers()), *(await self.system()).get("members", ())]
+        out: dict[str, str] = {}
+        for n in found:
+            name = n.get("name")
+            if isinstance(name, str) and name:
+                for ident in (n.get("uuid"), n.get("key")):
+                    if isinstance(ident, str) and ident:
+                        out.setdefault(ident, name)
+        return out
+
     async def chat(self, text: str, to: str | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {"text": text}
         if to:

@@ -61,7 +61,7 @@ async def run(api: ApiClient, args: argparse.Namespace) -> tuple[Any, str]:
     """``huddle posts`` and ``huddle post add|get``: what the node answered, and the text for a person."""
     if args.command == "posts":
         posts = await api.posts(args.limit)
-        return posts, posts_text(posts)
+        return posts, posts_text(posts, {} if args.json else await api.names())
     if args.post_command == "add":
         path: Path = args.file
         try:
