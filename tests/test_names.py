@@ -269,6 +269,16 @@ def test_hostile_names_are_400_and_counted(api: ServedApi, path: str, body: Any)
     assert get(api.url, "/api/v1/peers")  # still serving
 
 
+def test_a_flood_of_bad_ambiguous_and_unknown_names_leaves_the_api_serving(api: ServedApi) -> None:
+    before = api.bad_input()
+    answers = [http(api.url, "/api/v1/messages", {"to": to, "text": "hi"})[0]
+               for _ in range(100) for to in ("x" * 5_000, "35c9", "nobody")]
+    assert answers.count(400) == answers.count(409) == answers.count(404) == 100
+    assert api.bad_input() == before + 100  # the malformed counted; asking for an unknown name is no fault
+    assert api.node.calls == []
+    assert http(api.url, "/api/v1/messages", {"to": "bob", "text": "hi"})[0] == 202
+
+
 # ------------------------------------------------------------------ the command, against that API
 
 
@@ -330,5 +340,8 @@ def test_real_nodes_send_to_a_name_and_get_a_post_by_prefix(cluster: Cluster, tm
     assert status == 200 and meta["id"] == post["id"]
     status, answer = http(alice.api, f"/api/v1/posts/{'0' * 12}")
     assert status == 404 and "no post" in answer["error"]
-    status, answer = http(alice.api, "/api/v1/posts/%FF%FE")
-    assert status == 400
+    bad_before = get(alice.api, "/api/v1/node")["stats"]["api"]["bad_input"]
+    for hostile in ("%FF%FE", "x" * 5_000, "%00"):
+        status, answer = http(alice.api, f"/api/v1/posts/{hostile}")
+        assert status == 400, answer
+    assert get(alice.api, "/api/v1/node")["stats"]["api"]["bad_input"] == bad_before + 3
