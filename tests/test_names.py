@@ -94,8 +94,10 @@ def test_posts_resolve_by_id_prefix_only() -> None:
         resolve("abc", posts, digits=40, by_label=False, what="post")
     assert resolve("abcc", posts, digits=40, by_label=False, what="post") == "ab" + "c" * 38
     assert resolve("F00D", posts, digits=40, by_label=False, what="post") == "f00d" + "1" * 36
-    with pytest.raises(Unknown):  # a subject is not a name: "photo" names no post
+    with pytest.raises(BadName, match="not a post id"):  # a subject is not a name: "photo" names no post
         resolve("photo", posts, digits=40, by_label=False, what="post")
+    with pytest.raises(Unknown):
+        resolve("abcd", posts, digits=40, by_label=False, what="post")
     with pytest.raises(Ambiguous):
         resolve("aaaa", [*posts, ("aaaa" + "0" * 36, "x")], digits=40, by_label=False, what="post")
 

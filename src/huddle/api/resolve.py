@@ -13,7 +13,7 @@ is the one rule, pure and tested alone:
   another node's id prefix is ambiguous too, and so are two nodes of one name), none
   is :class:`Unknown` (404);
 - empty text, text over :data:`MAX_TEXT` characters, or text that is not Unicode is
-  :class:`BadName` (400, counted as bad input).
+  :class:`BadName` (400, counted as bad input); so is a post id that is not hex.
 
 The nodes known here (:func:`known_nodes`): this node, its peers, the system picture's
 members, the excluded and every source in its log.
@@ -82,6 +82,8 @@ def resolve(text: str, known: Iterable[tuple[str, str]], *, digits: int = NODE_D
     if len(bare) == digits and _HEX.fullmatch(bare):
         return bare.lower()
     prefix = bare.lower() if _HEX.fullmatch(bare) else ""
+    if not prefix and not by_label:  # a post has no name: text that is not hex is no post's id
+        raise BadName(f"{text[:60]!r} is not a {what} id ({digits} hex digits, or a unique prefix of them)")
     labels: dict[str, str] = {}
     matches: set[str] = set()
     for ident, label in known:
