@@ -114,7 +114,9 @@ def test_cli_peers_text_and_json(trio: Cluster) -> None:
         ("POST", "/api/v1/chat", b"[1]", 400, "JSON object"),
         ("POST", "/api/v1/chat", b'{"text": 5}', 400, "'text' must be a string"),
         ("POST", "/api/v1/chat", b'{"text": "x", "too": 1}', 400, "unknown field"),
-        ("POST", "/api/v1/chat", b'{"text": "x", "to": "nope"}', 400, "32 hex"),
+        # a name or id prefix known to no node here (api/resolve.py); empty names nothing
+        ("POST", "/api/v1/chat", b'{"text": "x", "to": "nope"}', 404, "no node known to this node is named 'nope'"),
+        ("POST", "/api/v1/chat", b'{"text": "x", "to": ""}', 400, "give a node's name or id"),
         ("POST", "/api/v1/chat", b'{"text": "x", "to": "' + b"ab" * 16 + b'"}', 404, "no alive peer"),
         ("POST", "/api/v1/chat", b'{"text": "' + b"x" * (1024 * 1024 + 1) + b'"}', 413, "longer than"),
         ("GET", "/api/v1/nothing", None, 404, "no such endpoint"),

@@ -25,6 +25,19 @@ class ApiError(HuddleError):
     """The API could not be reached or answered with an error."""
 
 
+def _candidates(data: Any) -> str:
+    """An ambiguous name's candidates (a 409's ``candidates``), a line each, for a person."""
+    found = data.get("candidates") if isinstance(data, dict) else None
+    if not isinstance(found, list):
+        return ""
+    lines = []
+    for c in found[:50]:
+        if isinstance(c, dict):
+            ident, label = c.get("uuid") or c.get("id") or "", c.get("name") or c.get("subject") or ""
+            lines.append(f"\n  {label} ({ident})" if label else f"\n  {ident}")
+    return "".join(lines)
+
+
 class ApiClient:
     def __init__(self, base_url: str, timeout: float = 10.0, token: str | None = None) -> None:
         """``token``: the API's token (sent as ``Authorization: Bearer``), needed when the
@@ -64,7 +77,7 @@ class ApiClient:
                     except ValueError:
                         data = None
                     reason = data.get("error") if isinstance(data, dict) else text[:200]
-                    raise ApiError(f"{resp.status} {reason}")
+                    raise ApiError(f"{resp.status} {reason}" + _candidates(data))
                 yield resp
         except aiohttp.ClientConnectorError:
             raise ApiError(f"no huddle node answers at {self.base_url} (is it running? see --api)") from None
@@ -137,6 +150,20 @@ class ApiClient:
         result: list[dict[str, Any]] = await self._request("GET", "/api/v1/peers")
         return result
 
+    async def names(self) -> dict[str, str]:
+        """The names of the nodes the node knows (itself, its peers, the system picture's
+        members), by id and by key fingerprint: for showing names beside ids."""
+        me = await self.node()
+        found = [me, *(await self.peers()), *(await self.system()).get("members", ())]
+        out: dict[str, str] = {}
+        for n in found:
+            name = n.get("name")
+            if isinstance(name, str) and name:
+                for ident in (n.get("uuid"), n.get("key")):
+                    if isinstance(ident, str) and ident:
+                        out.setdefault(ident, name)
+        return out
+
     async def chat(self, text: str, to: str | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {"text": text}
         if to:
@@ -150,7 +177,7 @@ class ApiClient:
         return result
 
     async def exclude(self, uuid: str, reason: str) -> dict[str, Any]:
-        result: dict[str, Any] = await self._request("POST", f"/api/v1/peers/{uuid}/exclude", {"reason": reason})
+        result: dict[str, Any] = await self._request("POST", f"/api/v1/peers/{quote(uuid, safe='')}/exclude", {"reason": reason})
         return result
 
     async def trusted(self) -> dict[str, Any]:
@@ -188,8 +215,8 @@ class ApiClient:
 
     async def log(self, source: str | None = None, after: int = 0, limit: int = 100) -> list[dict[str, Any]]:
         query = f"?limit={limit}"
-        if source:
-            query += f"&source={source}&after={after}"
+        if source:  # a name or id prefix too: quoted
+            query += f"&source={quote(source, safe='')}&after={after}"
         result: dict[str, Any] = await self._request("GET", "/api/v1/log" + query)
         events: list[dict[str, Any]] = result["events"]
         return events

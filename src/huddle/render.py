@@ -7,14 +7,24 @@ demo.  ``--json`` prints the answers themselves instead.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = [
     "doc_apply_text", "doc_history_text", "event_text", "feature_tables", "guests_text", "info_text", "jams_text",
-    "limits_text", "log_summary_text", "log_text", "peers_text", "posts_text", "size_text", "system_text", "table",
-    "types_text",
+    "limits_text", "log_summary_text", "log_text", "named", "peers_text", "posts_text", "size_text", "system_text",
+    "table", "types_text",
 ]
+
+Names = Mapping[str, str]  # a node's id (32 hex) or key fingerprint -> its name (ApiClient.names)
+_NONE: Names = {}
+
+
+def named(ident: str, names: Names, digits: int = 8) -> str:
+    """A node id (or key fingerprint) for a person: ``bob (35c9e1d4)``, or the short id alone
+    when no name is known for it."""
+    name = names.get(ident)
+    return f"{name} ({ident[:digits]})" if name else ident[:digits]
 
 
 def table(rows: Sequence[tuple[str, ...]]) -> str:
@@ -122,12 +132,15 @@ def info_text(info: dict[str, Any]) -> str:
     return "\n".join(f"{k}: {v}" for k, v in info.items() if k != "stats")
 
 
-def event_text(e: dict[str, Any]) -> str:
-    """One line of ``huddle tail``."""
+def event_text(e: dict[str, Any], names: Names = _NONE) -> str:
+    """One line of ``huddle tail``; ``names`` gives the nodes' names beside their ids."""
     kind = e.get("type")
     who = e.get("name") or (e.get("peer") or e.get("from") or "")[:8]
     if kind == "chat":
         return f"<{who}> {e.get('text')}"
+    ident = e.get("peer") or e.get("from") or ""
+    if e.get("name") and ident:  # the peer's events carry its name: shown beside its id
+        who = named(ident, {ident: e["name"]})
     if kind == "peer_joined":
         return f"* {who} joined from {e.get('endpoint')}"
     if kind == "peer_left":
@@ -138,12 +151,12 @@ def event_text(e: dict[str, Any]) -> str:
         return f"! refused {e.get('endpoint')}: {e.get('reason')}"
     if kind == "event":
         body = json.dumps(e.get("body"), ensure_ascii=False)
-        return f"+ {e.get('source', '')[:8]}#{e.get('seq')} {e.get('kind')} {body}"
+        return f"+ {named(e.get('source', ''), names)}#{e.get('seq')} {e.get('kind')} {body}"
     if kind == "message":
         shown = e.get("text") if "text" in e else f"<{e.get('size')} octets>"
-        return f"> {(e.get('peer') or '')[:8]}#{e.get('seq')} {shown}"
+        return f"> {named(e.get('peer') or '', names)}#{e.get('seq')} {shown}"
     if kind == "post_new":
-        where = f"from {(e.get('from') or '')[:8]}" if e.get("from") else "added here"
+        where = f"from {named(e.get('from') or '', names)}" if e.get("from") else "added here"
         return f"+ post {e.get('id', '')[:12]} {e.get('subject')!r} ({e.get('size')} octets, {where})"
     if kind == "cut_off":
         return "! cut off from every peer"
@@ -154,17 +167,18 @@ def event_text(e: dict[str, Any]) -> str:
     return json.dumps(e, ensure_ascii=False)
 
 
-def log_text(events: list[dict[str, Any]]) -> str:
+def log_text(events: list[dict[str, Any]], names: Names = _NONE) -> str:
     return "\n".join(
-        f"{e['source'][:8]}#{e['seq']:<6} {e['kind']:<16} {json.dumps(e['body'], ensure_ascii=False)}" for e in events
+        f"{named(e['source'], names)}#{e['seq']:<6} {e['kind']:<16} {json.dumps(e['body'], ensure_ascii=False)}"
+        for e in events
     ) or "no events"
 
 
-def log_summary_text(summary: dict[str, Any]) -> str:
+def log_summary_text(summary: dict[str, Any], names: Names = _NONE) -> str:
     return "\n".join(
         [f"events: {summary['events']}"]
-        + [f"{s[:8]}  up to {q}" for s, q in sorted(summary["version_vector"].items())]
-        + [f"{s[:8]}  missing {r}" for s, r in sorted(summary["gaps"].items())]
+        + [f"{named(s, names)}  up to {q}" for s, q in sorted(summary["version_vector"].items())]
+        + [f"{named(s, names)}  missing {r}" for s, r in sorted(summary["gaps"].items())]
     )
 
 
@@ -204,7 +218,14 @@ def size_text(n: int) -> str:
     return f"{value:.1f} GiB"
 
 
-def posts_text(posts: list[dict[str, Any]]) -> str:
+def _author(key: str, names: Names) -> str:
+    """A post's author: its name and the start of its key's fingerprint, else the whole fingerprint."""
+    return named(key, names, 9) if key in names else key  # XXXX-XXXX of XXXX-XXXX-XXXX-XXXX
+
+
+def posts_text(posts: list[dict[str, Any]], names: Names = _NONE) -> str:
+    """The posts, a line each; ``names`` (by key fingerprint) names their authors."""
     return "\n".join(f"{p['id'][:12]}  {p['timestamp']}  {size_text(p['size']):>10}  {p['mime_type']:<24} {p['subject']}"
                      + (f"  (re {p['parent_id'][:12]})" if p.get("parent_id") else "")
-                     + (f"  by {p['author_key']}" if p.get("author_key") else "") for p in posts) or "no posts"
+                     + (f"  by {_author(p['author_key'], names)}" if p.get("author_key") else "") for p in posts) \
+        or "no posts"

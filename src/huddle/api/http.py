@@ -49,6 +49,7 @@ from .guard import (
 )
 from .join import add_join_routes
 from .ports import ApiNode
+from .resolve import Ambiguous, Unknown, node_id, path_text
 
 __all__ = ["make_app", "start_api"]
 
@@ -129,6 +130,8 @@ ERROR_STATUS: Final[dict[type[Exception], int]] = {
     CutOffReadOnly: 409,  # a read-only node type cut off from its group
     JamStateError: 409,  # a jam to start while one runs, to stop while none does
     NoSuchPeer: 404,  # no admitted peer so named (addressed delivery's NotIncluded among them)
+    Unknown: 404,  # no node (or post) known here by that name or id prefix (api/resolve.py)
+    Ambiguous: 409,  # several match that name or id prefix: the answer lists them (api/resolve.py)
     TooLarge: 413,  # an addressed message, or document operations, over a limit
     OperationError: 422,  # document operations, well formed, that do not fit the document
     LocalProtocolError: 400,  # anything else this node will not do as asked (an event it cannot record)
@@ -165,6 +168,8 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
             log.exception("API handler failed on %s %s", request.method, request.path)
             return _error(500, "internal error (see the node's log)")
         response = _error(status, str(exc))
+        if isinstance(exc, Ambiguous):
+            response = web.json_response({"error": str(exc)} | exc.details(), status=status)
         if status == 503:
             response.headers["Retry-After"] = "1"
         return response
@@ -233,11 +238,8 @@ async def _post_chat(request: web.Request) -> web.Response:
     to: NodeId | None = None
     if to_raw is not None:
         if not isinstance(to_raw, str):
-            return _error(400, "'to' must be a peer's UUID (32 hex digits)")
-        try:
-            to = NodeId.from_hex(to_raw)
-        except ValueError as exc:
-            return _error(400, f"'to': {exc}")
+            return _error(400, "'to' must be a peer's name, UUID or unique UUID prefix")
+        to = node_id(request, to_raw, "to")  # by name or prefix too (api/resolve.py)
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate (JSON's \ud800): checked before the node sees it
@@ -280,10 +282,7 @@ async def _get_log(request: web.Request) -> web.Response:
     source_raw = request.query.get("source")
     source: NodeId | None = None
     if source_raw:
-        try:
-            source = NodeId.from_hex(source_raw)
-        except ValueError as exc:
-            return _error(400, f"'source': {exc}")
+        source = node_id(request, source_raw, "source")
     after = _int_param(request, "after", 0, 0, 2**63 - 1)
     limit = _int_param(request, "limit", 100, 1, 10_000)
     if after and source is None:
@@ -382,10 +381,7 @@ async def _events(request: web.Request) -> web.StreamResponse:
 
 async def _post_exclude(request: web.Request) -> web.Response:
     node = request.app[NODE_KEY]
-    try:
-        peer = NodeId.from_hex(request.match_info["uuid"])
-    except ValueError as exc:
-        return _error(400, str(exc))
+    peer = node_id(request, path_text(request, "uuid"), "uuid")
     body = await _read_json(request) if request.body_exists else {}
     _only(body, {"reason"}, "an optional 'reason'")
     reason = body.get("reason", "excluded by hand")
@@ -407,7 +403,7 @@ async def _get_excluded(request: web.Request) -> web.Response:
 
 
 async def _post_messages(request: web.Request) -> web.Response:
-    """``{"to": UUID | "all", "text": STR}`` or ``"base64"``, or ``"texts": [...]`` for many in order.
+    """``{"to": NAME | UUID | PREFIX | "all", "text": STR}`` or ``"base64"``, or ``"texts": [...]`` for many in order.
     Waits up to ``wait`` seconds (default 10) for room in a full send buffer."""
     node = request.app[NODE_KEY]
     body = await _read_json(request)
@@ -434,12 +430,9 @@ async def _post_messages(request: web.Request) -> web.Response:
     if to == "all":
         targets = node.mesh.alive_peers()
     elif isinstance(to, str):
-        try:
-            targets = [NodeId.from_hex(to)]
-        except ValueError as exc:
-            return _error(400, f"'to': {exc}")
+        targets = [node_id(request, to, "to")]  # by name or prefix too (api/resolve.py)
     else:
-        return _error(400, "'to' must be a peer's UUID or \"all\"")
+        return _error(400, "'to' must be a peer's name, UUID, unique UUID prefix or \"all\"")
     sent: list[dict[str, Any]] = []
     try:
         for peer in targets:

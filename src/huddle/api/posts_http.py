@@ -6,6 +6,8 @@
     GET  /api/v1/posts/{id}                                  metadata
     GET  /api/v1/posts/{id}/content                          the content; Range requests work
 
+A post's ``{id}`` is its 40 hex digits or any unique prefix of them (at least 4: api/resolve.py).
+
 A post's content comes from anyone in the group: it is served as a download
 (``Content-Disposition: attachment``), never sniffed, and sandboxed by its
 ``Content-Security-Policy``, so a ``text/html`` post cannot run script with the
@@ -18,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Iterator
 from typing import Protocol
 
 from aiohttp import web
@@ -27,13 +30,14 @@ from ..posts.model import MAX_MIME, CorruptContent, PostError, UnknownPost, is_p
 from ..posts.service import PostService
 from .common import NODE_KEY, STATE_KEY, file_response
 from .common import error_response as _error
+from .resolve import path_text, post_id
 
 __all__ = ["POSTS_KEY", "PostsPort", "add_post_routes"]
 
 log = logging.getLogger("huddle.posts")
 
 UPLOAD_BLOCK = 256 * 1024
-_ID = "{pid:[0-9a-f]{40}}"
+_ID = "{pid}"  # the whole id or a unique prefix (_pid)
 # What a post's content is served with: a download, of the type it says, that runs nothing.
 CONTENT_HEADERS = {
     "Content-Disposition": "attachment",
@@ -54,6 +58,17 @@ POSTS_KEY: web.AppKey[PostsPort] = web.AppKey("posts")
 
 def _service(request: web.Request) -> PostService:
     return request.app[POSTS_KEY].service
+
+
+def _posts_known(request: web.Request) -> Iterator[tuple[str, str]]:
+    """The posts held, as (id, subject): read only when a prefix is given, not a whole id."""
+    for post in _service(request).store.newest_first():
+        yield post.id, post.subject
+
+
+def _pid(request: web.Request) -> str:
+    """The post the path names: its whole id, or the one post whose id starts so."""
+    return post_id(request, path_text(request, "pid"), _posts_known(request))
 
 
 def _cannot_store(exc: OSError) -> web.Response:
@@ -84,6 +99,8 @@ async def _post_post(request: web.Request) -> web.Response:
     if subject is None:
         return _error(400, "give the post's subject: ?subject=...")
     parent = q.get("parent", "")
+    if parent:  # its whole id or a unique prefix
+        parent = post_id(request, parent, _posts_known(request))
     if parent and not is_post_id(parent):
         return _error(400, f"parent {parent!r} is not a post id (40 lowercase hex digits)")
     if parent and not service.store.holds(parent):
@@ -145,7 +162,7 @@ async def _get_stats(request: web.Request) -> web.Response:
 
 
 async def _get_post(request: web.Request) -> web.Response:
-    pid = request.match_info["pid"]
+    pid = _pid(request)
     post = _service(request).store.get(pid)
     if post is None:
         return _error(404, f"no post {pid} in this node's store")
@@ -154,7 +171,7 @@ async def _get_post(request: web.Request) -> web.Response:
 
 async def _get_content(request: web.Request) -> web.StreamResponse:
     store = _service(request).store
-    pid = request.match_info["pid"]
+    pid = _pid(request)
     post = store.get(pid)
     if post is None:
         return _error(404, f"no post {pid} in this node's store")

@@ -320,11 +320,12 @@ async def _emit(api: ApiClient, args: argparse.Namespace) -> Shown:
 
 
 async def _log(api: ApiClient, args: argparse.Namespace) -> Shown:
+    names = {} if args.json else await api.names()  # --json: the answer as it is
     if args.summary:
         summary = await api.log_summary()
-        return summary, render.log_summary_text(summary)
+        return summary, render.log_summary_text(summary, names)
     events = await api.log(args.source, args.after, args.limit)
-    return events, render.log_text(events)
+    return events, render.log_text(events, names)
 
 
 async def _exclude(api: ApiClient, args: argparse.Namespace) -> Shown:
@@ -338,8 +339,11 @@ async def _send(api: ApiClient, args: argparse.Namespace) -> Shown:
 
 
 async def _tail(api: ApiClient, args: argparse.Namespace) -> Shown:
+    names = {} if args.json else await api.names()
     async for event in api.events(args.count):
-        print(json.dumps(event, ensure_ascii=False) if args.json else render.event_text(event), flush=True)
+        if isinstance(event.get("peer"), str) and event.get("name"):  # a peer met since: its name too
+            names[event["peer"]] = str(event["name"])
+        print(json.dumps(event, ensure_ascii=False) if args.json else render.event_text(event, names), flush=True)
     return None
 
 

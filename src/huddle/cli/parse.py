@@ -206,7 +206,7 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
 
     chat = sub.add_parser("chat", help="send a chat line to the group, or to one peer", epilog=CLIENT_EPILOG)
     chat.add_argument("text", help="the text to send")
-    chat.add_argument("--to", metavar="UUID", help="send to this peer only")
+    chat.add_argument("--to", metavar="NODE", help="send to this peer only: its name, UUID or a unique UUID prefix")
     _add_client_options(chat)
 
     tail = sub.add_parser("tail", help="print the node's events as they happen", epilog=CLIENT_EPILOG)
@@ -227,7 +227,8 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
         "reconnections; large ones are cut to the MTU and joined again. The receiver's event stream "
         "(huddle tail) shows them as 'message' events.", epilog=CLIENT_EPILOG,
     )
-    send.add_argument("--to", required=True, metavar="UUID|all", help="a peer's UUID (see 'huddle peers --json'), or all")
+    send.add_argument("--to", required=True, metavar="NODE|all",
+                      help="a peer's name, UUID or unique UUID prefix (see 'huddle peers'), or all")
     send.add_argument("texts", nargs="+", metavar="TEXT", help="one message per argument, sent in this order")
     send.add_argument("--wait", type=float, default=10.0, metavar="SECONDS",
                       help="wait this long for room when a send buffer is full (default: 10)")
@@ -238,11 +239,11 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
         "GBYE saying why, and that UUID is never admitted again, even after a restart of either node "
         "(the list is kept in the data directory, excluded.json).", epilog=CLIENT_EPILOG,
     )
-    exclude.add_argument("uuid", metavar="UUID", help="the node to exclude (see 'huddle peers --json')")
+    exclude.add_argument("uuid", metavar="NODE", help="the node to exclude: its name, UUID or a unique UUID prefix")
     exclude.add_argument("--reason", default="excluded by hand", help="said in the GBYE and kept (default: 'excluded by hand')")
     _add_client_options(exclude)
     log_p = sub.add_parser("log", help="list events of the replicated log", epilog=CLIENT_EPILOG)
-    log_p.add_argument("--source", metavar="UUID", help="only this source's events")
+    log_p.add_argument("--source", metavar="NODE", help="only this source's events (a name, UUID or UUID prefix)")
     log_p.add_argument("--after", type=int, default=0, metavar="SEQ", help="with --source: events after this sequence")
     log_p.add_argument("--limit", type=int, default=100, metavar="N", help="at most N events (default 100, max 10000)")
     log_p.add_argument("--summary", action="store_true", help="print the version vector, counts and gaps instead")

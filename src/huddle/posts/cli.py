@@ -47,7 +47,7 @@ def add_parsers(sub: Any, client_options: Callable[[argparse.ArgumentParser], No
                  "Save the content of post ID (from 'huddle posts') to FILE.  The node checks its\n"
                  "digest before sending it, and this command checks it again.",
                  "huddle post get 3f2a...e1 -o photo.jpg")
-    get.add_argument("id", metavar="ID", help="the post's id: 40 hex digits")
+    get.add_argument("id", metavar="ID", help="the post's id (40 hex digits) or a unique prefix of it, as 'posts' shows")
     get.add_argument("-o", "--out", type=Path, required=True, metavar="FILE", help="where to write it")
     client_options(get)
     posts = sub.add_parser("posts", help="list the posts a node holds, newest first",
@@ -61,7 +61,7 @@ async def run(api: ApiClient, args: argparse.Namespace) -> tuple[Any, str]:
     """``huddle posts`` and ``huddle post add|get``: what the node answered, and the text for a person."""
     if args.command == "posts":
         posts = await api.posts(args.limit)
-        return posts, posts_text(posts)
+        return posts, posts_text(posts, {} if args.json else await api.names())
     if args.post_command == "add":
         path: Path = args.file
         try:
@@ -80,7 +80,7 @@ async def run(api: ApiClient, args: argparse.Namespace) -> tuple[Any, str]:
     h256 = hashlib.sha256()  # a sealed post's (docs/protocol.md 15.7)
     try:
         with tmp.open("wb") as w:
-            async for block in api.post_content(args.id):
+            async for block in api.post_content(meta["id"]):  # the whole id the prefix named
                 h.update(block)
                 h256.update(block)
                 w.write(block)
