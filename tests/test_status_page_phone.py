@@ -8,10 +8,13 @@ made-up one of any size (the page's own refresh draws what /api/v1/system answer
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Cluster, NodeProcess
+from conftest import Cluster, NodeProcess, http
+
+from huddle.security import GroupSecret
 
 pytestmark = pytest.mark.processes
 
@@ -141,3 +144,23 @@ def test_on_a_desktop_the_nodes_stay_a_table(cluster: Cluster, browser: Any, n: 
     assert page.locator("#graph g.node text.rates").count() == (n if expect_rates else 0)
     assert "msg/s" in page.locator("#graph g.node title").first.text_content()
     check_graph(page, n, DESKTOP["width"])
+
+
+def test_on_a_phone_the_join_panel_and_the_feed_wrap(cluster: Cluster, browser: Any, tmp_path: Path) -> None:
+    """A secured node's join panel (its code, its QR) and a live event with a long unbreakable
+    body stay inside the phone's width: the feed and the codes wrap."""
+    from playwright.sync_api import expect
+
+    key = tmp_path / "test.key"
+    GroupSecret.new("test").save(key)
+    node = cluster.start("solo", "--group-key", str(key), beacon=False)
+    page = browser.new_page(viewport=PHONE)
+    page.goto(node.api + "/")
+    expect(page.locator("#conn")).to_have_text("live", timeout=10_000)
+    expect(page.locator("#join")).to_be_visible(timeout=10_000)
+    assert http(node.api, "/api/v1/events", {"kind": "note", "body": {"text": "w" * 300}})[0] == 201
+    expect(page.locator("#feed li[data-type=event]").first).to_contain_text("w" * 50, timeout=10_000)
+    assert page.evaluate("document.scrollingElement.scrollWidth") <= PHONE["width"]
+    for part in ("#join-code", "#join-room-key", "#join-qr", "#feed li"):
+        box = page.locator(part).first.bounding_box()
+        assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"], (part, box)
