@@ -129,6 +129,7 @@ def test_on_a_phone_the_nodes_are_cards_and_nothing_scrolls_sideways(cluster: Cl
     assert len(boxes) == 3, boxes  # the links, and a table per feature
     for box in boxes:
         assert box["left"] >= 0 and box["right"] <= PHONE["width"], box
+    assert boxes[0]["height"] <= PHONE["height"] / 2, "the links scroll in a box of their own"
     check_graph(page, n, PHONE["width"])
 
 
