@@ -136,6 +136,8 @@ def event_text(e: dict[str, Any]) -> str:
         return f"* {who} is {e.get('state')}"
     if kind == "peer_refused":
         return f"! refused {e.get('endpoint')}: {e.get('reason')}"
+    if kind == "seed_silent":
+        return f"! seed {e.get('endpoint')} does not answer ({e.get('tries')} tries in {e.get('silent_s', 0):.0f} s)"
     if kind == "event":
         body = json.dumps(e.get("body"), ensure_ascii=False)
         return f"+ {e.get('source', '')[:8]}#{e.get('seq')} {e.get('kind')} {body}"
