@@ -17,7 +17,7 @@ from test_mesh_parts import FakePort
 from huddle import NodeId
 from huddle.host.narrate import Narrator
 from huddle.procs import NodeProcess
-from huddle.protocol.events import PeerJoined, PeerLeft, PeerRefused, PeerStateChanged, SeedSilent
+from huddle.protocol.events import CutOff, PeerJoined, PeerLeft, PeerRefused, PeerStateChanged, SeedSilent
 from huddle.protocol.seeds import SEED_SAY_EVERY, SEED_SILENT_AFTER, Seeds
 from huddle.protocol.session import Timing
 from huddle.render import event_text
@@ -46,6 +46,8 @@ def test_a_peer_joined_suspect_failed_and_left_each_one_line(caplog: pytest.LogC
         PeerLeft(BOB, "bob", "left", 8.0),
         PeerJoined(BOB, "bob", "tcp://127.0.0.1:6001", 9.0),
         PeerLeft(BOB, "bob", "evicted: the table is full", 10.0),
+        CutOff(True, 10.0),
+        CutOff(False, 11.0),
     ]
     for e in events:
         assert routes[type(e)](e) is False  # heard, never consumed
@@ -60,6 +62,8 @@ def test_a_peer_joined_suspect_failed_and_left_each_one_line(caplog: pytest.LogC
         "peer bob (35c9e1d4) at tcp://127.0.0.1:6001 left (said goodbye: no reason given)",
         "peer bob (35c9e1d4) at tcp://127.0.0.1:6001 joined",
         "peer bob (35c9e1d4) at tcp://127.0.0.1:6001 is gone: evicted: the table is full",
+        "cut off: no peer left (the node keeps looking for its group)",
+        "reconnected to the group",
     ]
     assert not n._where  # a peer gone leaves nothing behind
 

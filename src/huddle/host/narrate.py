@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from ..ids import NodeId
 from ..ports import Subscriber
-from ..protocol.events import PeerJoined, PeerLeft, PeerRefused, PeerStateChanged, SeedSilent
+from ..protocol.events import CutOff, PeerJoined, PeerLeft, PeerRefused, PeerStateChanged, SeedSilent
 from ..ratelog import RateLog
 
 __all__ = ["PEER_LINES", "Narrator"]
@@ -43,7 +43,7 @@ class Narrator:
 
     def subscriptions(self) -> list[tuple[tuple[type, ...], Subscriber]]:
         return [((PeerJoined,), self.joined), ((PeerStateChanged,), self.state), ((PeerLeft,), self.left),
-                ((PeerRefused,), self.refused), ((SeedSilent,), self.seed_silent)]
+                ((PeerRefused,), self.refused), ((SeedSilent,), self.seed_silent), ((CutOff,), self.cut_off)]
 
     def _who(self, peer: NodeId, name: str) -> str:
         where = self._where.get(peer)
@@ -81,4 +81,11 @@ class Narrator:
 
     def seed_silent(self, e: SeedSilent) -> bool:
         self._log.info("seed %s does not answer (%d tries in %.0f s); still trying", e.endpoint, e.tries, e.silent)
+        return False
+
+    def cut_off(self, e: CutOff) -> bool:
+        if e.cut_off:
+            self._lines.info("peer", self._clock(), "cut off: no peer left (the node keeps looking for its group)")
+        else:
+            self._lines.info("peer", self._clock(), "reconnected to the group")
         return False
