@@ -75,6 +75,8 @@ def test_members_form_a_secured_mesh_and_an_outsider_with_another_secret_is_refu
         time.sleep(0.2)
     assert _security(a.api)["stats"]["by_reason"].get("wrong-server-key", 0) >= 1
     assert cluster.mesh_complete([a, b])  # the members are unaffected
+    # The refusing member says so in words (transport/zap.py WORDS), not as a code alone.
+    wait_for(lambda: "does not know this group's secret" in a.log_path.read_text(), 10, "a's refusal in words")
 
 
 def _code(path: Path) -> str:

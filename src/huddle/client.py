@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from types import TracebackType
 from typing import Any, BinaryIO
 from urllib.parse import quote
@@ -254,20 +254,35 @@ class ApiClient:
             async for block in resp.content.iter_chunked(BLOCK):
                 yield block
 
-    async def events(self, count: int | None = None) -> AsyncIterator[dict[str, Any]]:
-        url = self.base_url + "/api/v1/events"
-        seen = 0
+    async def _texts(self, path: str, what: str) -> AsyncGenerator[str, None]:
+        """The text messages of the WebSocket at ``path`` (``what`` it streams, for the errors)."""
+        url = self.base_url + path
         try:
             async with self.session.ws_connect(url, timeout=aiohttp.ClientWSTimeout(ws_close=5.0),
                                                receive_timeout=None) as ws:
                 async for msg in ws:
                     if msg.type != aiohttp.WSMsgType.TEXT:
                         break
-                    yield json.loads(msg.data)
-                    seen += 1
-                    if count is not None and seen >= count:
-                        return
+                    yield str(msg.data)
+        except aiohttp.WSServerHandshakeError as exc:
+            raise ApiError(f"{url} refused the {what}: {exc.status} {exc.message}") from None
         except aiohttp.ClientConnectorError:
             raise ApiError(f"no huddle node answers at {self.base_url} (is it running? see --api)") from None
         except aiohttp.ClientError as exc:
-            raise ApiError(f"event stream from {url} failed: {exc}") from None
+            raise ApiError(f"{what} from {url} failed: {exc}") from None
+
+    async def monitor(self, level: str = "info") -> AsyncIterator[str]:
+        """The node's own log lines, the recent ones first, then each as it is written."""
+        async with contextlib.aclosing(self._texts(f"/api/v1/monitor?level={quote(level, safe='')}",
+                                                   "log stream")) as lines:
+            async for line in lines:
+                yield line
+
+    async def events(self, count: int | None = None) -> AsyncIterator[dict[str, Any]]:
+        seen = 0
+        async with contextlib.aclosing(self._texts("/api/v1/events", "event stream")) as texts:  # closed at return
+            async for text in texts:
+                yield json.loads(text)
+                seen += 1
+                if count is not None and seen >= count:
+                    return

@@ -32,6 +32,7 @@ from .host.events import EventRoutes
 from .host.identity import load_identity, say_security
 from .host.loop import AcceptFailures
 from .host.mesh import Whom, name_in, open_mesh
+from .host.narrate import Narrator
 from .host.recording import Recorder
 from .host.renewal import renew_identity_after
 from .ids import NodeId
@@ -240,6 +241,7 @@ class Node:
         It also returns when this identity was retired (:attr:`retired`; protocol.md 12.1):
         the data directory has a new one then, and :func:`run_node` starts a new node on it."""
         async with contextlib.AsyncExitStack() as stack:
+            stack.callback(self._say_stopped)  # the last thing done, once all is closed
             self.data_dir.lock()
             stack.callback(self.data_dir.unlock)
             stack.callback(self._renew_identity)  # after the store closed, before the unlock
@@ -293,8 +295,15 @@ class Node:
                                failed=self._network_failed)
         stack.callback(self._leave)  # stopping starts with GBYE, while everything still runs
         self.execute()
-        log.info("node %s (%s) in group %r at %s, api %s", uuid.short, cfg.name, cfg.group, endpoint, self.api_url)
+        log.info("node %s (%s) in group %r at %s, api %s, data in %s", uuid.short, cfg.name, cfg.group, endpoint,
+                 self.api_url, self.data_dir.path)
         say_security(security, identity)
+
+    def _say_stopped(self) -> None:
+        if self.started_at and self.uuid is not None:
+            why = "its identity was retired, starting again under a new one" if self.retired else "cleanly"
+            log.info("node %s (%s) stopped %s after %.0f s; data directory %s released", self.uuid.short,
+                     self.config.name, why, time.time() - self.started_at, self.data_dir.path)
 
     def _set_endpoint(self, endpoint: str) -> None:
         self.mesh.set_endpoint(endpoint, self.local_now())
@@ -357,6 +366,7 @@ class Node:
             ((IdentityRetired,), self._identity_retired),
             ((PeerExcluded,), self._save_excluded),
             ((BufferSpace,), self._driver.wake_sender),
+            *Narrator().subscriptions(),
         ]
         self._events.wire(routes)
 

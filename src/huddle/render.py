@@ -149,6 +149,8 @@ def event_text(e: dict[str, Any], names: Names = _NONE) -> str:
         return f"* {who} is {e.get('state')}"
     if kind == "peer_refused":
         return f"! refused {e.get('endpoint')}: {e.get('reason')}"
+    if kind == "seed_silent":
+        return f"! seed {e.get('endpoint')} does not answer ({e.get('tries')} tries in {e.get('silent_s', 0):.0f} s)"
     if kind == "event":
         body = json.dumps(e.get("body"), ensure_ascii=False)
         return f"+ {named(e.get('source', ''), names)}#{e.get('seq')} {e.get('kind')} {body}"

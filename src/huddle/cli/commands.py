@@ -347,6 +347,12 @@ async def _tail(api: ApiClient, args: argparse.Namespace) -> Shown:
     return None
 
 
+async def _monitor(api: ApiClient, args: argparse.Namespace) -> Shown:
+    async for line in api.monitor(args.level):
+        print(json.dumps({"line": line}, ensure_ascii=False) if args.json else line, flush=True)
+    return None
+
+
 COMMANDS: Mapping[str, Handler] = {
     # local
     "node": _node, "demo": _demo, "node-types": _node_types, "limits": _limits, "simulate": _simulate,
@@ -354,7 +360,7 @@ COMMANDS: Mapping[str, Handler] = {
     # through a node's API
     "peers": _on_api(_peers), "system": _on_api(_system), "info": _on_api(_info),
     "chat": _on_api(_chat), "emit": _on_api(_emit), "log": _on_api(_log), "exclude": _on_api(_exclude),
-    "send": _on_api(_send), "tail": _on_api(_tail),
+    "send": _on_api(_send), "tail": _on_api(_tail), "monitor": _on_api(_monitor),
 }
 
 

@@ -213,6 +213,12 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
     tail.add_argument("--count", type=int, metavar="N", help="stop after N events")
     _add_client_options(tail)
 
+    monitor = sub.add_parser("monitor", help="print the node's own log lines as it writes them (the recent "
+                             "ones first)", epilog=CLIENT_EPILOG)
+    monitor.add_argument("--level", choices=("info", "warning", "error"), default="info",
+                         help="the least severe lines shown (default: info)")
+    _add_client_options(monitor)
+
     emit = sub.add_parser(
         "emit", help="record an event in the group's replicated log", epilog=CLIENT_EPILOG,
         description="Record an event: persisted on this node, then replicated to every node of the group.",

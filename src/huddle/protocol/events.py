@@ -34,6 +34,7 @@ __all__ = [
     "PeerNew",
     "PeerRefused",
     "PeerStateChanged",
+    "SeedSilent",
     "Send",
     "ServiceEvent",
     "json_row",
@@ -194,6 +195,21 @@ class PeerRefused:
                 "time": self.time}
 
 
+@dataclass(frozen=True, slots=True)
+class SeedSilent:
+    """A seed the operator named has not answered for ``silent`` seconds (``tries`` HELOs):
+    said once, then at most once a minute while it stays silent (protocol/seeds.py)."""
+
+    endpoint: str
+    silent: float
+    tries: int
+    time: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": "seed_silent", "endpoint": self.endpoint, "silent_s": self.silent, "tries": self.tries,
+                "time": self.time}
+
+
 class ChatReceived(NamedTuple):
     """A chat line from ``peer``.  The one event that is not a dataclass: it is built for
     every CHAT received, on the round trip's path, and a NamedTuple (immutable, compared
@@ -307,4 +323,4 @@ def record_json(r: LogRecord, received_from: NodeId | None = None, *, arriving: 
 
 
 Event = (PeerJoined | PeerLeft | PeerStateChanged | PeerRefused | ChatReceived | ClockSynced | LogAppended
-         | MessageReceived | BufferSpace | PeerNew | PeerExcluded | CutOff)
+         | MessageReceived | BufferSpace | PeerNew | PeerExcluded | CutOff | SeedSilent)

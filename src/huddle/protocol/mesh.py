@@ -198,7 +198,7 @@ class Mesh:
         self._last_frame: Final = self.sessions.last_frame
         self._counts: Final = self.sessions.counts
         port = _Port(self)
-        self.seeds: Final = Seeds(self.timing, port)
+        self.seeds: Final = Seeds(self.timing, port, notify=self._notify, mesh_time=self.mesh_time)
         self._refused: Final[dict[NodeId, str]] = {}  # uuid -> incarnation refused
         self.excluded: Final[dict[NodeId, str]] = dict(excluded or {})  # uuid -> why; never admitted again
         self._reported: set[NodeId] = set()  # reported new once

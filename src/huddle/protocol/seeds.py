@@ -6,6 +6,10 @@ carry our identity too, and the seed's ROUTER would never read it while the firs
 there.  Unanswered for ``seed_reopen_after``, the connection is closed and the next try opens a
 fresh one.  The session that answers adopts the seed's connection; a seed that refuses us
 (another group, a GBYE) is not tried again.
+
+A seed silent for ``SEED_SILENT_AFTER`` seconds is said (:class:`SeedSilent`, which the node
+logs): once, then at most every ``SEED_SAY_EVERY`` seconds while it stays silent, so that a
+mistyped ``--seed`` does not leave a node running alone without a word.
 """
 
 from __future__ import annotations
@@ -15,12 +19,15 @@ from dataclasses import dataclass
 from typing import Final
 
 from ..ids import NodeId
+from .events import SeedSilent
 from .parts import Dialler
 from .session import Session, Timing
 
-__all__ = ["SEED_BACKOFF_MAX", "Seed", "Seeds"]
+__all__ = ["SEED_BACKOFF_MAX", "SEED_SAY_EVERY", "SEED_SILENT_AFTER", "Seed", "Seeds"]
 
 SEED_BACKOFF_MAX: Final = 10.0
+SEED_SILENT_AFTER: Final = 3.0  # seconds unanswered before a seed is said silent
+SEED_SAY_EVERY: Final = 60.0  # seconds between two sayings of one silent seed
 
 
 @dataclass(slots=True)
@@ -32,19 +39,31 @@ class Seed:
     backoff: float = 0.0
     peer: NodeId | None = None
     refused: str | None = None
+    silent_since: float | None = None  # the first try since it last answered (None: not tried)
+    tries: int = 0  # HELOs sent since then
+    said: float = -SEED_SAY_EVERY  # when it was last said silent
 
     @property
     def awaited(self) -> bool:
         """Our HELO to it awaits its answer on an open connection."""
         return self.conn is not None and self.peer is None
 
+    def answered(self, uuid: NodeId) -> None:
+        """``uuid`` answered here: no longer silent (said again if it falls silent again)."""
+        self.peer = uuid
+        self.silent_since, self.tries, self.said = None, 0, -SEED_SAY_EVERY
+
 
 class Seeds:
-    """The seeds by endpoint, and their retries."""
+    """The seeds by endpoint, and their retries.  ``notify`` hears a :class:`SeedSilent`,
+    timed by ``mesh_time`` (local time to the mesh's)."""
 
-    def __init__(self, timing: Timing, port: Dialler) -> None:
+    def __init__(self, timing: Timing, port: Dialler, *, notify: Callable[[SeedSilent], None] | None = None,
+                 mesh_time: Callable[[float], float] = float) -> None:
         self._timing = timing
         self._port = port
+        self._notify = notify
+        self._mesh_time = mesh_time
         self._by_endpoint: dict[str, Seed] = {}
 
     def __contains__(self, endpoint: str) -> bool:
@@ -80,9 +99,22 @@ class Seeds:
                 seed.conn = port.connect(seed.endpoint)
                 seed.opened = now
             port.send_hello(seed.conn, reply=False, to=None, now=now)
+            self._tried(seed, now)
             seed.backoff = min(SEED_BACKOFF_MAX, max(timing.seed_retry, seed.backoff * 2))
             seed.next_try = now + seed.backoff
             port.note(seed.next_try)
+
+    def _tried(self, seed: Seed, now: float) -> None:
+        """One more HELO to an unanswered ``seed``: said silent once it has been for
+        SEED_SILENT_AFTER, again SEED_SAY_EVERY later if it still is."""
+        if seed.silent_since is None:
+            seed.silent_since = now
+        seed.tries += 1
+        silent = now - seed.silent_since
+        if silent >= SEED_SILENT_AFTER and now - seed.said >= SEED_SAY_EVERY:
+            seed.said = now
+            if self._notify is not None:
+                self._notify(SeedSilent(seed.endpoint, silent, seed.tries, self._mesh_time(now)))
 
     def adopt(self, uuid: NodeId, endpoint: str) -> int | None:
         """The connection of our unanswered seed at ``endpoint``, for ``uuid``'s new session
@@ -90,7 +122,7 @@ class Seeds:
         seed = self._by_endpoint.get(endpoint)
         if seed is None or not seed.awaited:
             return None
-        seed.peer = uuid
+        seed.answered(uuid)
         return seed.conn
 
     def admitted(self, s: Session) -> None:
@@ -103,7 +135,7 @@ class Seeds:
                 if seed.conn is not None and seed.conn != s.conn:
                     self._port.disconnect(seed.conn)
                 seed.conn = s.conn
-                seed.peer = s.uuid
+                seed.answered(s.uuid)
                 s.seed = seed.endpoint
 
     def refused(self, s: Session, reason: str) -> bool:

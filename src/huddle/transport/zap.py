@@ -43,7 +43,7 @@ from ..security import OPEN_GROUP, CurveKeypair, GroupSecret, Keyring, NodeIdent
 from ..security.trust import TrustedKey, curve_public, parse_public_key
 from .accepted import monitor, monitor_events
 
-__all__ = ["ZAP_ENDPOINT", "AllowList", "CurveGuard", "CurveSetup", "DialKey", "MeshSecurity", "RefusalStats"]
+__all__ = ["WORDS", "ZAP_ENDPOINT", "AllowList", "CurveGuard", "CurveSetup", "DialKey", "MeshSecurity", "RefusalStats"]
 
 log = logging.getLogger("huddle.transport")
 
@@ -54,6 +54,13 @@ _FAILED = int(zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_N
 _REASONS = {
     int(zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC): "wrong-server-key",
     int(zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH): "no-curve",
+}
+# Each reason in words, as the log says it (the codes stay the counters' keys).
+WORDS = {
+    "key-not-admitted": "knows the group secret but its key is not admitted (not on the allow-list)",
+    "wrong-server-key": "does not know this group's secret (another group's, or a retired one)",
+    "no-curve": "has no group secret (an open node, or a plain ZeroMQ socket)",
+    "handshake": "failed the secure handshake",
 }
 
 
@@ -231,8 +238,8 @@ class CurveGuard:
             while by_address and len(by_address) >= self.max_addresses:
                 del by_address[next(iter(by_address))]
             by_address[address] = n
-        self._warnings.warning(reason, time.monotonic(), "refused a mesh connection%s: %s (%d refused so far)",
-                               f" from {address}" if address else "", reason, stats.refused_handshakes)
+        self._warnings.warning(reason, time.monotonic(), "refused a mesh connection: %s %s (%s; %d refused so far)",
+                               address or "a node", WORDS.get(reason, reason), reason, stats.refused_handshakes)
 
 
 def _user_id(public_key: bytes) -> str:
