@@ -179,6 +179,13 @@ def test_node_py_imports_no_feature_package() -> None:
     assert named == [], f"node.py imports feature packages: {named}"
 
 
+def test_node_py_stays_a_composition_root() -> None:
+    """The node wires and orders; what it does lives with its package (huddle/host/, the
+    features): node.py stays within 400 lines (docs/architecture.md, "The feature unit")."""
+    lines = len((SRC / "node.py").read_text().splitlines())
+    assert lines <= 400, f"node.py has {lines} lines: move the logic to host/ or a feature"
+
+
 def test_the_ast_scan_sees_a_feature_import(tmp_path: Path) -> None:
     path = tmp_path / "node.py"
     path.write_text("def f():\n    from .posts.service import PostService\n")

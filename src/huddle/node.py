@@ -28,11 +28,11 @@ from .driver import MeshDriver
 from .errors import CutOffReadOnly, NotRunning
 from .finders import Finders
 from .host.address import Following
-from .host.events import EventRoutes
+from .host.events import EventRoutes, snapshot_detail
 from .host.identity import load_identity, say_security
 from .host.loop import AcceptFailures
 from .host.mesh import Whom, name_in, open_mesh
-from .host.narrate import Narrator
+from .host.narrate import Narrator, say_stopped
 from .host.recording import Recorder
 from .host.renewal import renew_identity_after
 from .ids import NodeId
@@ -159,8 +159,6 @@ class Node:
         await self._driver.wait_drained(to, timeout)
         return n
 
-    # ---------------------------------------------------------- the event log
-
     @property
     def replicator(self) -> Replicator:
         """The event log's replication state machine (this node's records and its peers')."""
@@ -241,7 +239,8 @@ class Node:
         It also returns when this identity was retired (:attr:`retired`; protocol.md 12.1):
         the data directory has a new one then, and :func:`run_node` starts a new node on it."""
         async with contextlib.AsyncExitStack() as stack:
-            stack.callback(self._say_stopped)  # the last thing done, once all is closed
+            stack.callback(lambda: say_stopped(self.uuid, self.config.name, self.started_at, self.retired is not None,
+                                               self.data_dir.path))  # the last thing done, once all is closed
             self.data_dir.lock()
             stack.callback(self.data_dir.unlock)
             stack.callback(self._renew_identity)  # after the store closed, before the unlock
@@ -299,12 +298,6 @@ class Node:
                  self.api_url, self.data_dir.path)
         say_security(security, identity)
 
-    def _say_stopped(self) -> None:
-        if self.started_at and self.uuid is not None:
-            why = "its identity was retired, starting again under a new one" if self.retired else "cleanly"
-            log.info("node %s (%s) stopped %s after %.0f s; data directory %s released", self.uuid.short,
-                     self.config.name, why, time.time() - self.started_at, self.data_dir.path)
-
     def _set_endpoint(self, endpoint: str) -> None:
         self.mesh.set_endpoint(endpoint, self.local_now())
         self.execute()
@@ -337,9 +330,8 @@ class Node:
         """Every STATS_INTERVAL, from the timer loop: a statistics row with the node's
         counters and each peer's state and RTT."""
         if self._rows is not None and self._mesh is not None:
-            self._rows.snapshot(self.mesh_time(), self.info()["stats"] | {"log": self.replicator.stats.as_dict(), "peers": [
-                {"uuid": str(p.uuid), "state": p.state, "rtt_ms": None if p.rtt is None else p.rtt * 1000}
-                for p in self.peers()]})
+            self._rows.snapshot(self.mesh_time(), snapshot_detail(self.info()["stats"], self.replicator.stats.as_dict(),
+                                                                  self.peers()))
 
     def execute(self) -> None:
         """Carry out the mesh's pending actions (a feature's service asked to send)."""
@@ -349,8 +341,6 @@ class Node:
         """The features' tasks that never ran (a start failed before the task group): closed, not left."""
         for run in self._spawned:
             run.close()
-
-    # ---------------------------------------------------------------- events
 
     def _wire_events(self) -> None:
         """Who hears the protocol's events, in this order.  A subscriber that returns

@@ -15,10 +15,10 @@ from typing import Any
 
 from ..log.stats import StatRows
 from ..ports import Renderer, Subscriber
-from ..protocol import Event
+from ..protocol import Event, PeerInfo
 from ..protocol.events import NOT_STATISTICS, json_row, stat_row
 
-__all__ = ["EVENT_TYPES", "EventRoutes", "Listener"]
+__all__ = ["EVENT_TYPES", "EventRoutes", "Listener", "snapshot_detail"]
 
 log = logging.getLogger("huddle.node")
 
@@ -84,3 +84,10 @@ class EventRoutes:
             except Exception:  # a listener's bug must not stop the node
                 log.exception("event listener failed")
         return False
+
+
+def snapshot_detail(stats: dict[str, Any], log_stats: dict[str, Any], peers: Sequence[PeerInfo]) -> dict[str, Any]:
+    """A ``snapshot`` statistics row's detail: the node's counters, the log's, and each peer's
+    state and round trip (docs/export.md)."""
+    return stats | {"log": log_stats, "peers": [
+        {"uuid": str(p.uuid), "state": p.state, "rtt_ms": None if p.rtt is None else p.rtt * 1000} for p in peers]}

@@ -13,13 +13,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from ..ids import NodeId
 from ..ports import Subscriber
 from ..protocol.events import CutOff, PeerJoined, PeerLeft, PeerRefused, PeerStateChanged, SeedSilent
 from ..ratelog import RateLog
 
-__all__ = ["PEER_LINES", "Narrator"]
+__all__ = ["PEER_LINES", "Narrator", "say_stopped"]
 
 log = logging.getLogger("huddle.node")
 
@@ -89,3 +90,12 @@ class Narrator:
         else:
             self._lines.info("peer", self._clock(), "reconnected to the group")
         return False
+
+
+def say_stopped(node: NodeId | None, name: str, started_at: float, retired: bool, data_dir: Path) -> None:
+    """The node's last line, once everything is closed: how it stopped and that its data
+    directory is free (docs/configuration.md, "What a node logs")."""
+    if started_at and node is not None:
+        why = "its identity was retired, starting again under a new one" if retired else "cleanly"
+        log.info("node %s (%s) stopped %s after %.0f s; data directory %s released", node.short, name, why,
+                 time.time() - started_at, data_dir)
