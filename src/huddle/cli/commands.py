@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from .. import render
 from ..config import BUILTIN_TYPES, DEFAULT_API, NodeConfig, load_config
@@ -259,9 +260,18 @@ def _export(args: argparse.Namespace) -> int:
 
 def api_url(args: argparse.Namespace) -> str:
     """--api, else $HUDDLE_API, else the default; http:// added when no scheme is given."""
-    url: str = args.api or os.environ.get("HUDDLE_API") or f"http://{DEFAULT_API}"
-    if "://" not in url:
-        url = "http://" + url
+    given: str = args.api or os.environ.get("HUDDLE_API") or f"http://{DEFAULT_API}"
+    url = given if "://" in given else "http://" + given
+    where = "--api" if args.api else "$HUDDLE_API"
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:  # not a number, or past 65535
+        raise ConfigError(f"{where} {given!r}: the port must be a number from 1 to 65535, as in "
+                          f"http://{DEFAULT_API}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == 0:
+        raise ConfigError(f"{where} {given!r} is not a node's API: give HOST:PORT or http://HOST:PORT, as in "
+                          f"http://{DEFAULT_API} (the node prints its own as 'api http://...' when it starts)")
     return url.rstrip("/")
 
 

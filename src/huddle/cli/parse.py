@@ -11,7 +11,7 @@ from ..config import BUILTIN_TYPES, DEFAULT_API, DEFAULT_BEACON_PORT
 from ..features import default_features
 from ..ports import Feature
 
-__all__ = ["build_parser"]
+__all__ = ["build_parser", "parse_args"]
 
 NODE_EPILOG = """\
 examples, one per way of finding peers (they mix: one group may use all of them):
@@ -75,6 +75,16 @@ def _positive(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of events, got {text!r}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
     return value
@@ -210,7 +220,7 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
     _add_client_options(chat)
 
     tail = sub.add_parser("tail", help="print the node's events as they happen", epilog=CLIENT_EPILOG)
-    tail.add_argument("--count", type=int, metavar="N", help="stop after N events")
+    tail.add_argument("--count", type=_count, metavar="N", help="stop after N events (N > 0)")
     _add_client_options(tail)
 
     emit = sub.add_parser(
@@ -243,7 +253,7 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
     _add_client_options(exclude)
     log_p = sub.add_parser("log", help="list events of the replicated log", epilog=CLIENT_EPILOG)
     log_p.add_argument("--source", metavar="UUID", help="only this source's events")
-    log_p.add_argument("--after", type=int, default=0, metavar="SEQ", help="with --source: events after this sequence")
+    log_p.add_argument("--after", type=int, metavar="SEQ", help="with --source: events after this sequence")
     log_p.add_argument("--limit", type=int, default=100, metavar="N", help="at most N events (default 100, max 10000)")
     log_p.add_argument("--summary", action="store_true", help="print the version vector, counts and gaps instead")
     _add_client_options(log_p)
@@ -440,3 +450,31 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
                       help="where the audit writes its tables and report.html (default: a new directory "
                       "huddle-demo-audit-* in the system's temporary directory, kept)")
     return parser
+
+
+def _chosen(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The deepest (sub)command parser ``args`` went through: ``huddle group new`` gives ``new``'s."""
+    for action in parser._actions:  # argparse keeps its subparsers only here
+        if isinstance(action, argparse._SubParsersAction):
+            name = getattr(args, action.dest, None)
+            if name in action.choices:
+                return _chosen(action.choices[name], args)
+    return parser
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """``argv`` as ``parser`` reads it, but a flag the command does not know, or flags that do not
+    go together, get the command's own usage (argparse gives the top level's for an unknown flag)."""
+    args, extra = parser.parse_known_args(argv)
+    chosen = _chosen(parser, args)
+    if extra:
+        chosen.error(f"unrecognized arguments: {' '.join(extra)}")
+    if args.command == "log":
+        if args.after is not None and args.source is None:
+            chosen.error("--after needs --source: a sequence number counts one source's events")
+        if args.after is not None and args.after < 0:
+            chosen.error(f"--after must be 0 or more, got {args.after}")
+        if not 1 <= args.limit <= 10000:
+            chosen.error(f"--limit must be between 1 and 10000, got {args.limit}")
+        args.after = args.after or 0
+    return args
