@@ -266,6 +266,7 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
     export.add_argument("--data-dir", type=Path, required=True, metavar="DIR", help="the node's data directory")
     export.add_argument("--out", type=Path, required=True, metavar="PATH", help="output file (or directory for parquet)")
     export.add_argument("--format", choices=["parquet", "jsonl"], default="parquet", help="default: parquet")
+    export.add_argument("--json", action="store_true", help="print JSON instead of text")
 
     repair = sub.add_parser(
         "repair", help="check a stopped node's log; if damaged, keep what verifies and take a new identity",
@@ -279,6 +280,7 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
     repair.add_argument("--new-identity", action="store_true",
                         help="take a new identity even if the log verifies: a new node key and the id it gives (a "
                         "data directory made before ids came from keys needs it to join a group with a secret)")
+    repair.add_argument("--json", action="store_true", help="print JSON instead of text")
 
     sim = sub.add_parser(
         "simulate", help="run the deterministic simulator and check that every node converges",
@@ -316,6 +318,7 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
                           "their own (always through the codec; --loss, --partitions and --crashes do not apply)")
     sim.add_argument("--attacks", type=int, default=40, metavar="K",
                      help="with --hostile: how many bursts the hostile node sends (default: 40)")
+    sim.add_argument("--json", action="store_true", help="print every run's result as JSON instead of text")
 
     pipe = sub.add_parser(
         "pipeline", help="the audit pipeline on Apache Spark: did every node get everything, how fast, same document?",
@@ -421,8 +424,10 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
     g_new.add_argument("name", metavar="NAME", help="the group's name (what nodes give as --group)")
     g_new.add_argument("--out", type=Path, metavar="FILE", help="where to write it (default: NAME.key here); "
                        "never overwritten")
+    g_new.add_argument("--json", action="store_true", help="print JSON instead of text")
     g_show = group_sub.add_parser("show", help="print a group file's name, key id and join code")
     g_show.add_argument("file", type=Path, metavar="FILE", help="a group file")
+    g_show.add_argument("--json", action="store_true", help="print JSON instead of text")
     # Rotating the secret of a running group (docs/security.md): each step on every member.
     g_keys = group_sub.add_parser("keys", help="the keys a running node holds: in use, installed, retired")
     g_install = group_sub.add_parser("install", help="rotation, step 1: install a new secret of the group beside "
