@@ -86,3 +86,23 @@ def test_group_export_and_repair_speak_json(tmp_path: Path, capsys: pytest.Captu
     exported = json.loads(capsys.readouterr().out)
     assert exported == {"events": 49, "out": str(out), "format": "jsonl"}
     assert len((out / "events.jsonl").read_text().splitlines()) == 49
+
+
+def test_pipeline_run_speaks_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from huddle.pipeline import jobs  # PySpark: only this test of the file loads it
+
+    ran: list[object] = []
+
+    def run_session(inputs: object, output: object, **kw: object) -> jobs.Summary:
+        ran.append((inputs, output))
+        return jobs.Summary(rows=300, nodes=3, groups=1, events=300, missing_ranges=1, missing_events=7,
+                            conflicts=0, gap_events=0, divergent=[], tables=["missing", "summary"])
+
+    monkeypatch.setattr(jobs, "run_session", run_session)  # the session's work is test_pipeline.py's
+    out = str(tmp_path / "audit")
+    assert main(["pipeline", "run", "--input", str(tmp_path), "--output", out, "--json"]) == 3
+    got = json.loads(capsys.readouterr().out)
+    assert ran == [([str(tmp_path)], out)]
+    assert (got["nodes"], got["missing_events"], got["converged"], got["output"]) == (3, 7, False, out)
+    assert got["tables"] == ["missing", "summary"] and got["worst_p99"] is None

@@ -168,9 +168,12 @@ def _pipeline(args: argparse.Namespace) -> int:
     check_inputs(args.input)  # before Spark takes its seconds to start
     summary = run_session(args.input, args.output, jobs=jobs, master=args.master, conf=conf,
                           window_seconds=args.window)
-    for line in summary.lines():
-        print(line)
-    print(f"tables and report.html in {args.output}: {', '.join(summary.tables)}")
+    if args.json:  # the headline numbers as the jobs found them (None: the job that finds it did not run)
+        print(json.dumps(asdict(summary) | {"converged": summary.converged, "output": args.output}, indent=2))
+    else:
+        for line in summary.lines():
+            print(line)
+        print(f"tables and report.html in {args.output}: {', '.join(summary.tables)}")
     return 0 if summary.converged is not False else 3
 
 

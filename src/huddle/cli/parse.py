@@ -359,6 +359,7 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
                        help="throughput window (default: 1 s)")
     p_run.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                        help="extra Spark setting, repeatable (e.g. --conf spark.driver.memory=8g)")
+    p_run.add_argument("--json", action="store_true", help="print the run's headline numbers as JSON instead of text")
 
     broker = sub.add_parser(
         "broker", help="run a naming broker: nodes find each other through it, data goes peer to peer",
