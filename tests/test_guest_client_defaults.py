@@ -9,6 +9,7 @@ import asyncio
 import socket
 
 import pytest
+from aiohttp import web
 from conftest import Cluster, free_port
 from test_guest_processes import guest_names, start_host
 
@@ -51,3 +52,33 @@ def test_a_guest_given_a_loopback_node_finds_its_room_without_settings(cluster: 
             await Guest("x", node=plain.api).start(5)
 
     asyncio.run(run())
+
+
+@pytest.mark.parametrize("status, body", [
+    (200, b"not json"), (200, b"[1, 2]"), (200, b'{"room": 5, "marco_port": 1030}'),
+    (200, b'{"room": "r", "marco_port": 70000}'), (200, b'{"room": "r", "marco_port": true}'),
+    (200, b'{"room": "r", "marco_port": 1030, "pad": "' + b"x" * (2 << 20) + b'"}'), (500, b"oops"),
+])
+def test_a_node_answering_nonsense_for_its_room_is_a_guest_error(status: int, body: bytes) -> None:
+    async def run() -> str:
+        async def room(request: web.Request) -> web.Response:
+            return web.Response(status=status, body=body, content_type="application/json")
+
+        app = web.Application()
+        app.router.add_get("/api/v1/guests", room)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        try:
+            guest = Guest("x", node=f"127.0.0.1:{port}")
+            with pytest.raises(GuestError) as exc:
+                await guest.start(2)
+            assert guest._server is None  # refused before anything opened or sent
+            return str(exc.value)
+        finally:
+            await runner.cleanup()
+
+    message = asyncio.run(run())
+    assert "127.0.0.1" in message and ("not a room" in message or f"answered {status}" in message), message

@@ -80,19 +80,29 @@ def _node_url(node: str) -> str:
     return url.rstrip("/")
 
 
+_ROOM_ANSWER_MAX = 1 << 20  # octets of GET /api/v1/guests read; a room's answer is far smaller
+
+
 def _room_of(url: str, token: str) -> dict[str, Any]:
     """``GET /api/v1/guests`` of the node at ``url``: its room's name and ports (blocking)."""
     request = urllib.request.Request(url + "/api/v1/guests",  # noqa: S310 - http(s) only: _node_url
                                      headers={"Authorization": f"Bearer {token}"} if token else {})
     try:
         with urllib.request.urlopen(request, timeout=5) as resp:  # noqa: S310 - the node the caller named
-            room: dict[str, Any] = json.loads(resp.read())
+            raw = resp.read(_ROOM_ANSWER_MAX + 1)
     except urllib.error.HTTPError as exc:
         if exc.code == 409:
             raise GuestError(f"the node at {url} does not host guests: start it with --guests") from None
-        raise GuestError(f"the node at {url} answered {exc.code} for its room: {exc.read()[:200]!r}") from None
-    except (OSError, ValueError) as exc:
+        raise GuestError(f"the node at {url} answered {exc.code} for its room") from None
+    except (OSError, ValueError) as exc:  # refused, timed out, not HTTP
         raise GuestError(f"no huddle node answers at {url} ({exc})") from None
+    try:
+        room = json.loads(raw) if len(raw) <= _ROOM_ANSWER_MAX else None
+    except ValueError:
+        room = None
+    if not (isinstance(room, dict) and isinstance(room.get("room"), str) and type(room.get("marco_port")) is int
+            and 0 < room["marco_port"] < 65536):
+        raise GuestError(f"the node at {url} answered something that is not a room (is it a huddle node's API?)")
     return room
 
 
