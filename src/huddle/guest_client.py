@@ -28,9 +28,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
+import json
 import logging
+import os
 import socket
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Any
@@ -55,6 +61,49 @@ from .guests.room import ROOM_KEY_OPTION
 __all__ = ["Guest", "GuestError"]
 
 log = logging.getLogger("huddle.guest")
+
+LAN_BROADCAST = "255.255.255.255"  # marcos with no node named: every host of the LAN the route leaves by
+LOOPBACK_BROADCAST = "127.255.255.255"  # marcos to the nodes of this machine that listen on loopback
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def _node_url(node: str) -> str:
+    url = node if "://" in node else "http://" + node
+    if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+        raise GuestError(f"node={node!r} is not a node's API: give HOST:PORT or http://HOST:PORT")
+    return url.rstrip("/")
+
+
+_ROOM_ANSWER_MAX = 1 << 20  # octets of GET /api/v1/guests read; a room's answer is far smaller
+
+
+def _room_of(url: str, token: str) -> dict[str, Any]:
+    """``GET /api/v1/guests`` of the node at ``url``: its room's name and ports (blocking)."""
+    request = urllib.request.Request(url + "/api/v1/guests",  # noqa: S310 - http(s) only: _node_url
+                                     headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(request, timeout=5) as resp:  # noqa: S310 - the node the caller named
+            raw = resp.read(_ROOM_ANSWER_MAX + 1)
+    except urllib.error.HTTPError as exc:
+        if exc.code == 409:
+            raise GuestError(f"the node at {url} does not host guests: start it with --guests") from None
+        raise GuestError(f"the node at {url} answered {exc.code} for its room") from None
+    except (OSError, ValueError) as exc:  # refused, timed out, not HTTP
+        raise GuestError(f"no huddle node answers at {url} ({exc})") from None
+    try:
+        room = json.loads(raw) if len(raw) <= _ROOM_ANSWER_MAX else None
+    except ValueError:
+        room = None
+    if not (isinstance(room, dict) and isinstance(room.get("room"), str) and type(room.get("marco_port")) is int
+            and 0 < room["marco_port"] < 65536):
+        raise GuestError(f"the node at {url} answered something that is not a room (is it a huddle node's API?)")
+    return room
 
 
 class GuestError(Exception):
@@ -84,19 +133,28 @@ class Guest:
         heartbeat: float = 2.0,
         heartbeat_ack: bool = False,
         host: tuple[str, int] | None = None,
-        marco_address: str = "255.255.255.255",
-        marco_port: int = 1030,
+        node: str | None = None,
+        marco_address: str | None = None,
+        marco_port: int | None = None,
         marco_interval: float = 1.0,
-        listen: str = "0.0.0.0",
+        listen: str | None = None,
         reconnect: bool = True,
         dialect: str = "python",
         version: str = __version__,
         room_key: str = "",
+        token: str | None = None,
     ) -> None:
         """``host`` (IP, TCP port) skips discovery; otherwise marcos go to
         ``marco_address``:``marco_port`` every ``marco_interval`` seconds.
         ``listen`` is where the guest's own TCP server listens (port chosen
-        by the system); use "127.0.0.1" when the host is on this machine.
+        by the system).
+
+        ``node``: the API (HOST:PORT or its URL) of a node of the room; the defaults follow
+        it: the room and the marco port are the node's own (``GET /api/v1/guests``, with
+        ``token`` or $HUDDLE_TOKEN where its API wants one), and for a node on loopback the
+        marcos go to 127.255.255.255 and the guest listens on 127.0.0.1.  Without it (or
+        ``host``, on loopback, which sets ``listen`` alike) marcos go to 255.255.255.255,
+        port 1030, and the guest listens on every address: a LAN's devices.
         ``room_key``: a keyed room's key (a secured group's: ``huddle group show``,
         the status page), sent in register's options; a keyed room refuses a guest
         without it (its ``error`` lands in :attr:`errors`)."""
@@ -107,10 +165,16 @@ class Guest:
         self.heartbeat = heartbeat
         self.heartbeat_ack = heartbeat_ack
         self.fixed_host = host
-        self.marco_address = marco_address
-        self.marco_port = marco_port
+        self.node = node
+        self.token = token
+        near_host = host[0] if host is not None else None if node is None else urllib.parse.urlsplit(
+            _node_url(node)).hostname
+        near = near_host is not None and _is_loopback(near_host)  # a node on this machine, on loopback
+        self.marco_address = marco_address or (LOOPBACK_BROADCAST if near else LAN_BROADCAST)
+        self.marco_port = marco_port or 1030  # or the node's own, read as the guest starts
+        self._marco_port_given = marco_port is not None
         self.marco_interval = marco_interval
-        self.listen = listen
+        self.listen = listen or ("127.0.0.1" if near else "0.0.0.0")
         self.reconnect = reconnect
         self.dialect = dialect
         self.version = version
@@ -138,6 +202,12 @@ class Guest:
         """Open our server, find a host, register; returns once the host has
         connected back to our port, which it does after it took in the
         registration: every event said in the room after that reaches us."""
+        if self.node is not None and self.fixed_host is None:
+            url = _node_url(self.node)
+            room = await asyncio.to_thread(_room_of, url, self.token or os.environ.get("HUDDLE_TOKEN", ""))
+            self.room = self.room or str(room["room"])
+            if not self._marco_port_given:
+                self.marco_port = int(room["marco_port"])
         self._server = await asyncio.start_server(self._host_connected, self.listen, 0)
         self.port = int(self._server.sockets[0].getsockname()[1])
         self._runner = asyncio.create_task(self._run())
@@ -146,7 +216,9 @@ class Guest:
             await asyncio.wait_for(self.registered.wait(), timeout)
         except TimeoutError:
             await self.close()
-            raise GuestError(f"no host of room {self.room!r} answered within {timeout} s") from None
+            raise GuestError(f"no host of room {self.room!r} answered within {timeout} s (marcos sent to "
+                             f"{self.marco_address}:{self.marco_port}; a node on this machine: pass "
+                             "node='HOST:PORT', its API)") from None
         back = asyncio.ensure_future(self.connected_back.wait())
         refused = asyncio.ensure_future(self._refused.wait())  # an error on our connection: it is closed
         _, pending = await asyncio.wait((back, refused), timeout=max(0.0, deadline - time.monotonic()),

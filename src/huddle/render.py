@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 __all__ = [
-    "doc_apply_text", "doc_history_text", "event_text", "feature_tables", "guests_text", "info_text", "jams_text",
-    "limits_text", "log_summary_text", "log_text", "named", "peers_text", "posts_text", "size_text", "system_text",
-    "table", "types_text",
+    "doc_apply_text", "doc_history_text", "event_text", "feature_tables", "fields_text", "guests_text", "info_text",
+    "jams_text", "limits_text", "local_time", "log_summary_text", "log_text", "named", "peers_text", "posts_text",
+    "simulate_text", "size_text", "system_text", "table", "types_text",
 ]
 
 Names = Mapping[str, str]  # a node's id (32 hex) or key fingerprint -> its name (ApiClient.names)
@@ -128,8 +129,54 @@ def limits_text(rows: Sequence[tuple[str, object, str]]) -> str:
     return "\n".join(f"{key:<{width}}  {value!s:>12}  {about}" for key, value, about in rows)
 
 
+def local_time(t: float) -> str:
+    """Seconds since the epoch as this machine's local time, ISO 8601 with its offset (to the ms)."""
+    return datetime.fromtimestamp(t).astimezone().isoformat(timespec="milliseconds")
+
+
+def _value(key: str, v: object) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float) and (key == "time" or key.endswith("_at")):
+        return local_time(v)
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, list) and all(not isinstance(x, dict | list) for x in v):
+        return ", ".join(_value("", x) for x in v) or "-"
+    return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+
+
+def fields_text(fields: Mapping[str, Any], indent: str = "") -> str:
+    """A JSON object as aligned ``key  value`` lines, an object within it as its own block
+    indented below its key; times (a ``time`` or ``*_at`` key) local and ISO, None as "-"."""
+    width = max((len(k) for k in fields), default=0)
+    lines = []
+    for k, v in fields.items():
+        if isinstance(v, dict) and v:
+            lines += [f"{indent}{k}", fields_text(v, indent + "  ")]
+        else:
+            lines.append(f"{indent}{k.replace('_', ' '):<{width}}  {_value(k, v)}")
+    return "\n".join(lines)
+
+
 def info_text(info: dict[str, Any]) -> str:
-    return "\n".join(f"{k}: {v}" for k, v in info.items() if k != "stats")
+    """``huddle info``: the node's fields aligned (its counters are ``--json``'s)."""
+    return fields_text({k: v for k, v in info.items() if k != "stats"})
+
+
+def simulate_text(result: Mapping[str, Any], wall_seconds: float, *, counters: bool) -> str:
+    """One run of ``huddle simulate`` (:class:`huddle.sim.ScenarioResult` as a dict): its line,
+    then, with ``counters``, the counters that moved, aligned."""
+    status = "converged" if result["converged"] else "DIVERGED"
+    line = (f"seed {result['seed']}: {status}: {result['nodes']} nodes, {result['events']} events, "
+            f"{result['sim_seconds']:.1f} simulated s in {wall_seconds:.1f} s")
+    moved = {k: v for k, v in result["stats"].items() if v}
+    if not counters or not moved:
+        return line
+    rest = len(result["stats"]) - len(moved)
+    return "\n".join([line, fields_text(moved, "  ")] + ([f"  ({rest} other counters 0)"] if rest else []))
 
 
 def event_text(e: dict[str, Any], names: Names = _NONE) -> str:
@@ -169,10 +216,12 @@ def event_text(e: dict[str, Any], names: Names = _NONE) -> str:
     return json.dumps(e, ensure_ascii=False)
 
 
+
 def log_text(events: list[dict[str, Any]], names: Names = _NONE) -> str:
+    """``huddle log``: a line per event, its time (the source's clock, local ISO) first."""
     return "\n".join(
-        f"{named(e['source'], names)}#{e['seq']:<6} {e['kind']:<16} {json.dumps(e['body'], ensure_ascii=False)}"
-        for e in events
+        f"{local_time(e['timestamp'])}  {named(e['source'], names)}#{e['seq']:<6} {e['kind']:<16} "
+        f"{json.dumps(e['body'], ensure_ascii=False)}" for e in events
     ) or "no events"
 
 

@@ -9,6 +9,7 @@ they need not import each other.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping
@@ -26,7 +27,7 @@ from .guard import ApiCounters, BadInput, ConnectionGuard, parse_json
 from .ports import ApiNode
 
 __all__ = ["HOLD_WRITES", "NODE_KEY", "READ_JSON_KEY", "STATE_KEY", "ApiState", "ReadJson", "error_response",
-           "file_response", "parse_strict", "read_body"]
+           "file_response", "page_response", "parse_strict", "read_body"]
 
 log = logging.getLogger("huddle.api")
 
@@ -138,6 +139,38 @@ class _File(web.FileResponse):
         return await super().prepare(request)
 
 
+@functools.cache
+def _page(path: Path) -> bytes:
+    return path.read_bytes()
+
+
+def _bad_range(request: web.Request, size: int) -> web.Response:
+    request.app[STATE_KEY].counters.bad_range += 1
+    resp = error_response(416, f"the Range {request.headers[hdrs.RANGE][:100]!r} is not one range of "
+                               f"bytes within the {size} octets here")
+    resp.headers[hdrs.CONTENT_RANGE] = f"bytes */{size}"
+    return resp
+
+
+def page_response(request: web.Request, path: Path, content_type: str) -> web.Response:
+    """One of the API's own pages (a file that ships with the package), read once and answered
+    from memory with ``Cache-Control: no-cache``; a ``Range`` as :func:`file_response` takes it.
+    Not a FileResponse: a client that leaves before the page is out (a browser reloading) is then
+    a closed connection, never aiohttp's sendfile path failing on it."""
+    body = _page(path)
+    size = len(body)
+    headers = {"Cache-Control": "no-cache", hdrs.ACCEPT_RANGES: "bytes"}
+    if hdrs.RANGE not in request.headers or request.if_range is not None:  # If-Range: the whole page, always fresh
+        return web.Response(body=body, content_type=content_type, charset="utf-8", headers=headers)
+    if not _range_satisfiable(request, size):
+        return _bad_range(request, size)
+    rng = request.http_range
+    first, stop, _ = rng.indices(size)
+    headers[hdrs.CONTENT_RANGE] = f"bytes {first}-{stop - 1}/{size}"
+    return web.Response(status=206, body=body[first:stop], content_type=content_type, charset="utf-8",
+                        headers=headers)
+
+
 def file_response(request: web.Request, path: Path, headers: Mapping[str, str]) -> web.StreamResponse:
     """``path`` as aiohttp serves files (206 for a range), but a ``Range`` header that is
     malformed or starts past the end gets a plain 416 with ``Content-Range: bytes */SIZE``
@@ -146,9 +179,5 @@ def file_response(request: web.Request, path: Path, headers: Mapping[str, str]) 
     size = st.st_size
     if_range = request.if_range
     if (if_range is None or st.st_mtime <= if_range.timestamp()) and not _range_satisfiable(request, size):
-        request.app[STATE_KEY].counters.bad_range += 1
-        resp = error_response(416, f"the Range {request.headers[hdrs.RANGE][:100]!r} is not one range of "
-                                   f"bytes within the {size} octets here")
-        resp.headers[hdrs.CONTENT_RANGE] = f"bytes */{size}"
-        return resp
+        return _bad_range(request, size)
     return _File(path, headers=headers)

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from ..doc import DocEngine, OperationError, jams, parse_json_ops, parse_ops, to_json, to_xml
-from .common import HOLD_WRITES, NODE_KEY, STATE_KEY, file_response, parse_strict, read_body
+from .common import HOLD_WRITES, NODE_KEY, STATE_KEY, page_response, parse_strict, read_body
 from .common import error_response as _error
 
 __all__ = ["DOC_KEY", "DocPort", "DocsPort", "add_doc_routes"]
@@ -133,7 +133,7 @@ async def _post_jam(request: web.Request) -> web.Response:
 
 
 async def _get_bout_page(request: web.Request) -> web.StreamResponse:
-    return file_response(request, _STATIC / "bout.html", {"Cache-Control": "no-cache"})
+    return page_response(request, _STATIC / "bout.html", "text/html")
 
 
 def add_doc_routes(app: web.Application, doc: DocsPort) -> None:

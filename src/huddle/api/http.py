@@ -34,7 +34,7 @@ from ..protocol.delivery import BufferFull
 from ..protocol.events import LogAppended, record_json
 from ..security import load_or_create_token, token_matches
 from ..wire import MAX_BODY
-from .common import HOLD_WRITES, NODE_KEY, READ_JSON_KEY, STATE_KEY, ApiState, file_response, parse_strict, read_body
+from .common import HOLD_WRITES, NODE_KEY, READ_JSON_KEY, STATE_KEY, ApiState, page_response, parse_strict, read_body
 from .common import error_response as _error
 from .guard import (
     SIMPLE_TYPES,
@@ -114,8 +114,11 @@ async def _door(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         resp = await handler(request)
         if not resp.prepared:  # written here, so the connection is busy until its answer is out
-            await resp.prepare(request)
-            await resp.write_eof()
+            try:
+                await resp.prepare(request)
+                await resp.write_eof()
+            except ConnectionError:  # the client left first: aiohttp, writing it again, takes it quietly
+                pass
         return resp
     finally:
         state.guard.finished(key, loop.time())
@@ -449,12 +452,11 @@ _STATIC = Path(__file__).parent / "static"
 
 
 async def _get_status_page(request: web.Request) -> web.StreamResponse:
-    return file_response(request, _STATIC / "status.html", {"Cache-Control": "no-cache"})
+    return page_response(request, _STATIC / "status.html", "text/html")
 
 
 async def _get_guest_js(request: web.Request) -> web.StreamResponse:
-    return file_response(request, _STATIC / "guest.js", {"Cache-Control": "no-cache",
-                                                         "Content-Type": "text/javascript; charset=utf-8"})
+    return page_response(request, _STATIC / "guest.js", "text/javascript")
 
 
 def _login_page(next_path: str, message: str = "", status: int = 200) -> web.Response:

@@ -9,14 +9,14 @@ from collections.abc import Sequence
 
 from ..errors import ConfigError, HuddleError
 from .commands import handler_of
-from .parse import build_parser
+from .parse import build_parser, parse_args
 
 __all__ = ["main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv)
     if args.command is None:
         parser.print_help()
         return 2

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from .. import render
 from ..config import BUILTIN_TYPES, DEFAULT_API, NodeConfig, load_config
@@ -80,10 +81,11 @@ def _simulate(args: argparse.Namespace) -> int:
     started = time.monotonic()
 
     def progress(text: str) -> None:
-        if args.runs == 1:
+        if args.runs == 1 and not args.json:
             print(f"  [{time.monotonic() - started:6.1f} s] {text}", flush=True)
 
     failed = 0
+    runs: list[dict[str, Any]] = []
     for seed in range(args.seed, args.seed + args.runs):
         if args.hostile:
             result = run_hostile_scenario(seed=seed, nodes=args.nodes, events=args.events, attacks=args.attacks)
@@ -95,16 +97,21 @@ def _simulate(args: argparse.Namespace) -> int:
                 export=args.export if args.runs == 1 else None, export_format=args.format, wire=args.codec,
                 progress=progress,
             )
-        status = "converged" if result.converged else "DIVERGED"
-        print(f"seed {seed}: {status}: {result.nodes} nodes, {result.events} events, "
-              f"{result.sim_seconds:.1f} simulated s in {time.monotonic() - started:.1f} s, {result.stats}")
+        run = asdict(result) | {"wall_seconds": round(time.monotonic() - started, 3)}
         started = time.monotonic()
+        failed += not result.converged
+        if args.json:
+            runs.append(run)
+            continue
+        print(render.simulate_text(run, run["wall_seconds"], counters=args.runs == 1))
         if not result.converged:
-            failed += 1
             for problem in result.problems[:10]:
                 print(f"  {problem}")
             print(f"  rerun: {result.rerun}")
-    if args.export and args.runs == 1:
+    if args.json:  # every run, its problems all and its counters, as the simulator gave them
+        print(json.dumps({"runs": runs, "failed": failed, "export": args.export if args.runs == 1 else None},
+                         indent=2))
+    elif args.export and args.runs == 1:
         print(f"exported every node's log to {args.export}")
     return 1 if failed else 0
 
@@ -161,9 +168,12 @@ def _pipeline(args: argparse.Namespace) -> int:
     check_inputs(args.input)  # before Spark takes its seconds to start
     summary = run_session(args.input, args.output, jobs=jobs, master=args.master, conf=conf,
                           window_seconds=args.window)
-    for line in summary.lines():
-        print(line)
-    print(f"tables and report.html in {args.output}: {', '.join(summary.tables)}")
+    if args.json:  # the headline numbers as the jobs found them (None: the job that finds it did not run)
+        print(json.dumps(asdict(summary) | {"converged": summary.converged, "output": args.output}, indent=2))
+    else:
+        for line in summary.lines():
+            print(line)
+        print(f"tables and report.html in {args.output}: {', '.join(summary.tables)}")
     return 0 if summary.converged is not False else 3
 
 
@@ -178,6 +188,13 @@ def _repair(args: argparse.Namespace) -> int:
         done = repair(args.data_dir, new_id=lambda: renew_identity(args.data_dir).node_id, always=args.new_identity)
     finally:
         data_dir.unlock()
+    if args.json:  # what the repair did, as its parts say it
+        print(json.dumps({"data_dir": str(args.data_dir), "repaired": done.new_id is not None,
+                          "problems": list(done.problems), "kept": done.kept, "dropped": done.dropped,
+                          "unreadable": done.unreadable, "aside": None if done.aside is None else str(done.aside),
+                          "new_id": None if done.new_id is None else str(done.new_id),
+                          "old_id": None if done.old_id is None else str(done.old_id)}, indent=2))
+        return 0
     if done.new_id is None:
         print(f"the log in {args.data_dir} verifies: nothing to repair")
         return 0
@@ -200,6 +217,10 @@ def _group(args: argparse.Namespace) -> int:
         secret = GroupSecret.new(args.name)
         out = args.out or Path("".join(c if c.isalnum() or c in "._-" else "_" for c in args.name) + ".key")
         secret.save(out)
+        if args.json:
+            print(json.dumps({"group": secret.group, "file": str(out), "key_id": secret.key_id, "code": secret.code},
+                             indent=2, ensure_ascii=False))
+            return 0
         print(f"group {secret.group!r}: secret written to {out} (mode 0600), key id {secret.key_id}")
         print(f"join code (give it to members only; with the group's name it gives the secret):\n  {secret.code}")
         print(f"members join with: huddle node --group-key {out}   or   huddle node --group {secret.group} "
@@ -208,6 +229,10 @@ def _group(args: argparse.Namespace) -> int:
               "admit only the node keys each trusts (huddle trust add)")
         return 0
     secret = load_group_file(args.file)
+    if args.json:
+        print(json.dumps({"group": secret.group, "file": str(args.file), "key_id": secret.key_id,
+                          "code": secret.code, "room_key": secret.room_key_text()}, indent=2, ensure_ascii=False))
+        return 0
     print(f"group: {secret.group}\nkey id: {secret.key_id}\njoin code: {secret.code}")
     print(f"room key (guests give it in register's options: docs/guests.md): {secret.room_key_text()}")
     return 0
@@ -251,7 +276,10 @@ def _export(args: argparse.Namespace) -> int:
     from ..log.export import export  # noqa: PLC0415 - deferred: only this command exports
 
     count = export(args.data_dir, args.out, args.format)
-    print(f"exported {count} events to {args.out}")
+    if args.json:
+        print(json.dumps({"events": count, "out": str(args.out), "format": args.format}))
+    else:
+        print(f"exported {count} events to {args.out}")
     return 0
 
 
@@ -259,9 +287,18 @@ def _export(args: argparse.Namespace) -> int:
 
 def api_url(args: argparse.Namespace) -> str:
     """--api, else $HUDDLE_API, else the default; http:// added when no scheme is given."""
-    url: str = args.api or os.environ.get("HUDDLE_API") or f"http://{DEFAULT_API}"
-    if "://" not in url:
-        url = "http://" + url
+    given: str = args.api or os.environ.get("HUDDLE_API") or f"http://{DEFAULT_API}"
+    url = given if "://" in given else "http://" + given
+    where = "--api" if args.api else "$HUDDLE_API"
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:  # not a number, or past 65535
+        raise ConfigError(f"{where} {given!r}: the port must be a number from 1 to 65535, as in "
+                          f"http://{DEFAULT_API}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == 0:
+        raise ConfigError(f"{where} {given!r} is not a node's API: give HOST:PORT or http://HOST:PORT, as in "
+                          f"http://{DEFAULT_API} (the node prints its own as 'api http://...' when it starts)")
     return url.rstrip("/")
 
 

@@ -11,7 +11,7 @@ from ..config import BUILTIN_TYPES, DEFAULT_API, DEFAULT_BEACON_PORT
 from ..features import default_features
 from ..ports import Feature
 
-__all__ = ["build_parser"]
+__all__ = ["build_parser", "parse_args"]
 
 NODE_EPILOG = """\
 examples, one per way of finding peers (they mix: one group may use all of them):
@@ -75,6 +75,16 @@ def _positive(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of events, got {text!r}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
     return value
@@ -210,7 +220,7 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
     _add_client_options(chat)
 
     tail = sub.add_parser("tail", help="print the node's events as they happen", epilog=CLIENT_EPILOG)
-    tail.add_argument("--count", type=int, metavar="N", help="stop after N events")
+    tail.add_argument("--count", type=_count, metavar="N", help="stop after N events (N > 0)")
     _add_client_options(tail)
 
     monitor = sub.add_parser("monitor", help="print the node's own log lines as it writes them (the recent "
@@ -250,7 +260,7 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
     _add_client_options(exclude)
     log_p = sub.add_parser("log", help="list events of the replicated log", epilog=CLIENT_EPILOG)
     log_p.add_argument("--source", metavar="NODE", help="only this source's events (a name, UUID or UUID prefix)")
-    log_p.add_argument("--after", type=int, default=0, metavar="SEQ", help="with --source: events after this sequence")
+    log_p.add_argument("--after", type=int, metavar="SEQ", help="with --source: events after this sequence")
     log_p.add_argument("--limit", type=int, default=100, metavar="N", help="at most N events (default 100, max 10000)")
     log_p.add_argument("--summary", action="store_true", help="print the version vector, counts and gaps instead")
     _add_client_options(log_p)
@@ -263,6 +273,7 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
     export.add_argument("--data-dir", type=Path, required=True, metavar="DIR", help="the node's data directory")
     export.add_argument("--out", type=Path, required=True, metavar="PATH", help="output file (or directory for parquet)")
     export.add_argument("--format", choices=["parquet", "jsonl"], default="parquet", help="default: parquet")
+    export.add_argument("--json", action="store_true", help="print JSON instead of text")
 
     repair = sub.add_parser(
         "repair", help="check a stopped node's log; if damaged, keep what verifies and take a new identity",
@@ -276,6 +287,7 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
     repair.add_argument("--new-identity", action="store_true",
                         help="take a new identity even if the log verifies: a new node key and the id it gives (a "
                         "data directory made before ids came from keys needs it to join a group with a secret)")
+    repair.add_argument("--json", action="store_true", help="print JSON instead of text")
 
     sim = sub.add_parser(
         "simulate", help="run the deterministic simulator and check that every node converges",
@@ -313,6 +325,7 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
                           "their own (always through the codec; --loss, --partitions and --crashes do not apply)")
     sim.add_argument("--attacks", type=int, default=40, metavar="K",
                      help="with --hostile: how many bursts the hostile node sends (default: 40)")
+    sim.add_argument("--json", action="store_true", help="print every run's result as JSON instead of text")
 
     pipe = sub.add_parser(
         "pipeline", help="the audit pipeline on Apache Spark: did every node get everything, how fast, same document?",
@@ -353,6 +366,7 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
                        help="throughput window (default: 1 s)")
     p_run.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                        help="extra Spark setting, repeatable (e.g. --conf spark.driver.memory=8g)")
+    p_run.add_argument("--json", action="store_true", help="print the run's headline numbers as JSON instead of text")
 
     broker = sub.add_parser(
         "broker", help="run a naming broker: nodes find each other through it, data goes peer to peer",
@@ -418,8 +432,10 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
     g_new.add_argument("name", metavar="NAME", help="the group's name (what nodes give as --group)")
     g_new.add_argument("--out", type=Path, metavar="FILE", help="where to write it (default: NAME.key here); "
                        "never overwritten")
+    g_new.add_argument("--json", action="store_true", help="print JSON instead of text")
     g_show = group_sub.add_parser("show", help="print a group file's name, key id and join code")
     g_show.add_argument("file", type=Path, metavar="FILE", help="a group file")
+    g_show.add_argument("--json", action="store_true", help="print JSON instead of text")
     # Rotating the secret of a running group (docs/security.md): each step on every member.
     g_keys = group_sub.add_parser("keys", help="the keys a running node holds: in use, installed, retired")
     g_install = group_sub.add_parser("install", help="rotation, step 1: install a new secret of the group beside "
@@ -447,3 +463,31 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
                       help="where the audit writes its tables and report.html (default: a new directory "
                       "huddle-demo-audit-* in the system's temporary directory, kept)")
     return parser
+
+
+def _chosen(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The deepest (sub)command parser ``args`` went through: ``huddle group new`` gives ``new``'s."""
+    for action in parser._actions:  # argparse keeps its subparsers only here
+        if isinstance(action, argparse._SubParsersAction):
+            name = getattr(args, action.dest, None)
+            if name in action.choices:
+                return _chosen(action.choices[name], args)
+    return parser
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """``argv`` as ``parser`` reads it, but a flag the command does not know, or flags that do not
+    go together, get the command's own usage (argparse gives the top level's for an unknown flag)."""
+    args, extra = parser.parse_known_args(argv)
+    chosen = _chosen(parser, args)
+    if extra:
+        chosen.error(f"unrecognized arguments: {' '.join(extra)}")
+    if args.command == "log":
+        if args.after is not None and args.source is None:
+            chosen.error("--after needs --source: a sequence number counts one source's events")
+        if args.after is not None and args.after < 0:
+            chosen.error(f"--after must be 0 or more, got {args.after}")
+        if not 1 <= args.limit <= 10000:
+            chosen.error(f"--limit must be between 1 and 10000, got {args.limit}")
+        args.after = args.after or 0
+    return args
