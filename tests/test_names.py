@@ -109,7 +109,8 @@ def test_text_shows_a_name_beside_each_id_it_knows() -> None:
     names = {ALICE: "alice", "ABCD-EFGH-JKLM-NPQR": "bob"}
     assert render.named(ALICE, names) == "alice (35c9e1d4)"
     assert render.named(DAN, names) == "beef1234"  # no name known: the short id alone
-    assert render.log_text([{"source": ALICE, "seq": 3, "kind": "k", "body": 1}], names).startswith("alice (35c9e1d4)#3")
+    line = render.log_text([{"source": ALICE, "seq": 3, "kind": "k", "body": 1, "timestamp": 0.0}], names)
+    assert line.split("  ", 1)[1].startswith("alice (35c9e1d4)#3")  # after the event's time
     summary = render.log_summary_text({"events": 4, "version_vector": {ALICE: 3, DAN: 1}, "gaps": {}}, names)
     assert "alice (35c9e1d4)  up to 3" in summary and "beef1234  up to 1" in summary
     assert render.event_text({"type": "event", "source": ALICE, "seq": 1, "kind": "k", "body": 1}, names) \
