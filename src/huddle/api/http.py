@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import parse_qs, quote
 
-from aiohttp import WSCloseCode, WSMsgType, web
+from aiohttp import WSMsgType, web
 from aiohttp.web_protocol import RequestHandler
 
 from ..config import parse_hostport
 from ..doc import JamStateError, OperationError
 from ..errors import ConfigError, CutOffReadOnly, LocalProtocolError, NoSuchPeer, NotRecording, NotRunning, TooLarge
-from ..gated import GatedSite
+from ..gated import STOP_GRACE, GatedSite, going_away
 from ..ids import NodeId
 from ..limits import ApiLimits
 from ..ports import Renderer
@@ -63,11 +63,6 @@ _FORM_TYPES = frozenset({"application/x-www-form-urlencoded"})
 _LOGIN = "/login"
 # The features' event classes, each with its JSON for the stream (the core's events have to_json).
 _RENDERERS: web.AppKey[dict[type, Renderer]] = web.AppKey("renderers")
-# Seconds a node that stops gives its API's clients: a subscriber to take its close frame (else
-# its connection is cut), a request in progress to end (else it is cancelled: aiohttp's shutdown
-# timeout).  They run at once, so stopping takes well under a second whatever clients are
-# connected (docs/architecture.md, "Stopping").
-STOP_GRACE: Final = 0.25
 
 
 
@@ -345,17 +340,9 @@ class _Streams:
 
     @staticmethod
     async def _close(streams: dict[web.WebSocketResponse, asyncio.Transport]) -> None:
-        """Each subscriber is sent its close frame and its connection closed; one whose close
-        is not written within STOP_GRACE (it reads nothing) is cut off."""
-        closes = {asyncio.ensure_future(ws.close(code=WSCloseCode.GOING_AWAY, message=b"the node is stopping")): ws
-                  for ws in streams}
-        _, late = await asyncio.wait(closes, timeout=STOP_GRACE)
-        for task in late:
-            task.cancel()
-            streams[closes[task]].abort()  # what it left unread is dropped: its handler ends now
-        await asyncio.gather(*closes, return_exceptions=True)
+        late = await going_away(streams, b"the node is stopping")
         log.info("API: told %d event subscriber(s) the node is going away, and closed them%s", len(streams),
-                 f" ({len(late)} cut off, the close not written within {STOP_GRACE} s)" if late else "")
+                 f" ({late} cut off, the close not written within {STOP_GRACE} s)" if late else "")
 
 
 _STREAMS: web.AppKey[_Streams] = web.AppKey("streams")
