@@ -225,7 +225,9 @@ class Node:
         return self.config.group_secret if self.rotation is None else self.rotation.keyring.current
 
     def stop(self) -> None:
-        """Ask the node to leave the mesh gracefully (GBYE) and stop."""
+        """Ask the node to leave the mesh gracefully (GBYE) and stop.  Its lock says so at once:
+        a node started on its data directory meanwhile waits for it rather than refusing."""
+        self.data_dir.stopping()
         self._stop.set()
 
     async def wait_ready(self) -> None:

@@ -25,7 +25,7 @@ from aiohttp.web_protocol import RequestHandler
 from ..config import parse_hostport
 from ..doc import JamStateError, OperationError
 from ..errors import ConfigError, CutOffReadOnly, LocalProtocolError, NoSuchPeer, NotRecording, NotRunning, TooLarge
-from ..gated import GatedSite
+from ..gated import STOP_GRACE, GatedSite, going_away
 from ..ids import NodeId
 from ..limits import ApiLimits
 from ..ports import Renderer
@@ -321,6 +321,36 @@ def _text_frame_head(size: int) -> bytes:
     return bytes((0x81, 127)) + size.to_bytes(8, "big")
 
 
+class _Streams:
+    """The event stream's open WebSockets, each with its connection, told "going away" (code
+    1001) and closed as the node stops.  Without this, each stream's handler runs until its
+    client goes, and aiohttp's stop waits for every handler."""
+
+    def __init__(self) -> None:
+        self.open: dict[web.WebSocketResponse, asyncio.Transport] = {}
+        self._closing: asyncio.Task[None] | None = None
+
+    async def going_away(self, app: web.Application) -> None:
+        """The app's shutdown: the closes start, and are not waited for here, so that aiohttp's
+        wait for the requests in progress runs meanwhile (STOP_GRACE for both, not twice)."""
+        if self.open:
+            self._closing = asyncio.create_task(self._close(dict(self.open)))
+
+    async def closed(self, app: web.Application) -> None:
+        """The app's cleanup, after aiohttp's wait: the closes are over."""
+        if self._closing is not None:
+            await self._closing
+
+    @staticmethod
+    async def _close(streams: dict[web.WebSocketResponse, asyncio.Transport]) -> None:
+        late = await going_away(streams, b"the node is stopping")
+        log.info("API: told %d event subscriber(s) the node is going away, and closed them%s", len(streams),
+                 f" ({late} cut off, the close not written within {STOP_GRACE} s)" if late else "")
+
+
+_STREAMS: web.AppKey[_Streams] = web.AppKey("streams")
+
+
 async def _events(request: web.Request) -> web.StreamResponse:
     """The event stream.  Each event is written to the subscriber's connection as it
     happens (the kernel sends what it can at once); one whose connection holds more
@@ -353,7 +383,7 @@ async def _events(request: web.Request) -> web.StreamResponse:
             transport.abort()
 
     def listener(event: Event) -> None:
-        if closing or transport.is_closing():
+        if closing or ws.closed or transport.is_closing():  # no frame after the close frame
             return
         messages = _event_messages(event, renderers)
         size = sum(len(m) + 10 for m in messages)
@@ -370,11 +400,14 @@ async def _events(request: web.Request) -> web.StreamResponse:
         transport.writelines([part for m in messages for part in (_text_frame_head(len(m)), m)])
 
     remove = node.add_listener(listener)
+    streams = request.app[_STREAMS].open
+    streams[ws] = transport
     try:
         async for msg in ws:  # we ignore what the client sends; this notices a close
             if msg.type == WSMsgType.ERROR:
                 break
     finally:
+        streams.pop(ws, None)
         remove()
         state.subscribers -= 1
         for task in closing:
@@ -600,7 +633,10 @@ def make_app(node: ApiNode, limits: ApiLimits | None = None) -> web.Application:
     app[STATE_KEY] = ApiState(limits or ApiLimits())
     app[READ_JSON_KEY] = _read_json
     app[_RENDERERS] = {kind: fn for f in node.features for kind, fn in f.event_renderers.items()}
+    app[_STREAMS] = streams = _Streams()
     app.cleanup_ctx.append(_sweeper)
+    app.on_shutdown.append(streams.going_away)
+    app.on_cleanup.append(streams.closed)
     app.router.add_get("/api/v1/node", _get_node)
     app.router.add_get("/api/v1/peers", _get_peers)
     app.router.add_get("/api/v1/system", _get_system)
@@ -643,7 +679,7 @@ async def start_api(node: ApiNode, address: str, limits: ApiLimits | None = None
                         "or log in at /login", token.value, token.path)
         else:
             log.info("the API requires its token (in %s)", token.path)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=STOP_GRACE)
     await runner.setup()
     site = GatedSite(runner, host, port, lambda inner: _Gate(inner, state))
     try:

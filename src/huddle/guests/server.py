@@ -19,7 +19,7 @@ from typing import Any, cast
 from aiohttp import WSMsgType, web
 
 from ..counters import Counters
-from ..gated import GatedSite
+from ..gated import STOP_GRACE, GatedSite, going_away
 from ..ratelog import RateLog
 from .choice import HostLinks
 from .codec import (
@@ -192,6 +192,7 @@ class GuestServer:
         self._closers: dict[int, Callable[[], None]] = {}
         self._back: dict[str, asyncio.StreamWriter] = {}  # guest -> the host's connection to its own port
         self._ws_conns: dict[asyncio.BaseTransport, int] = {}  # a connection to the WebSocket port -> its number
+        self._ws_open: dict[web.WebSocketResponse, asyncio.Transport] = {}  # told "going away" as the host stops
         # guest -> (what came for it while the host was still connecting back to its port, octets)
         self._pending: dict[str, tuple[list[bytes], int]] = {}
         self._udp: asyncio.DatagramTransport | None = None
@@ -222,7 +223,7 @@ class GuestServer:
         app.router.add_get("/{tail:.*}", self._ws_guest)
         # An HTTP connection counts as a guest connection from its accept (_WsGate): one that has not
         # upgraded within register_timeout is closed by the room, counted (register_timeouts).
-        self._ws = web.AppRunner(app, access_log=None, handle_signals=False)
+        self._ws = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=STOP_GRACE)
         await self._ws.setup()
         self._site = await self._listen_ws(s.host, s.ws_port)
         self._ticker = asyncio.create_task(self._tick())
@@ -279,6 +280,9 @@ class GuestServer:
             self._udp.close()
         if self._tcp is not None:
             self._tcp.close()
+        # The fired guests' closes go first (their tasks were made first); the others, not
+        # registered yet, are told "going away": else each handler waits for its client.
+        await going_away(dict(self._ws_open), b"the host is stopping")
         if self._ws is not None:
             await self._ws.cleanup()
         for w in self._back.values():
@@ -508,6 +512,9 @@ class GuestServer:
             await ws.close()
             return ws
         self._writers[conn], self._closers[conn] = write, close  # from now on, Noam messages on the WebSocket
+        transport = request.transport
+        if transport is not None:
+            self._ws_open[ws] = transport
         try:
             async for msg in ws:
                 if conn not in self._writers:
@@ -527,6 +534,7 @@ class GuestServer:
                 if conn not in self._writers:
                     break
         finally:
+            self._ws_open.pop(ws, None)
             self._forget(conn)
             self._run(self.room.closed(conn))
             await asyncio.sleep(0)  # let a queued error message go out first

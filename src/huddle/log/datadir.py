@@ -10,13 +10,25 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
+import time
 from pathlib import Path
+from typing import Final
 
 from ..errors import ConfigError, DataDirLocked
 from ..ids import NodeId
 
-__all__ = ["DataDir"]
+__all__ = ["LOCK_WAIT", "DataDir"]
+
+log = logging.getLogger("huddle.log")
+
+# The lock file holds the holder's pid, and the word "stopping" once it stops: a node started
+# on the directory then waits this many seconds at most for it to let go (a node stops in well
+# under a second), rather than refusing at once.  A node that let go cleanly empties the file;
+# a pid found in it by a node that takes the lock is one that did not (it crashed, or was killed).
+LOCK_WAIT: Final = 3.0
+_STOPPING = "stopping"
 
 
 class DataDir:
@@ -26,28 +38,57 @@ class DataDir:
         self.path = path
         self._lock_fd: int | None = None
 
-    def lock(self) -> None:
+    def lock(self, wait: float = LOCK_WAIT) -> None:
+        """Take the directory's lock, or raise DataDirLocked saying who holds it.  A holder
+        that is stopping is waited for, ``wait`` seconds at most."""
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise ConfigError(f"cannot create data dir {self.path}: {exc.strerror}") from None
         lock_path = self.path / "lock"
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            raise DataDirLocked(
-                f"data dir {self.path} is in use by another huddle node (pid {holder}); "
-                "give each node its own --data-dir"
-            ) from None
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                pid, stopping = self._holder(fd)
+                if stopping and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    continue
+                os.close(fd)
+                if stopping:
+                    raise DataDirLocked(f"data dir {self.path} is held by huddle node pid {pid}, still stopping "
+                                        f"after {wait:g} s; start this node again once that one has exited") from None
+                raise DataDirLocked(
+                    f"data dir {self.path} is in use by another huddle node (pid {pid}); "
+                    "give each node its own --data-dir"
+                ) from None
+        pid, _ = self._holder(fd)
+        if pid != "unknown":
+            log.warning("data dir %s: took over the lock of huddle node pid %s, which did not stop cleanly "
+                        "(it crashed or was killed)", self.path, pid)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._lock_fd = fd
 
-    def unlock(self) -> None:
+    @staticmethod
+    def _holder(fd: int) -> tuple[str, bool]:
+        """The pid in the lock file ("unknown" if none) and whether it is marked stopping."""
+        words = os.pread(fd, 64, 0).decode(errors="replace").split()
+        return (words[0] if words else "unknown"), _STOPPING in words[1:]
+
+    def stopping(self) -> None:
+        """Mark the lock as this node's, stopping: a node started on the directory meanwhile
+        waits for it to let go (:meth:`lock`)."""
         if self._lock_fd is not None:
+            os.pwrite(self._lock_fd, f"{os.getpid()} {_STOPPING}\n".encode(), 0)
+
+    def unlock(self) -> None:
+        """Let go of the lock, cleanly: the file emptied first, so the next holder finds no pid in it."""
+        if self._lock_fd is not None:
+            os.ftruncate(self._lock_fd, 0)
             os.close(self._lock_fd)
             self._lock_fd = None
 
