@@ -111,8 +111,6 @@ class Node:
                                                              self._driver.queued_bulk)
         self.loop_exception = AcceptFailures()  # the event loop's handler: counts what could not be accepted
 
-    # ----------------------------------------------------------------- clock
-
     def local_now(self) -> float:
         """Local clock: monotonic, aligned with the wall clock at start-up."""
         return time.monotonic() + self._base
