@@ -14,6 +14,7 @@ import aiohttp
 import pytest
 from test_api_errors import FakeNode
 
+from huddle.api.common import STATE_KEY
 from huddle.api.http import start_api
 
 _STATIC = Path(__file__).parent.parent / "src" / "huddle" / "api" / "static"
@@ -37,7 +38,11 @@ async def _many_leave_early() -> dict[str, bytes]:
         for _ in range(60):
             for path in _PAGES:
                 await _leave_early(host, int(port), path)
-        await asyncio.sleep(0.3)  # the server's side of the reset connections is handled
+        state = runner.app[STATE_KEY]
+        deadline = asyncio.get_running_loop().time() + 10
+        while state.transports:  # the server's side of every reset connection handled and closed
+            assert asyncio.get_running_loop().time() < deadline, f"{len(state.transports)} connections still open"
+            await asyncio.sleep(0.01)
         got = {}
         async with aiohttp.ClientSession() as session:
             for path in _PAGES:  # and the node still answers in full
