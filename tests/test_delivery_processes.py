@@ -66,9 +66,11 @@ def test_bad_messages_get_clear_errors(cluster: Cluster) -> None:
     status, body = http(a.api, "/api/v1/messages", {"to": uuid_of(b.api), "text": "y" * 101})
     assert status == 413 and "larger than the largest allowed, 100" in body["error"]
     for bad, message in (({"to": "all"}, "give the message as"), ({"to": 5, "text": "x"}, "'to' must be"),
-                         ({"to": "all", "base64": "!!"}, "not valid base64"), ({"to": "zz", "text": "x"}, "'to':")):
+                         ({"to": "all", "base64": "!!"}, "not valid base64"), ({"to": "", "text": "x"}, "'to':")):
         status, body = http(a.api, "/api/v1/messages", bad)
         assert status == 400 and message in body["error"], (bad, body)
+    status, body = http(a.api, "/api/v1/messages", {"to": "zz", "text": "x"})  # a name no node has
+    assert status == 404 and "no node known to this node is named 'zz'" in body["error"], body
 
 
 def test_exclusion_by_hand_is_permanent_even_across_restarts(cluster: Cluster, tmp_path: Path) -> None:

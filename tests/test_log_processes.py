@@ -72,10 +72,16 @@ def test_bad_events_are_refused_and_nothing_is_recorded(trio: Cluster, body: dic
     assert summary(api)["events"] == 0
 
 
-@pytest.mark.parametrize("query", ["?after=3", "?source=zz", "?limit=0", "?limit=x", "?source=" + "ab" * 16 + "&after=-1"])
+@pytest.mark.parametrize("query", ["?after=3", "?source=" + "x" * 201, "?limit=0", "?limit=x",
+                                   "?source=" + "ab" * 16 + "&after=-1"])
 def test_bad_log_queries_get_400(trio: Cluster, query: str) -> None:
     status, data = http(trio.nodes[0].api, "/api/v1/log" + query)
     assert status == 400 and data["error"]
+
+
+def test_a_log_query_for_a_source_no_node_is_named_gets_404(trio: Cluster) -> None:
+    status, data = http(trio.nodes[0].api, "/api/v1/log?source=zz")
+    assert status == 404 and "'zz'" in data["error"]
 
 
 def test_late_joiner_receives_the_whole_history(cluster: Cluster) -> None:
