@@ -19,7 +19,7 @@ import pytest
 from aiohttp import web
 from conftest import Cluster, wait_for
 
-from huddle.api.common import STATE_KEY, ApiState
+from huddle.api.common import STATE_KEY, ApiState, close_sockets_at_stop
 from huddle.api.monitor_http import CLIENT_LINES, LINE_CHARS, MONITOR_KEY, RING_LINES, LogRing, add_monitor_routes
 from huddle.limits import ApiLimits
 
@@ -69,6 +69,7 @@ async def api(limits: ApiLimits) -> AsyncIterator[tuple[web.AppRunner, str]]:
     """The monitor's route alone on a loopback port, as the node's API serves it."""
     app = web.Application()
     app[STATE_KEY] = ApiState(limits)
+    close_sockets_at_stop(app)  # as the node's API does (make_app)
     add_monitor_routes(app)
     runner = web.AppRunner(app, shutdown_timeout=30.0)
     await runner.setup()

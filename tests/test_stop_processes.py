@@ -116,7 +116,7 @@ def test_sigterm_with_fifty_subscribers_stops_in_under_a_second_and_restarts(clu
     again = cluster.start("alice", "--config", str(conf), beacon=False, data_dir=alice.data_dir)
     assert get(again.api, "/api/v1/node")["name"] == "alice"
     log = alice.log_path.read_text()
-    assert "told 51 event subscriber(s) the node is going away, and closed them (1 cut off" in log
+    assert "told 51 subscriber(s) the node is going away, and closed them (1 cut off" in log
     assert "did not stop cleanly" not in log and "still stopping" not in log
 
 

@@ -20,14 +20,15 @@ from aiohttp import hdrs, web
 from aiohttp.abc import AbstractStreamWriter
 from aiohttp.web_protocol import RequestHandler
 
+from ..gated import STOP_GRACE, going_away
 from ..limits import ApiLimits
 from ..ratelog import RateLog
 from ..wire import MAX_BODY
 from .guard import ApiCounters, BadInput, ConnectionGuard, parse_json
 from .ports import ApiNode
 
-__all__ = ["HOLD_WRITES", "NODE_KEY", "READ_JSON_KEY", "STATE_KEY", "ApiState", "ReadJson", "error_response",
-           "file_response", "page_response", "parse_strict", "read_body"]
+__all__ = ["HOLD_WRITES", "NODE_KEY", "READ_JSON_KEY", "STATE_KEY", "ApiState", "ReadJson", "close_sockets_at_stop",
+           "error_response", "file_response", "page_response", "parse_strict", "read_body"]
 
 log = logging.getLogger("huddle.api")
 
@@ -43,6 +44,9 @@ class ApiState:
         self.guard: ConnectionGuard[RequestHandler] = ConnectionGuard(limits, self.counters)
         self.transports: dict[RequestHandler, asyncio.Transport] = {}
         self.subscribers = 0
+        # The open WebSockets (event stream, monitor), each with its connection: told "going
+        # away" and closed as the API stops, not waited for (http.py _Streams).
+        self.sockets: dict[web.WebSocketResponse, asyncio.Transport] = {}
         self.exposed = False  # listening beyond loopback
         self.token: str | None = None  # required on every request but the login page's, when set
         self.refusals_log = RateLog(log, period=60.0)
@@ -181,3 +185,38 @@ def file_response(request: web.Request, path: Path, headers: Mapping[str, str]) 
     if (if_range is None or st.st_mtime <= if_range.timestamp()) and not _range_satisfiable(request, size):
         return _bad_range(request, size)
     return _File(path, headers=headers)
+
+
+class _Sockets:
+    """The API's open WebSockets (``ApiState.sockets``: the event stream's, the monitor's),
+    each told "going away" (code 1001) and closed as the node stops.  Without this, each
+    stream's handler runs until its client goes, and aiohttp's stop waits for every handler."""
+
+    def __init__(self) -> None:
+        self._closing: asyncio.Task[None] | None = None
+
+    async def going_away(self, app: web.Application) -> None:
+        """The app's shutdown: the closes start, and are not waited for here, so that aiohttp's
+        wait for the requests in progress runs meanwhile (STOP_GRACE for both, not twice)."""
+        sockets = app[STATE_KEY].sockets
+        if sockets:
+            self._closing = asyncio.create_task(self._close(dict(sockets)))
+
+    async def closed(self, app: web.Application) -> None:
+        """The app's cleanup, after aiohttp's wait: the closes are over."""
+        if self._closing is not None:
+            await self._closing
+
+    @staticmethod
+    async def _close(streams: dict[web.WebSocketResponse, asyncio.Transport]) -> None:
+        late = await going_away(streams, b"the node is stopping")
+        log.info("API: told %d subscriber(s) the node is going away, and closed them%s", len(streams),
+                 f" ({late} cut off, the close not written within {STOP_GRACE} s)" if late else "")
+
+
+def close_sockets_at_stop(app: web.Application) -> None:
+    """As ``app`` stops, its open WebSockets (``ApiState.sockets``) are told "going away" and
+    closed (``_Sockets``), while aiohttp waits for the requests in progress."""
+    sockets = _Sockets()
+    app.on_shutdown.append(sockets.going_away)
+    app.on_cleanup.append(sockets.closed)

@@ -25,7 +25,7 @@ from aiohttp.web_protocol import RequestHandler
 from ..config import parse_hostport
 from ..doc import JamStateError, OperationError
 from ..errors import ConfigError, CutOffReadOnly, LocalProtocolError, NoSuchPeer, NotRecording, NotRunning, TooLarge
-from ..gated import STOP_GRACE, GatedSite, going_away
+from ..gated import STOP_GRACE, GatedSite
 from ..ids import NodeId
 from ..limits import ApiLimits
 from ..ports import Renderer
@@ -34,7 +34,17 @@ from ..protocol.delivery import BufferFull
 from ..protocol.events import LogAppended, record_json
 from ..security import load_or_create_token, token_matches
 from ..wire import MAX_BODY
-from .common import HOLD_WRITES, NODE_KEY, READ_JSON_KEY, STATE_KEY, ApiState, page_response, parse_strict, read_body
+from .common import (
+    HOLD_WRITES,
+    NODE_KEY,
+    READ_JSON_KEY,
+    STATE_KEY,
+    ApiState,
+    close_sockets_at_stop,
+    page_response,
+    parse_strict,
+    read_body,
+)
 from .common import error_response as _error
 from .guard import (
     SIMPLE_TYPES,
@@ -321,36 +331,6 @@ def _text_frame_head(size: int) -> bytes:
     return bytes((0x81, 127)) + size.to_bytes(8, "big")
 
 
-class _Streams:
-    """The event stream's open WebSockets, each with its connection, told "going away" (code
-    1001) and closed as the node stops.  Without this, each stream's handler runs until its
-    client goes, and aiohttp's stop waits for every handler."""
-
-    def __init__(self) -> None:
-        self.open: dict[web.WebSocketResponse, asyncio.Transport] = {}
-        self._closing: asyncio.Task[None] | None = None
-
-    async def going_away(self, app: web.Application) -> None:
-        """The app's shutdown: the closes start, and are not waited for here, so that aiohttp's
-        wait for the requests in progress runs meanwhile (STOP_GRACE for both, not twice)."""
-        if self.open:
-            self._closing = asyncio.create_task(self._close(dict(self.open)))
-
-    async def closed(self, app: web.Application) -> None:
-        """The app's cleanup, after aiohttp's wait: the closes are over."""
-        if self._closing is not None:
-            await self._closing
-
-    @staticmethod
-    async def _close(streams: dict[web.WebSocketResponse, asyncio.Transport]) -> None:
-        late = await going_away(streams, b"the node is stopping")
-        log.info("API: told %d event subscriber(s) the node is going away, and closed them%s", len(streams),
-                 f" ({late} cut off, the close not written within {STOP_GRACE} s)" if late else "")
-
-
-_STREAMS: web.AppKey[_Streams] = web.AppKey("streams")
-
-
 async def _events(request: web.Request) -> web.StreamResponse:
     """The event stream.  Each event is written to the subscriber's connection as it
     happens (the kernel sends what it can at once); one whose connection holds more
@@ -400,7 +380,7 @@ async def _events(request: web.Request) -> web.StreamResponse:
         transport.writelines([part for m in messages for part in (_text_frame_head(len(m)), m)])
 
     remove = node.add_listener(listener)
-    streams = request.app[_STREAMS].open
+    streams = state.sockets
     streams[ws] = transport
     try:
         async for msg in ws:  # we ignore what the client sends; this notices a close
@@ -633,10 +613,8 @@ def make_app(node: ApiNode, limits: ApiLimits | None = None) -> web.Application:
     app[STATE_KEY] = ApiState(limits or ApiLimits())
     app[READ_JSON_KEY] = _read_json
     app[_RENDERERS] = {kind: fn for f in node.features for kind, fn in f.event_renderers.items()}
-    app[_STREAMS] = streams = _Streams()
     app.cleanup_ctx.append(_sweeper)
-    app.on_shutdown.append(streams.going_away)
-    app.on_cleanup.append(streams.closed)
+    close_sockets_at_stop(app)
     app.router.add_get("/api/v1/node", _get_node)
     app.router.add_get("/api/v1/peers", _get_peers)
     app.router.add_get("/api/v1/system", _get_system)

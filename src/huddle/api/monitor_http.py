@@ -26,7 +26,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Final
 
-from aiohttp import WSCloseCode, WSMsgType, web
+from aiohttp import WSMsgType, web
 
 from .common import STATE_KEY
 from .common import error_response as _error
@@ -60,7 +60,6 @@ class LogRing(logging.Handler):
         self.recent: deque[tuple[int, str]] = deque(maxlen=ring)
         self.per_client = per_client
         self.clients: set[MonitorClient] = set()
-        self.sockets: dict[web.WebSocketResponse, asyncio.Transport | None] = {}  # open, to close at stop
         self.left_out = 0  # lines left out, every client
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = 0
@@ -139,7 +138,8 @@ async def _monitor(request: web.Request) -> web.StreamResponse:
     await ws.prepare(request)
     state.subscribers += 1
     client = ring.join(level)
-    ring.sockets[ws] = request.transport
+    if request.transport is not None:  # closed with the event streams as the API stops (http.py _Streams)
+        state.sockets[ws] = request.transport
     sender = asyncio.create_task(_send_lines(ws, client))
     try:
         async for msg in ws:  # what the client sends is ignored; this notices a close
@@ -147,7 +147,7 @@ async def _monitor(request: web.Request) -> web.StreamResponse:
                 break
     finally:
         ring.clients.discard(client)
-        ring.sockets.pop(ws, None)
+        state.sockets.pop(ws, None)
         state.subscribers -= 1
         sender.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -164,15 +164,9 @@ def add_monitor_routes(app: web.Application) -> None:
         ring.attach(logger)
 
     async def shut(app: web.Application) -> None:
-        """The API stops: every monitor client is told so and closed, not waited for."""
+        """The API stops: the ring stops hearing (its clients are closed with the API's other
+        WebSockets, ApiState.sockets)."""
         ring.detach(logger)
-        for ws, transport in list(ring.sockets.items()):
-            try:
-                async with asyncio.timeout(0.5):
-                    await ws.close(code=WSCloseCode.GOING_AWAY, message=b"the node stops")
-            except Exception:  # it does not read, not even the close
-                if transport is not None:
-                    transport.abort()
 
     app.on_startup.append(start)
     app.on_shutdown.append(shut)
