@@ -113,10 +113,15 @@ def test_monitor_streams_recent_and_new_lines_caps_clients_and_survives_a_stuck_
                     break
                 await asyncio.sleep(0.01)
             assert len(ring.clients) == 2
-            for k in range(20_000):  # ~2 MB of lines: far past the stuck client's buffers
-                logging.getLogger("huddle.test").warning("flood %d %s", k, "y" * 100)
-                if k % 500 == 0:
-                    await asyncio.sleep(0)  # the sender runs, fills the socket, then blocks
+            # Lines until the stuck client's queue overflows: its socket's buffers (which the kernel
+            # may grow to megabytes) fill first, then its queue; a deadline, not a fixed count.
+            deadline = time.monotonic() + 30
+            k = 0
+            while ring.left_out == 0 and time.monotonic() < deadline:
+                for _ in range(500):
+                    logging.getLogger("huddle.test").warning("flood %d %s", k, "y" * 100)
+                    k += 1
+                await asyncio.sleep(0)  # the sender runs, fills the socket, then blocks
             assert all(len(c.waiting) <= CLIENT_LINES for c in ring.clients)
             assert ring.left_out > 0  # the stuck client's overflow, counted
             assert len(ring.recent) == RING_LINES
