@@ -47,7 +47,7 @@ TRANSITIONS: Final[dict[AppState, frozenset[AppState]]] = {
     S.STARTING: frozenset({S.RUNNING, S.BACKOFF, S.STOPPING, S.EXITED, S.FAILED}),
     S.RUNNING: frozenset({S.BACKOFF, S.STOPPING, S.EXITED}),
     S.BACKOFF: frozenset({S.STARTING, S.STOPPED}),
-    S.STOPPING: frozenset({S.STOPPED, S.WAITING}),
+    S.STOPPING: frozenset({S.STOPPED}),
 }
 UP: Final = frozenset({S.STARTING, S.RUNNING, S.STOPPING})  # a process of the app is alive
 
