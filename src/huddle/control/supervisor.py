@@ -82,14 +82,26 @@ class _Output:
         self.total = 0  # octets written since the node started: the offsets the API gives
 
     def write(self, data: bytes) -> None:
+        """Append to the log file; a file that would pass ``log-size`` is rotated first, and
+        what does not fit goes to the next file (cut after a line where one ends in it)."""
         self.total += len(data)
         self.ring += data
         del self.ring[:-RING]
         try:
-            if self.path.exists() and self.path.stat().st_size + len(data) > self._size:
-                self._rotate()
-            with self.path.open("ab") as fh:
-                fh.write(data)
+            size = self.path.stat().st_size if self.path.exists() else 0
+            while data:
+                room = self._size - size
+                if room <= 0:
+                    self._rotate()
+                    size, room = 0, self._size
+                # all that fits, else up to the last whole line that fits (a line longer than a file: its size)
+                cut = len(data) if len(data) <= room else data.rfind(b"\n", 0, room) + 1 or (room if size == 0 else 0)
+                if cut:
+                    with self.path.open("ab") as fh:
+                        fh.write(data[:cut])
+                size, data = size + cut, data[cut:]
+                if data:
+                    size = self._size  # full: the rest starts the next file
         except OSError as exc:
             log.warning("app log %s: %s", self.path, exc.strerror)
 
