@@ -214,6 +214,22 @@ def test_an_app_ignoring_sigterm_is_killed_with_its_children_at_the_stop_timeout
     assert get(node.api, "/api/v1/node")["features"]["apps"] == {"stubborn": "stopped"}
 
 
+def test_the_node_stops_independent_apps_together(cluster: Cluster, tmp_path: Path) -> None:
+    """Two stubborn apps that depend on nothing: the node's stop waits one stop-timeout, not two."""
+    ev = tmp_path / "events"
+    path = script(tmp_path, "stubborn", 'signal.signal(signal.SIGTERM, signal.SIG_IGN)\nsay("start")\n'
+                  'while True:\n    time.sleep(1)\n')
+    node = start_node(cluster, "n1", tmp_path, app_toml("one", path, stop_timeout=2.0) +
+                      app_toml("two", path, stop_timeout=2.0), ev)
+    wait_for(lambda: len(events(ev)) == 2, 20, "both apps")
+    began = time.monotonic()
+    node.signal(signal.SIGTERM)
+    assert node.wait(20) == 0
+    took = time.monotonic() - began
+    assert 2.0 <= took < 3.6, took  # together: one stop-timeout (two in a row would be 4 s)
+    assert not any(alive(p) for *_, p in events(ev))
+
+
 FORKER = """\
     say("start")
     if os.fork() == 0:

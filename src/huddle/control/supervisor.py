@@ -13,7 +13,7 @@ actions and tells it what happened (docs/control.md, "How an app runs"):
   ``kill -9`` leaves none behind; a node started on the data directory kills a group its pid
   file names that still runs (same boot), so one copy runs;
 * :meth:`Supervisor.run` ticks the machines at their deadlines and starts a waiting app once
-  the apps it depends on run; :meth:`Supervisor.close` stops them in reverse order.
+  the apps it depends on run; :meth:`Supervisor.close` stops them in reverse dependency order.
 """
 
 from __future__ import annotations
@@ -211,22 +211,31 @@ class Supervisor:
                 self._carry_out(app, m.ready(now))
 
     async def close(self) -> None:
-        """Stop every app, in reverse start order, each within its stop-timeout (then SIGKILL);
-        then the watchdog, told of no group."""
-        for app in reversed(self.apps.values()):
-            self._carry_out(app, app.machine.stop(self._clock()))
-            if not app.gone.is_set():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(app.gone.wait(), app.spec.stop_timeout)
-                if not app.gone.is_set():
-                    self._carry_out(app, app.machine.tick(self._clock()))
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(app.gone.wait(), 2.0)
+        """Stop every app in reverse dependency order: the apps no other running app depends on
+        first, together, each within its stop-timeout (then SIGKILL), then those they depended
+        on; then the watchdog, told of no group by then."""
+        left = dict(self.apps)
+        while left:
+            needed = {d for app in left.values() for d in app.spec.depends_on}
+            wave = [app for name, app in left.items() if name not in needed]
+            await asyncio.gather(*(self._stop(app) for app in wave))
+            for app in wave:
+                del left[app.spec.name]
         watchdog = self._watchdog
         if watchdog is not None and watchdog.stdin is not None:
             watchdog.stdin.close()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 await asyncio.to_thread(watchdog.wait, 2.0)
+
+    async def _stop(self, app: _App) -> None:
+        self._carry_out(app, app.machine.stop(self._clock()))
+        if not app.gone.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(app.gone.wait(), app.spec.stop_timeout)
+            if not app.gone.is_set():
+                self._carry_out(app, app.machine.tick(self._clock()))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(app.gone.wait(), 2.0)
 
     # ------------------------------------------------------------------ orders
 
