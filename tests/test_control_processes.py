@@ -7,6 +7,7 @@ logs captured and rotated, the commands, and hostile requests refused and counte
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import os
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 from conftest import Cluster, get, http, wait_for
 
+from huddle.control.supervisor import Supervisor
 from huddle.procs import NodeProcess
 
 pytestmark = pytest.mark.processes
@@ -390,3 +392,30 @@ def test_hostile_requests_are_refused_counted_and_start_nothing(cluster: Cluster
     status, answer = http(node.api, "/api/v1/apps/idle/start", method="POST")  # a good order still works
     assert status == 200
     wait_for(lambda: events(ev), 10, "the app started by a good order")
+
+
+def test_a_stale_pid_file_kills_the_apps_processes_and_nothing_else(tmp_path: Path) -> None:
+    """A group id the kernel gave to another program since is left alone: only the processes of
+    the group whose environment names the app are killed; a pid file of another boot is dropped."""
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    ours = subprocess.Popen(sleeper, start_new_session=True, env={**os.environ, "HUDDLE_APP": "board"})
+    other = subprocess.Popen(sleeper, start_new_session=True, env={**os.environ, "HUDDLE_APP": "someone-else"})
+    try:
+        folder = tmp_path / "apps"
+        folder.mkdir()
+        (folder / "board.pid").write_text(json.dumps({"pgid": ours.pid, "boot": boot}))
+        (folder / "clock.pid").write_text(json.dumps({"pgid": other.pid, "boot": boot}))  # not clock's
+        (folder / "old.pid").write_text(json.dumps({"pgid": other.pid, "boot": "another boot"}))
+        (folder / "junk.pid").write_text("not json")
+        wait_for(lambda: b"HUDDLE_APP=board" in Path(f"/proc/{ours.pid}/environ").read_bytes(), 10, "the app's env")
+        supervisor = Supervisor([], folder, lambda spec: {}, time.monotonic)
+        supervisor.open()
+        asyncio.run(supervisor.close())
+        assert ours.wait(10) == -signal.SIGKILL
+        assert other.poll() is None and supervisor.stale_killed == 1
+        assert not list(folder.glob("*.pid"))
+    finally:
+        for proc in (ours, other):
+            proc.kill()
+            proc.wait(10)

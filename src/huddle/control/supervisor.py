@@ -73,6 +73,23 @@ def _death_guard() -> Callable[[], None] | None:
     return guard
 
 
+def _members(pgid: int, marker: bytes) -> list[int]:
+    """The processes of group ``pgid`` whose environment holds ``marker`` (``HUDDLE_APP=NAME``)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            if int(stat.rsplit(")", 1)[1].split()[2]) != pgid:  # after the name: state, ppid, pgrp
+                continue
+            if marker in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except (OSError, ValueError, IndexError):  # gone meanwhile, or not ours to read
+            continue
+    return found
+
+
 class _Output:
     """An app's output: the rotated files and the latest octets in memory."""
 
@@ -163,14 +180,16 @@ class Supervisor:
     def open(self) -> None:
         """The folder, the stale groups of an earlier run killed, the watchdog started."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        for app in self.apps.values():
-            self._kill_stale(app.pid_file)
+        for pid_file in sorted(self.folder.glob("*.pid")):  # an app since removed from the config too
+            self._kill_stale(pid_file)
         self._watchdog = subprocess.Popen([sys.executable, "-I", str(_WATCHDOG)], stdin=subprocess.PIPE,
                                           stdout=subprocess.DEVNULL, start_new_session=True)
 
     def _kill_stale(self, pid_file: Path) -> None:
         """A group a pid file names, still alive in this boot: an app of a node that did not stop
-        cleanly.  It is killed (this node holds the data directory, so no node runs it now)."""
+        cleanly.  Its processes are killed (this node holds the data directory, so no node runs
+        them now): those of that process group whose environment names the app, so a group id
+        the kernel has since given to another program is left alone."""
         try:
             record = json.loads(pid_file.read_text())
             pgid, boot = int(record["pgid"]), str(record["boot"])
@@ -180,11 +199,14 @@ class Supervisor:
             pid_file.unlink(missing_ok=True)
             return
         if pgid > 1 and boot == self._boot:
-            with contextlib.suppress(OSError):
-                os.killpg(pgid, signal.SIGKILL)
+            stale = _members(pgid, f"HUDDLE_APP={pid_file.stem}".encode())
+            for pid in stale:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            if stale:
                 self.stale_killed += 1
-                log.warning("app %s: killed process group %d, left running by a node that did not stop cleanly",
-                            pid_file.stem, pgid)
+                log.warning("app %s: killed %d process(es) of group %d, left running by a node that did not stop "
+                            "cleanly", pid_file.stem, len(stale), pgid)
         pid_file.unlink(missing_ok=True)
 
     async def run(self) -> None:
