@@ -365,7 +365,8 @@ def test_logs_follow_reads_what_comes_after_an_offset(cluster: Cluster, tmp_path
 def test_hostile_requests_are_refused_counted_and_start_nothing(cluster: Cluster, tmp_path: Path) -> None:
     ev = tmp_path / "events"
     path = script(tmp_path, "idle", 'say("start")\nwhile True:\n    time.sleep(1)\n')
-    node = start_node(cluster, "n1", tmp_path, app_toml("idle", path, autostart=False), ev)
+    node = start_node(cluster, "n1", tmp_path, app_toml("idle", path, autostart=False, start_limit=3,
+                                                         start_interval=120.0, startsecs=0.1), ev)
     assert state(node, "idle") == "stopped"
     cases: list[tuple[str, bytes | None, int]] = [
         ("/api/v1/apps/nosuch/start", None, 404),
@@ -392,6 +393,15 @@ def test_hostile_requests_are_refused_counted_and_start_nothing(cluster: Cluster
     status, answer = http(node.api, "/api/v1/apps/idle/start", method="POST")  # a good order still works
     assert status == 200
     wait_for(lambda: events(ev), 10, "the app started by a good order")
+    for _ in range(6):  # restarts ordered over and over: the start-rate limit holds the spawns to 3
+        wait_for(lambda: state(node, "idle") == "backoff" or (state(node, "idle") == "running" and events(ev)), 10,
+                 "the app up (it wrote its line), or held back")
+        before = len(events(ev))
+        assert http(node.api, "/api/v1/apps/idle/restart", method="POST")[0] == 200
+        wait_for(lambda: state(node, "idle") == "backoff" or len(events(ev)) > before, 10,  # noqa: B023
+                 "the restart carried out")
+    app = apps_of(node)["idle"]
+    assert app["state"] == "backoff" and app["retry_in"] > 60 and len(events(ev)) == 3
 
 
 def test_a_stale_pid_file_kills_the_apps_processes_and_nothing_else(tmp_path: Path) -> None:
