@@ -22,6 +22,8 @@ from typing import Any
 import pytest
 from conftest import Cluster, get, http, wait_for
 
+from huddle.control.machine import AppState
+from huddle.control.section import AppSpec
 from huddle.control.supervisor import Supervisor
 from huddle.procs import NodeProcess
 
@@ -429,3 +431,29 @@ def test_a_stale_pid_file_kills_the_apps_processes_and_nothing_else(tmp_path: Pa
         for proc in (ours, other):
             proc.kill()
             proc.wait(10)
+
+
+def test_without_a_pidfd_a_thread_waits_for_each_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a kernel before pidfds, the supervisor learns of an exit all the same."""
+    def no_pidfd(pid: int) -> int:
+        raise OSError(38, "Function not implemented")
+
+    monkeypatch.setattr(os, "pidfd_open", no_pidfd)
+    spec = AppSpec(name="brief", command=(sys.executable, "-c", "print('bye'); raise SystemExit(4)"),
+                   restart="never", startsecs=0.0)
+
+    async def run() -> dict[str, Any]:
+        supervisor = Supervisor([spec], tmp_path / "apps", lambda s: {"HUDDLE_APP": s.name}, time.monotonic)
+        supervisor.open()
+        task = asyncio.create_task(supervisor.run())
+        try:
+            async with asyncio.timeout(20):
+                while supervisor.apps["brief"].machine.state is not AppState.EXITED:
+                    await asyncio.sleep(0.02)
+        finally:
+            task.cancel()
+            await supervisor.close()
+        return supervisor.statuses()[0] | {"log": supervisor.output("brief", None)["text"]}
+
+    status = asyncio.run(run())
+    assert (status["state"], status["last_exit"], status["log"]) == ("exited", 4, "bye\n")

@@ -156,6 +156,7 @@ class _App:
         self.output = _Output(folder / f"{spec.name}.log", spec.log_size, spec.log_keep)
         self.pid_file = folder / f"{spec.name}.pid"
         self.proc: subprocess.Popen[bytes] | None = None
+        self.waiter: asyncio.Future[int] | None = None  # without a pidfd: the thread waiting for its exit
         self.gone = asyncio.Event()
         self.gone.set()
 
@@ -335,8 +336,13 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         os.set_blocking(read_end, False)
         loop.add_reader(read_end, self._readable, app, read_end)
-        pidfd = os.pidfd_open(proc.pid)
-        loop.add_reader(pidfd, self._ended, app, proc, pidfd)
+        try:
+            pidfd = os.pidfd_open(proc.pid)
+        except OSError:  # a kernel before 5.3: a thread waits for it instead
+            app.waiter = asyncio.ensure_future(asyncio.to_thread(proc.wait))
+            app.waiter.add_done_callback(lambda _: self._ended(app, proc, None))
+        else:
+            loop.add_reader(pidfd, self._ended, app, proc, pidfd)
         log.info("app %s: started, pid %d", spec.name, proc.pid)
 
     def _readable(self, app: _App, fd: int) -> None:
@@ -352,9 +358,10 @@ class Supervisor:
         asyncio.get_running_loop().remove_reader(fd)
         os.close(fd)
 
-    def _ended(self, app: _App, proc: subprocess.Popen[bytes], pidfd: int) -> None:
-        asyncio.get_running_loop().remove_reader(pidfd)
-        os.close(pidfd)
+    def _ended(self, app: _App, proc: subprocess.Popen[bytes], pidfd: int | None) -> None:
+        if pidfd is not None:
+            asyncio.get_running_loop().remove_reader(pidfd)
+            os.close(pidfd)
         code = proc.wait()
         with contextlib.suppress(OSError):  # what the app left in its group goes with it
             os.killpg(proc.pid, signal.SIGKILL)
