@@ -45,6 +45,7 @@ LAYER_OF: dict[str, str] = {
     "huddle.protocol": "protocol",
     "huddle.posts": "posts",
     "huddle.guests": "guests",
+    "huddle.control": "control",  # apps: their section, their machine, their driver (docs/control.md)
     "huddle.transport": "transport",
     "huddle.discovery": "discovery",
     "huddle.config": "config",
@@ -72,6 +73,8 @@ LAYER_OF: dict[str, str] = {
     "huddle.doc.cli": "features",
     "huddle.guests_feature": "features",  # beside the guests package: that loads only with --guests
     "huddle.security.features": "features",  # trust and rotation: their routes, command and facts
+    "huddle.control.feature": "features",  # apps: the driver, routes, commands and facts
+    "huddle.control.cli": "features",
     "huddle.__main__": "entry",
     "huddle.pipeline.submit": "entry",
 }
@@ -91,10 +94,11 @@ ALLOWED: dict[str, set[str]] = {
     "doc": {"base", "wire"},
     "protocol": {"base", "wire", "log", "security"},
     "guests": {"base", "security"},
+    "control": {"base"},  # processes and files only: nothing of the mesh
     "posts": {"base", "wire", "protocol", "security"},  # wire: BULK, the message its peer service claims
     "transport": {"base", "wire", "security"},
     "discovery": {"base", "wire", "security"},
-    "config": {"base", "wire", "protocol", "posts", "guests", "discovery", "security"},  # posts, guests: their sections
+    "config": {"base", "wire", "protocol", "posts", "guests", "discovery", "security", "control"},  # their sections
     # The mesh's I/O side (actions onto the transport) and the finders' start: parts of the
     # node that are not wiring, each below it.
     "driver": {"base", "wire", "protocol", "transport"},
@@ -104,11 +108,11 @@ ALLOWED: dict[str, set[str]] = {
     "sim": {"base", "wire", "log", "doc", "protocol", "posts", "security"},  # posts: the peer service it hosts
     # What a feature may use of the node and gives it (huddle/ports.py): the contract alone.
     "ports": {"base", "wire", "protocol", "config", "security", "clients"},
-    "api": {"base", "wire", "log", "doc", "protocol", "posts", "guests", "config", "security", "ports"},
+    "api": {"base", "wire", "log", "doc", "protocol", "posts", "guests", "config", "security", "ports", "control"},
     # Each feature (its package's feature.py and commands) and the default list: a feature plugs
     # its routes (api) and its commands (through the client, rendered) into the node.
     "features": {"base", "wire", "log", "doc", "protocol", "posts", "guests", "config", "security", "ports", "api",
-                 "clients", "render"},
+                 "clients", "render", "control"},
     # The node names no feature package: it loops over the features it is given (the default list).
     "node": {"base", "wire", "log", "protocol", "transport", "discovery", "config", "api", "security",
              "driver", "finders", "host", "ports", "features"},

@@ -142,6 +142,21 @@ class ApiClient:
         result: dict[str, Any] = await self._request("POST", f"/api/v1/guests/{quote(name, safe='')}/{action}", {})
         return result
 
+    async def apps(self) -> dict[str, Any]:
+        result: dict[str, Any] = await self._request("GET", "/api/v1/apps")
+        return result
+
+    async def app_order(self, name: str, order: str) -> dict[str, Any]:
+        """``start``, ``stop`` or ``restart`` an app of the node; its status after the order."""
+        result: dict[str, Any] = await self._request("POST", f"/api/v1/apps/{quote(name, safe='')}/{order}")
+        return result
+
+    async def app_logs(self, name: str, after: int | None = None) -> dict[str, Any]:
+        """An app's output: the log file's tail, or what came after offset ``after`` (and ``next``)."""
+        query = "" if after is None else f"?after={after}"
+        result: dict[str, Any] = await self._request("GET", f"/api/v1/apps/{quote(name, safe='')}/logs{query}")
+        return result
+
     async def system(self) -> dict[str, Any]:
         result: dict[str, Any] = await self._request("GET", "/api/v1/system")
         return result

@@ -9,6 +9,7 @@ when they are used, so building the list costs ``huddle --help`` nothing.
 
 from __future__ import annotations
 
+from .control.feature import AppsFeature
 from .doc.feature import DocumentFeature
 from .guests_feature import GuestsFeature
 from .ports import Feature
@@ -20,4 +21,5 @@ __all__ = ["default_features"]
 
 def default_features() -> list[Feature]:
     """A new list of new features, in the order the node starts them (each node its own)."""
-    return [PostsFeature(), DocumentFeature(), GuestsFeature(), TrustFeature(), RotationFeature()]
+    return [PostsFeature(), DocumentFeature(), GuestsFeature(), TrustFeature(), RotationFeature(),
+            AppsFeature()]

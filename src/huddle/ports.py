@@ -141,6 +141,10 @@ class FeatureHost(Protocol):
     def mesh(self) -> MeshFacts: ...
 
     @property
+    def api_url(self) -> str | None:
+        """The API's URL (``http://HOST:PORT``) once it serves; None before."""
+
+    @property
     def allow_list(self) -> TrustPort | None:
         """Allow-list mode's trusted keys (None in the other modes): the mesh's security holds them."""
 

@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..control.section import AppSpec, parse_apps
 from ..errors import ConfigError
 from ..limits import LimitError, Limits
 from .model import GROUP_KEY, SECTIONS, SETTINGS, NodeConfig, Setting
@@ -21,8 +22,8 @@ from .sections import BUILTIN_TYPES, NodeType
 
 __all__ = ["TABLES", "load_config"]
 
-# The tables that are not sections: node types ([types.NAME]) and limits ([limits.AREA]).
-TABLES = ("types", "limits")
+# The tables that are not sections: node types ([types.NAME]), limits ([limits.AREA]) and apps ([[apps]]).
+TABLES = ("types", "limits", "apps")
 
 # Where a key may stand: a section's table, or the top level (its key, its flag, older spellings).
 _IN_TABLE: dict[str, dict[str, Setting]] = {table: {} for table in SECTIONS}
@@ -68,6 +69,8 @@ def _read(raw: dict[str, Any], path: Path) -> NodeConfig:
         raw = {**node, **raw}
     given: dict[Setting, tuple[str, Any]] = {}  # each setting the file gives: as it wrote it, its value
     types: tuple[NodeType, ...] = ()
+    apps: tuple[AppSpec, ...] = ()
+    type_apps: list[tuple[str, tuple[AppSpec, ...]]] = []
     limits = Limits()
     for written, value in raw.items():
         name = written.replace("_", "-")
@@ -80,7 +83,9 @@ def _read(raw: dict[str, Any], path: Path) -> NodeConfig:
                                       f"{_closest(bare, _IN_TABLE[name])}")
                 _put(given, s, f"[{name}] {inner}", _coerce(s, item, f"{inner!r} in [{name}]", path), path)
         elif name == "types":
-            types = _types(value, path)
+            types = _types(value, path, type_apps)
+        elif name == "apps":
+            apps = parse_apps(value, f"in {path}: [[apps]]", path.parent)
         elif name == "limits":
             if not isinstance(value, dict):
                 raise ConfigError(f"in {path}: limits are tables, e.g. [limits.api] with max-connections = 512")
@@ -105,7 +110,7 @@ def _read(raw: dict[str, Any], path: Path) -> NodeConfig:
     values = {s: value for s, (_, value) in given.items()}
     if values.get(GROUP_KEY) is not None:  # a group file's path is relative to the config file's directory
         values[GROUP_KEY] = path.parent / values[GROUP_KEY]
-    return NodeConfig(types=types, limits=limits).with_settings(values)
+    return NodeConfig(types=types, limits=limits, apps=apps, type_apps=tuple(type_apps)).with_settings(values)
 
 
 def _put(given: dict[Setting, tuple[str, Any]], s: Setting, written: str, value: Any, path: Path) -> None:
@@ -167,14 +172,16 @@ def _port_pair(value: Any) -> tuple[int, int] | None:
 _TYPE_KEYS = {"base", "heartbeat_interval", "lost_heartbeats", "send_rate", "on_cut_off", "about"}
 
 
-def _types(tables: Any, path: Path) -> tuple[NodeType, ...]:
+def _types(tables: Any, path: Path, apps: list[tuple[str, tuple[AppSpec, ...]]]) -> tuple[NodeType, ...]:
     """``[types.NAME]`` tables: each starts from ``base`` (a built-in, default
-    standard) and changes the keys it gives."""
+    standard) and changes the keys it gives; its ``[[types.NAME.apps]]`` go to ``apps``."""
     if not isinstance(tables, dict) or not all(isinstance(v, dict) for v in tables.values()):
         raise ConfigError(f"in {path}: node types are tables, e.g. [types.kiosk] with heartbeat-interval = 0.5")
     out = []
     for name, table in tables.items():
         spec = {k.replace("-", "_"): v for k, v in table.items()}
+        if "apps" in spec:
+            apps.append((name, parse_apps(spec.pop("apps"), f"in {path}: [[types.{name}.apps]]", path.parent)))
         unknown = sorted(k.replace("_", "-") for k in set(spec) - _TYPE_KEYS)
         if unknown:
             raise ConfigError(f"in {path}: [types.{name}] has unknown key(s) {', '.join(unknown)}"

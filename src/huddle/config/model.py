@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from ..control.section import AppSpec, node_apps
 from ..errors import ConfigError
 from ..guests.section import GuestsSection
 from ..limits import LimitError, Limits, parse_assignment
@@ -61,6 +62,8 @@ class NodeConfig:
     group_secret: GroupSecret | None = field(default=None, metadata={"setting": False})
     types: tuple[NodeType, ...] = field(default=(), metadata={"setting": False})  # [types.NAME]; may redefine a built-in
     limits: Limits = field(default_factory=Limits, metadata={"setting": False})  # [limits.AREA] (docs/limits.md)
+    apps: tuple[AppSpec, ...] = field(default=(), metadata={"setting": False})  # [[apps]] (docs/control.md)
+    type_apps: tuple[tuple[str, tuple[AppSpec, ...]], ...] = field(default=(), metadata={"setting": False})  # a type's
     mesh: MeshSection = field(default_factory=MeshSection)
     discovery: DiscoverySection = field(default_factory=DiscoverySection)
     api: ApiSection = field(default_factory=ApiSection)
@@ -82,6 +85,7 @@ class NodeConfig:
         if self.log_level.lower() not in LOG_LEVELS:
             raise ConfigError("log level must be debug, info, warning or error")
         self.mesh_timing()
+        self.node_apps()
 
     def type_spec(self) -> NodeType:
         """The node type named by ``node_type``: a [types.NAME] table, else a built-in."""
@@ -92,6 +96,11 @@ class NodeConfig:
             return BUILTIN_TYPES[self.node_type]
         known = sorted({*BUILTIN_TYPES, *(t.name for t in self.types)})
         raise ConfigError(f"unknown node type {self.node_type!r}; known: {', '.join(known)} (or define [types.{self.node_type}])")
+
+    def node_apps(self) -> tuple[AppSpec, ...]:
+        """The apps this node runs: its type's ``[[types.NAME.apps]]`` and its own ``[[apps]]``,
+        each after those it depends on (docs/control.md)."""
+        return node_apps(dict(self.type_apps).get(self.node_type, ()), self.apps)
 
     def mesh_timing(self) -> Timing:
         """The mesh's timers: ``[timing]``'s settings, else the node type's and the protocol's."""

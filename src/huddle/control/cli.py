@@ -1,0 +1,84 @@
+"""``huddle apps`` and ``huddle app start|stop|restart|logs NAME``: their parsers, and their
+calls through :class:`~huddle.client.ApiClient` (docs/control.md, "Commands")."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:  # the client imports aiohttp, which `huddle --help` need not load
+    from ..client import ApiClient
+
+__all__ = ["add_parsers", "run"]
+
+FOLLOW_EVERY: Final = 0.5  # seconds between two reads of an app's output with --follow
+
+
+def add_parsers(sub: Any, client_options: Callable[[argparse.ArgumentParser], None], epilog: str) -> None:
+    apps = sub.add_parser(
+        "apps", help="the programs a node supervises: state, pid, restarts, uptime, last exit",
+        description="List the apps the node runs ([[apps]] in its config and its type's): each one's state "
+        "(waiting, starting, running, backoff, stopping, exited, failed, stopped), pid, restarts, uptime and "
+        "last exit status.", epilog=epilog)
+    client_options(apps)
+    app = sub.add_parser(
+        "app", help="start, stop or restart one of a node's apps, or read its output",
+        description="Orders for one app of the node: start, stop (its stop signal to its process group, then "
+        "SIGKILL after its stop-timeout), restart; logs shows its standard output and error.", epilog=epilog)
+    app_sub = app.add_subparsers(dest="app_command", metavar="ACTION", required=True)
+    for order, summary in (("start", "start it (after the apps it depends on run)"),
+                           ("stop", "stop it (it stays stopped until started)"),
+                           ("restart", "stop it, then start it"),
+                           ("logs", "print its output (the log file's tail); --follow to keep reading")):
+        p = app_sub.add_parser(order, help=summary, description=summary, epilog=epilog)
+        p.add_argument("name", metavar="NAME", help="the app's name, as 'huddle apps' lists it")
+        if order == "logs":
+            p.add_argument("-f", "--follow", action="store_true", help="keep printing what it writes, until Ctrl-C")
+        client_options(p)
+
+
+def _row(a: dict[str, Any]) -> str:
+    state = str(a["state"])
+    if state == "exited" or (a.get("last_exit") is not None and state in ("backoff", "failed")):
+        state += f" ({a['last_exit']})"
+    if a.get("retry_in") is not None:
+        state += f", retry in {a['retry_in']:.1f} s"
+    pid = "-" if a.get("pid") is None else str(a["pid"])
+    up = "-" if a.get("uptime") is None else f"{a['uptime']:.0f} s"
+    return f"{a['name']:<20} {state:<28} {pid:>7} {a['restarts']:>8} {up:>9}" + (
+        f"  {a['error']}" if a.get("error") else "")
+
+
+def apps_text(info: dict[str, Any]) -> str:
+    apps = info.get("apps") or []
+    if not apps:
+        return "this node runs no app ([[apps]] in its config, or its type's)"
+    head = f"{'NAME':<20} {'STATE':<28} {'PID':>7} {'RESTARTS':>8} {'UPTIME':>9}"
+    return "\n".join([head, *(_row(a) for a in apps)])
+
+
+async def run(api: ApiClient, args: argparse.Namespace) -> tuple[Any, str] | None:
+    """``huddle apps`` and ``huddle app ...``: what the node answered, and the text for a person."""
+    if args.command == "apps":
+        info = await api.apps()
+        return info, apps_text(info)
+    if args.app_command != "logs":
+        status = await api.app_order(args.name, args.app_command)
+        return status, f"{args.app_command}: {apps_text({'apps': [status]}).splitlines()[1]}"
+    out = await api.app_logs(args.name)
+    if not args.follow:
+        return out, out["text"].rstrip("\n")
+    sys.stdout.write(out["text"])
+    sys.stdout.flush()
+    after = out["next"]
+    while True:
+        await asyncio.sleep(FOLLOW_EVERY)
+        out = await api.app_logs(args.name, after)
+        if out["lost"]:
+            sys.stdout.write("[huddle: some output was written faster than it was read, and is left out]\n")
+        sys.stdout.write(out["text"])
+        sys.stdout.flush()
+        after = out["next"]
