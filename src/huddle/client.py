@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from types import TracebackType
 from typing import Any, BinaryIO
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import aiohttp
 
@@ -146,8 +146,10 @@ class ApiClient:
         result: dict[str, Any] = await self._request("GET", "/api/v1/system")
         return result
 
-    async def peers(self) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = await self._request("GET", "/api/v1/peers")
+    async def peers(self, tags: Sequence[str] = ()) -> list[dict[str, Any]]:
+        """The peers; ``tags`` (``KEY=VALUE`` or ``KEY``): only those whose tags match them all."""
+        query = "?" + urlencode([("tag", t) for t in tags]) if tags else ""
+        result: list[dict[str, Any]] = await self._request("GET", "/api/v1/peers" + query)
         return result
 
     async def names(self) -> dict[str, str]:

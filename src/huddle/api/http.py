@@ -33,7 +33,7 @@ from ..protocol import Event, PeerInfo
 from ..protocol.delivery import BufferFull
 from ..protocol.events import LogAppended, record_json
 from ..security import load_or_create_token, token_matches
-from ..wire import MAX_BODY
+from ..wire import MAX_BODY, TagError, matches, parse_filter
 from .common import (
     HOLD_WRITES,
     NODE_KEY,
@@ -201,6 +201,7 @@ def _peer_json(p: PeerInfo) -> dict[str, Any]:
         "joined_local": p.joined,
         "key": p.key or None,  # the fingerprint of the key its HELO carried (null: it sent none)
         "verified": p.verified,  # its uuid is the one that key gives (docs/protocol.md 4.1, "Identity")
+        "tags": p.tags,  # what its HELO advertised ({}: none; docs/protocol.md 4.1, "Tags")
     }
 
 
@@ -221,8 +222,14 @@ async def _get_system(request: web.Request) -> web.Response:
 
 
 async def _get_peers(request: web.Request) -> web.Response:
+    """The peers; ``?tag=KEY=VALUE`` (or ``?tag=KEY``: the key, any value), repeated: those whose
+    tags match every one."""
     node = request.app[NODE_KEY]
-    return web.json_response([_peer_json(p) for p in node.peers()])
+    try:
+        wanted = parse_filter(request.query.getall("tag", []))
+    except TagError as exc:
+        raise web.HTTPBadRequest(text=f"'tag': {exc}") from None
+    return web.json_response([_peer_json(p) for p in node.peers() if matches(p.tags, wanted)])
 
 
 async def _read_json(request: web.Request) -> dict[str, Any]:

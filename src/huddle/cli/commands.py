@@ -328,7 +328,7 @@ def _on_api(handler: ApiHandler) -> Handler:
 
 
 async def _peers(api: ApiClient, args: argparse.Namespace) -> Shown:
-    peers = await api.peers()
+    peers = await api.peers(args.tag or ())
     return peers, render.peers_text(peers, await api.node())
 
 

@@ -9,6 +9,7 @@ file, the table and the key, and offers the closest known key.
 from __future__ import annotations
 
 import difflib
+import json
 import tomllib
 from dataclasses import replace
 from pathlib import Path
@@ -21,8 +22,8 @@ from .sections import BUILTIN_TYPES, NodeType
 
 __all__ = ["TABLES", "load_config"]
 
-# The tables that are not sections: node types ([types.NAME]) and limits ([limits.AREA]).
-TABLES = ("types", "limits")
+# The tables that are not sections: node types ([types.NAME]), limits ([limits.AREA]) and tags.
+TABLES = ("types", "limits", "tags")
 
 # Where a key may stand: a section's table, or the top level (its key, its flag, older spellings).
 _IN_TABLE: dict[str, dict[str, Setting]] = {table: {} for table in SECTIONS}
@@ -69,6 +70,7 @@ def _read(raw: dict[str, Any], path: Path) -> NodeConfig:
     given: dict[Setting, tuple[str, Any]] = {}  # each setting the file gives: as it wrote it, its value
     types: tuple[NodeType, ...] = ()
     limits = Limits()
+    tags: dict[str, str] = {}
     for written, value in raw.items():
         name = written.replace("_", "-")
         if name in SECTIONS and isinstance(value, dict):
@@ -88,6 +90,8 @@ def _read(raw: dict[str, Any], path: Path) -> NodeConfig:
                 limits = Limits().with_values(value)
             except LimitError as exc:
                 raise ConfigError(f"in {path}: {exc}") from None
+        elif name == "tags":
+            tags = _tags(value, path)
         elif name == "group-secret":
             raise ConfigError(f"in {path}: give the group secret as group-key = \"FILE\" (a group file), not inline")
         elif name in SECTIONS and name not in _TOP:
@@ -105,7 +109,7 @@ def _read(raw: dict[str, Any], path: Path) -> NodeConfig:
     values = {s: value for s, (_, value) in given.items()}
     if values.get(GROUP_KEY) is not None:  # a group file's path is relative to the config file's directory
         values[GROUP_KEY] = path.parent / values[GROUP_KEY]
-    return NodeConfig(types=types, limits=limits).with_settings(values)
+    return NodeConfig(types=types, limits=limits, tags=tags).with_settings(values)
 
 
 def _put(given: dict[Setting, tuple[str, Any]], s: Setting, written: str, value: Any, path: Path) -> None:
@@ -162,6 +166,16 @@ def _port_pair(value: Any) -> tuple[int, int] | None:
     elif isinstance(value, list) and len(value) == 2 and all(type(v) is int for v in value):
         return value[0], value[1]
     return None
+
+
+def _tags(table: Any, path: Path) -> dict[str, str]:
+    """``[tags]``: ``role = "scoreboard"``, a string per key (NodeConfig checks their bounds)."""
+    if not isinstance(table, dict):
+        raise ConfigError(f'in {path}: tags are a table, e.g. [tags] with role = "scoreboard"')
+    for key, value in table.items():
+        if not isinstance(value, str):
+            raise ConfigError(f"in {path}: [tags] {key} must be a string, e.g. {key} = {json.dumps(str(value))}")
+    return dict(table)
 
 
 _TYPE_KEYS = {"base", "heartbeat_interval", "lost_heartbeats", "send_rate", "on_cut_off", "about"}
