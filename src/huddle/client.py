@@ -182,6 +182,14 @@ class ApiClient:
         result: dict[str, Any] = await self._request("POST", f"/api/v1/peers/{quote(uuid, safe='')}/exclude", {"reason": reason})
         return result
 
+    async def join_peer(self, address: str, timeout: float) -> dict[str, Any]:
+        """Have the node dial ``address`` (HOST:PORT) and wait up to ``timeout`` seconds for the peer
+        there to be admitted (docs/protocol.md 5.1, "Seeds added at runtime")."""
+        text = await self._send("POST", "/api/v1/peers/join", json={"address": address, "timeout": timeout},
+                                timeout=aiohttp.ClientTimeout(total=timeout + (self._timeout.total or 10.0)))
+        result: dict[str, Any] = json.loads(text)
+        return result
+
     async def trusted(self) -> dict[str, Any]:
         result: dict[str, Any] = await self._request("GET", "/api/v1/trust")
         return result

@@ -30,6 +30,7 @@ from .finders import Finders
 from .host.address import Following
 from .host.events import EventRoutes, snapshot_detail
 from .host.identity import load_identity, say_security
+from .host.joining import JOIN_TIMEOUT, join_peer
 from .host.loop import AcceptFailures
 from .host.mesh import Whom, name_in, open_mesh
 from .host.narrate import Narrator, say_stopped
@@ -207,6 +208,12 @@ class Node:
         done = self.mesh.exclude(peer, reason, self.local_now())
         self.execute()
         return done
+
+    async def join(self, address: str, timeout: float = JOIN_TIMEOUT) -> PeerInfo:
+        """Dial ``address`` (HOST:PORT) as a seed added at runtime: its peer, once admitted within
+        ``timeout`` seconds (host/joining.py; docs/protocol.md 5.1, "Seeds added at runtime")."""
+        return await join_peer(self.mesh, address, timeout=timeout, now=self.local_now, execute=self.execute,
+                               listen=self.add_listener)
 
     @property
     def allow_list(self) -> AllowList | None:

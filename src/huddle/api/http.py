@@ -59,6 +59,7 @@ from .guard import (
 )
 from .join import add_join_routes
 from .monitor_http import add_monitor_routes
+from .peer_join_http import add_peer_join_routes
 from .ports import ApiNode
 from .resolve import Ambiguous, Unknown, node_id, path_text
 
@@ -639,6 +640,7 @@ def make_app(node: ApiNode, limits: ApiLimits | None = None) -> web.Application:
     app.router.add_post(_LOGIN, _post_login)
     add_join_routes(app)
     add_monitor_routes(app)
+    add_peer_join_routes(app)
     for feature in node.features:  # each adds its routes, with its own port
         feature.routes(app)
     return app

@@ -273,6 +273,17 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
     exclude.add_argument("uuid", metavar="NODE", help="the node to exclude: its name, UUID or a unique UUID prefix")
     exclude.add_argument("--reason", default="excluded by hand", help="said in the GBYE and kept (default: 'excluded by hand')")
     _add_client_options(exclude)
+    join = sub.add_parser(
+        "join", help="have a running node dial a peer (a seed added at runtime)", epilog=CLIENT_EPILOG,
+        description="Have the running node dial HOST:PORT (a peer's ROUTER endpoint, as --seed takes) and wait "
+        "until the peer there is admitted. With no answer in --timeout seconds the join has failed and the node "
+        "stops dialling it (ask again); a peer that answered is dialled again if it goes, as a --seed is. See "
+        "docs/protocol.md 5.1.",
+    )
+    join.add_argument("address", metavar="HOST:PORT", help="the peer's ROUTER endpoint (a host name is resolved)")
+    join.add_argument("--timeout", type=_positive, default=5.0, metavar="SECONDS",
+                      help="wait this long for the peer's admission, at most 60 (default: 5)")
+    _add_client_options(join)
     log_p = sub.add_parser("log", help="list events of the replicated log", epilog=CLIENT_EPILOG)
     log_p.add_argument("--source", metavar="NODE", help="only this source's events (a name, UUID or UUID prefix)")
     log_p.add_argument("--after", type=int, metavar="SEQ", help="with --source: events after this sequence")

@@ -302,11 +302,15 @@ class Mesh:
 
     # ------------------------------------------------------------- discovery
 
-    def add_seed(self, endpoint: str, now: float) -> None:
-        """Keep trying ``endpoint`` (``tcp://IP:PORT``) until a peer answers there."""
-        if endpoint == self.endpoint or endpoint in self.seeds:
+    def add_seed(self, endpoint: str, now: float, *, runtime: bool = False) -> None:
+        """Keep trying ``endpoint`` (``tcp://IP:PORT``) until a peer answers there; ``runtime``: a
+        seed added while the node runs (``huddle join``), bounded (seeds.py, TooManySeeds)."""
+        if endpoint == self.endpoint or (endpoint in self.seeds and not runtime):
             return
-        self.seeds.add(endpoint, now)
+        if runtime:
+            self.seeds.add_runtime(endpoint, now, self.limits.max_runtime_seeds)
+        else:
+            self.seeds.add(endpoint, now)
         self.seeds.retry(now, self.sessions.endpoint_known)
 
     def discovered(self, uuid: NodeId, endpoint: str, now: float) -> None:
