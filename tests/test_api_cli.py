@@ -47,7 +47,8 @@ def test_peers_list_has_the_documented_fields(trio: Cluster) -> None:
     assert sorted(p["name"] for p in peers) == ["bob", "carol"]
     for p in peers:
         assert set(p) == {"uuid", "name", "endpoint", "group", "state", "last_seen", "rtt_ms", "joined_local",
-                          "key", "verified"}
+                          "key", "verified", "tags"}
+        assert p["tags"] == {}  # none given
         assert p["state"] == "alive"
         # New data directories: each peer's uuid is the one its key gives, and its key is the one it shows.
         assert p["verified"] is True and p["key"] == get(next(n.api for n in trio.nodes if n.name == p["name"]),

@@ -113,6 +113,13 @@ def test_a_node_with_no_beacon_and_no_seed_joins_at_runtime(cluster: Cluster) ->
     assert body["uuid"] == get(alice.api, "/api/v1/node")["uuid"] and body["state"] == "alive"
     assert time.monotonic() - started < 2
     assert _mesh_stats(bob.api) == {**before, "joins": before["joins"] + 2}
+    # A node of another group refuses us: 409 with its reason, at once, and nothing left dialling it.
+    other = cluster.start("other", group="elsewhere", beacon=False)
+    started = time.monotonic()
+    status, body = http(bob.api, "/api/v1/peers/join", {"address": f"127.0.0.1:{_port(other.api)}", "timeout": 10})
+    assert status == 409 and body["error"].startswith(f"127.0.0.1:{_port(other.api)} refused us: "), body
+    assert "group" in body["error"] and time.monotonic() - started < 5, body
+    assert [p["name"] for p in get(bob.api, "/api/v1/peers")] == ["alice"]
 
 
 def test_a_join_works_in_a_secured_group(cluster: Cluster, tmp_path: Path) -> None:

@@ -144,7 +144,7 @@ def local_time(t: float) -> str:
 
 
 def _value(key: str, v: object) -> str:
-    if v is None:
+    if v is None or v == {}:  # nothing, or an empty object (a node without tags)
         return "-"
     if isinstance(v, bool):
         return "yes" if v else "no"
