@@ -134,6 +134,17 @@ def test_a_malformed_peers_filter_is_a_usage_error(capsys: pytest.CaptureFixture
     assert "tag key 'Role'" in capsys.readouterr().err
 
 
+def test_join_takes_an_address_and_a_timeout_of_at_most_a_minute(capsys: pytest.CaptureFixture[str]) -> None:
+    args = build_parser().parse_args(["join", "127.0.0.1:5000"])
+    assert (args.address, args.timeout) == ("127.0.0.1:5000", 5.0)
+    assert build_parser().parse_args(["join", "h:1", "--timeout", "0.5"]).timeout == 0.5
+    for bad in ("61", "0", "x"):
+        with pytest.raises(SystemExit) as exit_:
+            build_parser().parse_args(["join", "h:1", "--timeout", bad])
+        assert exit_.value.code == 2
+    assert "must be 0.1..60 seconds" in capsys.readouterr().err
+
+
 # ------------------------------------------------------------------ HELO
 
 

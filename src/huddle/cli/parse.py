@@ -107,6 +107,14 @@ _TIMERS: tuple[tuple[str, Callable[[str], object], str], ...] = (
 )
 
 
+def _join_timeout(text: str) -> float:
+    """``huddle join --timeout``: 0.1..60 seconds, as the API takes it."""
+    value = _positive(text)
+    if not 0.1 <= value <= 60:
+        raise argparse.ArgumentTypeError(f"must be 0.1..60 seconds, got {text!r}")
+    return value
+
+
 def _tag_filter(text: str) -> str:
     """A ``--tag`` filter of ``huddle peers``, checked here: a malformed one is a usage error."""
     try:
@@ -281,7 +289,7 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
         "docs/protocol.md 5.1.",
     )
     join.add_argument("address", metavar="HOST:PORT", help="the peer's ROUTER endpoint (a host name is resolved)")
-    join.add_argument("--timeout", type=_positive, default=5.0, metavar="SECONDS",
+    join.add_argument("--timeout", type=_join_timeout, default=5.0, metavar="SECONDS",
                       help="wait this long for the peer's admission, at most 60 (default: 5)")
     _add_client_options(join)
     log_p = sub.add_parser("log", help="list events of the replicated log", epilog=CLIENT_EPILOG)

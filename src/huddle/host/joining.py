@@ -18,15 +18,15 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Final
 
-from ..config import parse_hostport
+from ..config import parse_hostport, resolve_seed
 from ..errors import ConfigError
 from ..protocol import Mesh, PeerInfo
 from ..protocol.seeds import JoinFailed, TooManySeeds
 
-__all__ = ["JOIN_TIMEOUT", "MAX_ADDRESS", "join_peer", "joined", "resolve_address"]
+__all__ = ["JOIN_TIMEOUT", "MAX_ADDRESS", "Joining", "add_seeds", "join_peer", "joined", "resolve_address"]
 
 log = logging.getLogger("huddle.node")
 
@@ -114,3 +114,24 @@ async def join_peer(mesh: Mesh, address: str, *, timeout: float, now: Callable[[
     stats.joins_timed_out += 1
     log.info("join %s: no answer in %g s", address, timeout)
     raise JoinFailed(f"no answer from {address} in {timeout:g} s")
+
+
+def add_seeds(mesh: Mesh, seeds: Iterable[str], now: float) -> None:
+    """The seeds given at start (``--seed``, ``[discovery] seed``), each resolved and dialled."""
+    for seed in seeds:
+        mesh.add_seed(resolve_seed(seed), now)
+
+
+class Joining:
+    """The node's runtime joins: ``mesh`` gives its mesh (once it runs), ``now`` its local clock,
+    ``execute`` carries out the mesh's actions, ``listen`` hears its events."""
+
+    def __init__(self, mesh: Callable[[], Mesh], now: Callable[[], float], execute: Callable[[], None],
+                 listen: Callable[[Callable[[Any], None]], Callable[[], None]]) -> None:
+        self._mesh, self._now, self._execute, self._listen = mesh, now, execute, listen
+
+    async def join(self, address: str, timeout: float = JOIN_TIMEOUT) -> PeerInfo:
+        """Dial ``address`` (HOST:PORT) as a seed added at runtime: its peer, once admitted within
+        ``timeout`` seconds (:func:`join_peer`)."""
+        return await join_peer(self._mesh(), address, timeout=timeout, now=self._now, execute=self._execute,
+                               listen=self._listen)
