@@ -47,7 +47,8 @@ def test_peers_list_has_the_documented_fields(trio: Cluster) -> None:
     assert sorted(p["name"] for p in peers) == ["bob", "carol"]
     for p in peers:
         assert set(p) == {"uuid", "name", "endpoint", "group", "state", "last_seen", "rtt_ms", "joined_local",
-                          "key", "verified"}
+                          "key", "verified", "tags"}
+        assert p["tags"] == {}  # none given
         assert p["state"] == "alive"
         # New data directories: each peer's uuid is the one its key gives, and its key is the one it shows.
         assert p["verified"] is True and p["key"] == get(next(n.api for n in trio.nodes if n.name == p["name"]),
@@ -96,10 +97,10 @@ def test_cli_peers_text_and_json(trio: Cluster) -> None:
     assert text.returncode == 0
     me, *lines = text.stdout.splitlines()
     assert me.startswith("this node: alice ") and " key " in me  # the local node and its key fingerprint
-    assert lines[0].split() == ["NAME", "UUID", "STATE", "ENDPOINT", "RTT", "ms", "KEY"]
+    assert lines[0].split() == ["NAME", "UUID", "STATE", "ENDPOINT", "RTT", "ms", "KEY", "TAGS"]
     assert sorted(line.split()[0] for line in lines[1:]) == ["bob", "carol"]
     bob_key = get(trio.nodes[1].api, "/api/v1/node")["key"]
-    assert any(line.split()[0] == "bob" and line.split()[-1] == bob_key for line in lines[1:]), lines
+    assert any(line.split()[0] == "bob" and line.split()[-2:] == [bob_key, "-"] for line in lines[1:]), lines
     as_json = json.loads(huddle("peers", "--api", alice.api, "--json").stdout)
     assert sorted(p["name"] for p in as_json) == ["bob", "carol"]
     info = huddle("info", "--api", alice.api)

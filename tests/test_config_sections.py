@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SAMPLES: dict[str, Any] = {
     "name": "judge", "group": "derby", "data-dir": "/tmp/huddle-judge", "type": "console", "log-level": "debug",
     "allow-list": True, "group-key": "derby.key", "limit": ["api.max-connections=512"],
+    "tag": ["role=scoreboard", "rack=3"],
     "port": 50001, "port-range": "50000-50100", "mtu": 30000, "max-message": 1_000_000, "send-buffer": 2_000_000,
     "seed": ["127.0.0.1:50000", "127.0.0.1:50002"], "beacon": False, "beacon-address": "127.255.255.255",
     "beacon-port": 6000, "beacon-interval": 0.5, "interface": "lo", "mdns": True,
@@ -151,6 +152,7 @@ def test_a_setting_is_the_same_as_a_section_key_a_flat_key_and_a_flag(tmp_path: 
                 assert _read(config, s) == _expected(s, SAMPLES[s.flag]), s.where
     assert configs[0] == configs[1] == configs[2] == by_flags
     assert by_flags.limits.api.max_connections == 512
+    assert by_flags.tags == {"role": "scoreboard", "rack": "3"}
     assert by_flags.group_secret is not None and by_flags.group_secret.group == "derby"
     assert by_flags != NodeConfig(), "the samples must not be the defaults"
 

@@ -24,7 +24,7 @@ from huddle.protocol.introductions import Introductions
 from huddle.protocol.liveness import Liveness, Verdict
 from huddle.protocol.moves import Moves
 from huddle.protocol.parts import Stats
-from huddle.protocol.seeds import SEED_BACKOFF_MAX, Seeds
+from huddle.protocol.seeds import SEED_BACKOFF_MAX, Seeds, TooManySeeds
 from huddle.protocol.session import Move, Phase, Session, Timing
 from huddle.protocol.sessions import Sessions
 from huddle.ratelog import RateLog
@@ -240,6 +240,37 @@ def test_a_seed_answered_refused_or_forgotten() -> None:
     assert seeds.due() == 7.0 + T.seed_retry  # not at once (protocol.md 8.5)
     assert seeds.refused(s, "group mismatch") and seeds.due() == math.inf  # never tried again
     assert not seeds.refused(session(), "x")  # not a seed's session
+
+
+def test_seeds_added_at_runtime_are_bounded_dropped_when_given_up_and_asked_again_when_refused() -> None:
+    port = FakePort()
+    seeds = Seeds(T, port)
+    a, b, c = (f"tcp://10.0.0.{i}:5000" for i in (7, 8, 9))
+    seeds.add("tcp://10.0.0.1:5000", 0.0)  # a --seed: not counted, never dropped
+    seeds.add_runtime(a, 0.0, limit=2)
+    seeds.add_runtime(b, 0.0, limit=2)
+    seeds.retry(0.0, lambda endpoint: False)
+    conn_a = next(conn for _, endpoint, conn in port.take("connect") if endpoint == a)
+    with pytest.raises(TooManySeeds, match=r"mesh\.max-runtime-seeds=2"):  # both await their answer
+        seeds.add_runtime(c, 0.0, limit=2)
+    seeds.add_runtime(a, 0.0, limit=2)  # asked again: nothing new
+    # a gives up: forgotten, its connection closed; a --seed is not dropped.
+    seeds.drop(a)
+    assert a not in seeds and port.take("disconnect") == [("disconnect", conn_a)]
+    seeds.drop("tcp://10.0.0.1:5000")
+    assert "tcp://10.0.0.1:5000" in seeds
+    seeds.add_runtime(c, 0.0, limit=2)  # room again
+    # b answered: past the bound it is the one that stops being a seed (its session goes on).
+    peer = NodeId.random()
+    assert seeds.adopt(peer, b) is not None
+    seeds.add_runtime(a, 1.0, limit=2)
+    assert b not in seeds and a in seeds and c in seeds and port.take("disconnect") == []
+    # A seed that refused us is dialled again at once when asked again.
+    s = session(NodeId.random(), conn=7)
+    s.seed = c
+    assert seeds.refused(s, "group mismatch") and seeds.get(c) is not None and seeds.get(c).refused  # type: ignore[union-attr]
+    seeds.add_runtime(c, 2.0, limit=2)
+    assert seeds.get(c).refused is None and seeds.get(c).next_try == 2.0  # type: ignore[union-attr]
 
 
 # ------------------------------------------------------------ member gossip

@@ -165,6 +165,7 @@ class _View:
 
     name, node_type, beat, lost, cut_off = "a", "standard", 1.0, 5, False
     excluded: dict[NodeId, str] = {}  # noqa: RUF012
+    tags: dict[str, str] = {}  # noqa: RUF012
 
     def heartbeat_after(self, when: float) -> float:
         return when

@@ -59,6 +59,7 @@ class _View:
     def __init__(self) -> None:
         self.excluded: dict[NodeId, str] = {}
         self.beat, self.lost, self.cut_off, self.name, self.node_type = 1.0, 4, False, "a", "standard"
+        self.tags: dict[str, str] = {}
         self.states: dict[NodeId, str] = {}
 
     def heartbeat_after(self, when: float) -> float:

@@ -36,6 +36,8 @@ def picture(n: int) -> dict[str, Any]:
                                    for j, a in enumerate(ids) for b in ids[j + 1:]]
     members[-1]["name"] = "scoreboard-" + "x" * 60  # one name with nowhere to break
     members[0]["ext"] = {"posts": {"posts": 3, "octets": 10240, "note": "z" * 80}, "zeta": {"mode": "on"}}
+    members[0]["tags"] = {"role": "scoreboard", "rack": "3"}
+    members[-1]["tags"] = {f"k{t:02d}": "v" * 64 for t in range(16)}  # the most tags, the longest values
     if n > 1:
         links[0].update(state="one-way", rtt_ms=None, **{"from": ids[1], "to": ids[0]})
     return {"node": ids[0], "digest": "f" * 64, "members": members, "links": links}
@@ -123,6 +125,11 @@ def test_on_a_phone_the_nodes_are_cards_and_nothing_scrolls_sideways(cluster: Cl
     # Each card's measures carry their names (the table's head is hidden on a phone).
     first = page.locator("#nodes tr").first.locator("td")
     assert first.nth(4).get_attribute("data-label") == "rtt ms"
+    # The tags: compact (k=v), inside the screen, also the most and longest a node may have.
+    tags = page.evaluate("""() => [...document.querySelectorAll('#nodes td.tags')].map((td) => ({text: td.textContent,
+      left: td.getBoundingClientRect().left, right: td.getBoundingClientRect().right}))""")
+    assert tags[0]["text"] == "rack=3, role=scoreboard" and tags[1]["text"] == "\u2013", tags[:2]
+    assert all(t["left"] >= 0 and t["right"] <= PHONE["width"] for t in tags), tags
     # The other tables scroll in their own boxes, never the page.
     boxes = page.evaluate("""() => [...document.querySelectorAll('#links, #features tbody')]
       .map((t) => t.closest('.scroll').getBoundingClientRect().toJSON())""")

@@ -63,6 +63,9 @@ ranges = st.lists(
     st.integers(1, 10**9).flatmap(lambda a: st.tuples(st.just(a), st.sampled_from([0, a]) | st.integers(a, a + 1000))),
     min_size=1, max_size=4,
 ).map(tuple)
+# A node's tags (protocol.md 4.1, "Tags"): within their bounds, none often.
+tag_maps = st.dictionaries(st.from_regex(r"[a-z0-9][a-z0-9._-]{0,31}", fullmatch=True),
+                           st.text(max_size=16).filter(str.isprintable), max_size=16)
 # Announced timing: a heartbeat interval and the beats that may be lost, both or neither.
 timings = st.just((0.0, 0)) | st.tuples(st.floats(0.01, 60.0), st.integers(1, 100))
 
@@ -75,7 +78,7 @@ def helos(draw: st.DrawFn) -> Helo:
         draw(node_ids), endpoint=draw(endpoints), name=draw(names), incarnation=draw(incarnations),
         reply=draw(st.booleans()), peers=draw(st.integers(0, 1000)), version=draw(st.integers(0, 5)),
         node_type=draw(st.just("") | node_types), beat=beat, lost=lost, rate=draw(st.integers(0, 2**40)),
-        guests=draw(st.integers(0, 65535)), deltas=draw(st.booleans()),
+        guests=draw(st.integers(0, 65535)), deltas=draw(st.booleans()), tags=draw(tag_maps),
         key=draw(st.binary(min_size=32, max_size=32)) if signed else b"",
         sig=draw(st.binary(min_size=64, max_size=64)) if signed else b"",
         at=draw(st.integers(0, 2**53 - 1)) if signed else 0,
@@ -124,7 +127,7 @@ def raws(draw: st.DrawFn) -> Raws:
         draw(node_ids), origin=draw(node_ids), seq=seq, name=draw(names), node_type=draw(node_types),
         beat=draw(st.floats(0.01, 60.0)), lost=draw(st.integers(1, 100)), cut_off=draw(st.booleans()), peers=rows,
         forged=tuple(draw(st.dictionaries(node_ids, st.integers(1, MAX_SEQ), max_size=3)).items()),
-        base=draw(st.integers(1, seq - 1)) if delta else None, gone=gone, ext=draw(extensions),
+        base=draw(st.integers(1, seq - 1)) if delta else None, gone=gone, ext=draw(extensions), tags=draw(tag_maps),
     )
     if not draw(st.booleans()):
         return report

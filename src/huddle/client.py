@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from types import TracebackType
 from typing import Any, BinaryIO
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import aiohttp
 
@@ -161,8 +161,10 @@ class ApiClient:
         result: dict[str, Any] = await self._request("GET", "/api/v1/system")
         return result
 
-    async def peers(self) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = await self._request("GET", "/api/v1/peers")
+    async def peers(self, tags: Sequence[str] = ()) -> list[dict[str, Any]]:
+        """The peers; ``tags`` (``KEY=VALUE`` or ``KEY``): only those whose tags match them all."""
+        query = "?" + urlencode([("tag", t) for t in tags]) if tags else ""
+        result: list[dict[str, Any]] = await self._request("GET", "/api/v1/peers" + query)
         return result
 
     async def names(self) -> dict[str, str]:
@@ -193,6 +195,14 @@ class ApiClient:
 
     async def exclude(self, uuid: str, reason: str) -> dict[str, Any]:
         result: dict[str, Any] = await self._request("POST", f"/api/v1/peers/{quote(uuid, safe='')}/exclude", {"reason": reason})
+        return result
+
+    async def join_peer(self, address: str, timeout: float) -> dict[str, Any]:
+        """Have the node dial ``address`` (HOST:PORT) and wait up to ``timeout`` seconds for the peer
+        there to be admitted (docs/protocol.md 5.1, "Seeds added at runtime")."""
+        text = await self._send("POST", "/api/v1/peers/join", json={"address": address, "timeout": timeout},
+                                timeout=aiohttp.ClientTimeout(total=timeout + (self._timeout.total or 10.0)))
+        result: dict[str, Any] = json.loads(text)
         return result
 
     async def trusted(self) -> dict[str, Any]:

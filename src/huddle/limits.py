@@ -98,6 +98,9 @@ class MeshLimits:
     max_unproven_connections_per_address: int = _doc(
         "incoming connections from one address beyond the sessions bound to it (no verified HELO yet)",
         default=128)
+    max_runtime_seeds: int = _doc(
+        "seeds added while the node runs (huddle join) held at once; past it the oldest answered one is no "
+        "longer a seed", default=16)
 
 
 # ------------------------------------------------------------------ the audit log

@@ -21,7 +21,7 @@ from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any
 
 from .api.info import log_summary, node_info, system_picture
-from .config import NodeConfig, resolve_seed
+from .config import NodeConfig
 from .discovery import Interface
 from .discovery.follow import wait_interface
 from .driver import MeshDriver
@@ -30,6 +30,7 @@ from .finders import Finders
 from .host.address import Following
 from .host.events import EventRoutes, snapshot_detail
 from .host.identity import load_identity, say_security
+from .host.joining import Joining, add_seeds
 from .host.loop import AcceptFailures
 from .host.mesh import Whom, name_in, open_mesh
 from .host.narrate import Narrator, say_stopped
@@ -99,6 +100,7 @@ class Node:
                                   mesh_time=self.mesh_time, execute=self.execute, carried=list(carried or ()),
                                   renewed=renewed is not None)
         self.add_listener, self.publish = self._events.add_listener, self._events.publish
+        self.join = Joining(lambda: self.mesh, self.local_now, self.execute, self.add_listener).join  # huddle join
         self.emit, self.emit_many, self.record_soon = self._recorder.emit, self._recorder.emit_many, self._recorder.record_soon
         self.until_recording = self._recorder.until_recording
         self._stop = asyncio.Event()
@@ -281,8 +283,7 @@ class Node:
             await feature.start(stack, self._spawned.append, self)
         self._wire_events()
         transport.start(asyncio.get_running_loop())
-        for seed in cfg.discovery.seeds:
-            mesh.add_seed(resolve_seed(seed), self.local_now())
+        add_seeds(mesh, cfg.discovery.seeds, self.local_now())
         await self._finders.start(stack, cfg, uuid=uuid, iface=iface, port=port, endpoint=endpoint)
         self.rotation = self._following.rotation(security, transport, port, self.data_dir.path, 2 * mesh.beat)
         from .api.http import start_api  # noqa: PLC0415 - aiohttp: imported when a node runs, not with huddle.node

@@ -14,7 +14,7 @@ from typing import Any
 __all__ = [
     "doc_apply_text", "doc_history_text", "event_text", "feature_tables", "fields_text", "guests_text", "info_text",
     "jams_text", "limits_text", "local_time", "log_summary_text", "log_text", "named", "peers_text", "posts_text",
-    "simulate_text", "size_text", "system_text", "table", "types_text",
+    "simulate_text", "size_text", "system_text", "table", "tags_text", "types_text",
 ]
 
 Names = Mapping[str, str]  # a node's id (32 hex) or key fingerprint -> its name (ApiClient.names)
@@ -36,28 +36,37 @@ def table(rows: Sequence[tuple[str, ...]]) -> str:
 
 def peers_text(peers: list[dict[str, Any]], me: dict[str, Any] | None = None) -> str:
     """The peers as a table; ``me`` (``GET /api/v1/node``) adds a line for this node and its key."""
-    head = "" if me is None else f"this node: {me['name']} {me['uuid'][:8]} key {me.get('key', '-')}\n"
+    head = "" if me is None else f"this node: {me['name']} {me['uuid'][:8]} key {me.get('key', '-')}"
+    if me is not None and me.get("tags"):
+        head += f" tags {tags_text(me['tags'])}"
+    head += "" if me is None else "\n"
     if not peers:
         return head + "no peers"
-    rows = [("NAME", "UUID", "STATE", "ENDPOINT", "RTT ms", "KEY")]
+    rows = [("NAME", "UUID", "STATE", "ENDPOINT", "RTT ms", "KEY", "TAGS")]
     for p in peers:
         rtt = "-" if p.get("rtt_ms") is None else f"{p['rtt_ms']:.2f}"
         # "unverified": a legacy uuid, not the one its key gives (open mode only; docs/security.md)
         key = (p.get("key") or "-") + ("" if p.get("verified") else " unverified")
-        rows.append((p["name"], p["uuid"][:8], p["state"], p["endpoint"], rtt, key))
+        rows.append((p["name"], p["uuid"][:8], p["state"], p["endpoint"], rtt, key, tags_text(p.get("tags"))))
     return head + table(rows)
+
+
+def tags_text(tags: Mapping[str, str] | None) -> str:
+    """A node's tags as ``k=v,k=v`` by key ("-": none)."""
+    return ",".join(f"{k}={v}" for k, v in sorted((tags or {}).items())) or "-"
 
 
 def system_text(s: dict[str, Any]) -> str:
     names = {m["uuid"]: m["name"] for m in s["members"]}
     rows: list[tuple[str, ...]] = [("NAME", "UUID", "KEY", "TYPE", "HEALTH", "PROBLEMS", "RTT ms", "MSG/S IN",
-                                    "MSG/S OUT", "AGE s")]
+                                    "MSG/S OUT", "AGE s", "TAGS")]
     for m in s["members"]:
         r = m.get("rates") or {}
         rows.append((m["name"], m["uuid"][:8], m.get("key") or "-", m["type"], m["health"],
                      ",".join(m["problems"]) or "-",
                      "-" if m.get("rtt_ms") is None else f"{m['rtt_ms']:.2f}",
-                     f"{r.get('msgs_in', 0):.0f}", f"{r.get('msgs_out', 0):.0f}", f"{m.get('age', 0):.1f}"))
+                     f"{r.get('msgs_in', 0):.0f}", f"{r.get('msgs_out', 0):.0f}", f"{m.get('age', 0):.1f}",
+                     tags_text(m.get("tags"))))
     links: list[tuple[str, ...]] = [("LINK", "STATE", "RTT ms")]
     for x in s["links"]:
         a, b = names.get(x["a"], x["a"][:8]), names.get(x["b"], x["b"][:8])
@@ -135,7 +144,7 @@ def local_time(t: float) -> str:
 
 
 def _value(key: str, v: object) -> str:
-    if v is None:
+    if v is None or v == {}:  # nothing, or an empty object (a node without tags)
         return "-"
     if isinstance(v, bool):
         return "yes" if v else "no"

@@ -33,7 +33,7 @@ from ..protocol import Event, PeerInfo
 from ..protocol.delivery import BufferFull
 from ..protocol.events import LogAppended, record_json
 from ..security import load_or_create_token, token_matches
-from ..wire import MAX_BODY
+from ..wire import MAX_BODY, TagError, matches, parse_filter
 from .common import (
     HOLD_WRITES,
     NODE_KEY,
@@ -59,6 +59,7 @@ from .guard import (
 )
 from .join import add_join_routes
 from .monitor_http import add_monitor_routes
+from .peer_join_http import add_peer_join_routes
 from .ports import ApiNode
 from .resolve import Ambiguous, Unknown, node_id, path_text
 
@@ -201,6 +202,7 @@ def _peer_json(p: PeerInfo) -> dict[str, Any]:
         "joined_local": p.joined,
         "key": p.key or None,  # the fingerprint of the key its HELO carried (null: it sent none)
         "verified": p.verified,  # its uuid is the one that key gives (docs/protocol.md 4.1, "Identity")
+        "tags": p.tags,  # what its HELO advertised ({}: none; docs/protocol.md 4.1, "Tags")
     }
 
 
@@ -221,8 +223,14 @@ async def _get_system(request: web.Request) -> web.Response:
 
 
 async def _get_peers(request: web.Request) -> web.Response:
+    """The peers; ``?tag=KEY=VALUE`` (or ``?tag=KEY``: the key, any value), repeated: those whose
+    tags match every one."""
     node = request.app[NODE_KEY]
-    return web.json_response([_peer_json(p) for p in node.peers()])
+    try:
+        wanted = parse_filter(request.query.getall("tag", []))
+    except TagError as exc:
+        raise web.HTTPBadRequest(text=f"'tag': {exc}") from None
+    return web.json_response([_peer_json(p) for p in node.peers() if matches(p.tags, wanted)])
 
 
 async def _read_json(request: web.Request) -> dict[str, Any]:
@@ -632,6 +640,7 @@ def make_app(node: ApiNode, limits: ApiLimits | None = None) -> web.Application:
     app.router.add_post(_LOGIN, _post_login)
     add_join_routes(app)
     add_monitor_routes(app)
+    add_peer_join_routes(app)
     for feature in node.features:  # each adds its routes, with its own port
         feature.routes(app)
     return app

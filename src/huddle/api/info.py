@@ -36,6 +36,7 @@ def node_info(mesh: Mesh, *, identity: NodeIdentity | None, node_type: NodeType,
         "clock_source": None if mesh.synced_with is None else str(mesh.synced_with),
         "started_at": started_at,
         "type": node_type.name,
+        "tags": dict(mesh.tags),  # what it advertises of itself (docs/protocol.md 4.1, "Tags")
         "on_cut_off": node_type.on_cut_off,
         "cut_off": mesh.cut_off,
         "read_only": read_only,

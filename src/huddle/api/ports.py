@@ -81,6 +81,10 @@ class ApiNode(Protocol):
 
     def exclude(self, peer: NodeId, reason: str) -> bool: ...
 
+    async def join(self, address: str, timeout: float) -> PeerInfo:
+        """Dial ``address`` (HOST:PORT) at runtime; its peer once admitted (raises ConfigError,
+        protocol.seeds.JoinFailed)."""
+
     async def send_chat(self, text: str, to: NodeId | None = None, timeout: float = 5.0) -> int: ...
 
     async def send_to_wait(self, peer: NodeId, payload: bytes, timeout: float = 10.0) -> int: ...

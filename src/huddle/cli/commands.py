@@ -328,7 +328,7 @@ def _on_api(handler: ApiHandler) -> Handler:
 
 
 async def _peers(api: ApiClient, args: argparse.Namespace) -> Shown:
-    peers = await api.peers()
+    peers = await api.peers(args.tag or ())
     return peers, render.peers_text(peers, await api.node())
 
 
@@ -370,6 +370,11 @@ async def _exclude(api: ApiClient, args: argparse.Namespace) -> Shown:
     return result, f"excluded {result['excluded'][:8]}: {result['reason']}"
 
 
+async def _join(api: ApiClient, args: argparse.Namespace) -> Shown:
+    peer = await api.join_peer(args.address, args.timeout)
+    return peer, f"joined {peer['name']} ({peer['uuid'][:8]}) at {peer['endpoint']}"
+
+
 async def _send(api: ApiClient, args: argparse.Namespace) -> Shown:
     result = await api.send(args.to, args.texts, args.wait)
     return result, f"queued {len(result['sent'])} message(s)"
@@ -397,7 +402,7 @@ COMMANDS: Mapping[str, Handler] = {
     # through a node's API
     "peers": _on_api(_peers), "system": _on_api(_system), "info": _on_api(_info),
     "chat": _on_api(_chat), "emit": _on_api(_emit), "log": _on_api(_log), "exclude": _on_api(_exclude),
-    "send": _on_api(_send), "tail": _on_api(_tail), "monitor": _on_api(_monitor),
+    "send": _on_api(_send), "tail": _on_api(_tail), "monitor": _on_api(_monitor), "join": _on_api(_join),
 }
 
 

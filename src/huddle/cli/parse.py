@@ -10,6 +10,7 @@ from .. import __version__
 from ..config import BUILTIN_TYPES, DEFAULT_API, DEFAULT_BEACON_PORT
 from ..features import default_features
 from ..ports import Feature
+from ..wire import TagError, parse_filter
 
 __all__ = ["build_parser", "parse_args"]
 
@@ -104,6 +105,23 @@ _TIMERS: tuple[tuple[str, Callable[[str], object], str], ...] = (
     ("--exclude-slow-after", _non_negative,
      "how long a peer's send buffer may stay full before it is excluded; 0: never (default: 60)"),
 )
+
+
+def _join_timeout(text: str) -> float:
+    """``huddle join --timeout``: 0.1..60 seconds, as the API takes it."""
+    value = _positive(text)
+    if not 0.1 <= value <= 60:
+        raise argparse.ArgumentTypeError(f"must be 0.1..60 seconds, got {text!r}")
+    return value
+
+
+def _tag_filter(text: str) -> str:
+    """A ``--tag`` filter of ``huddle peers``, checked here: a malformed one is a usage error."""
+    try:
+        parse_filter([text])
+    except TagError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def _add_client_options(p: argparse.ArgumentParser) -> None:
@@ -206,12 +224,17 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
     node.add_argument("--limit", action="append", default=[], metavar="AREA.KEY=VALUE",
                       help="change one of the bounds on what peers, guests and web pages can make this node hold, "
                            "e.g. api.max-connections=512 (repeatable; 'huddle limits' lists them all)")
+    node.add_argument("--tag", action="append", metavar="KEY=VALUE",
+                      help="a tag this node advertises to its peers, e.g. role=scoreboard (repeatable; over the "
+                           "config's [tags]; 'huddle peers --tag' filters on them)")
     node.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="default: info")
     node.add_argument("--api-require-token", action="store_true", default=None,
                       help="require the API token on loopback too, e.g. on a machine shared with other users "
                       "(beyond loopback it is always required)")
 
     peers = sub.add_parser("peers", help="list a node's peers", epilog=CLIENT_EPILOG)
+    peers.add_argument("--tag", action="append", type=_tag_filter, metavar="KEY[=VALUE]",
+                       help="only peers with this tag (KEY=VALUE) or this key (KEY); repeatable: all must match")
     _add_client_options(peers)
 
     chat = sub.add_parser("chat", help="send a chat line to the group, or to one peer", epilog=CLIENT_EPILOG)
@@ -258,6 +281,17 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
     exclude.add_argument("uuid", metavar="NODE", help="the node to exclude: its name, UUID or a unique UUID prefix")
     exclude.add_argument("--reason", default="excluded by hand", help="said in the GBYE and kept (default: 'excluded by hand')")
     _add_client_options(exclude)
+    join = sub.add_parser(
+        "join", help="have a running node dial a peer (a seed added at runtime)", epilog=CLIENT_EPILOG,
+        description="Have the running node dial HOST:PORT (a peer's ROUTER endpoint, as --seed takes) and wait "
+        "until the peer there is admitted. With no answer in --timeout seconds the join has failed and the node "
+        "stops dialling it (ask again); a peer that answered is dialled again if it goes, as a --seed is. See "
+        "docs/protocol.md 5.1.",
+    )
+    join.add_argument("address", metavar="HOST:PORT", help="the peer's ROUTER endpoint (a host name is resolved)")
+    join.add_argument("--timeout", type=_join_timeout, default=5.0, metavar="SECONDS",
+                      help="wait this long for the peer's admission, at most 60 (default: 5)")
+    _add_client_options(join)
     log_p = sub.add_parser("log", help="list events of the replicated log", epilog=CLIENT_EPILOG)
     log_p.add_argument("--source", metavar="NODE", help="only this source's events (a name, UUID or UUID prefix)")
     log_p.add_argument("--after", type=int, metavar="SEQ", help="with --source: events after this sequence")

@@ -9,6 +9,7 @@ file, the table and the key, and offers the closest known key.
 from __future__ import annotations
 
 import difflib
+import json
 import tomllib
 from dataclasses import replace
 from pathlib import Path
@@ -22,8 +23,9 @@ from .sections import BUILTIN_TYPES, NodeType
 
 __all__ = ["TABLES", "load_config"]
 
-# The tables that are not sections: node types ([types.NAME]), limits ([limits.AREA]) and apps ([[apps]]).
-TABLES = ("types", "limits", "apps")
+# The tables that are not sections: node types ([types.NAME]), limits ([limits.AREA]), apps ([[apps]])
+# and tags.
+TABLES = ("types", "limits", "apps", "tags")
 
 # Where a key may stand: a section's table, or the top level (its key, its flag, older spellings).
 _IN_TABLE: dict[str, dict[str, Setting]] = {table: {} for table in SECTIONS}
@@ -72,6 +74,7 @@ def _read(raw: dict[str, Any], path: Path) -> NodeConfig:
     apps: tuple[AppSpec, ...] = ()
     type_apps: list[tuple[str, tuple[AppSpec, ...]]] = []
     limits = Limits()
+    tags: dict[str, str] = {}
     for written, value in raw.items():
         name = written.replace("_", "-")
         if name in SECTIONS and isinstance(value, dict):
@@ -93,6 +96,8 @@ def _read(raw: dict[str, Any], path: Path) -> NodeConfig:
                 limits = Limits().with_values(value)
             except LimitError as exc:
                 raise ConfigError(f"in {path}: {exc}") from None
+        elif name == "tags":
+            tags = _tags(value, path)
         elif name == "group-secret":
             raise ConfigError(f"in {path}: give the group secret as group-key = \"FILE\" (a group file), not inline")
         elif name in SECTIONS and name not in _TOP:
@@ -110,7 +115,8 @@ def _read(raw: dict[str, Any], path: Path) -> NodeConfig:
     values = {s: value for s, (_, value) in given.items()}
     if values.get(GROUP_KEY) is not None:  # a group file's path is relative to the config file's directory
         values[GROUP_KEY] = path.parent / values[GROUP_KEY]
-    return NodeConfig(types=types, limits=limits, apps=apps, type_apps=tuple(type_apps)).with_settings(values)
+    return NodeConfig(types=types, limits=limits, apps=apps, type_apps=tuple(type_apps),
+                      tags=tags).with_settings(values)
 
 
 def _put(given: dict[Setting, tuple[str, Any]], s: Setting, written: str, value: Any, path: Path) -> None:
@@ -167,6 +173,16 @@ def _port_pair(value: Any) -> tuple[int, int] | None:
     elif isinstance(value, list) and len(value) == 2 and all(type(v) is int for v in value):
         return value[0], value[1]
     return None
+
+
+def _tags(table: Any, path: Path) -> dict[str, str]:
+    """``[tags]``: ``role = "scoreboard"``, a string per key (NodeConfig checks their bounds)."""
+    if not isinstance(table, dict):
+        raise ConfigError(f'in {path}: tags are a table, e.g. [tags] with role = "scoreboard"')
+    for key, value in table.items():
+        if not isinstance(value, str):
+            raise ConfigError(f"in {path}: [tags] {key} must be a string, e.g. {key} = {json.dumps(str(value))}")
+    return dict(table)
 
 
 _TYPE_KEYS = {"base", "heartbeat_interval", "lost_heartbeats", "send_rate", "on_cut_off", "about"}

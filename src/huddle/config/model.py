@@ -27,7 +27,7 @@ from ..posts.section import PostsSection
 from ..protocol import Timing
 from ..protocol.delivery import DeliveryTiming
 from ..security import GroupSecret, load_group_file
-from ..wire import MAX_GROUP, MAX_NAME
+from ..wire import MAX_GROUP, MAX_NAME, TagError, parse_tags, tags_problem
 from .sections import BUILTIN_TYPES, ApiSection, DiscoverySection, MeshSection, NodeType, TimingSection
 
 __all__ = ["LOG_LEVELS", "SECTIONS", "SETTINGS", "NodeConfig", "Setting", "setting_named"]
@@ -64,6 +64,8 @@ class NodeConfig:
     limits: Limits = field(default_factory=Limits, metadata={"setting": False})  # [limits.AREA] (docs/limits.md)
     apps: tuple[AppSpec, ...] = field(default=(), metadata={"setting": False})  # [[apps]] (docs/control.md)
     type_apps: tuple[tuple[str, tuple[AppSpec, ...]], ...] = field(default=(), metadata={"setting": False})  # a type's
+    # What the node advertises of itself ([tags] KEY = "VALUE", or tag = KEY=VALUE; docs/configuration.md "Tags").
+    tags: Mapping[str, str] = field(default_factory=dict, hash=False, metadata={"setting": False})
     mesh: MeshSection = field(default_factory=MeshSection)
     discovery: DiscoverySection = field(default_factory=DiscoverySection)
     api: ApiSection = field(default_factory=ApiSection)
@@ -84,6 +86,9 @@ class NodeConfig:
                               "CurveZMQ keys come from it")
         if self.log_level.lower() not in LOG_LEVELS:
             raise ConfigError("log level must be debug, info, warning or error")
+        problem = tags_problem(dict(self.tags))
+        if problem is not None:
+            raise ConfigError(f"tags: {problem}")
         self.mesh_timing()
         self.node_apps()
 
@@ -134,13 +139,15 @@ class NodeConfig:
 
     def with_settings(self, values: Mapping[Setting, Any], *, flags: bool = False) -> NodeConfig:
         """These settings changed (None: left as it is): plain ones, the group secret from
-        ``group-key`` (a file) or ``join`` (a code) and ``limit`` assignments.  ``flags``:
-        they came from the command line (errors then spell them as flags)."""
+        ``group-key`` (a file) or ``join`` (a code), ``limit`` assignments and ``tag`` ones (over
+        the tags the config has: a key given replaces its value).  ``flags``: they came from the
+        command line (errors then spell them as flags)."""
         def say(s: Setting) -> str:
             return f"--{s.flag}" if flags else s.key
 
         given = {s: v for s, v in values.items() if v is not None}
         key_file, code, assignments = given.pop(GROUP_KEY, None), given.pop(JOIN, None), given.pop(LIMIT, None)
+        tags = given.pop(TAG, None)
         group = given.get(_GROUP)
         config = self
         if key_file is not None and code is not None:
@@ -159,6 +166,11 @@ class NodeConfig:
                                   "named group")
             config = replace(config, group_secret=GroupSecret.from_code(named, code), group=named)
         config = _replaced(config, given)
+        if tags:
+            try:
+                config = replace(config, tags=parse_tags(tags, base=config.tags))
+            except TagError as exc:
+                raise ConfigError(f"{say(TAG)}: {exc}") from None
         return config.with_limits(list(assignments)) if assignments else config
 
     def with_limits(self, assignments: list[str]) -> NodeConfig:
@@ -206,13 +218,14 @@ def _settings() -> tuple[Setting, ...]:
         elif f.metadata.get("setting", True):
             key = f.metadata.get("key", f.name.replace("_", "-"))
             out.append(Setting("", f.name, key, key, str(f.type), tuple(f.metadata.get("aliases", ()))))
-    return (*out, GROUP_KEY, JOIN, LIMIT)
+    return (*out, GROUP_KEY, JOIN, LIMIT, TAG)
 
 
 # The settings NodeConfig reads itself: each names a file, a code or a change, not a field.
 GROUP_KEY = Setting("", "", "group-key", "group-key", "Path")  # a group file (huddle group new), relative to the TOML file
 JOIN = Setting("", "", "join", "join", "str")  # a join code; needs the group's name
 LIMIT = Setting("", "", "limit", "limit", "list[str]")  # AREA.KEY=VALUE assignments, over [limits.AREA]
+TAG = Setting("", "", "tag", "tag", "list[str]")  # KEY=VALUE assignments, over [tags]
 
 SETTINGS: tuple[Setting, ...] = _settings()
 _FIELDS = {f.name for f in fields(NodeConfig)}

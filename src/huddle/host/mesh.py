@@ -104,7 +104,7 @@ def open_mesh(stack: contextlib.ExitStack | contextlib.AsyncExitStack, cfg: Node
         incarnation=os.urandom(8).hex(), now=now(), timing=cfg.mesh_timing(),
         excluded=who.data_dir.excluded(), node_type=who.node_type.name, rate=who.node_type.send_rate,
         limits=cfg.limits.mesh, guests=cfg.guests.marco_port if cfg.guests.enabled else 0, services=core.all(),
-        identity=who.identity, secure=cfg.group_secret is not None,
+        identity=who.identity, secure=cfg.group_secret is not None, tags=cfg.tags,
     )
     driver.attach(mesh, transport, core)
     made.append(mesh)

@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 from ..ids import NodeId, address_of
 from ..security import NodeIdentity, fingerprint, key_derived, node_id_for, verify
-from ..wire import Group, Helo, helo_signed
+from ..wire import Group, Helo, NodeTags, helo_signed
 from .session import Session
 
 __all__ = ["Greeting", "Refusal", "check_helo"]
@@ -37,11 +37,12 @@ class Greeting:
     rate: int
     guests: int  # our marco port when we host Noam guests (0: we do not)
     identity: NodeIdentity
+    tags: NodeTags = dataclasses.field(default_factory=dict, hash=False)  # our tags (protocol.md 4.1, "Tags")
 
     def check(self, endpoint: str) -> None:
         """Raise as :class:`Helo` does if our HELO could not say ``endpoint`` (nor the rest)."""
         Helo(sender=self.uuid, endpoint=endpoint, name=self.name, incarnation=self.incarnation,
-             node_type=self.node_type, beat=self.beat, lost=self.lost, rate=self.rate)
+             node_type=self.node_type, beat=self.beat, lost=self.lost, rate=self.rate, tags=self.tags)
 
     @property
     def bout(self) -> Group:
@@ -64,6 +65,7 @@ class Greeting:
             rate=self.rate,
             guests=self.guests,
             deltas=deltas,
+            tags=self.tags,
             key=self.identity.public_key,
             sig=bytes(64),  # replaced by the signature of the rest below
             at=max(0, round(now * 1000)),

@@ -26,7 +26,7 @@ import dataclasses
 import logging
 import math
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Final
 
 from ..errors import DecodeError
@@ -156,6 +156,7 @@ class Mesh:
         services: Iterable[PeerService] = (),
         identity: NodeIdentity | None = None,
         secure: bool = False,
+        tags: Mapping[str, str] | None = None,
     ) -> None:
         self.timing: Final = timing or Timing()
         self.limits: Final = limits or MeshLimits()
@@ -169,7 +170,7 @@ class Mesh:
         self.identity: Final = identity or NodeIdentity.generate()
         # Constructing our own HELO validates name, endpoint, incarnation, type and group.
         self.greeting: Final = Greeting(uuid, name, group, incarnation, node_type, float(self.beat), self.lost, rate,
-                                        guests, self.identity)
+                                        guests, self.identity, dict(tags or {}))
         self.greeting.check(endpoint)
         self.greeting.bout  # noqa: B018 (constructing it checks the group's name)
         self.secure: Final = secure
@@ -178,6 +179,7 @@ class Mesh:
         self.endpoint = endpoint  # changes only through set_endpoint (this node's address changed)
         self.incarnation: Final = incarnation
         self.node_type: Final = node_type
+        self.tags: Final = self.greeting.tags  # said in our HELO and our reports (protocol.md 4.1, "Tags")
         self.rate: Final = rate
         self.guests: Final = guests  # our marco port when we host Noam guests (0: we do not), said in our HELO
         # Deterministic per node (for the simulator): the jitter of member lists and first probes.
@@ -300,11 +302,15 @@ class Mesh:
 
     # ------------------------------------------------------------- discovery
 
-    def add_seed(self, endpoint: str, now: float) -> None:
-        """Keep trying ``endpoint`` (``tcp://IP:PORT``) until a peer answers there."""
-        if endpoint == self.endpoint or endpoint in self.seeds:
+    def add_seed(self, endpoint: str, now: float, *, runtime: bool = False) -> None:
+        """Keep trying ``endpoint`` (``tcp://IP:PORT``) until a peer answers there; ``runtime``: a
+        seed added while the node runs (``huddle join``), bounded (seeds.py, TooManySeeds)."""
+        if endpoint == self.endpoint or (endpoint in self.seeds and not runtime):
             return
-        self.seeds.add(endpoint, now)
+        if runtime:
+            self.seeds.add_runtime(endpoint, now, self.limits.max_runtime_seeds)
+        else:
+            self.seeds.add(endpoint, now)
         self.seeds.retry(now, self.sessions.endpoint_known)
 
     def discovered(self, uuid: NodeId, endpoint: str, now: float) -> None:

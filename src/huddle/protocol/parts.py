@@ -97,4 +97,7 @@ class Stats(Counters):
     seed_intros_skipped: int = 0  # introductions not dialled: a seed connection to that endpoint awaits its answer
     sessions_evicted: int = 0  # admitted sessions ended to make room for a HELO (silent ones, an address over its share)
     answers_redialled: int = 0  # fresh connections to a peer admitted on its HELO and BOUT that had not heard our answer
+    joins: int = 0  # seeds added at runtime (huddle join), their address well formed and resolved
+    joins_refused: int = 0  # runtime joins refused: a malformed or unresolvable address, this node's own, too many
+    joins_timed_out: int = 0  # runtime joins whose seed did not answer in time (the seed is dropped)
 

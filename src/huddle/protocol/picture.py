@@ -271,6 +271,7 @@ class Pictures:
                 "rtt_ms": round(statistics.median(rtts) * 1000, 3) if rtts else None,
                 "rates": {k: round(v, 1) for k, v in rates.get(n, {}).items()},
                 "ext": r.ext,  # its features' facts ({}: none), as in the digest when it has any
+                "tags": r.tags,  # its tags ({}: none), likewise
             })
         links = []
         for link in pic.links:
@@ -565,7 +566,7 @@ class Reports:
         return Raws(
             sender=self.uuid, origin=self.uuid, seq=seq, name=mesh.name, node_type=mesh.node_type,
             beat=float(mesh.beat), lost=mesh.lost, cut_off=mesh.cut_off, peers=tuple(rows), forged=forged,
-            ext=self._extensions(),
+            ext=self._extensions(), tags=dict(mesh.tags),
         )
 
     def _extensions(self) -> Extensions:

@@ -153,6 +153,8 @@ def compute(reports: Mapping[NodeId, Raws], timing: PictureTiming = PictureTimin
                                   "problems": sorted(issues)}
         if r.ext:  # its features' facts, as its report gives them (a report without: the member as before)
             member["ext"] = r.ext
+        if r.tags:  # its tags, likewise
+            member["tags"] = r.tags
         members.append(member)
     digest = hashlib.sha256(
         json.dumps({"members": members, "links": links}, sort_keys=True, separators=(",", ":")).encode()
@@ -183,7 +185,7 @@ def merge_report(held: Raws, delta: Raws) -> Raws:
     """The full report that ``delta`` makes of ``held``, the origin's report ``delta.base``
     (protocol.md 14.1), the inverse of :func:`report_delta`: ``held``'s rows, less those
     ``gone``, with the delta's rows in place of (or, new peers, after) the held ones; name,
-    type, timing, ``cut_off``, ``forged`` and ``ext`` the delta's; unsigned (no origin signed the
+    type, timing, ``cut_off``, ``forged``, ``ext`` and ``tags`` the delta's; unsigned (no origin signed the
     merged whole: a relay passes on the delta).  Raises LocalProtocolError when the delta
     does not fit ``held`` (another base or origin, a gone peer ``held`` has no row for).
     Decoded rows are merged as the JSON arrays they came in (``CheckedRows.raw``): no
@@ -229,12 +231,12 @@ def report_facts(report: Raws, timing: PictureTiming) -> tuple[object, ...]:
     the same facts give every node the same picture and digest.  The counters, round trips
     and times beside them are left out but for what crosses a threshold (heard within the
     hear window, a round trip above slow_rtt, a queue above queue_limit) and the addressed
-    frames sent and sent again (lossy); and the features' facts (``ext``), whole."""
+    frames sent and sent again (lossy); and the features' facts (``ext``) and the tags, whole."""
     window, slow, limit = timing.hear_window, timing.slow_rtt, timing.queue_limit
     return (
         report.name, report.node_type, report.cut_off, report.forged,
         tuple((p.peer, p.state, p.heard is not None and p.heard <= window, p.rtt is not None and p.rtt > slow,
                p.sent, p.retrans, p.queued > limit) for p in report.peers),
-        report.ext,
+        report.ext, report.tags,
     )
 

@@ -10,6 +10,12 @@ fresh one.  The session that answers adopts the seed's connection; a seed that r
 A seed silent for ``SEED_SILENT_AFTER`` seconds is said (:class:`SeedSilent`, which the node
 logs): once, then at most every ``SEED_SAY_EVERY`` seconds while it stays silent, so that a
 mistyped ``--seed`` does not leave a node running alone without a word.
+
+A seed may also be added while the node runs (``huddle join``: :meth:`Seeds.add_runtime`), at
+most ``mesh.max-runtime-seeds`` of them at once; one that answers stays a seed as ``--seed``'s do
+(dialled again if its peer goes) until that room is needed for a newer one; one given up
+(:meth:`Seeds.drop`: no answer in the join's time) is forgotten, its connection closed
+(protocol.md 5.1, "Seeds added at runtime").
 """
 
 from __future__ import annotations
@@ -18,16 +24,34 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
+from ..errors import LocalProtocolError
 from ..ids import NodeId
 from .events import SeedSilent
 from .parts import Dialler
 from .session import Session, Timing
 
-__all__ = ["SEED_BACKOFF_MAX", "SEED_SAY_EVERY", "SEED_SILENT_AFTER", "Seed", "Seeds"]
+__all__ = ["SEED_BACKOFF_MAX", "SEED_SAY_EVERY", "SEED_SILENT_AFTER", "JoinFailed", "Seed", "Seeds", "TooManySeeds"]
 
 SEED_BACKOFF_MAX: Final = 10.0
 SEED_SILENT_AFTER: Final = 3.0  # seconds unanswered before a seed is said silent
 SEED_SAY_EVERY: Final = 60.0  # seconds between two sayings of one silent seed
+
+
+class JoinFailed(LocalProtocolError):
+    """A join at runtime (``huddle join``) that did not come about; ``status`` the API's answer."""
+
+    status = 504  # no answer in time
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        if status is not None:
+            self.status = status
+
+
+class TooManySeeds(JoinFailed):
+    """A seed to add at runtime past ``mesh.max-runtime-seeds``, none of them answered."""
+
+    status = 429
 
 
 @dataclass(slots=True)
@@ -65,6 +89,7 @@ class Seeds:
         self._notify = notify
         self._mesh_time = mesh_time
         self._by_endpoint: dict[str, Seed] = {}
+        self._runtime: dict[str, None] = {}  # the endpoints added at runtime (add_runtime), oldest first
 
     def __contains__(self, endpoint: str) -> bool:
         return endpoint in self._by_endpoint
@@ -75,6 +100,36 @@ class Seeds:
     def add(self, endpoint: str, now: float) -> None:
         self._by_endpoint[endpoint] = Seed(endpoint=endpoint, next_try=now)
         self._port.note(now)
+
+    def add_runtime(self, endpoint: str, now: float, limit: int) -> None:
+        """A seed added while the node runs (``huddle join``), at most ``limit`` held at once:
+        past it the oldest that was answered is no longer a seed (its session goes on), and with
+        none answered (all awaited) TooManySeeds is raised.  A seed already held is dialled again
+        at once if it refused us (the operator asks again), else left as it is."""
+        seed = self._by_endpoint.get(endpoint)
+        if seed is not None:
+            if seed.refused is not None:
+                seed.refused, seed.backoff, seed.next_try = None, 0.0, now
+                self._port.note(now)
+            return
+        if len(self._runtime) >= limit:
+            answered = next((e for e in self._runtime if self._by_endpoint[e].peer is not None), None)
+            if answered is None:
+                raise TooManySeeds(f"{len(self._runtime)} seeds added at runtime await an answer, the most there "
+                                   f"may be (limit mesh.max-runtime-seeds={limit})")
+            del self._runtime[answered], self._by_endpoint[answered]
+        self._runtime[endpoint] = None
+        self.add(endpoint, now)
+
+    def drop(self, endpoint: str) -> None:
+        """A seed added at runtime given up (its join had no answer in time): forgotten, its
+        connection closed unless a session took it.  A seed given at start is kept."""
+        if endpoint not in self._runtime:
+            return
+        del self._runtime[endpoint]
+        seed = self._by_endpoint.pop(endpoint)
+        if seed.conn is not None and seed.peer is None:
+            self._port.disconnect(seed.conn)
 
     def retry(self, now: float, endpoint_known: Callable[[str], bool]) -> None:
         """Dial every seed that is due, not refused, unanswered and at no session's endpoint."""

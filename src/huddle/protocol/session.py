@@ -150,6 +150,7 @@ class Session:
     suspect_after: float = 2.5  # from its HELO's beat and lost, else our own timing
     gone_after: float = 5.0
     node_type: str = ""
+    tags: dict[str, str] = dataclasses.field(default_factory=dict)  # its HELO's tags
     rate: int = 0  # octets per second it accepts of addressed messages (0: no limit)
     # The connection its HELO came from: address and routing suffix (ids.CONN_MARK; "" not yet
     # known): its frames must come from there, or from one of ``proven``.

@@ -41,6 +41,7 @@ class PeerInfo:
     joined: float = 0.0  # the node's local clock (not mesh time) when the session was admitted
     key: str = ""  # the fingerprint of the peer's key ("": it said none)
     verified: bool = False  # its node id is the one its key gives: no other key can claim it
+    tags: dict[str, str] = dataclasses.field(default_factory=dict)  # its HELO's tags (protocol.md 4.1, "Tags")
 
 
 @dataclass(slots=True)
@@ -148,6 +149,7 @@ class Sessions:
         s.name = m.name
         s.helo_peers = m.peers
         s.node_type = m.node_type
+        s.tags = m.tags
         s.rate = m.rate
         s.guests = m.guests
         s.deltas = m.deltas
@@ -182,6 +184,7 @@ class Sessions:
             joined=s.joined,
             key=fingerprint(s.key) if s.key else "",
             verified=s.verified,
+            tags=s.tags,
         )
 
     def seen(self, now: float, keep: float, excluded: Container[NodeId]) -> list[PeerSeen]:

@@ -4,8 +4,8 @@ The codec is split by concern: ``framing`` (frames, the table of message types
 ``SPECS``, ``encode`` / ``decode``), ``peek`` (a message's sender and tag without
 decoding it; the tags by name, ``TAG_CHAT`` ...), ``membership`` (HELO, PEER, MEMB,
 BOUT, GBYE, BEAT, TIME), ``delivery`` (CHAT, DMSG, DACK, BULK), ``records`` (the
-replicated log's records, XMSG, GSIP), ``reports`` (RAWS) and ``fields`` (what they
-share).
+replicated log's records, XMSG, GSIP), ``reports`` (RAWS), ``tags`` (a node's tags, in HELO
+and RAWS) and ``fields`` (what they share).
 Import from here; the modules' other names are theirs.
 """
 
@@ -60,6 +60,17 @@ from .reports import (
     raws_signed,
     sign_raws,
 )
+from .tags import (
+    MAX_TAG_KEY,
+    MAX_TAG_VALUE,
+    MAX_TAGS,
+    NodeTags,
+    TagError,
+    matches,
+    parse_filter,
+    parse_tags,
+    tags_problem,
+)
 
 __all__ = [
     "BEACON_SIZE",
@@ -75,6 +86,9 @@ __all__ = [
     "MAX_NAME",
     "MAX_RECORD",
     "MAX_SEQ",
+    "MAX_TAGS",
+    "MAX_TAG_KEY",
+    "MAX_TAG_VALUE",
     "MESH_TYPES",
     "PEER_STATES",
     "PROTOCOL_VERSION",
@@ -112,10 +126,12 @@ __all__ = [
     "Members",
     "Message",
     "MessageSpec",
+    "NodeTags",
     "Peer",
     "PeerStat",
     "Raws",
     "RecordBatch",
+    "TagError",
     "Time",
     "Xmsg",
     "check_record",
@@ -128,12 +144,16 @@ __all__ = [
     "helo_signed",
     "make_record",
     "make_records",
+    "matches",
     "pack",
+    "parse_filter",
+    "parse_tags",
     "peek",
     "raws_signed",
     "record_size",
     "sign_raws",
     "strict_json",
+    "tags_problem",
     "unpack",
     "valid_endpoint",
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
 
 from ..errors import DecodeError
@@ -34,6 +34,7 @@ from .fields import (
     node_hex,
     valid_endpoint,
 )
+from .tags import NodeTags, tags_problem
 
 __all__ = [
     "MAX_GROUP", "MAX_REASON", "Beat", "Gbye", "Group", "Helo", "MemberEntry", "Members", "Peer", "Time",
@@ -82,9 +83,14 @@ class Helo:
     # The sender understands RAWS deltas (protocol.md 14.1): only then may it be sent one.  Outside
     # the signature (older nodes sign and check a fixed list of members without it).
     deltas: bool = False
+    # The sender's tags (protocol.md 4.1, "Tags"): signed with the rest when it has any.
+    tags: NodeTags = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         check(isinstance(self.version, int) and 0 <= self.version < 2**31, "version must be a small integer")
+        if self.tags:
+            problem = tags_problem(self.tags)
+            check(problem is None, f"tags: {problem}")
         check(isinstance(self.deltas, bool), "deltas must be a boolean")
         check(isinstance(self.key, bytes) and len(self.key) in (0, HELO_KEY), f"key must be {HELO_KEY} octets")
         check(isinstance(self.sig, bytes) and len(self.sig) == (HELO_SIG if self.key else 0),
@@ -236,6 +242,8 @@ def encode_helo(msg: Helo) -> bytes:
         body["guests"] = msg.guests
     if msg.deltas:
         body["deltas"] = True
+    if msg.tags:
+        body["tags"] = msg.tags
     if msg.key:
         body["key"] = msg.key.hex()
         body["sig"] = msg.sig.hex()
@@ -302,6 +310,7 @@ def decode_helo(sender: NodeId, body: str) -> Helo:
         at=get_field(obj, "at", "HELO", int) if "key" in obj else 0,
         to=NodeId(_hex_field(obj, "to", 16)) if "key" in obj and "to" in obj else None,
         deltas=get_field(obj, "deltas", "HELO", bool) if "deltas" in obj else False,
+        tags=get_field(obj, "tags", "HELO", dict) if "tags" in obj else {},
     )
 
 
@@ -314,9 +323,13 @@ def _hex_field(obj: dict[str, Any], key: str, size: int) -> bytes:
 
 def helo_signed(m: Helo) -> bytes:
     """The octets a HELO's ``sig`` signs: every member but ``sig`` itself, in a fixed
-    order (not the JSON text, which another encoder may write otherwise)."""
-    fields = [bytes(m.sender).hex(), "" if m.to is None else bytes(m.to).hex(), m.at, m.key.hex(), m.version,
-              m.endpoint, m.name, m.incarnation, m.reply, m.peers, m.node_type, m.beat, m.lost, m.rate, m.guests]
+    order (not the JSON text, which another encoder may write otherwise); the tags, sorted by
+    key, only when there are any (a HELO without signs what it signed before tags existed)."""
+    fields: list[object] = [
+        bytes(m.sender).hex(), "" if m.to is None else bytes(m.to).hex(), m.at, m.key.hex(), m.version,
+        m.endpoint, m.name, m.incarnation, m.reply, m.peers, m.node_type, m.beat, m.lost, m.rate, m.guests]
+    if m.tags:
+        fields.append(sorted(m.tags.items()))
     return _HELO_DOMAIN + json.dumps(fields, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 

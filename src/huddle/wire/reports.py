@@ -43,6 +43,7 @@ from .fields import (
     get_seq,
     node_hex,
 )
+from .tags import NodeTags, tags_problem
 
 __all__ = [
     "MAX_EXTENSIONS", "MAX_EXTENSION_OCTETS", "MAX_FORGED_ROWS", "MAX_GONE_ROWS", "PEER_STATES", "CheckedRows",
@@ -151,12 +152,18 @@ class Raws:
     # The origin's features' facts (protocol.md 14.1 ``ext``), carried whole in full and delta
     # reports alike; empty: none (the member is then left out, the body as before it existed).
     ext: Extensions = field(default_factory=dict, hash=False)
+    # The origin's tags (protocol.md 14.1 ``tags``), in full and delta reports alike; empty: none
+    # (the member is then left out, as ``ext``).
+    tags: NodeTags = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         check(isinstance(self.origin, NodeId), "origin must be a NodeId")
         if self.ext:
             problem = extension_problem(self.ext)
             check(problem is None, f"ext: {problem}")
+        if self.tags:
+            problem = tags_problem(self.tags)
+            check(problem is None, f"tags: {problem}")
         if self.sig or self.key or self.signed:
             check(len(self.key) == HELO_KEY and len(self.sig) == HELO_SIG and self.signed[-1:] == b"}",
                    "a signed report has a 32-octet key, a 64-octet signature and the octets it signs")
@@ -222,6 +229,8 @@ def _raws_object(msg: Raws) -> dict[str, Any]:
         report["forged"] = {peer.hex(): n for peer, n in msg.forged}
     if msg.ext:
         report["ext"] = msg.ext
+    if msg.tags:
+        report["tags"] = msg.tags
     if msg.base is not None:
         report["base"] = msg.base
         report["gone"] = [peer.hex() for peer in msg.gone]
@@ -443,6 +452,7 @@ def decode_raws(sender: NodeId, body: str) -> Raws:
         gone=_gone(obj["gone"]) if "gone" in obj else (),
         key=key, sig=sig, signed=signed,
         ext=_ext(obj["ext"]) if "ext" in obj else {},
+        tags=get_field(obj, "tags", "RAWS", dict) if "tags" in obj else {},
     )
 
 
