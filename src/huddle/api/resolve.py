@@ -119,10 +119,13 @@ def known_nodes(node: ApiNode) -> list[tuple[str, str]]:
 
 
 def node_names(node: ApiNode) -> dict[str, str]:
-    """The names of the nodes this one knows (:func:`known_nodes`), by id: what an answer shows
-    beside the ids it gives (``source_name``; the first name known for an id)."""
-    out: dict[str, str] = {}
-    for ident, name in known_nodes(node):
+    """The names of the nodes this one knows, by id: what an answer shows beside the ids it
+    gives (``source_name``; the first name known for an id).  Only the nodes of
+    :func:`known_nodes` that have a name: itself, its peers, the system picture's members."""
+    mesh = node.mesh
+    out = {str(mesh.uuid): mesh.name}
+    for ident, name in [(str(p.uuid), p.name) for p in node.peers()] + [
+            (str(m["uuid"]), str(m.get("name") or "")) for m in node.system().get("members", ())]:
         if name:
             out.setdefault(ident, name)
     return out
