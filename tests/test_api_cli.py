@@ -97,7 +97,7 @@ def test_cli_peers_text_and_json(trio: Cluster) -> None:
     assert text.returncode == 0
     me, *lines = text.stdout.splitlines()
     assert me.startswith("this node: alice ") and " key " in me  # the local node and its key fingerprint
-    assert lines[0].split() == ["NAME", "UUID", "STATE", "ENDPOINT", "RTT", "ms", "KEY", "TAGS"]
+    assert lines[0].split() == ["NAME", "STATE", "LAST", "HEARD", "ENDPOINT", "RTT", "ms", "KEY", "TAGS"]
     assert sorted(line.split()[0] for line in lines[1:]) == ["bob", "carol"]
     bob_key = get(trio.nodes[1].api, "/api/v1/node")["key"]
     assert any(line.split()[0] == "bob" and line.split()[-2:] == [bob_key, "-"] for line in lines[1:]), lines

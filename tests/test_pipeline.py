@@ -25,6 +25,8 @@ from huddle.errors import ConfigError
 from huddle.pipeline import jobs, schemas
 from huddle.pipeline import transforms as T
 from huddle.pipeline.io import InputError, read_events, read_stats
+from huddle.pipeline.report import ReportData
+from huddle.pipeline.report import render as render_report
 from huddle.pipeline.session import SparkSetupError, require_java, start_session
 
 pytestmark = pytest.mark.spark
@@ -370,6 +372,32 @@ def test_system_picture_from_the_statistics_rows(spark: SparkSession) -> None:
     ], schemas.SNAPSHOTS))
 
 
+def test_node_names_are_the_names_peers_knew_each_node_by(spark: SparkSession) -> None:
+    stats = spark.createDataFrame([
+        stat(A, 1.0, "peer_joined", B, name="bob", endpoint="tcp://127.0.0.1:1"),
+        stat(C, 2.0, "peer_state", B, name="bob", state="suspect"),
+        stat(A, 3.0, "peer_joined", C, name="carol", endpoint="tcp://127.0.0.1:3"),
+        stat(A, 9.0, "peer_joined", C, name="carol-2", endpoint="tcp://127.0.0.1:3"),  # restarted, renamed
+        stat(A, 4.0, "peer_refused", None, endpoint="tcp://127.0.0.1:4", reason="x"),  # no node: no name
+        stat(B, 5.0, "snapshot", None, received=1),
+    ], schemas.STATS)
+    assertDataFrameEqual(stats.transform(T.node_names), spark.createDataFrame(
+        [(G, B, "bob"), (G, C, "carol-2")], schemas.NAMES), checkRowOrder=False)
+
+
+def test_findings_and_report_show_names_beside_ids() -> None:
+    summary = jobs.Summary(rows=3, nodes=3, groups=1, missing_ranges=0, divergent=[B, C], worst_p99=0.5,
+                           worst_receiver=B, names={B: "bob"})
+    text = "\n".join(summary.lines())
+    assert f"differ from their group's document: bob ({B[:8]}), {C[:8]}" in text  # carol: no name known
+    assert f"worst lag: receiver bob ({B[:8]})" in text
+    page = render_report(ReportData(inputs=["x"], jobs=["convergence", "system"], names={B: "bob"},
+                                    missing_by_node=[{"group": G, "node": B, "events": 2, "ranges": 1}],
+                                    health=[{"group": G, "node": C, "joins": 1, "leaves": 0, "timeouts": 0,
+                                             "suspects": 0, "refusals": 0, "exclusions": 0, "snapshots": 0}]))
+    assert f"<td class=t>bob ({B[:8]})</td>" in page and f"<td class=t>{C[:8]}</td>" in page
+
+
 # ------------------------------------------------------------------ bad input and bad use
 
 
@@ -537,7 +565,10 @@ def test_a_simulated_run_end_to_end_to_the_report(spark: SparkSession, tmp_path:
     page = (tmp_path / "audit" / "report.html").read_text()
     assert page.index("NOT converged") < page.index("<svg")  # findings first, then plots
     assert "missing: 7 event copies in 1 range(s)" in page and "<polyline" in page and "The mesh" in page
-    for table in ("consolidated", "held_ranges", "gaps", "delays", "throughput", "replay", "node_health", "summary"):
+    assert set(summary.names) == set(nodes) and sorted(summary.names.values()) == ["n0", "n1", "n2"]  # the simulator's
+    assert f"{summary.names[nodes[2]]} ({nodes[2][:8]})" in page.split("<h2>What each node lacks</h2>")[1]
+    for table in ("consolidated", "held_ranges", "gaps", "delays", "throughput", "replay", "node_health", "names",
+                  "summary"):
         assert (tmp_path / "audit" / table).is_dir(), table
 
 

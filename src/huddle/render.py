@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 __all__ = [
     "doc_apply_text", "doc_history_text", "event_text", "feature_tables", "fields_text", "guests_text", "info_text",
     "jams_text", "limits_text", "local_time", "log_summary_text", "log_text", "named", "peers_text", "posts_text",
-    "simulate_text", "size_text", "system_text", "table", "tags_text", "types_text",
+    "simulate_text", "size_text", "system_text", "table", "tags_text", "tail_text", "types_text", "with_names",
 ]
 
 Names = Mapping[str, str]  # a node's id (32 hex) or key fingerprint -> its name (ApiClient.names)
@@ -42,13 +42,25 @@ def peers_text(peers: list[dict[str, Any]], me: dict[str, Any] | None = None) ->
     head += "" if me is None else "\n"
     if not peers:
         return head + "no peers"
-    rows = [("NAME", "UUID", "STATE", "ENDPOINT", "RTT ms", "KEY", "TAGS")]
+    rows = [("NAME", "STATE", "LAST HEARD", "ENDPOINT", "RTT ms", "KEY", "TAGS")]
     for p in peers:
         rtt = "-" if p.get("rtt_ms") is None else f"{p['rtt_ms']:.2f}"
         # "unverified": a legacy uuid, not the one its key gives (open mode only; docs/security.md)
         key = (p.get("key") or "-") + ("" if p.get("verified") else " unverified")
-        rows.append((p["name"], p["uuid"][:8], p["state"], p["endpoint"], rtt, key, tags_text(p.get("tags"))))
+        rows.append((named(p["uuid"], {p["uuid"]: p["name"]}), p["state"], _heard(p, me), p["endpoint"], rtt, key,
+                     tags_text(p.get("tags"))))
     return head + table(rows)
+
+
+def _heard(peer: dict[str, Any], me: dict[str, Any] | None) -> str:
+    """How long ago the peer was last heard: an age by the node's own mesh time (both are mesh
+    time: the two machines' clocks never meet here), else that time itself, local."""
+    seen = peer.get("last_seen")
+    if not isinstance(seen, int | float):
+        return "-"
+    if me is not None and isinstance(me.get("time"), int | float):
+        return f"{max(0.0, me['time'] - seen):.1f} s ago"
+    return local_time(seen)
 
 
 def tags_text(tags: Mapping[str, str] | None) -> str:
@@ -226,6 +238,26 @@ def event_text(e: dict[str, Any], names: Names = _NONE) -> str:
 
 
 
+def tail_text(e: dict[str, Any], names: Names = _NONE, arrived: float | None = None) -> str:
+    """One line of ``huddle tail``, its time first as ``huddle log`` has it (local ISO 8601): a
+    log event's own timestamp, anything else's arrival (``arrived``, seconds since the epoch)."""
+    at = e.get("timestamp") if e.get("type") == "event" else arrived
+    return f"{local_time(at) if isinstance(at, int | float) else '-'}  {event_text(e, names)}"
+
+
+def with_names(e: dict[str, Any], names: Names) -> dict[str, Any]:
+    """An API answer's object with the name beside each node id it gives (``source`` ->
+    ``source_name``, ``author_key`` -> ``author_name``, ...) where ``names`` knows it;
+    additive: no field of the answer is changed."""
+    out = dict(e)
+    for key in ("source", "peer", "from", "received_from", "author_key", "uuid"):
+        ident = e.get(key)
+        label = f"{key.removesuffix('_key')}_name" if key != "uuid" else "name"
+        if isinstance(ident, str) and ident in names and label not in e:
+            out[label] = names[ident]
+    return out
+
+
 def log_text(events: list[dict[str, Any]], names: Names = _NONE) -> str:
     """``huddle log``: a line per event, its time (the source's clock, local ISO) first."""
     return "\n".join(
@@ -283,9 +315,19 @@ def _author(key: str, names: Names) -> str:
     return named(key, names, 9) if key in names else key  # XXXX-XXXX of XXXX-XXXX-XXXX-XXXX
 
 
+def _post_time(stamp: str) -> str:
+    """A post's timestamp (UTC, ``yyyy-mm-ddThh:mm:ssZ``: part of its id) as local ISO 8601, as
+    every time the command shows; as it came if it is not that form."""
+    try:
+        return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).astimezone().isoformat()
+    except (TypeError, ValueError):
+        return str(stamp)
+
+
 def posts_text(posts: list[dict[str, Any]], names: Names = _NONE) -> str:
     """The posts, a line each; ``names`` (by key fingerprint) names their authors."""
-    return "\n".join(f"{p['id'][:12]}  {p['timestamp']}  {size_text(p['size']):>10}  {p['mime_type']:<24} {p['subject']}"
+    return "\n".join(f"{p['id'][:12]}  {_post_time(p['timestamp'])}  {size_text(p['size']):>10}  "
+                     f"{p['mime_type']:<24} {p['subject']}"
                      + (f"  (re {p['parent_id'][:12]})" if p.get("parent_id") else "")
                      + (f"  by {_author(p['author_key'], names)}" if p.get("author_key") else "") for p in posts) \
         or "no posts"

@@ -61,7 +61,7 @@ from .join import add_join_routes
 from .monitor_http import add_monitor_routes
 from .peer_join_http import add_peer_join_routes
 from .ports import ApiNode
-from .resolve import Ambiguous, Unknown, node_id, path_text
+from .resolve import Ambiguous, Unknown, node_id, node_names, path_text
 
 __all__ = ["make_app", "start_api"]
 
@@ -219,7 +219,10 @@ async def _get_node(request: web.Request) -> web.Response:
 
 async def _get_system(request: web.Request) -> web.Response:
     node = request.app[NODE_KEY]
-    return web.json_response(node.system())
+    picture = node.system()  # its digest is of the picture; the links' names are this view's
+    names = {str(m["uuid"]): str(m["name"]) for m in picture.get("members", ()) if m.get("name")}
+    return web.json_response(picture | {"links": [_named(x, names, "a", "b", "from", "to")
+                                                  for x in picture.get("links", ())]})
 
 
 async def _get_peers(request: web.Request) -> web.Response:
@@ -310,9 +313,16 @@ async def _get_log(request: web.Request) -> web.Response:
     if after and source is None:
         return _error(400, "'after' needs 'source'")
     rows = node.store.page(source, after, limit)
+    names = node_names(node)  # beside the ids: source_name, received_from_name (where known)
     return web.json_response({
-        "events": [record_json(r.record, r.received_from) | {"received_at": r.received_at} for r in rows],
+        "events": [_named(record_json(r.record, r.received_from) | {"received_at": r.received_at}, names,
+                          "source", "received_from") for r in rows],
     })
+
+
+def _named(item: dict[str, Any], names: dict[str, str], *keys: str) -> dict[str, Any]:
+    """``item`` with ``KEY_name`` beside each of its ``keys`` whose node id has a known name."""
+    return item | {f"{k}_name": names[item[k]] for k in keys if item.get(k) in names}
 
 
 async def _get_log_summary(request: web.Request) -> web.Response:

@@ -34,7 +34,8 @@ from .common import NODE_KEY, STATE_KEY
 from .guard import bad_text
 from .ports import ApiNode
 
-__all__ = ["MAX_TEXT", "MIN_PREFIX", "Ambiguous", "BadName", "Unknown", "known_nodes", "node_id", "path_text",
+__all__ = ["MAX_TEXT", "MIN_PREFIX", "Ambiguous", "BadName", "Unknown", "known_nodes", "node_id", "node_names",
+           "path_text",
            "post_id", "resolve"]
 
 MIN_PREFIX: Final = 4  # hex digits: fewer match too much to be meant
@@ -114,6 +115,19 @@ def known_nodes(node: ApiNode) -> list[tuple[str, str]]:
     out += [(str(m["uuid"]), str(m.get("name") or "")) for m in node.system().get("members", ())]
     out += [(str(peer), "") for peer in mesh.excluded]
     out += [(str(source), "") for source in node.log_summary().get("version_vector", {})]
+    return out
+
+
+def node_names(node: ApiNode) -> dict[str, str]:
+    """The names of the nodes this one knows, by id: what an answer shows beside the ids it
+    gives (``source_name``; the first name known for an id).  Only the nodes of
+    :func:`known_nodes` that have a name: itself, its peers, the system picture's members."""
+    mesh = node.mesh
+    out = {str(mesh.uuid): mesh.name}
+    for ident, name in [(str(p.uuid), p.name) for p in node.peers()] + [
+            (str(m["uuid"]), str(m.get("name") or "")) for m in node.system().get("members", ())]:
+        if name:
+            out.setdefault(ident, name)
     return out
 
 

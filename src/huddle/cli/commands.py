@@ -381,11 +381,12 @@ async def _send(api: ApiClient, args: argparse.Namespace) -> Shown:
 
 
 async def _tail(api: ApiClient, args: argparse.Namespace) -> Shown:
-    names = {} if args.json else await api.names()
+    names = await api.names()  # --json: beside the ids, as render.with_names adds them
     async for event in api.events(args.count):
         if isinstance(event.get("peer"), str) and event.get("name"):  # a peer met since: its name too
             names[event["peer"]] = str(event["name"])
-        print(json.dumps(event, ensure_ascii=False) if args.json else render.event_text(event, names), flush=True)
+        print(json.dumps(render.with_names(event, names), ensure_ascii=False) if args.json
+              else render.tail_text(event, names, time.time()), flush=True)
     return None
 
 

@@ -9,6 +9,8 @@ Each job writes Parquet directories under the output path (docs/pipeline.md):
 - ``replay``: ``documents``, ``replay``
 - ``system``: ``membership``, ``node_health``, ``snapshots``
 
+and, where the inputs have statistics rows, ``names`` (the name each node went by),
+
 and every run writes ``summary`` (one row of headline numbers) and
 ``report.html`` (the findings and plots, for a person, readable without Spark).
 """
@@ -63,6 +65,12 @@ class Summary:
     suspects: int | None = None
     exclusions: int | None = None
     tables: list[str] = field(default_factory=list)
+    names: dict[str, str] = field(default_factory=dict)  # node id -> the name it went by (table names)
+
+    def who(self, node: str | None) -> str:
+        """A node for a person: ``bob (35c9e1d4)``, or its id's first 8 digits when no name is known."""
+        text = str(node)
+        return f"{self.names[text]} ({text[:8]})" if text in self.names else text[:8]
 
     @property
     def converged(self) -> bool | None:
@@ -86,13 +94,13 @@ class Summary:
             out.append(f"lost: {self.gap_events} event(s) below a source's last number that no node holds (table gaps)")
         if self.misshown:
             out.append(f"documents: {len(self.misshown)} node(s) showed another document than their own events make: "
-                       f"{', '.join(n[:8] for n in self.misshown[:10])} (table replay, column shown)")
+                       f"{', '.join(self.who(n) for n in self.misshown[:10])} (table replay, column shown)")
         differ = [n for n in self.divergent or [] if n not in self.misshown]
         if differ:
             out.append(f"documents: {len(differ)} node(s) differ from their group's document: "
-                       f"{', '.join(n[:8] for n in differ[:10])} (table replay)")
+                       f"{', '.join(self.who(n) for n in differ[:10])} (table replay)")
         if self.worst_p99 is not None:
-            out.append(f"worst lag: receiver {str(self.worst_receiver)[:8]}, p99 delay {self.worst_p99 * 1000:.1f} ms "
+            out.append(f"worst lag: receiver {self.who(self.worst_receiver)}, p99 delay {self.worst_p99 * 1000:.1f} ms "
                        "(table delays)")
         if self.timeouts or self.suspects or self.exclusions:
             out.append(f"system: {self.suspects} heartbeat loss(es), {self.timeouts} peer timeout(s), "
@@ -297,6 +305,11 @@ def run(spark: SparkSession, inputs: Sequence[str], output: str, *, jobs: Sequen
         summary.timeouts = sum(int(r["timeouts"]) for r in data.health)
         summary.suspects = sum(int(r["suspects"]) for r in data.health)
         summary.exclusions = sum(int(r["exclusions"]) for r in data.health)
+    named = read_stats(spark, inputs).transform(T.node_names)
+    summary.names = {str(r["node"]): str(r["name"]) for r in named.collect()}  # a row a node: few
+    if summary.names:
+        write("names", named)
+    data.names = summary.names
     summary.tables.append("summary")
     spark.createDataFrame([(
         summary.rows, summary.events, summary.conflicts, summary.missing_ranges, summary.missing_events,

@@ -38,6 +38,7 @@ class ReportData:
     health: Rows = field(default_factory=list)
     membership: Rows = field(default_factory=list)
     snapshots: Rows = field(default_factory=list)
+    names: dict[str, str] = field(default_factory=dict)  # node id -> the name it went by (table names)
 
 
 _STYLE = """
@@ -59,6 +60,14 @@ def _short(text: Any) -> str:
     """Node and source UUIDs (32 hex) shown by their first 8 digits, as the CLI does."""
     s = "" if text is None else str(text)
     return s[:8] if len(s) == 32 else s
+
+
+def _named(rows: Rows, names: dict[str, str], *columns: str) -> Rows:
+    """``rows`` with each node id in ``columns`` shown with its name, ``bob (35c9e1d4)``, where
+    ``names`` knows it (the others stay ids, shortened as ever)."""
+    if not names:
+        return rows
+    return [r | {c: f"{names[r[c]]} ({r[c][:8]})" for c in columns if r.get(c) in names} for r in rows]
 
 
 def _fmt(value: Any) -> str:
@@ -193,26 +202,30 @@ def render(d: ReportData) -> str:
     """The whole page."""
     verdict = {True: ("ok", "Converged"), False: ("bad", "NOT converged"), None: ("unknown", "Convergence not checked")}
     cls, word = verdict[d.converged]
+    names = d.names
     parts = [
         "<!doctype html><html lang=en><head><meta charset=utf-8><title>huddle audit report</title>",
         f"<style>{_STYLE}</style></head><body><h1>huddle audit report</h1>",
         f'<p class="verdict {cls}">{word}</p>',
         "<h2>Findings</h2><ul>" + "".join(f"<li>{escape(line)}</li>" for line in d.findings) + "</ul>",
         f"<p class=note>inputs: {escape(', '.join(d.inputs))}; jobs: {escape(', '.join(d.jobs))}. "
-        "Node and source ids are shown by their first 8 hex digits; the Parquet tables beside this page "
+        "Node and source ids are shown by their first 8 hex digits, beside the name each node went by "
+        "where its peers' statistics rows give it (table names); the Parquet tables beside this page "
         "have every row.</p>",
     ]
     if "convergence" in d.jobs:
         parts.append("<h2>What each node lacks</h2>")
-        parts.append(_table(d.missing_by_node, ["group", "node", "events", "ranges"]))
+        parts.append(_table(_named(d.missing_by_node, names, "node"), ["group", "node", "events", "ranges"]))
         if d.missing:
-            parts.append(_table(d.missing, ["group", "node", "source", "first_seq", "last_seq", "events"],
+            parts.append(_table(_named(d.missing, names, "node", "source"),
+                                ["group", "node", "source", "first_seq", "last_seq", "events"],
                                 "largest ranges first (table missing)"))
         parts.append("<h3>Gaps no node can fill</h3>")
-        parts.append(_table(d.gaps, ["group", "source", "first_seq", "last_seq", "events"]))
+        parts.append(_table(_named(d.gaps, names, "source"), ["group", "source", "first_seq", "last_seq", "events"]))
     if "consolidate" in d.jobs:
         parts.append("<h2>Integrity</h2>")
-        parts.append(_table(d.conflicts, ["group", "source", "seq", "node", "timestamp", "kind", "body"],
+        parts.append(_table(_named(d.conflicts, names, "source", "node"),
+                            ["group", "source", "seq", "node", "timestamp", "kind", "body"],
                             "every copy of each event whose copies differ (table conflicts)"))
     if "replay" in d.jobs:
         parts.append("<h2>Documents (replay)</h2><p class=note>Each node's document is made from its exported "
@@ -224,8 +237,8 @@ def render(d: ReportData) -> str:
                      "(a divergence: the node showed another document than its events make); "
                      "<code>uncomparable</code> (the export no longer holds those events); <code>none</code> "
                      "(no such row).</p>")
-        parts.append(_table(d.replay, ["group", "node", "doc_events", "group_doc_events", "same", "shown_ts",
-                                       "shown_doc_events", "shown"]))
+        parts.append(_table(_named(d.replay, names, "node"), ["group", "node", "doc_events", "group_doc_events", "same",
+                                                              "shown_ts", "shown_doc_events", "shown"]))
         for doc in d.documents:
             parts.append(f"<details><summary>group {escape(str(doc['group']))}: the final document "
                          f"({doc['doc_events']} doc events, {doc['dropped']} dropped)</summary>"
@@ -239,7 +252,7 @@ def render(d: ReportData) -> str:
                                f"group {group}: receipts by delay from origin to receiver (ms, log scale; bucket lower bounds)"))
         receivers = [r for r in d.delays if r["by"] == "receiver"]
         if receivers:
-            parts.append(_bars([_short(r["key"]) for r in receivers],
+            parts.append(_bars([_fmt(r["key"]) for r in _named(receivers, names, "key")],
                                [(p, [float(r[p]) * 1000 for r in receivers]) for p in ("p50", "p90", "p99")],
                                "delay by receiver (ms): p50, p90, p99", " ms"))
         for group in sorted({str(r["group"]) for r in d.throughput}):
@@ -253,7 +266,7 @@ def render(d: ReportData) -> str:
             parts.append("<h3>The mesh: who passed copies to whom</h3>" + _mesh(links))
         for by in ("source", "receiver", "hops", "link"):
             rows = [r | {"p50 ms": r["p50"] * 1000, "p90 ms": r["p90"] * 1000, "p99 ms": r["p99"] * 1000,
-                         "max ms": r["max"] * 1000} for r in d.delays if r["by"] == by]
+                         "max ms": r["max"] * 1000} for r in _named(d.delays, names, "key") if r["by"] == by]
             if rows:
                 parts.append(f"<h3>Delay by {by}</h3>")
                 parts.append(_table(rows, ["group", "key", "receipts", "p50 ms", "p90 ms", "p99 ms", "max ms"]))
@@ -261,18 +274,18 @@ def render(d: ReportData) -> str:
         parts.append("<h2>System picture</h2>")
         if not d.health:
             parts.append("<p class=note>the inputs hold no statistics rows</p>")
-        parts.append(_table(d.health, ["group", "node", "joins", "leaves", "timeouts", "suspects", "refusals",
-                                       "exclusions", "snapshots"]))
+        parts.append(_table(_named(d.health, names, "node"), ["group", "node", "joins", "leaves", "timeouts", "suspects",
+                                                              "refusals", "exclusions", "snapshots"]))
         by_node: dict[str, list[tuple[float, float]]] = {}
         if d.snapshots:
             start = min(float(r["ts"]) for r in d.snapshots)
-            for r in d.snapshots:
+            for r in _named(d.snapshots, names, "node"):
                 by_node.setdefault(_short(r["node"]), []).append((float(r["ts"]) - start, float(r["peers_alive"] or 0)))
             parts.append(_lines(sorted(by_node.items()), "peers alive, by node (from the snapshots)",
                                 "seconds from the first snapshot"))
         if d.membership:
             parts.append("<h3>Membership events</h3>")
-            parts.append(_table(d.membership, ["ts", "group", "node", "event", "peer", "name", "reason"],
+            parts.append(_table(_named(d.membership, names, "node"), ["ts", "group", "node", "event", "peer", "name", "reason"],
                                 "the first 500 by time (table membership)"))
     parts.append("</body></html>\n")
     return "\n".join(parts)

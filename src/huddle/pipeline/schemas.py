@@ -33,6 +33,7 @@ __all__ = [
     "HELD_RANGES",
     "MEMBERSHIP",
     "MISSING",
+    "NAMES",
     "NODE_HEALTH",
     "REPLAY",
     "SHOWN",
@@ -126,6 +127,8 @@ MEMBERSHIP = StructType([
     *_text("group", "node"), _f("ts", DoubleType()), _f("event", StringType()),
     *_many(StringType(), "peer", "name", "reason", nullable=True),
 ])
+# the name each node went by, as its peers' statistics rows give it (its latest)
+NAMES = StructType([*_text("group", "node", "name")])
 NODE_HEALTH = StructType([
     *_text("group", "node"), *_many(DoubleType(), "first_ts", "last_ts"),
     *_long("joins", "leaves", "timeouts", "suspects", "refusals", "exclusions", "snapshots"),

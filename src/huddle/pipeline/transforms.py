@@ -42,6 +42,7 @@ __all__ = [
     "membership",
     "missing",
     "node_health",
+    "node_names",
     "receipts",
     "replay",
     "shown",
@@ -542,6 +543,15 @@ def membership(stats: DataFrame) -> DataFrame:
         F.get_json_object(detail, "$.name").alias("name"),
         F.coalesce(F.get_json_object(detail, "$.reason"), F.get_json_object(detail, "$.state")).alias("reason"),
     )
+
+
+def node_names(stats: DataFrame) -> DataFrame:
+    """The name each node went by: group, node, name, from the statistics rows its peers
+    wrote of it (``peer_joined``, ``peer_left``, ``peer_state``: the name its HELO announced),
+    the latest where it changed (a node restarted under another name).  The report and
+    the findings show it beside the node's id (a join on this small table)."""
+    named = membership(stats).filter(F.col("peer").isNotNull() & (F.coalesce(F.col("name"), F.lit("")) != ""))
+    return named.groupBy("group", F.col("peer").alias("node")).agg(F.max_by("name", "ts").alias("name"))
 
 
 def node_health(stats: DataFrame) -> DataFrame:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import HuddleError
-from ..render import posts_text, size_text
+from ..render import posts_text, size_text, with_names
 
 if TYPE_CHECKING:  # the client imports aiohttp, which `huddle --help` need not load
     from ..client import ApiClient
@@ -61,7 +61,8 @@ async def run(api: ApiClient, args: argparse.Namespace) -> tuple[Any, str]:
     """``huddle posts`` and ``huddle post add|get``: what the node answered, and the text for a person."""
     if args.command == "posts":
         posts = await api.posts(args.limit)
-        return posts, posts_text(posts, {} if args.json else await api.names())
+        names = await api.names()  # --json: the authors' names beside their keys
+        return [with_names(p, names) for p in posts], posts_text(posts, names)
     if args.post_command == "add":
         path: Path = args.file
         try:
