@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from .doc.feature import DocumentFeature
 from .guests_feature import GuestsFeature
+from .pairing.feature import PairingFeature
 from .ports import Feature
 from .posts.feature import PostsFeature
 from .security.features import RotationFeature, TrustFeature
@@ -20,4 +21,5 @@ __all__ = ["default_features"]
 
 def default_features() -> list[Feature]:
     """A new list of new features, in the order the node starts them (each node its own)."""
-    return [PostsFeature(), DocumentFeature(), GuestsFeature(), TrustFeature(), RotationFeature()]
+    return [PostsFeature(), DocumentFeature(), GuestsFeature(), TrustFeature(), RotationFeature(),
+            PairingFeature()]

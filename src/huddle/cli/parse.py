@@ -203,6 +203,16 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
                          help="octets per FETCH request, 1024..1048576 (default: 1048576)")
     posts_g.add_argument("--posts-interval", type=_positive, metavar="SECONDS",
                          help="seconds before a sync session that failed or left posts behind is tried again (default: 2)")
+    pairing = node.add_argument_group("pairing (a device without the group secret asks a member: docs/security.md)")
+    pairing.add_argument("--pair-with", action="append", metavar="HOST:PORT",
+                         help="a member's pairing door to ask (its 'huddle info' shows it; repeatable), where no "
+                         "beacon finds one")
+    pairing.add_argument("--pairing-port", type=int, metavar="PORT", help="this member's door; 0 picks one (default: 0)")
+    pairing.add_argument("--pairing-request-ttl", type=_positive, metavar="SECONDS",
+                         help="how long a request to join waits for an answer (default: 600)")
+    pairing.add_argument("--pairing-listen", type=_non_negative, metavar="SECONDS",
+                         help="how long a device without the secret listens for members before it founds the group "
+                         "(default: 3)")
     node.add_argument("--limit", action="append", default=[], metavar="AREA.KEY=VALUE",
                       help="change one of the bounds on what peers, guests and web pages can make this node hold, "
                            "e.g. api.max-connections=512 (repeatable; 'huddle limits' lists them all)")

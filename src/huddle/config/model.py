@@ -22,6 +22,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..guests.section import GuestsSection
 from ..limits import LimitError, Limits, parse_assignment
+from ..pairing.section import PairingSection
 from ..posts.section import PostsSection
 from ..protocol import Timing
 from ..protocol.delivery import DeliveryTiming
@@ -35,7 +36,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 
 # The sections, each a NodeConfig attribute named as its TOML table; a feature's among them.
 SECTIONS: dict[str, type[Any]] = {s.TABLE: s for s in (
-    MeshSection, DiscoverySection, ApiSection, TimingSection, PostsSection, GuestsSection)}
+    MeshSection, DiscoverySection, ApiSection, TimingSection, PostsSection, GuestsSection, PairingSection)}
 
 
 def _default_data_dir() -> Path:
@@ -67,6 +68,7 @@ class NodeConfig:
     timing: TimingSection = field(default_factory=TimingSection)
     posts: PostsSection = field(default_factory=PostsSection)
     guests: GuestsSection = field(default_factory=GuestsSection)
+    pairing: PairingSection = field(default_factory=PairingSection)
 
     def __post_init__(self) -> None:
         if not self.name or len(self.name.encode()) > MAX_NAME:
