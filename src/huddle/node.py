@@ -66,6 +66,7 @@ class Node:
         the identity it retired left (:meth:`_renew_identity`): the events it recorded under
         numbers its peers held with other content, recorded again once this node records, and
         why it changed."""
+        config.require_secured()  # a group secret, or open mode chosen (docs/security.md, "Secure by default")
         if features is None:
             from .features import default_features  # noqa: PLC0415 - the one list; node.py names no feature
 

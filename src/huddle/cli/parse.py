@@ -137,6 +137,10 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
     secret.add_argument("--group-key", type=Path, metavar="FILE",
                         help="the group's secret, from 'huddle group new' (sets --group to the file's group)")
     secret.add_argument("--join", metavar="CODE", help="the group's join code, read aloud or copied; needs --group")
+    node.add_argument("--open", action="store_true", default=None,
+                      help="run an OPEN group, without a secret: anyone on this network who knows the group's name "
+                      "joins, reads every event, message and post, and writes in any member's name; for a lab or a "
+                      "closed network only. Without it a node needs the group's secret (TOML: open = true)")
     node.add_argument("--allow-list", action="store_true", default=None,
                       help="admit only the node keys of DATA_DIR/trusted-keys (huddle trust add|remove); needs "
                       "--group-key or --join, and every member of the group runs with it (TOML: allow-list = true)")
