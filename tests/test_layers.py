@@ -75,6 +75,7 @@ LAYER_OF: dict[str, str] = {
     "huddle.pairing": "pairing",  # the door's messages and requests, the door, the newcomer's side
     "huddle.pairing.feature": "features",  # a member's side: routes, command, facts
     "huddle.pairing.http": "features",
+    "huddle.pairing.newcomer": "cli",  # huddle node's step before the node: load, pair for or found the secret
     "huddle.__main__": "entry",
     "huddle.pipeline.submit": "entry",
 }
