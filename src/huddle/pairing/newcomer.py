@@ -41,6 +41,7 @@ __all__ = ["ASK_EVERY", "ask_doors", "prepare", "prompt"]
 log = logging.getLogger("huddle.pairing")
 
 ASK_EVERY = 2.0  # seconds between two PAIRs to one door
+_SILENT = 3 * ASK_EVERY  # a door silent this long is dialled afresh (a refused handshake is not retried)
 
 
 def prompt(name: str, group: str, fp: str) -> str:
@@ -171,12 +172,17 @@ async def ask_doors(group: str, name: str, identity: NodeIdentity, doors: set[st
     ctx = zmq.asyncio.Context()
     dealers: dict[str, zmq.asyncio.Socket] = {}
     refused: set[str] = set()
+    answered: dict[str, float] = {}  # door -> when it last answered (or its socket was made)
     try:
         while True:
             while heard is not None and not heard.empty():
                 doors.add(heard.get_nowait())
+            now = time.monotonic()
+            for door in [d for d in dealers if d not in refused and now - answered[d] > _SILENT]:
+                dealers.pop(door).close(linger=0)  # its handshake was refused (libzmq does not dial again)
             for door in doors - dealers.keys():
                 dealers[door] = _dealer(ctx, door, group, identity)
+                answered[door] = now
             for door, sock in dealers.items():
                 if door not in refused:
                     with contextlib.suppress(zmq.Again):
@@ -189,6 +195,7 @@ async def ask_doors(group: str, name: str, identity: NodeIdentity, doors: set[st
                 for sock, _ in await poller.poll(left * 1000):
                     door = next(d for d, s in dealers.items() if s is sock)
                     answer = _read(await sock.recv())
+                    answered[door] = time.monotonic()
                     if isinstance(answer, Accepted):
                         secret = _secret(answer, group)
                         if secret is not None:
