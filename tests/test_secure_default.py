@@ -56,7 +56,7 @@ def test_a_secret_or_open_mode_lets_the_node_be_made(tmp_path: Path) -> None:
 def test_open_and_a_secret_exclude_each_other(tmp_path: Path) -> None:
     key = group_key("derby")
     code = load_group_file(key).code
-    with pytest.raises(ConfigError, match="--open runs an open group.*cannot go with --join"):
+    with pytest.raises(ConfigError, match=r"--open runs an open group.*cannot go with --join"):
         _config(tmp_path, "--open", "--group", "derby", "--join", code)
     with pytest.raises(ConfigError, match="cannot go with --group-key"):
         _config(tmp_path, "--open", "--group-key", str(key))
@@ -67,7 +67,7 @@ def test_open_and_a_secret_exclude_each_other(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="exclude each other"):
         load_config(tmp_path / "secured.toml").with_flags(vars(build_parser().parse_args(["node", "--open"])))
     (tmp_path / "both.toml").write_text(f'group-key = "{key}"\nopen = true\n')
-    with pytest.raises(ConfigError, match="open runs an open group.*cannot go with group-key"):
+    with pytest.raises(ConfigError, match=r"open runs an open group.*cannot go with group-key"):
         load_config(tmp_path / "both.toml")
 
 
