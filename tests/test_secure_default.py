@@ -84,10 +84,8 @@ def test_toml_open_true_chooses_open_mode(tmp_path: Path) -> None:
 
 @pytest.mark.processes
 def test_huddle_node_without_a_secret_exits_with_the_message(tmp_path: Path) -> None:
-    out = _huddle_node(tmp_path, "--group", "derby")
-    assert out.returncode == 2, out
-    assert out.stderr.startswith("huddle node: group 'derby' has no secret"), out.stderr
-    assert all(way in out.stderr for way in WAYS_OUT) and "Traceback" not in out.stderr
+    # With a group's name, huddle node pairs with its members or founds it (tests/test_pairing.py);
+    # without one there is no group to secure.
     out = _huddle_node(tmp_path)
     assert out.returncode == 2 and "no group and no group secret" in out.stderr, out.stderr
 
