@@ -41,6 +41,7 @@ SAMPLES: dict[str, Any] = {
     "seed-retry": 0.5, "rtt-probe-interval": 3.0, "gone-retention": 30.0, "membership-interval": 1.5,
     "seed-reopen-after": 10.0, "exclude-after-errors": 5, "exclude-slow-after": 0.0,
     "posts-policy": "newest:5", "posts-chunk": 65536, "posts-interval": 1.0,
+    "pair-port": 40001, "pair-request-ttl": 60.0, "pair-listen": 1.0, "pair-with": ["127.0.0.1:40002"],
     "guests": True, "guest-marco-port": 1031, "guest-port": 40000, "guest-ws-port": 0, "guest-max-message": 1000,
 }
 NO_KEY = {"config"}  # the flag that names the file itself

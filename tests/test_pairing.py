@@ -44,7 +44,7 @@ def _newcomer(cluster: Cluster, name: str, *extra: str) -> NodeProcess:
     """``huddle node --group test`` with NO secret and not --open: the one place these tests start one
     (Cluster.start would give it the group's key)."""
     node = NodeProcess(name, cluster.tmp / name, "--beacon-port", str(cluster.beacon_port), "--beacon-interval",
-                       "0.25", "--pairing-listen", "0.5", *extra, group="test")
+                       "0.25", "--pair-listen", "0.5", *extra, group="test")
     cluster.nodes.append(node)
     return node
 

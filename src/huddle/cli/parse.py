@@ -211,10 +211,10 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
     pairing.add_argument("--pair-with", action="append", metavar="HOST:PORT",
                          help="a member's pairing door to ask (its 'huddle info' shows it; repeatable), where no "
                          "beacon finds one")
-    pairing.add_argument("--pairing-port", type=int, metavar="PORT", help="this member's door; 0 picks one (default: 0)")
-    pairing.add_argument("--pairing-request-ttl", type=_positive, metavar="SECONDS",
+    pairing.add_argument("--pair-port", type=int, metavar="PORT", help="this member's door; 0 picks one (default: 0)")
+    pairing.add_argument("--pair-request-ttl", type=_positive, metavar="SECONDS",
                          help="how long a request to join waits for an answer (default: 600)")
-    pairing.add_argument("--pairing-listen", type=_non_negative, metavar="SECONDS",
+    pairing.add_argument("--pair-listen", type=_non_negative, metavar="SECONDS",
                          help="how long a device without the secret listens for members before it founds the group "
                          "(default: 3)")
     node.add_argument("--limit", action="append", default=[], metavar="AREA.KEY=VALUE",

@@ -2,7 +2,7 @@
 (docs/security.md, "Pairing").
 
 Read by the node's configuration (docs/configuration.md): each field is a TOML key of the
-``[pairing]`` table and the flag ``--pairing-KEY``; ``with`` is ``--pair-with``.  It checks
+``[pairing]`` table and the flag ``--pair-KEY`` (``with`` is ``--pair-with``).  It checks
 itself, and imports nothing of the door's: a node loads it whether or not it pairs.
 """
 
@@ -21,13 +21,13 @@ class PairingSection:
     """``[pairing]``: the door's port, how long a request waits, the newcomer's listening and its doors."""
 
     TABLE: ClassVar[str] = "pairing"
-    FLAG_PREFIX: ClassVar[str] = "pairing-"
+    FLAG_PREFIX: ClassVar[str] = "pair-"
 
     port: int = 0  # the door's TCP port on the mesh's interface; 0: a free one
     request_ttl: float = 600.0  # seconds a request waits for a member's answer (and a refusal is remembered)
     listen: float = 3.0  # seconds a device without the secret listens for doors before it founds the group
     # Doors to ask (HOST:PORT; a member's 'huddle info' shows its door), for set-ups without beacons.
-    pair_with: tuple[str, ...] = field(default=(), metadata={"flag": "pair-with", "key": "with"})
+    pair_with: tuple[str, ...] = field(default=(), metadata={"key": "with"})
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
