@@ -160,6 +160,16 @@ def test_a_device_without_the_secret_is_kept_out_until_accepted_then_joins(clust
         assert needle not in wire, needle
 
 
+def test_a_device_finds_the_door_in_a_members_beacons(cluster: Cluster) -> None:
+    alice = cluster.start("alice")
+    bob = _newcomer(cluster, "bob")  # no --pair-with: the beacons name alice's door
+    fp = _lines_until(bob, _FP, 20).group(1)
+    wait_for(lambda: get(alice.api, "/api/v1/pair")["pending"], 10, "bob's request")
+    assert _accept(alice.api, fp)[0] == 200
+    bob.wait_api(20)
+    wait_for(lambda: "bob" in alive_names(alice.api), 20, "bob in the mesh")
+
+
 def _client(ctx: zmq.Context[zmq.Socket[bytes]], door: str, identity: NodeIdentity,
             session: NodeIdentity | None = None) -> zmq.Socket[bytes]:
     """A DEALER to ``door`` over CurveZMQ with ``session``'s key (default: ``identity``'s)."""

@@ -163,3 +163,18 @@ def test_oversized_and_foreign_messages_are_refused() -> None:
         decode(b"HDL\x01P{}")
     with pytest.raises(DecodeError, match="expected"):
         decode(b'HPR\x01P{"key": "00"}')
+
+
+# ------------------------------------------------------------------ the beacon's door (docs/protocol.md 9)
+
+def test_a_beacon_may_carry_a_door_and_anything_else_is_malformed() -> None:
+    from huddle.ids import NodeId
+    from huddle.wire.beacon import BEACON_SIZE, Beacon, group_hash, pack, unpack
+
+    plain = Beacon(NodeId(b"\x01" * 16), 5000, group_hash("g"))
+    with_door = Beacon(NodeId(b"\x01" * 16), 5000, group_hash("g"), door=6000)
+    assert len(pack(plain)) == BEACON_SIZE == 30 and unpack(pack(plain)) == plain
+    assert len(pack(with_door)) == 32 and unpack(pack(with_door)) == with_door
+    for bad in (pack(plain) + b"\x00", pack(with_door) + b"\x00", pack(plain) + b"\x00\x00"):
+        with pytest.raises(DecodeError):
+            unpack(bad)

@@ -71,6 +71,7 @@ class PairingFeature(FeatureBase):
             raise
         self._door_stats = door.stats
         self._door_endpoint = f"{host.address}:{port}"
+        host.advertise_door(port)
         log.info("pairing door on %s: devices without the secret ask to join here (huddle pair)", self._door_endpoint)
         spawn(door.run())
 
