@@ -1,4 +1,4 @@
-"""The pairing door's messages (docs/protocol.md, "Pairing"), and fingerprints as people type them.
+"""The pairing door's messages (docs/protocol.md 16), and fingerprints as people type them.
 
 One ZeroMQ frame each way, on a CurveZMQ session to the door:
 
