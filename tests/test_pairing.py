@@ -13,7 +13,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +28,6 @@ from huddle.security import NodeIdentity, load_group_file
 pytestmark = pytest.mark.processes
 
 _FP = re.compile(r"Its fingerprint: ([0-9A-Z]{4}(?:-[0-9A-Z]{4}){3})\.")
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
-    try:
-        yield c
-    finally:
-        c.close()
 
 
 def _newcomer(cluster: Cluster, name: str, *extra: str) -> NodeProcess:
@@ -340,3 +330,28 @@ def test_a_lone_device_founds_the_group_and_one_with_seeds_asks_for_a_door(tmp_p
                      "--interface", "lo", "--api", "127.0.0.1:0", "--no-beacon", "--seed", "127.0.0.1:9")
     assert seeded.returncode != 0 and "--pair-with" in seeded.stderr and "--join" in seeded.stderr, seeded
     assert not (tmp_path / "late" / "group.key").exists()
+
+
+def test_on_a_phone_a_member_accepts_from_the_status_page(cluster: Cluster, browser: Any,
+                                                         ctx: zmq.Context[zmq.Socket[bytes]]) -> None:
+    """The "asks to join" panel: the device's name, fingerprint and address inside a phone's width,
+    and Accept (confirmed) lets it in."""
+    from playwright.sync_api import expect
+
+    alice = cluster.start("alice", beacon=False)
+    device = NodeIdentity.generate()
+    sock, answer = _admitted(ctx, _door(alice.api), device, "scoreboard-" + "x" * 40)
+    assert answer == Pending(device.fingerprint)
+    page = browser.new_page(viewport={"width": 390, "height": 844})
+    page.goto(alice.api + "/")
+    expect(page.locator("#pair")).to_be_visible(timeout=10_000)
+    expect(page.locator("#pair-list li")).to_contain_text(device.fingerprint)
+    assert page.evaluate("document.scrollingElement.scrollWidth") <= 390
+    for part in ("#pair-list code", "#pair-list button"):
+        box = page.locator(part).first.bounding_box()
+        assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390, (part, box)
+    page.on("dialog", lambda dialog: dialog.accept())
+    page.locator("#pair-list button", has_text="Accept").click()
+    expect(page.locator("#pair")).to_be_hidden(timeout=10_000)
+    sock.send(encode(Pair(device.public_key, "scoreboard", device.node_id.hex(), "test")))
+    assert isinstance(decode(sock.recv()), Accepted)
