@@ -118,6 +118,7 @@ def test_a_device_without_the_secret_is_kept_out_until_accepted_then_joins(clust
         # The member lists it, with the fingerprint the device shows (API and CLI).
         pending = wait_for(lambda: get(alice.api, "/api/v1/pair")["pending"], 10, "bob's request")
         assert [(p["fingerprint"], p["name"], p["address"]) for p in pending] == [(fp, "bob", "127.0.0.1")]
+        assert door in _huddle("info", "--api", alice.api).stdout, "huddle info shows the door"
         listed = _huddle("pair", "--api", alice.api)
         assert listed.returncode == 0 and fp in listed.stdout and "bob" in listed.stdout, listed
         # Kept out meanwhile: no secret, no mesh.

@@ -120,6 +120,17 @@ class Door:
             self.port = self._router.bind_to_random_port(f"tcp://{host}")
         return self.port
 
+    def move(self, address: str) -> int:
+        """The mesh's interface moved: listen on ``address`` instead, at the same port if it is free
+        there (else any); the port.  The connections open stay until their peers leave."""
+        old = self._router.getsockopt_string(zmq.LAST_ENDPOINT)
+        with contextlib.suppress(zmq.ZMQError):
+            self._router.unbind(old)
+        try:
+            return self.bind(address, self.port)
+        except zmq.ZMQError:
+            return self.bind(address)
+
     async def run(self) -> None:
         """Serve until cancelled (then close)."""
         loop = self._loop = asyncio.get_running_loop()

@@ -72,6 +72,15 @@ class PairingFeature(FeatureBase):
         self._door_stats = door.stats
         self._door_endpoint = f"{host.address}:{port}"
         host.advertise_door(port)
+
+        async def moved(address: str) -> None:
+            """The door listens on the mesh's interface: it follows it."""
+            moved_to = door.move(address)
+            self._door_endpoint = f"{address}:{moved_to}"
+            host.advertise_door(moved_to)
+            log.info("the pairing door moved to %s", self._door_endpoint)
+
+        host.follow_address(moved)
         log.info("pairing door on %s: devices without the secret ask to join here (huddle pair)", self._door_endpoint)
         spawn(door.run())
 
