@@ -356,3 +356,24 @@ def test_on_a_phone_a_member_accepts_from_the_status_page(cluster: Cluster, brow
     expect(page.locator("#pair")).to_be_hidden(timeout=10_000)
     sock.send(encode(Pair(device.public_key, "scoreboard", device.node_id.hex(), "test")))
     assert isinstance(decode(sock.recv()), Accepted)
+
+
+def test_mdns_names_the_door(cluster: Cluster) -> None:
+    """With --mdns a member's TXT record carries its door, pair=PORT (docs/protocol.md 9.1)."""
+    from zeroconf import IPVersion, Zeroconf
+
+    alice = cluster.start("alice", "--mdns", beacon=False)
+    door = _door(alice.api)
+    uuid = get(alice.api, "/api/v1/node")["uuid"]
+    zc = Zeroconf(interfaces=["127.0.0.1"], ip_version=IPVersion.V4Only)
+    try:
+        name = f"alice-{uuid[:8]}._huddle._tcp.local."
+
+        def txt() -> dict[bytes, bytes | None] | None:
+            info = zc.get_service_info("_huddle._tcp.local.", name, timeout=1000)
+            return None if info is None else info.properties
+
+        properties = wait_for(txt, 20, "alice's mDNS record")
+        assert properties[b"pair"] == door.rpartition(":")[2].encode()
+    finally:
+        zc.close()

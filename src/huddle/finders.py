@@ -44,6 +44,8 @@ class Finders:
         self.door = port
         if self.beacon is not None:
             self.beacon.set_door(port)
+        if self.mdns is not None:
+            self.mdns.door = port  # in the TXT record from its next registration (a move)
 
     async def start(self, stack: contextlib.AsyncExitStack, cfg: NodeConfig, *, uuid: NodeId, iface: Interface,
                     port: int, endpoint: str) -> None:
@@ -63,7 +65,7 @@ class Finders:
 
             mdns = self.mdns = MdnsService(
                 uuid=uuid, name=cfg.name, group=cfg.group, router_port=port, interface=iface,
-                service_type=cfg.discovery.mdns_type, on_peer=self.on_peer,
+                service_type=cfg.discovery.mdns_type, on_peer=self.on_peer, door=self.door,
             )
             stack.push_async_callback(_close_quietly, mdns.close)
             await mdns.start()
