@@ -290,17 +290,20 @@ def test_a_flood_is_bounded_counted_and_a_pending_request_still_works(
         junk.send(frame)
     wait_for(lambda: stats()["malformed"] >= 3, 20, "malformed frames counted")
     junk.close(linger=0)
-    # Many raw connections (no handshake), and plain ZeroMQ (no CURVE): closed, counted.
-    raws = [socket.create_connection((host, int(port))) for _ in range(150)]
+    # Plain ZeroMQ (no CURVE): refused at the handshake, counted.
+    refused = stats()["door"]["refused_handshakes"]
     plain = ctx.socket(zmq.DEALER)
     plain.connect(f"tcp://{door}")
     plain.send(b"hello")
+    wait_for(lambda: stats()["door"]["refused_handshakes"] > refused, 20, "a NULL handshake refused")
+    plain.close(linger=0)
+    # Many raw connections (no handshake): closed past the caps, counted.
+    raws = [socket.create_connection((host, int(port))) for _ in range(150)]
     wait_for(lambda: stats()["door"]["refused_connections"] >= 100, 20, "connections past the caps closed")
     assert _fds(alice.proc.pid) <= fds_before + 8 + 8, "connections bounded (8 from one address)"
     assert get(alice.api, "/api/v1/node")["name"] == "alice", "the node is up"
     for r in raws:
         r.close()
-    plain.close(linger=0)
     # The request made before the flood still works.
     assert next(p["fingerprint"] for p in get(alice.api, "/api/v1/pair")["pending"]) == legit.fingerprint
     assert _accept(alice.api, legit.fingerprint)[0] == 200

@@ -48,7 +48,8 @@ __all__ = ["ZAP_DOMAIN", "Door", "DoorStats", "door_keypair"]
 log = logging.getLogger("huddle.pairing")
 
 ZAP_DOMAIN = b"huddle-pair"
-_EVENTS = int(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED)
+_FAILED = int(zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)  # not CURVE, or not ours
+_EVENTS = int(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED) | _FAILED
 
 
 def door_keypair(group: str) -> CurveKeypair:
@@ -65,7 +66,7 @@ class DoorStats:
     connections: int = 0  # open now
     refused_connections: int = 0  # past the caps, closed as accepted
     closed_idle: int = 0
-    refused_handshakes: int = 0  # by ZAP: not CURVE, or past the handshake rate
+    refused_handshakes: int = 0  # not CURVE (NULL, PLAIN, garbage), or past the handshake rate (ZAP)
     admitted_handshakes: int = 0
 
     def as_dict(self) -> dict[str, int]:
@@ -200,6 +201,9 @@ class Door:
     def _monitor_readable(self) -> None:
         ports = {self.port}
         for event, fd in monitor_events(self._monitor, "pairing door"):
+            if event & _FAILED:  # its value is an error number, not a descriptor
+                self.stats.refused_handshakes += 1
+                continue
             if event != zmq.EVENT_ACCEPTED:
                 self._conns.pop(fd, None)
                 continue
