@@ -110,6 +110,7 @@ class Door:
         sock.setsockopt(zmq.RCVHWM, 0)
         self._monitor = monitor(self._ctx, sock, _EVENTS)
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._fds: list[int] = []  # the descriptors the loop reads
 
     def bind(self, address: str, port: int = 0) -> int:
         """Listen on ``address`` (the mesh's interface), at ``port`` (0: any free one); the port."""
@@ -139,7 +140,9 @@ class Door:
                    (self._router, self._router_readable))
         try:
             for sock, read in readers:
-                loop.add_reader(cast(int, sock.getsockopt(zmq.FD)), read)
+                fd = cast(int, sock.getsockopt(zmq.FD))
+                loop.add_reader(fd, read)
+                self._fds.append(fd)
                 loop.call_soon(read)
             while True:
                 await asyncio.sleep(1.0)
@@ -148,12 +151,16 @@ class Door:
                 self.requests.expire(self.clock())
                 self._sweep(time.monotonic())
         finally:
-            for sock, _ in readers:
-                with contextlib.suppress(zmq.ZMQError, ValueError, RuntimeError):
-                    loop.remove_reader(cast(int, sock.getsockopt(zmq.FD)))
             self.close()
 
     def close(self) -> None:
+        """Stop reading, close the sockets and the context (again: nothing)."""
+        if self._ctx.closed:
+            return
+        if self._loop is not None:
+            for fd in self._fds:
+                with contextlib.suppress(ValueError, RuntimeError):  # a loop closed already
+                    self._loop.remove_reader(fd)
         with contextlib.suppress(zmq.ZMQError):
             self._router.disable_monitor()
         for sock in (self._router, self._monitor, self._zap):

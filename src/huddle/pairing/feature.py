@@ -64,11 +64,8 @@ class PairingFeature(FeatureBase):
 
         host.watch_keys(changed)
         door = Door(config.group, requests, self._current, host.local_now)
-        try:
-            port = door.bind(host.address, config.pairing.port)
-        except BaseException:
-            door.close()
-            raise
+        stack.callback(door.close)  # also if the node stops before the door's task ran
+        port = door.bind(host.address, config.pairing.port)
         self._door_stats = door.stats
         self._door_endpoint = f"{host.address}:{port}"
         host.advertise_door(port)
