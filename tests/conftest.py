@@ -23,7 +23,7 @@ import pytest
 import zmq
 
 from huddle.procs import NodeProcess, exit_description, free_port
-from huddle.security import GroupSecret
+from huddle.security import GroupSecret, load_group_file
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 
@@ -100,6 +100,11 @@ def group_key(group: str = "test") -> Path:
     return _KEYS[group]
 
 
+def room_key(group: str = "test") -> str:
+    """The guests' room key of ``group``'s session secret (a secured group's room is keyed)."""
+    return load_group_file(group_key(group)).room_key_text()
+
+
 def security_flags(group: str, extra: tuple[str, ...] | list[str], *, secure: bool = True) -> list[str]:
     """What a test's ``huddle node`` adds to be secured (``--group-key``, the group's session
     file) or, with ``secure=False``, to run open (``--open``); nothing if ``extra`` chose already."""
@@ -116,11 +121,12 @@ class Cluster:
         self.tmp = tmp
         self.beacon_port = free_port(socket.SOCK_DGRAM)
         self.nodes: list[NodeProcess] = []
+        self.secure = True  # False: its nodes run open unless started with secure=True (the test says why)
 
     def start(self, name: str, *extra: str, group: str = "test", beacon: bool = True,
-              data_dir: Path | None = None, wait: bool = True, secure: bool = True) -> NodeProcess:
-        """``secure=False`` runs the node open (--open): the call site says why."""
-        args = [*extra, *security_flags(group, extra, secure=secure)]
+              data_dir: Path | None = None, wait: bool = True, secure: bool | None = None) -> NodeProcess:
+        """``secure=False`` runs the node open (--open): the call site says why; None: ``self.secure``."""
+        args = [*extra, *security_flags(group, extra, secure=self.secure if secure is None else secure)]
         if beacon:
             args += ["--beacon-port", str(self.beacon_port), "--beacon-interval", "0.25"]
         else:
@@ -206,6 +212,13 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         yield c
     finally:
         c.close()
+
+
+@pytest.fixture
+def open_cluster(cluster: Cluster) -> Cluster:
+    """``cluster`` whose nodes run open (--open): a module that uses it says why."""
+    cluster.secure = False
+    return cluster
 
 
 # ------------------------------------------------------------ a real browser
