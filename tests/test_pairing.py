@@ -300,7 +300,9 @@ def test_a_flood_is_bounded_counted_and_a_pending_request_still_works(
     # Many raw connections (no handshake): closed past the caps, counted.
     raws = [socket.create_connection((host, int(port))) for _ in range(150)]
     wait_for(lambda: stats()["door"]["refused_connections"] >= 100, 20, "connections past the caps closed")
-    assert _fds(alice.proc.pid) <= fds_before + 8 + 8, "connections bounded (8 from one address)"
+    # 150 connections held open from one address: the door keeps 8 of them (libzmq closes the ones shut
+    # at its next turn, so the count is read until it settles).
+    wait_for(lambda: _fds(alice.proc.pid) <= fds_before + 8 + 8, 10, "descriptors bounded while 150 are held open")
     assert get(alice.api, "/api/v1/node")["name"] == "alice", "the node is up"
     for r in raws:
         r.close()
