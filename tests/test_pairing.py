@@ -161,6 +161,22 @@ def test_a_device_finds_the_door_in_a_members_beacons(cluster: Cluster) -> None:
     wait_for(lambda: "bob" in alive_names(alice.api), 20, "bob in the mesh")
 
 
+def test_an_acceptance_by_one_member_clears_the_request_on_the_others(cluster: Cluster) -> None:
+    alice, carol = cluster.start("alice"), cluster.start("carol")
+    wait_for(lambda: cluster.mesh_complete([alice, carol]), 20, "alice and carol meshed")
+    bob = _newcomer(cluster, "bob")  # its beacons name both doors: it asks both
+    fp = _lines_until(bob, _FP, 20).group(1)
+    for member in (alice, carol):
+        wait_for(lambda m=member: [p["fingerprint"] for p in get(m.api, "/api/v1/pair")["pending"]] == [fp], 10,
+                 f"bob pending on {member.name}")
+    assert _accept(carol.api, fp)[0] == 200
+    wait_for(lambda: get(alice.api, "/api/v1/pair")["pending"] == [], 10, "alice dropped bob's request")
+    bob.wait_api(20)
+    wait_for(lambda: {"alice", "carol"} <= alive_names(bob.api), 20, "bob in the mesh")
+    assert get(alice.api, "/api/v1/pair")["pending"] == [], "not listed again"
+    assert _accept(alice.api, fp)[0] == 404
+
+
 def _client(ctx: zmq.Context[zmq.Socket[bytes]], door: str, identity: NodeIdentity,
             session: NodeIdentity | None = None) -> zmq.Socket[bytes]:
     """A DEALER to ``door`` over CurveZMQ with ``session``'s key (default: ``identity``'s)."""
