@@ -221,6 +221,8 @@ class NodeProc:
             "--data-dir", str(tmp / name), "--interface", "lo", "--api", "127.0.0.1:0",
             "--log-level", "warning", *extra,
         ]
+        if not any(flag in extra for flag in ("--group-key", "--join")):
+            cmd.append("--open")  # no group file given: measured as an open group, as before
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL)
         self.api = ""
@@ -342,7 +344,7 @@ def node_config(name: str, data_dir: Any, seeds: tuple[str, ...] = (), group: st
     secret = None if group_key is None else load_group_file(Path(group_key))
     return NodeConfig().with_overrides(
         name=name, group=group, data_dir=Path(data_dir), api="127.0.0.1:0",
-        seed=seeds, beacon=False, interface="lo", log_level="warning", group_secret=secret,
+        seed=seeds, beacon=False, interface="lo", log_level="warning", group_secret=secret, open=secret is None,
     )
 
 

@@ -112,12 +112,13 @@ class SoakNode:
 
     # -- process
     def start(self) -> None:
+        # --open: the soak measures the mesh as it always did, an open group (a lab's namespaces)
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 ["ip", "netns", "exec", self.host, sys.executable, "-m", "huddle", "node", "--name", self.name,
                  "--group", "soak", "--data-dir", str(self.data_dir), "--interface", "eth0",
                  "--api", "127.0.0.1:0", "--beacon-port", str(self.beacon_port), "--beacon-interval", "0.25",
-                 *TIMING], stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL)
+                 "--open", *TIMING], stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL)
         self.api, self._buf, self.frozen = "", b"", False
         self.life += 1
         self.started_at = time.monotonic()

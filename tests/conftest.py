@@ -23,6 +23,7 @@ import pytest
 import zmq
 
 from huddle.procs import NodeProcess, exit_description, free_port
+from huddle.security import GroupSecret, load_group_file
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 
@@ -74,17 +75,58 @@ def alive_names(api: str) -> set[str]:
     return {p["name"] for p in get(api, "/api/v1/peers") if p["state"] in ("alive", "suspect")}
 
 
+# The test groups' secrets: one group file per group name, made once a session (group_key).
+_KEYS: dict[str, Path] = {}
+_SECRET_FLAGS = ("--group-key", "--join", "--open")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _group_keys(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Where this session's group files go (group_key makes them on first use)."""
+    _KEYS["."] = tmp_path_factory.mktemp("group-keys")
+    try:
+        yield
+    finally:
+        _KEYS.clear()
+
+
+def group_key(group: str = "test") -> Path:
+    """The session's group file for ``group`` (GroupSecret.new, saved as 'huddle group new' saves
+    it), made on first use: every secured node of a test group shares it."""
+    if group not in _KEYS:
+        path = _KEYS["."] / f"{group}.key"
+        GroupSecret.new(group).save(path)
+        _KEYS[group] = path
+    return _KEYS[group]
+
+
+def room_key(group: str = "test") -> str:
+    """The guests' room key of ``group``'s session secret (a secured group's room is keyed)."""
+    return load_group_file(group_key(group)).room_key_text()
+
+
+def security_flags(group: str, extra: tuple[str, ...] | list[str], *, secure: bool = True) -> list[str]:
+    """What a test's ``huddle node`` adds to be secured (``--group-key``, the group's session
+    file) or, with ``secure=False``, to run open (``--open``); nothing if ``extra`` chose already."""
+    if any(flag in extra for flag in _SECRET_FLAGS):
+        return []
+    return ["--group-key", str(group_key(group))] if secure else ["--open"]
+
+
 class Cluster:
-    """Starts node processes for one test; all are killed at the end."""
+    """Starts node processes for one test; all are killed at the end.  Nodes are secured
+    with the group's session secret (group_key) unless started with ``secure=False``."""
 
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
         self.beacon_port = free_port(socket.SOCK_DGRAM)
         self.nodes: list[NodeProcess] = []
+        self.secure = True  # False: its nodes run open unless started with secure=True (the test says why)
 
     def start(self, name: str, *extra: str, group: str = "test", beacon: bool = True,
-              data_dir: Path | None = None, wait: bool = True) -> NodeProcess:
-        args = list(extra)
+              data_dir: Path | None = None, wait: bool = True, secure: bool | None = None) -> NodeProcess:
+        """``secure=False`` runs the node open (--open): the call site says why; None: ``self.secure``."""
+        args = [*extra, *security_flags(group, extra, secure=self.secure if secure is None else secure)]
         if beacon:
             args += ["--beacon-port", str(self.beacon_port), "--beacon-interval", "0.25"]
         else:
@@ -170,6 +212,13 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         yield c
     finally:
         c.close()
+
+
+@pytest.fixture
+def open_cluster(cluster: Cluster) -> Cluster:
+    """``cluster`` whose nodes run open (--open): a module that uses it says why."""
+    cluster.secure = False
+    return cluster
 
 
 # ------------------------------------------------------------ a real browser

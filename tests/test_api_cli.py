@@ -10,11 +10,12 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import Cluster, free_port, get, http, wait_for
+from conftest import Cluster, free_port, get, group_key, http, wait_for
 
 from huddle.cli import main
 from huddle.config import NodeConfig, load_config
 from huddle.errors import ConfigError
+from huddle.security import load_group_file
 
 
 def huddle(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
@@ -169,7 +170,7 @@ def test_wrong_flags_exit_2_with_a_message(args: list[str], complaint: str, caps
     ],
 )
 def test_invalid_settings_are_refused_before_starting(tmp_path: Path, args: list[str], complaint: str) -> None:
-    out = huddle("node", "--data-dir", str(tmp_path / "d"), "--no-beacon", *args)
+    out = huddle("node", "--data-dir", str(tmp_path / "d"), "--no-beacon", "--group-key", str(group_key()), *args)
     assert out.returncode == 2
     assert complaint in out.stderr and "Traceback" not in out.stderr
 
@@ -231,7 +232,8 @@ def test_config_file_drives_a_node(tmp_path: Path, cluster: Cluster) -> None:
     path = tmp_path / "node.toml"
     path.write_text(f'name = "from-file"\ngroup = "g"\ninterface = "lo"\nbeacon = false\n'
                     f'data-dir = "{tmp_path / "cfg"}"\napi = "127.0.0.1:0"\n')
-    proc = subprocess.Popen([sys.executable, "-m", "huddle", "node", "--config", str(path), "--group", "override"],
+    proc = subprocess.Popen([sys.executable, "-m", "huddle", "node", "--config", str(path), "--group", "override",
+                             "--join", load_group_file(group_key("override")).code],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         assert proc.stdout is not None

@@ -133,7 +133,7 @@ def test_api_refuses_requests_without_the_token(cluster: Cluster, tmp_path: Path
     info = json.loads(body)
     assert status == 200 and info["api"]["token_required"] is True
     assert info["stats"]["api"]["unauthorized"] == 6  # none, a wrong one, the event stream, three pages
-    assert len(info["key"]) == 19 and info["security"]["mode"] == "open"
+    assert len(info["key"]) == 19 and info["security"]["mode"] == "group"  # secured by default
 
     # The login page: a wrong token is refused (401, counted), the right one sets the cookie.
     form = "application/x-www-form-urlencoded"
@@ -165,7 +165,8 @@ def test_cli_sends_the_token(cluster: Cluster, tmp_path: Path) -> None:
 def test_pages_work_in_chromium_after_login(cluster: Cluster, browser: Any, tmp_path: Path) -> None:
     from playwright.sync_api import expect
 
-    node = cluster.start("alice", "--api-require-token", beacon=False)
+    # Open (--open): the page after login shows the open group's warning too.
+    node = cluster.start("alice", "--api-require-token", beacon=False, secure=False)
     token = (tmp_path / "alice" / "api-token").read_text().strip()
     page = browser.new_page()
     errors: list[str] = []
@@ -181,6 +182,7 @@ def test_pages_work_in_chromium_after_login(cluster: Cluster, browser: Any, tmp_
     expect(page.locator("#conn")).to_have_text("live", timeout=10_000)  # the event stream (WebSocket) opened
     expect(page.locator("#key")).to_have_text(re.compile(r"^[0-9A-Z]{4}(-[0-9A-Z]{4}){3}$"))
     expect(page.locator("#open-group")).to_contain_text("open group: anyone on this network can join and read")
+    expect(page.locator("#security")).to_have_text("open (chosen with --open)")
     page.goto(node.api + "/bout")
     expect(page.locator("#conn")).to_have_text("live", timeout=10_000)
     expect(page.locator("#jam")).to_have_text("Up next: Period 1 · Jam 1")

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import group_key
 
 from huddle.cli.parse import build_parser
 from huddle.config import SECTIONS, SETTINGS, NodeConfig, Setting, TimingSection, load_config
@@ -41,11 +42,13 @@ SAMPLES: dict[str, Any] = {
     "seed-retry": 0.5, "rtt-probe-interval": 3.0, "gone-retention": 30.0, "membership-interval": 1.5,
     "seed-reopen-after": 10.0, "exclude-after-errors": 5, "exclude-slow-after": 0.0,
     "posts-policy": "newest:5", "posts-chunk": 65536, "posts-interval": 1.0,
+    "pair-port": 40001, "pair-request-ttl": 60.0, "pair-listen": 1.0, "pair-with": ["127.0.0.1:40002"],
     "guests": True, "guest-marco-port": 1031, "guest-port": 40000, "guest-ws-port": 0, "guest-max-message": 1000,
 }
 NO_KEY = {"config"}  # the flag that names the file itself
-# join gives the group secret as group-key does, and not with it: its own test.
-SAMPLED = tuple(s for s in SETTINGS if s.flag != "join")
+# join gives the group secret as group-key does, and not with it; open runs without a secret
+# (not with group-key, nor allow-list): their own tests (tests/test_secure_default.py for open).
+SAMPLED = tuple(s for s in SETTINGS if s.flag not in ("join", "open"))
 
 
 def node_parser() -> argparse.ArgumentParser:
@@ -286,6 +289,7 @@ def test_a_node_runs_with_the_sections_and_timers_of_its_file(tmp_path: Path) ->
     """The mesh a node starts gets [timing]'s timers, and the API [api]'s address (loopback only)."""
     path = tmp_path / "node.toml"
     path.write_text(f'name = "t"\ngroup = "g"\ndata-dir = "{tmp_path / "d"}"\nlog-level = "warning"\n'
+                    f'group-key = "{group_key("g")}"\n'
                     '[discovery]\nbeacon = false\ninterface = "lo"\n[api]\naddress = "127.0.0.1:0"\n'
                     '[timing]\nhandshake-timeout = 2.5\nmembership-interval = 1.25\nexclude-after-errors = 7\n')
     config = load_config(path)

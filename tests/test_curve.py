@@ -126,7 +126,7 @@ def test_a_raw_dealer_without_curve_or_with_a_wrong_key_gets_nothing_through(clu
 
 
 def test_open_mode_is_unchanged_and_says_so(cluster: Cluster) -> None:
-    a = cluster.start("a", beacon=False)
+    a = cluster.start("a", beacon=False, secure=False)  # open (--open): this test is about open mode
     sec = _security(a.api)
     assert sec["mode"] == "open" and "open group" in sec["warning"] and sec["stats"] is None
 

@@ -52,7 +52,7 @@ def _capture(namespace: str, out: Path, token: str, *extra: str) -> dict[str, bo
 def test_the_wire_carries_no_plaintext_with_a_group_secret_and_all_of_it_without(namespace: str,
                                                                                   tmp_path: Path) -> None:
     token = f"plaintext-{secrets.token_hex(8)}"
-    open_found = _capture(namespace, tmp_path / "open", token)
+    open_found = _capture(namespace, tmp_path / "open", token, "--open")  # open mode, chosen: the control
     assert open_found == {"event": True, "chat": True, "message": True, "post": True}  # the control
     key = tmp_path / "test.key"
     GroupSecret.new("test").save(key)

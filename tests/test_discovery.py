@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Broker, Cluster, alive_names, free_port, get, wait_for
+from conftest import Broker, Cluster, alive_names, free_port, get, group_key, wait_for
 
 pytestmark = pytest.mark.processes
 
@@ -80,7 +80,8 @@ def test_two_brokers_one_killed_no_interruption(cluster: Cluster, brokers: list[
 def test_no_broker_at_start_is_a_clear_error(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "huddle", "node", "--name", "x", "--data-dir", str(tmp_path / "x"), "--interface", "lo",
-         "--api", "127.0.0.1:0", "--no-beacon", "--naming", f"tcp://127.0.0.1:{free_port()}", "--naming-timeout", "1"],
+         "--api", "127.0.0.1:0", "--no-beacon", "--naming", f"tcp://127.0.0.1:{free_port()}", "--naming-timeout", "1",
+         "--group-key", str(group_key())],
         capture_output=True, text=True, timeout=30, check=False)
     assert out.returncode == 2
     assert "no naming broker forwarded our announcement within 1 s" in out.stderr

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Cluster, get, http, wait_for
+from conftest import Cluster, get, http, security_flags, wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 from netns import Namespaces, enter_netns  # bench/ is not a package: its kit is imported by path
@@ -92,7 +92,8 @@ class NsNode:
             ["ip", "netns", "exec", self.host, sys.executable, "-m", "huddle", "node", "--name", self.name,
              "--group", "ns", "--data-dir", str(tmp / self.name), "--interface", "eth0",
              "--api", "127.0.0.1:0", "--beacon-port", str(beacon_port), "--beacon-interval", "0.25",
-             "--heartbeat-interval", "0.25", "--suspect-after", "0.75", "--gone-after", "1.5", *extra],
+             "--heartbeat-interval", "0.25", "--suspect-after", "0.75", "--gone-after", "1.5",
+             *extra, *security_flags("ns", extra)],
             stdout=subprocess.PIPE, stderr=self.log,
         )
         assert self.proc.stdout is not None

@@ -113,7 +113,7 @@ class Probe(FeatureBase):
 
 def test_the_probe_and_posts_satisfy_the_contract() -> None:
     features: list[Feature] = [Probe(), *default_features()]  # mypy checks each against the protocol
-    assert [f.name for f in features] == ["probe", "posts", "doc", "guests", "trust", "rotation", "apps"]
+    assert [f.name for f in features] == ["probe", "posts", "doc", "guests", "trust", "rotation", "apps", "pairing"]
 
 
 class _SecuredHost:
@@ -201,9 +201,9 @@ def test_a_feature_removed_takes_its_commands_with_it() -> None:
         return set(sub.choices)
 
     everything = commands(build_parser())
-    assert {"post", "posts", "guests", "trust", "node", "peers", "doc", "group"} <= everything
+    assert {"post", "posts", "guests", "trust", "pair", "node", "peers", "doc", "group"} <= everything
     without = commands(build_parser(features=[]))
-    assert everything - without == {"post", "posts", "doc", "guests", "trust", "apps", "app"}
+    assert everything - without == {"post", "posts", "doc", "guests", "trust", "apps", "app", "pair"}
     probe = Probe()
     parser = build_parser(features=[probe])
     assert commands(parser) == without | {"probe"}
@@ -240,7 +240,10 @@ async def _until(predicate: Callable[[], Any], timeout: float, what: str) -> Any
 
 
 def _config(name: str, tmp_path: Path, seeds: tuple[str, ...] = ()) -> NodeConfig:
-    return NodeConfig(name=name, group="features", data_dir=tmp_path / name, log_level="warning").with_overrides(
+    # Open (chosen): an open group's trust and rotation routes answer 409, which this test tells
+    # from the 404 of a node without their feature.
+    return NodeConfig(name=name, group="features", data_dir=tmp_path / name, log_level="warning",
+                      open=True).with_overrides(
         api="127.0.0.1:0", beacon=False, interface="lo", seeds=seeds)
 
 

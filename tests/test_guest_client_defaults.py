@@ -10,7 +10,7 @@ import socket
 
 import pytest
 from aiohttp import web
-from conftest import Cluster, free_port
+from conftest import Cluster, free_port, room_key
 from test_guest_processes import guest_names, start_host
 
 from huddle.guest_client import LAN_BROADCAST, LOOPBACK_BROADCAST, Guest, GuestError
@@ -39,8 +39,9 @@ def test_a_guest_given_a_loopback_node_finds_its_room_without_settings(cluster: 
     plain = cluster.start("bob", beacon=False)
 
     async def run() -> None:
-        guest = Guest("scoreboard", node=node.api, hears=["score"], marco_interval=0.1)
-        speaker = Guest("desk", node=node.api, speaks=["score"], marco_interval=0.1)
+        key = room_key()  # the secured group's room is keyed
+        guest = Guest("scoreboard", node=node.api, hears=["score"], marco_interval=0.1, room_key=key)
+        speaker = Guest("desk", node=node.api, speaks=["score"], marco_interval=0.1, room_key=key)
         for g in (guest, speaker):
             assert g.marco_address == LOOPBACK_BROADCAST  # never the LAN's broadcast from a test
         async with guest, speaker:

@@ -12,7 +12,7 @@ import socket
 import time
 
 import pytest
-from conftest import Cluster, free_port, get, wait_for
+from conftest import Cluster, free_port, get, room_key, wait_for
 from test_guest_processes import BROADCAST, guest_names, start_host
 
 from huddle.guest_client import Guest
@@ -73,7 +73,7 @@ def test_three_guest_hosts_answer_each_marco_once_and_a_killed_hosts_guest_moves
 
     async def run() -> tuple[float, NodeProcess]:
         guest = Guest("roamer", "test", hears=["ping"], marco_address=BROADCAST, marco_port=port,
-                      marco_interval=0.1, listen="127.0.0.1", heartbeat=1.0)
+                      marco_interval=0.1, listen="127.0.0.1", heartbeat=1.0, room_key=room_key())
         await guest.start()
         speaker: Guest | None = None
         try:
@@ -81,7 +81,7 @@ def test_three_guest_hosts_answer_each_marco_once_and_a_killed_hosts_guest_moves
             first = by_port[guest.host[1]]
             survivor = next(n for n in nodes if n is not first)
             speaker = Guest("speaker", hears=[], host=("127.0.0.1", hosts[survivor]["tcp_port"]),
-                            listen="127.0.0.1")
+                            listen="127.0.0.1", room_key=room_key())
             await speaker.start()
             await speaker.speak("ping", 1)
             assert (await guest.next_event(10)).value == 1

@@ -16,7 +16,9 @@ from conftest import Cluster, free_port, get, http, wait_for
 
 from huddle.procs import NodeProcess
 
-pytestmark = pytest.mark.processes
+# open_cluster: the nodes run open (--open): its raw guests register without a room key
+# (a secured group's keyed room: tests/test_guest_room_key.py).
+pytestmark = [pytest.mark.processes, pytest.mark.usefixtures("open_cluster")]
 
 BROADCAST = "127.255.255.255"
 

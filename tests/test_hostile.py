@@ -23,7 +23,8 @@ def stats(api: str) -> dict[str, int]:
 
 @pytest.fixture
 def pair(cluster: Cluster) -> Cluster:
-    nodes = [cluster.start(n) for n in ("alice", "bob")]
+    # Open (--open): these tests speak raw NULL ZMTP to the mesh socket.
+    nodes = [cluster.start(n, secure=False) for n in ("alice", "bob")]
     wait_for(lambda: cluster.mesh_complete(nodes), 20, "mesh")
     return cluster
 

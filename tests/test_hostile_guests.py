@@ -23,7 +23,9 @@ from huddle.procs import NodeProcess
 from huddle.security import NodeIdentity
 from huddle.wire import Group, encode
 
-pytestmark = pytest.mark.processes
+# open_cluster: the nodes run open (--open): its raw guests register without a room key, and
+# raw peers speak NULL ZMTP to the mesh socket.
+pytestmark = [pytest.mark.processes, pytest.mark.usefixtures("open_cluster")]
 
 RSS_SLACK_MIB = 40  # what a flood may add to a node's resident memory
 LOG_SLACK = 64 * 1024  # octets a flood may add to a node's log file

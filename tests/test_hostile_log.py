@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import zmq
-from conftest import Cluster, free_port, get, http, wait_for
+from conftest import Cluster, free_port, get, http, room_key, wait_for
 from hostile_kit import RawPeer, footprint, node_stats, still_serving
 
 from huddle.procs import NodeProcess
@@ -77,6 +77,14 @@ def healthy(node: NodeProcess) -> None:
     assert fp.rss_mib < RSS_MIB and fp.fds < FDS, fp
 
 
+@pytest.fixture(autouse=True)
+def _open_for_raw_peers(cluster: Cluster, request: pytest.FixtureRequest) -> None:
+    """A test with a raw ZeroMQ context joins a raw peer (LogPeer) that speaks NULL ZMTP to the
+    mesh socket: its nodes run open (--open).  The others run secured."""
+    if "ctx" in request.fixturenames:
+        cluster.secure = False
+
+
 @pytest.fixture
 def pair(cluster: Cluster) -> list[NodeProcess]:
     nodes = [cluster.start(n) for n in ("alice", "bob")]
@@ -129,7 +137,8 @@ def test_a_guest_event_that_cannot_be_recorded_whole_is_refused(cluster: Cluster
     with socket.create_server(("127.0.0.1", 0)) as server, \
             socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         server.settimeout(10)
-        sock.sendall(guest_frame(["register", "g", server.getsockname()[1], [], [], "raw", "0.1", {}]))
+        sock.sendall(guest_frame(["register", "g", server.getsockname()[1], [], [], "raw", "0.1",
+                                  {"room_key": room_key()}]))
         back, _ = server.accept()  # the host connects back
         with back:
             sock.sendall(guest_frame(["event", "g", "k\ud800", 1]) + guest_frame(["event", "g", "k", "\udc00"]))

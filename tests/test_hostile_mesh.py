@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import zmq
-from conftest import Cluster, alive_names, free_port, get, http, wait_for
+from conftest import Cluster, alive_names, free_port, get, group_key, http, wait_for
 from hostile_kit import footprint, node_stats, raw_dealer, signed_helo, still_serving
 
 from huddle import NodeId
@@ -50,6 +50,7 @@ def dead_endpoint() -> str:
 
 
 def test_a_flood_of_introductions_stays_bounded_and_a_third_node_still_joins(cluster: Cluster) -> None:
+    cluster.secure = False  # open (--open): raw sockets speak NULL ZMTP to the mesh socket
     alice, bob = cluster.start("alice"), cluster.start("bob")
     wait_for(lambda: cluster.mesh_complete([alice, bob]), 20, "mesh")
     before = footprint(alice)
@@ -80,6 +81,7 @@ def test_a_flood_of_introductions_stays_bounded_and_a_third_node_still_joins(clu
 
 
 def test_a_helo_flood_from_fresh_identities_is_capped_and_its_ghosts_go(cluster: Cluster) -> None:
+    cluster.secure = False  # open (--open): raw sockets speak NULL ZMTP to the mesh socket
     alice = cluster.start("alice", "--limit", "mesh.peer-gone-after-max=8", "--limit", "mesh.max-sessions=100")
     bob = cluster.start("bob")
     wait_for(lambda: cluster.mesh_complete([alice, bob]), 20, "mesh")
@@ -125,6 +127,7 @@ def test_a_flood_of_large_garbage_keeps_memory_bounded(cluster: Cluster) -> None
     depended on how fast the node drained the flood (fine alone, 380-430 MiB on a busy
     machine); alice runs with a mark of 100, so the bound holds by construction:
     100 x 1 MiB queued + the driver's 8 MiB batch + the node itself < 250 MiB."""
+    cluster.secure = False  # open (--open): raw sockets speak NULL ZMTP to the mesh socket
     alice, bob = cluster.start("alice", "--limit", "mesh.receive-hwm=100"), cluster.start("bob")
     wait_for(lambda: cluster.mesh_complete([alice, bob]), 20, "mesh")
     before = footprint(alice)
@@ -157,6 +160,7 @@ def test_a_flood_of_large_garbage_keeps_memory_bounded(cluster: Cluster) -> None
 
 
 def test_frames_under_a_members_uuid_from_another_address_do_not_exclude_or_replace_it(cluster: Cluster) -> None:
+    cluster.secure = False  # open (--open): raw sockets speak NULL ZMTP to the mesh socket
     if shutil.which("ss") is None:
         pytest.skip("needs ss (iproute2; make test installs it) to reset bob's connection")
     slow = ("--suspect-after", "15", "--gone-after", "20")  # bob may be stopped for a few seconds
@@ -217,7 +221,8 @@ def test_a_node_raises_its_descriptor_limit_so_its_own_caps_bind_first(tmp_path:
     limit towards the hard one: a crowd of connections meets mesh.max-sessions and
     api.max-connections, not EMFILE."""
     cmd = ["prlimit", "--nofile=1024:8192", sys.executable, "-m", "huddle", "node", "--name", "fd",
-           "--data-dir", str(tmp_path / "fd"), "--interface", "lo", "--api", "127.0.0.1:0", "--no-beacon"]
+           "--data-dir", str(tmp_path / "fd"), "--interface", "lo", "--api", "127.0.0.1:0", "--no-beacon",
+           "--group-key", str(group_key())]
     with open(tmp_path / "fd.log", "wb") as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err)  # prlimit execs the node: same pid
         try:
@@ -257,6 +262,7 @@ def test_a_silent_connection_under_a_members_id_does_not_keep_it_out_while_it_re
     """Carol restarts while someone holds a connection to alice under carol's UUID (a bare
     16-octet routing id, as every DEALER had before) and says nothing that counts: carol is
     back as fast as without it (the rejoin tests' 5 s), not once the squatter leaves."""
+    cluster.secure = False  # open (--open): raw sockets speak NULL ZMTP to the mesh socket
     alice = cluster.start("alice", beacon=False)
     seed = endpoint_of(alice.api).removeprefix("tcp://")
     carol = cluster.start("carol", "--seed", seed, beacon=False)
@@ -285,6 +291,7 @@ def test_waves_of_ghost_helos_from_one_address_leave_room_for_a_newcomer(cluster
     """Ghosts (HELO and BOUT under fresh keys, then silence) from 127.0.0.2 fill alice's session
     table, in waves; a newcomer from another address is still admitted at once, in place of a
     silent ghost, and the ghosts' address, over its share, gets no more."""
+    cluster.secure = False  # open (--open): raw sockets speak NULL ZMTP to the mesh socket
     alice = cluster.start("alice", "--limit", "mesh.max-sessions=16", "--limit", "mesh.max-sessions-per-address=4")
     bob = cluster.start("bob")
     wait_for(lambda: cluster.mesh_complete([alice, bob]), 20, "mesh")

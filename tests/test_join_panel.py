@@ -39,7 +39,7 @@ def test_a_secured_node_shows_its_join_code_on_loopback(cluster: Cluster) -> Non
 
 
 def test_an_open_node_has_no_join_code(cluster: Cluster) -> None:
-    node = cluster.start("a", beacon=False)
+    node = cluster.start("a", beacon=False, secure=False)  # open (--open): this test is about open mode
     for path in ("/api/v1/join", "/api/v1/join.svg"):
         status, _, body = request(node.api + path)
         assert status == 404 and b"open group" in body
@@ -67,7 +67,7 @@ def test_the_status_page_shows_the_join_panel_in_chromium(cluster: Cluster, brow
     expect(page.locator("#join-room-key")).to_have_text(SECRET.room_key_text())
     page.wait_for_function("document.getElementById('join-qr').complete "
                            "&& document.getElementById('join-qr').naturalWidth > 100", timeout=10_000)
-    open_node = cluster.start("b", beacon=False)
+    open_node = cluster.start("b", beacon=False, secure=False)  # open (--open): it has no join panel
     page.goto(open_node.api + "/")
     expect(page.locator("#conn")).to_have_text("live", timeout=10_000)
     expect(page.locator("#join")).to_be_hidden()

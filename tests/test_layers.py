@@ -75,6 +75,10 @@ LAYER_OF: dict[str, str] = {
     "huddle.security.features": "features",  # trust and rotation: their routes, command and facts
     "huddle.control.feature": "features",  # apps: the driver, routes, commands and facts
     "huddle.control.cli": "features",
+    "huddle.pairing": "pairing",  # the door's messages and requests, the door, the newcomer's side
+    "huddle.pairing.feature": "features",  # a member's side: routes, command, facts
+    "huddle.pairing.http": "features",
+    "huddle.pairing.newcomer": "cli",  # huddle node's step before the node: load, pair for or found the secret
     "huddle.__main__": "entry",
     "huddle.pipeline.submit": "entry",
 }
@@ -98,7 +102,10 @@ ALLOWED: dict[str, set[str]] = {
     "posts": {"base", "wire", "protocol", "security"},  # wire: BULK, the message its peer service claims
     "transport": {"base", "wire", "security"},
     "discovery": {"base", "wire", "security"},
-    "config": {"base", "wire", "protocol", "posts", "guests", "discovery", "security", "control"},  # their sections
+    # Pairing (docs/security.md): its own CurveZMQ socket (the transport's connection helpers),
+    # and beacons the newcomer listens to (discovery).
+    "pairing": {"base", "wire", "security", "transport", "discovery"},
+    "config": {"base", "wire", "protocol", "posts", "guests", "discovery", "security", "control", "pairing"},  # their sections
     # The mesh's I/O side (actions onto the transport) and the finders' start: parts of the
     # node that are not wiring, each below it.
     "driver": {"base", "wire", "protocol", "transport"},
@@ -112,7 +119,7 @@ ALLOWED: dict[str, set[str]] = {
     # Each feature (its package's feature.py and commands) and the default list: a feature plugs
     # its routes (api) and its commands (through the client, rendered) into the node.
     "features": {"base", "wire", "log", "doc", "protocol", "posts", "guests", "config", "security", "ports", "api",
-                 "clients", "render", "control"},
+                 "clients", "render", "control", "pairing"},
     # The node names no feature package: it loops over the features it is given (the default list).
     "node": {"base", "wire", "log", "protocol", "transport", "discovery", "config", "api", "security",
              "driver", "finders", "host", "ports", "features"},
@@ -121,7 +128,7 @@ ALLOWED: dict[str, set[str]] = {
     "pipeline": {"base", "wire", "doc"},  # reads exported logs; never the runtime
     "render": set(),  # the API's answers as text: JSON in, text out
     "cli": {"base", "wire", "log", "protocol", "transport", "config", "sim", "node", "facade", "clients",
-            "pipeline", "security", "render", "ports", "features"},
+            "pipeline", "security", "render", "ports", "features", "pairing"},
     "entry": {"cli"},
 }
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import zmq
-from conftest import wait_for
+from conftest import security_flags, wait_for
 from test_mesh_parts import FakePort
 
 from huddle import NodeId
@@ -145,7 +145,8 @@ def test_a_refused_handshake_is_said_in_words_with_its_address(caplog: pytest.Lo
 
 @pytest.mark.processes
 def test_a_node_says_where_it_is_and_that_its_seed_does_not_answer(tmp_path: Path) -> None:
-    node = NodeProcess("alone", tmp_path / "alone", "--no-beacon", "--seed", "127.0.0.1:9")
+    node = NodeProcess("alone", tmp_path / "alone", "--no-beacon", "--seed", "127.0.0.1:9",
+                       *security_flags("test", ()), group="test")
     try:
         node.wait_api()
         said = wait_for(lambda: "seed tcp://127.0.0.1:9 does not answer" in node.log_path.read_text(), 10,

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Cluster, free_port, get, http, wait_for
+from conftest import Cluster, free_port, get, group_key, http, wait_for
 from test_faults import Namespaces, NsNode, netns
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
@@ -86,7 +86,7 @@ def test_an_interface_that_is_not_there_yet_is_waited_for(netns: Namespaces, tmp
         proc = subprocess.Popen(
             ["ip", "netns", "exec", host, sys.executable, "-m", "huddle", "node", "--name", "late", "--group", "ns",
              "--data-dir", str(tmp_path / "late"), "--interface", "wlan9", "--api", "127.0.0.1:0",
-             "--beacon-port", "5677"], stdout=subprocess.PIPE, stderr=log)
+             "--beacon-port", "5677", "--group-key", str(group_key("ns"))], stdout=subprocess.PIPE, stderr=log)
         try:
             wait_for(lambda: b"waiting for it" in log_path.read_bytes(), 20, "the node to say it waits")
             assert proc.poll() is None

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import group_key
 
 from huddle.config import NodeConfig
 from huddle.doc import DOC_KIND, OperationError
@@ -26,6 +27,7 @@ from huddle.posts.feature import PostsFeature
 from huddle.posts.peer import HydraBulk, HydraPayload, PostsPeerDown, PostsPeerUp
 from huddle.posts.store import PostStore
 from huddle.protocol.events import BufferSpace, ChatReceived, Event, MessageReceived, PeerExcluded
+from huddle.security import load_group_file
 from huddle.wire import LogRecord
 
 ME = NodeId(b"\x01" * 16)
@@ -137,7 +139,7 @@ class _Mesh:
 
 def _wired(tmp_path: Path) -> tuple[Node, _Posts, list[Event]]:
     feature = PostsFeature()
-    node = Node(NodeConfig(data_dir=tmp_path), features=[feature])
+    node = Node(NodeConfig(data_dir=tmp_path, open=True), features=[feature])  # never runs its mesh: no secret needed
     posts = _Posts()
     feature._service = posts  # type: ignore[assignment]
     node._mesh = _Mesh()  # type: ignore[assignment]
@@ -218,7 +220,8 @@ def test_a_start_that_fails_half_way_closes_what_it_opened(tmp_path: Path) -> No
         taken.listen()
         port = taken.getsockname()[1]
         config = NodeConfig().with_overrides(name="a", group="g", data_dir=tmp_path, api=f"127.0.0.1:{port}",
-                                             beacon=False, interface="lo", log_level="warning")
+                                             beacon=False, interface="lo", log_level="warning",
+                                             group_secret=load_group_file(group_key("g")))
         node = Node(config)
         with pytest.raises(ConfigError, match="cannot serve the API"):  # the last part to start
             asyncio.run(asyncio.wait_for(node.run(), 30))

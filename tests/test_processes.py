@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Cluster, alive_names, free_port, get, wait_for
+from conftest import Cluster, alive_names, free_port, get, group_key, wait_for
 
 pytestmark = pytest.mark.processes
 
@@ -102,7 +102,7 @@ def test_a_data_dir_serves_one_node_only(cluster: Cluster, tmp_path: Path) -> No
     cluster.start("a", beacon=False)
     proc = subprocess.run(
         [sys.executable, "-m", "huddle", "node", "--name", "a2", "--data-dir", str(tmp_path / "a"),
-         "--interface", "lo", "--api", "127.0.0.1:0", "--no-beacon"],
+         "--interface", "lo", "--api", "127.0.0.1:0", "--no-beacon", "--group-key", str(group_key())],
         capture_output=True, text=True, timeout=30,
     )
     assert proc.returncode == 1

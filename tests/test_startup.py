@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import free_port
+from conftest import free_port, group_key
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 
@@ -71,7 +71,7 @@ def _heavy(loaded: list[str], names: tuple[str, ...]) -> list[str]:
 
 @pytest.mark.timeout(180)
 def test_a_node_serves_without_loading_what_other_commands_and_options_need(tmp_path: Path) -> None:
-    loaded = _loaded("node", "--name", "s", "--group", "startup", "--data-dir", str(tmp_path / "s"),
+    loaded = _loaded("node", "--name", "s", "--group-key", str(group_key("startup")), "--data-dir", str(tmp_path / "s"),
                      "--interface", "lo", "--api", "127.0.0.1:0", "--no-beacon", "--log-level", "warning")
     assert "huddle.node" in loaded and "huddle.api.http" in loaded  # it did start and serve
     assert _heavy(loaded, NOT_ON_A_NODES_START) == []
@@ -80,7 +80,7 @@ def test_a_node_serves_without_loading_what_other_commands_and_options_need(tmp_
 @pytest.mark.timeout(180)
 def test_an_option_still_loads_what_it_needs(tmp_path: Path) -> None:
     """The deferred imports are made when the option asks: --guests loads the guests' side."""
-    loaded = _loaded("node", "--name", "g", "--group", "startup", "--data-dir", str(tmp_path / "g"),
+    loaded = _loaded("node", "--name", "g", "--group-key", str(group_key("startup")), "--data-dir", str(tmp_path / "g"),
                      "--interface", "lo", "--api", "127.0.0.1:0", "--no-beacon", "--log-level", "warning",
                      "--guests", "--guest-marco-port", str(free_port(socket.SOCK_DGRAM)))
     assert {"huddle.guests.bridge", "huddle.guests.server"} <= set(loaded)

@@ -217,6 +217,16 @@ class ApiClient:
         result: dict[str, Any] = await self._request("DELETE", f"/api/v1/trust/{quote(key, safe='')}")
         return result
 
+    async def pairing(self) -> dict[str, Any]:
+        """The devices asking to join, and this node's pairing door (docs/security.md, "Pairing")."""
+        result: dict[str, Any] = await self._request("GET", "/api/v1/pair")
+        return result
+
+    async def pair_answer(self, action: str, fingerprint: str) -> dict[str, Any]:
+        """Accept or refuse (``action``) the device whose key has ``fingerprint``."""
+        result: dict[str, Any] = await self._request("POST", f"/api/v1/pair/{action}", {"fingerprint": fingerprint})
+        return result
+
     async def group_keys(self) -> dict[str, Any]:
         """The group secret's keys: the one in use, those held, the retired (docs/security.md)."""
         result: dict[str, Any] = await self._request("GET", "/api/v1/group/keys")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from .control.feature import AppsFeature
 from .doc.feature import DocumentFeature
 from .guests_feature import GuestsFeature
+from .pairing.feature import PairingFeature
 from .ports import Feature
 from .posts.feature import PostsFeature
 from .security.features import RotationFeature, TrustFeature
@@ -22,4 +23,4 @@ __all__ = ["default_features"]
 def default_features() -> list[Feature]:
     """A new list of new features, in the order the node starts them (each node its own)."""
     return [PostsFeature(), DocumentFeature(), GuestsFeature(), TrustFeature(), RotationFeature(),
-            AppsFeature()]
+            AppsFeature(), PairingFeature()]

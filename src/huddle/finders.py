@@ -37,6 +37,15 @@ class Finders:
         self.beacon: BeaconService | None = None
         self.mdns: MdnsService | None = None
         self.naming: NamingClient | None = None
+        self.door = 0  # the pairing door's port, carried in beacons (0: none)
+
+    def advertise_door(self, port: int) -> None:
+        """Carry the pairing door's ``port`` in the beacons (docs/protocol.md 9) from now on."""
+        self.door = port
+        if self.beacon is not None:
+            self.beacon.set_door(port)
+        if self.mdns is not None:
+            self.mdns.door = port  # in the TXT record from its next registration (a move)
 
     async def start(self, stack: contextlib.AsyncExitStack, cfg: NodeConfig, *, uuid: NodeId, iface: Interface,
                     port: int, endpoint: str) -> None:
@@ -44,7 +53,7 @@ class Finders:
             self.beacon = BeaconService(
                 uuid=uuid, group=cfg.group, router_port=port, interface=iface,
                 address=cfg.discovery.beacon_address, port=cfg.discovery.beacon_port, interval=cfg.discovery.beacon_interval,
-                on_peer=self.on_peer,
+                on_peer=self.on_peer, door=self.door,
             )
             stack.callback(self.beacon.close)
             try:
@@ -56,7 +65,7 @@ class Finders:
 
             mdns = self.mdns = MdnsService(
                 uuid=uuid, name=cfg.name, group=cfg.group, router_port=port, interface=iface,
-                service_type=cfg.discovery.mdns_type, on_peer=self.on_peer,
+                service_type=cfg.discovery.mdns_type, on_peer=self.on_peer, door=self.door,
             )
             stack.push_async_callback(_close_quietly, mdns.close)
             await mdns.start()

@@ -67,6 +67,7 @@ class Node:
         the identity it retired left (:meth:`_renew_identity`): the events it recorded under
         numbers its peers held with other content, recorded again once this node records, and
         why it changed."""
+        config.require_secured()  # a group secret, or open mode chosen (docs/security.md, "Secure by default")
         if features is None:
             from .features import default_features  # noqa: PLC0415 - the one list; node.py names no feature
 
@@ -91,7 +92,7 @@ class Node:
         self._core: CoreServices | None = None  # the mesh's peer services, by name
         self._driver = MeshDriver(self.local_now, self._events.publish)  # attached to the mesh and transport by _start
         self._finders = Finders(self._driver.discovered)
-        # Who follows the address and the group key: the features ask through follow_address, watch_keys.
+        self.advertise_door = self._finders.advertise_door  # the features ask this, follow_address, watch_keys
         self._following = Following(self._finders, config.mesh.port_range, self._set_endpoint)
         self.follow_address, self.watch_keys = self._following.movers.append, self._following.key_watchers.append
         self._left = False  # the mesh said GBYE

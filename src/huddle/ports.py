@@ -184,6 +184,9 @@ class FeatureHost(Protocol):
         """Call ``moved(address)`` when the node's interface moves to a new address, after the
         node follows it (its ROUTER, its peers told), in the order the features asked."""
 
+    def advertise_door(self, port: int) -> None:
+        """Carry the pairing door's port in the node's beacons (docs/protocol.md 9)."""
+
     def watch_keys(self, changed: Callable[[GroupSecret], None]) -> None:
         """Call ``changed(secret)`` with the group secret in use at each step of its rotation."""
 

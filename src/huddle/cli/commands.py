@@ -59,6 +59,11 @@ def _node(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
 
+    if config.group_secret is None and not config.open:
+        from ..pairing.newcomer import prepare  # noqa: PLC0415 - only a node without a secret pairs
+
+        config = prepare(config)
+
     def ready(node: Node) -> None:
         print(f"api {node.api_url}", flush=True)
 

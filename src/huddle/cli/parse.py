@@ -155,6 +155,10 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
     secret.add_argument("--group-key", type=Path, metavar="FILE",
                         help="the group's secret, from 'huddle group new' (sets --group to the file's group)")
     secret.add_argument("--join", metavar="CODE", help="the group's join code, read aloud or copied; needs --group")
+    node.add_argument("--open", action="store_true", default=None,
+                      help="run an OPEN group, without a secret: anyone on this network who knows the group's name "
+                      "joins, reads every event, message and post, and writes in any member's name; for a lab or a "
+                      "closed network only. Without it a node needs the group's secret (TOML: open = true)")
     node.add_argument("--allow-list", action="store_true", default=None,
                       help="admit only the node keys of DATA_DIR/trusted-keys (huddle trust add|remove); needs "
                       "--group-key or --join, and every member of the group runs with it (TOML: allow-list = true)")
@@ -221,6 +225,16 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
                          help="octets per FETCH request, 1024..1048576 (default: 1048576)")
     posts_g.add_argument("--posts-interval", type=_positive, metavar="SECONDS",
                          help="seconds before a sync session that failed or left posts behind is tried again (default: 2)")
+    pairing = node.add_argument_group("pairing (a device without the group secret asks a member: docs/security.md)")
+    pairing.add_argument("--pair-with", action="append", metavar="HOST:PORT",
+                         help="a member's pairing door to ask (its 'huddle info' shows it; repeatable), where no "
+                         "beacon finds one")
+    pairing.add_argument("--pair-port", type=int, metavar="PORT", help="this member's door; 0 picks one (default: 0)")
+    pairing.add_argument("--pair-request-ttl", type=_positive, metavar="SECONDS",
+                         help="how long a request to join waits for an answer (default: 600)")
+    pairing.add_argument("--pair-listen", type=_non_negative, metavar="SECONDS",
+                         help="how long a device without the secret listens for members before it founds the group "
+                         "(default: 3)")
     node.add_argument("--limit", action="append", default=[], metavar="AREA.KEY=VALUE",
                       help="change one of the bounds on what peers, guests and web pages can make this node hold, "
                            "e.g. api.max-connections=512 (repeatable; 'huddle limits' lists them all)")

@@ -23,6 +23,7 @@ from ..control.section import AppSpec, node_apps
 from ..errors import ConfigError
 from ..guests.section import GuestsSection
 from ..limits import LimitError, Limits, parse_assignment
+from ..pairing.section import PairingSection
 from ..posts.section import PostsSection
 from ..protocol import Timing
 from ..protocol.delivery import DeliveryTiming
@@ -36,7 +37,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 
 # The sections, each a NodeConfig attribute named as its TOML table; a feature's among them.
 SECTIONS: dict[str, type[Any]] = {s.TABLE: s for s in (
-    MeshSection, DiscoverySection, ApiSection, TimingSection, PostsSection, GuestsSection)}
+    MeshSection, DiscoverySection, ApiSection, TimingSection, PostsSection, GuestsSection, PairingSection)}
 
 
 def _default_data_dir() -> Path:
@@ -57,6 +58,9 @@ class NodeConfig:
     # Allow-list mode: only the node keys in DATA_DIR/trusted-keys are admitted (huddle trust
     # add|remove); it needs a group secret.
     allow_list: bool = False
+    # Open mode, chosen: no group secret, anyone on the network who knows the group's name joins,
+    # reads and writes.  Without it a node needs a group secret (require_secured).
+    open: bool = False
     # The group secret, from group-key = FILE or join = CODE: with one, the mesh speaks
     # CurveZMQ and admits only holders of the secret (docs/security.md).
     group_secret: GroupSecret | None = field(default=None, metadata={"setting": False})
@@ -72,6 +76,7 @@ class NodeConfig:
     timing: TimingSection = field(default_factory=TimingSection)
     posts: PostsSection = field(default_factory=PostsSection)
     guests: GuestsSection = field(default_factory=GuestsSection)
+    pairing: PairingSection = field(default_factory=PairingSection)
 
     def __post_init__(self) -> None:
         if not self.name or len(self.name.encode()) > MAX_NAME:
@@ -81,6 +86,9 @@ class NodeConfig:
         if self.group_secret is not None and self.group_secret.group != self.group:
             raise ConfigError(f"the group secret is for group {self.group_secret.group!r}, not {self.group!r}: "
                               "a join code or group file gives the secret of one group only")
+        if self.open and self.group_secret is not None:
+            raise ConfigError("open mode (--open, open = true) and a group secret (--group-key, --join, group-key = "
+                              "FILE) exclude each other: an open group has no secret; keep one of them")
         if self.allow_list and self.group_secret is None:
             raise ConfigError("allow-list mode needs a group secret (--group-key FILE or --join CODE): the mesh's "
                               "CurveZMQ keys come from it")
@@ -91,6 +99,23 @@ class NodeConfig:
             raise ConfigError(f"tags: {problem}")
         self.mesh_timing()
         self.node_apps()
+
+    def require_secured(self) -> None:
+        """Refuse to run without a group secret unless open mode was chosen (docs/security.md,
+        "Secure by default"): the node's last line of defence, whatever came before it."""
+        if self.group_secret is not None or self.open:
+            return
+        if not self.group:
+            raise ConfigError(
+                "no group and no group secret: huddle runs secured groups, and a secured group has a name. "
+                "Run 'huddle node --group NAME' to found a group or pair with its members, join one with "
+                "--group NAME --join CODE or --group-key FILE ('huddle group new NAME' makes one), or give "
+                "--open to run an open group that anyone on this network can join and read")
+        raise ConfigError(
+            f"group {self.group!r} has no secret here: huddle runs secured groups. Give its secret with "
+            f"--group-key FILE ('huddle group new {self.group}' makes one) or --join CODE, run "
+            f"'huddle node --group {self.group}' to found the group or pair with its members, or give --open "
+            "to run an open group that anyone on this network can join and read")
 
     def type_spec(self) -> NodeType:
         """The node type named by ``node_type``: a [types.NAME] table, else a built-in."""
@@ -152,6 +177,9 @@ class NodeConfig:
         config = self
         if key_file is not None and code is not None:
             raise ConfigError(f"give {say(GROUP_KEY)} or {say(JOIN)}, not both: each gives the group's secret")
+        if given.get(_OPEN) and (key_file is not None or code is not None):
+            raise ConfigError(f"{say(_OPEN)} runs an open group, without a secret: it cannot go with "
+                              f"{say(GROUP_KEY if key_file is not None else JOIN)}, which gives the group's secret")
         if key_file is not None:
             secret = load_group_file(Path(key_file))
             if flags and group is not None and group != secret.group:
@@ -230,6 +258,7 @@ TAG = Setting("", "", "tag", "tag", "list[str]")  # KEY=VALUE assignments, over 
 SETTINGS: tuple[Setting, ...] = _settings()
 _FIELDS = {f.name for f in fields(NodeConfig)}
 _GROUP = next(s for s in SETTINGS if s.flag == "group")
+_OPEN = next(s for s in SETTINGS if s.flag == "open")
 _BY_NAME: dict[str, Setting] = {name.replace("-", "_"): s for s in SETTINGS for name in (s.flag, *s.aliases)}
 
 

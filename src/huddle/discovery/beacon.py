@@ -57,6 +57,7 @@ class BeaconService:
         port: int,
         interval: float,
         on_peer: Callable[[NodeId, str], None],
+        door: int = 0,
     ) -> None:
         self.uuid = uuid
         self.interface = interface
@@ -66,7 +67,9 @@ class BeaconService:
         self.interval = interval
         self.on_peer = on_peer
         self._group_hash = group_hash(group)
-        self._packet = pack(Beacon(uuid, router_port, self._group_hash))
+        self.door = door  # the pairing door's port (docs/protocol.md 9; 0: none)
+        self.router_port = router_port
+        self._packet = pack(Beacon(uuid, router_port, self._group_hash, door))
         self._send_sock: socket.socket | None = None
         self._transport: asyncio.DatagramTransport | None = None
         self.counters = BeaconCounters()
@@ -100,9 +103,15 @@ class BeaconService:
         self._transport, self._send_sock = None, None
         self.interface = interface
         self.address = self._address or interface.broadcast
-        self._packet = pack(Beacon(self.uuid, router_port, self._group_hash))
+        self.router_port = router_port
+        self._packet = pack(Beacon(self.uuid, router_port, self._group_hash, self.door))
         await self.start()
         self.send_once()
+
+    def set_door(self, door: int) -> None:
+        """Beacon the pairing door's port too (0: no longer)."""
+        self.door = door
+        self._packet = pack(Beacon(self.uuid, self.router_port, self._group_hash, door))
 
     async def run(self) -> None:
         """Send a beacon every interval until cancelled."""

@@ -56,9 +56,11 @@ class MdnsService:
         interface: Interface,
         service_type: str,
         on_peer: Callable[[NodeId, str], None],
+        door: int = 0,
     ) -> None:
         self.uuid = uuid
         self.group = group
+        self.door = door  # the pairing door's port, TXT pair=PORT (0: none); taken at each registration
         self.interface = interface
         self.type = normalise_type(service_type)
         label = re.sub(r"[^A-Za-z0-9-]", "-", name)[:40].strip("-") or "huddle"
@@ -83,7 +85,8 @@ class MdnsService:
         info = AsyncServiceInfo(
             self.type, self.instance,
             addresses=[socket.inet_aton(self.interface.ip)], port=self.router_port,
-            properties={"uuid": self.uuid.hex(), "group": self.group, "name": self.instance.split(".")[0]},
+            properties={"uuid": self.uuid.hex(), "group": self.group, "name": self.instance.split(".")[0]}
+            | ({"pair": str(self.door)} if self.door else {}),
         )
         # Registration probes the name for ~1.7 s; browsing starts at once.
         # strict=False: the source's _nsode_derbyos_com is longer than DNS-SD's 15-octet limit for a

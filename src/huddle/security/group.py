@@ -157,5 +157,6 @@ def parse_group_file(text: str, path: str = "given") -> GroupSecret:
 
 
 # What a node says about its group's protection (start-up log, status page, GET /api/v1/node).
-OPEN_GROUP = ("open group: anyone on this network can join and read (no group secret: events, messages and posts "
-              "travel in clear and anyone who knows the group's name is admitted; see docs/security.md)")
+OPEN_GROUP = ("open group: anyone on this network can join and read (chosen with --open: no group secret, so events, "
+              "messages and posts travel in clear and anyone who knows the group's name is admitted; "
+              "see docs/security.md)")
