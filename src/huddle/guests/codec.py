@@ -1,7 +1,8 @@
 """The Noam wire format: UDP marco / polo, and length-prefixed JSON messages.
 
 A message on TCP (and, from huddle, on WebSocket) is its length in octets of
-UTF-8, written as 6 decimal digits, then a JSON array::
+UTF-8, written as 6 decimal digits, then a JSON array (the lemmas count the
+length in characters: read too, see FrameReader)::
 
     000042["event","guest1","topic1",[1,2,"potato"]]
 

@@ -42,6 +42,7 @@ __all__ = ["GuestServer", "GuestSettings"]
 log = logging.getLogger("huddle.guests")
 
 WRITE_LIMIT = 8 * 1024 * 1024  # octets waiting for one guest before it is fired as too slow
+JS_LEMMA_PORT = 8089  # noam-io/lemma-javascript dials ws://HOST:8089/websocket, whatever port its polo names
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +228,9 @@ class GuestServer:
         self._ws = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=STOP_GRACE)
         await self._ws.setup()
         self._site = await self._listen_ws(s.host, s.ws_port)
+        if self.ws_port != JS_LEMMA_PORT:
+            log.info("guests' WebSocket on port %d: IDEO's JavaScript lemma connects to port %d only, whatever "
+                     "the polo says (docs/guests.md, \"What real lemmas forced\")", self.ws_port, JS_LEMMA_PORT)
         self._ticker = asyncio.create_task(self._tick())
 
     async def _listen_tcp(self, host: str, port: int) -> asyncio.Server:
