@@ -367,29 +367,33 @@ class FrameReader:
                 raise FrameError(f"a message of {length} octets is over this host's limit of {self.max_frame}")
             if len(self._buf) < PREFIX + length:
                 break
-            end = self._end(length)
-            if end is None:
+            taken = self._take(length)
+            if taken is None:
                 break  # counted in characters: the rest has not come yet
-            payload = bytes(self._buf[PREFIX:end])
+            end, msg = taken
             del self._buf[:end]
-            out.append(decode_payload(payload))
+            out.append(msg)
         return out
 
-    def _end(self, length: int) -> int | None:
-        """Where the message whose prefix says ``length`` ends in the buffer, or None
-        if that is not known yet; raises FrameError if no reading of it is JSON text."""
+    def _take(self, length: int) -> tuple[int, Message] | None:
+        """The message whose prefix says ``length`` and where it ends in the buffer, or
+        None if that is not known yet; raises FrameError if it is not a Noam message
+        under any reading (or is JSON text under one but not a Noam message)."""
         octets = bytes(self._buf[PREFIX:PREFIX + length])
-        if octets.isascii() or _is_json(octets):
-            return PREFIX + length  # every reading agrees, or the octets' one is JSON: as the document
+        try:
+            return PREFIX + length, decode_payload(octets)
+        except FrameError:
+            if octets.isascii() or _is_json(octets):
+                raise  # every reading agrees, or the octets' one is JSON: as the document
         held = bytes(self._buf[PREFIX:PREFIX + self.max_frame])
         try:
             by_unit, by_char = character_ends(held, length)
         except UnicodeDecodeError:
             raise FrameError("the message is not UTF-8") from None
         for end in (by_unit, by_char):
-            if end is not None and end <= self.max_frame and _is_json(held[:end]):
+            if end is not None and _is_json(held[:end]):
                 self.by_characters += 1
-                return PREFIX + end
+                return PREFIX + end, decode_payload(held[:end])
         if by_char is None and len(held) < self.max_frame:
             return None  # a longer reading may still complete
         raise FrameError(f"the length prefix says {length}: the message is not JSON text when that counts "
