@@ -410,3 +410,42 @@ def test_wrong_lengths_malformed_registers_and_floods_leave_the_host_up_and_coun
                                                        ws_port=0, max_frame=4096),
                          on_event=lambda g, t, v: said.append((g, t, v)))
     run(server, body)
+
+
+def test_an_arduino_lemma_that_stops_beating_is_dropped_and_its_connections_closed() -> None:
+    """The Arduino lemma's own octets over TCP: its 8-item register (heartbeat 3.003 s) naming
+    its own port, which the host connects back to; heartbeats get no answer (it asked for
+    none); once it falls silent for 2 x 3.003 s on the host's clock it is fired."""
+    said: list[tuple[str, str, Any]] = []
+    now = [1000.0]
+
+    async def body(server: GuestServer) -> None:
+        backs: list[asyncio.StreamReader] = []
+
+        async def accepted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            backs.append(reader)
+
+        own = await asyncio.start_server(accepted, "127.0.0.1", 0)
+        port = own.sockets[0].getsockname()[1]
+        # noam-io/lemma-arduino MessageBuilder.cpp + TcpProtocol.cpp, with this lemma's port
+        body = (b'["register","spallaId",%d,["event1","event2"],["event3","event4","event5"],"arduino","0.3",'
+                b'{"heartbeat":3.00300}]' % port)
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.tcp_port)
+        writer.write(b"%06d" % len(body) + body)
+        await until(lambda: bool(backs), "the host connected back to the lemma's port")
+        for _ in range(3):
+            now[0] += 3.003
+            writer.write(GOLDEN_FRAMES[9][1])  # its heartbeat, every 3.003 s
+            await until(lambda: server.room.guests["spallaId"].last_heard == now[0], "the heartbeat heard")
+        assert "spallaId" in server.room.guests
+        now[0] += 2 * 3.003 + 0.01  # silent
+        await until(lambda: "spallaId" not in server.room.guests, "the silent lemma fired")
+        assert await asyncio.wait_for(backs[0].read(), 10) == b""  # nothing was sent it (no acks), then closed
+        assert await asyncio.wait_for(reader.read(), 10) == b""  # and its own connection closed: it marcos again
+        assert server.room.fired == 1
+        writer.close()
+        own.close()
+
+    server = GuestServer(Room("myRoom"), GuestSettings(host="127.0.0.1", marco_port=0, tcp_port=0, ws_port=0),
+                         on_event=lambda g, t, v: said.append((g, t, v)), clock=lambda: now[0])
+    run(server, body)
