@@ -449,3 +449,14 @@ def test_an_arduino_lemma_that_stops_beating_is_dropped_and_its_connections_clos
     server = GuestServer(Room("myRoom"), GuestSettings(host="127.0.0.1", marco_port=0, tcp_port=0, ws_port=0),
                          on_event=lambda g, t, v: said.append((g, t, v)), clock=lambda: now[0])
     run(server, body)
+
+
+def test_a_node_whose_websocket_port_is_not_8089_says_the_javascript_lemma_will_not_find_it(
+        caplog: pytest.LogCaptureFixture) -> None:
+    async def body(server: GuestServer) -> None:
+        assert server.ws_port != 8089
+
+    with caplog.at_level("INFO", logger="huddle.guests"):
+        run(serve([]), body)
+    notes = [r.getMessage() for r in caplog.records if "8089" in r.getMessage()]
+    assert len(notes) == 1 and "JavaScript lemma connects to port 8089 only" in notes[0]
