@@ -347,7 +347,7 @@ class FrameReader:
     text at all and holds non-ASCII octets, the character readings are tried, and
     the one whose payload is JSON text is taken.  A JSON array ends at exactly one
     place (its closing bracket), so at most one reading can give JSON text: the
-    readings cannot be confused (docs/guests.md, "Length in octets or characters").
+    readings cannot be confused (docs/guests.md, "Length in octets or in characters").
     ``by_characters`` counts the messages taken under a character reading."""
 
     def __init__(self, max_frame: int = MAX_FRAME) -> None:
