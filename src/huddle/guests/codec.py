@@ -1,7 +1,8 @@
 """The Noam wire format: UDP marco / polo, and length-prefixed JSON messages.
 
 A message on TCP (and, from huddle, on WebSocket) is its length in octets of
-UTF-8, written as 6 decimal digits, then a JSON array::
+UTF-8, written as 6 decimal digits, then a JSON array (the lemmas count the
+length in characters: read too, see FrameReader)::
 
     000042["event","guest1","topic1",[1,2,"potato"]]
 
@@ -9,7 +10,8 @@ Messages, as the Noam document defines them:
 
     ["marco", guest_name, room_name, dialect, lemma_version]        UDP, guest -> port 1030
     ["polo", room_name, tcp_port]                                   UDP, host -> the marco's origin
-                                                                    (tcp_port a string: "7733")
+                                                                    (tcp_port a number, as the Noam
+                                                                    host sends it; "7733" is read too)
     ["register", guest_name, guest_tcp_port, hears, speaks, dialect, lemma_version, options]
     ["event", guest_name, event_name, event_value]
     ["heartbeat", guest_name]
@@ -24,6 +26,7 @@ Pure: bytes in, messages out; no sockets here.
 
 from __future__ import annotations
 
+import codecs
 import json
 import math
 from dataclasses import dataclass, field
@@ -43,6 +46,7 @@ __all__ = [
     "Polo",
     "Register",
     "TextError",
+    "character_ends",
     "decode_datagram",
     "decode_payload",
     "encode",
@@ -127,16 +131,22 @@ def _array(msg: Message | Marco | Polo) -> list[Any]:
     if isinstance(msg, HeartbeatAck):
         return ["heartbeat_ack", msg.guest]
     if isinstance(msg, Register):
+        # The options as the guest wrote them (a register read off the wire re-encodes as it came);
+        # a heartbeat set without them is written as the document's example writes it.
         options = dict(msg.options)
-        if msg.heartbeat:
+        if msg.heartbeat and "heartbeat" not in options:
             options["heartbeat"] = f"{msg.heartbeat:g}"
             options["heartbeat_ack"] = "true" if msg.heartbeat_ack else "false"
-        return ["register", msg.guest, msg.port, list(msg.hears), list(msg.speaks), msg.dialect, msg.version, options]
+        fields = ["register", msg.guest, msg.port, list(msg.hears), list(msg.speaks), msg.dialect, msg.version]
+        # No options, no eighth item: the JavaScript, Ruby and Java lemmas send 7 (docs/guests.md).
+        return [*fields, options] if options else fields
     if isinstance(msg, Error):
         return ["error", msg.reason]
     if isinstance(msg, Marco):
         return ["marco", msg.guest, msg.room, msg.dialect, msg.version]
-    return ["polo", msg.room, str(msg.port)]  # a string, as in the document's example
+    # A number, as the Noam host sends it: the Arduino lemma reads the port as a number only
+    # (docs/guests.md, "What real lemmas forced"); the document's example has the string "7733".
+    return ["polo", msg.room, msg.port]
 
 
 def _json(value: Any) -> bytes:
@@ -300,14 +310,50 @@ def decode_datagram(data: bytes) -> Marco | Polo:
     raise FrameError(f"not a marco or polo: {str(value[0])[:40]!r}")
 
 
+def _is_json(payload: bytes) -> bool:
+    try:
+        json.loads(payload.decode("utf-8"))
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return False
+    return True
+
+
+def character_ends(data: bytes, length: int) -> tuple[int | None, int | None]:
+    """Where a payload of ``length`` ends in ``data`` (octets from the payload's
+    first one) if the length counts UTF-16 code units (JavaScript's and Java's
+    ``String.length``) or characters (Ruby's): ``None`` where ``data`` does not
+    hold that many yet, or the count ends inside a character."""
+    text = codecs.getincrementaldecoder("utf-8")().decode(data, final=False)  # raises UnicodeDecodeError
+    by_char = len(text[:length].encode("utf-8")) if len(text) >= length else None
+    units = text.encode("utf-16-le", "surrogatepass")
+    by_unit = None
+    if len(units) >= 2 * length:
+        try:
+            by_unit = len(units[:2 * length].decode("utf-16-le").encode("utf-8"))
+        except UnicodeDecodeError:  # the count ends between the two halves of a surrogate pair
+            by_unit = None
+    return by_unit, by_char
+
+
 class FrameReader:
     """Splits a TCP byte stream into messages.  ``feed`` returns the complete
     messages; it raises FrameError at the first bad one (the connection should
-    then be closed: the stream cannot be resynchronised)."""
+    then be closed: the stream cannot be resynchronised).
+
+    The length prefix counts octets (the document, the Noam host, the Arduino
+    lemma) or characters (the JavaScript and Java lemmas count UTF-16 code units,
+    the Ruby lemma code points: a message with non-ASCII text is longer in octets
+    than it says).  The octet reading is tried first; when its payload is not JSON
+    text at all and holds non-ASCII octets, the character readings are tried, and
+    the one whose payload is JSON text is taken.  A JSON array ends at exactly one
+    place (its closing bracket), so at most one reading can give JSON text: the
+    readings cannot be confused (docs/guests.md, "Length in octets or in characters").
+    ``by_characters`` counts the messages taken under a character reading."""
 
     def __init__(self, max_frame: int = MAX_FRAME) -> None:
         self.max_frame = max_frame
         self._buf = bytearray()
+        self.by_characters = 0
 
     def feed(self, data: bytes) -> list[Message]:
         self._buf += data
@@ -321,10 +367,37 @@ class FrameReader:
                 raise FrameError(f"a message of {length} octets is over this host's limit of {self.max_frame}")
             if len(self._buf) < PREFIX + length:
                 break
-            payload = bytes(self._buf[PREFIX:PREFIX + length])
-            del self._buf[:PREFIX + length]
-            out.append(decode_payload(payload))
+            taken = self._take(length)
+            if taken is None:
+                break  # counted in characters: the rest has not come yet
+            end, msg = taken
+            del self._buf[:end]
+            out.append(msg)
         return out
+
+    def _take(self, length: int) -> tuple[int, Message] | None:
+        """The message whose prefix says ``length`` and where it ends in the buffer, or
+        None if that is not known yet; raises FrameError if it is not a Noam message
+        under any reading (or is JSON text under one but not a Noam message)."""
+        octets = bytes(self._buf[PREFIX:PREFIX + length])
+        try:
+            return PREFIX + length, decode_payload(octets)
+        except FrameError:
+            if octets.isascii() or _is_json(octets):
+                raise  # every reading agrees, or the octets' one is JSON: as the document
+        held = bytes(self._buf[PREFIX:PREFIX + self.max_frame])
+        try:
+            by_unit, by_char = character_ends(held, length)
+        except UnicodeDecodeError:
+            raise FrameError("the message is not UTF-8") from None
+        for end in (by_unit, by_char):
+            if end is not None and _is_json(held[:end]):
+                self.by_characters += 1
+                return PREFIX + end, decode_payload(held[:end])
+        if by_char is None and len(held) < self.max_frame:
+            return None  # a longer reading may still complete
+        raise FrameError(f"the length prefix says {length}: the message is not JSON text when that counts "
+                         "octets, nor when it counts characters")
 
     @property
     def pending(self) -> int:

@@ -42,6 +42,7 @@ __all__ = ["GuestServer", "GuestSettings"]
 log = logging.getLogger("huddle.guests")
 
 WRITE_LIMIT = 8 * 1024 * 1024  # octets waiting for one guest before it is fired as too slow
+JS_LEMMA_PORT = 8089  # noam-io/lemma-javascript dials ws://HOST:8089/websocket, whatever port its polo names
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +63,7 @@ class ServerCounters(Counters):
     bad_datagrams: int = 0
     bad_frames: int = 0  # connections closed for bytes that are not a Noam message
     bad_text: int = 0  # of those: JSON that cannot be written back out (a lone surrogate, NaN, 1e999)
+    lengths_in_characters: int = 0  # messages whose length prefix counted characters, not octets (lemmas do)
     connections: int = 0  # TCP and WebSocket connections taken in (refused ones too)
     log_lines_left_out: int = 0  # lines about guests not written: past limits.guests.log_lines_per_minute
 
@@ -226,6 +228,9 @@ class GuestServer:
         self._ws = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=STOP_GRACE)
         await self._ws.setup()
         self._site = await self._listen_ws(s.host, s.ws_port)
+        if self.ws_port != JS_LEMMA_PORT:
+            log.info("guests' WebSocket on port %d: IDEO's JavaScript lemma connects to port %d only, whatever "
+                     "the polo says (docs/guests.md, \"What real lemmas forced\")", self.ws_port, JS_LEMMA_PORT)
         self._ticker = asyncio.create_task(self._tick())
 
     async def _listen_tcp(self, host: str, port: int) -> asyncio.Server:
@@ -468,11 +473,13 @@ class GuestServer:
                 data = await reader.read(65536)
                 if not data:
                     break
+                counted = frames.by_characters
                 try:
                     messages = frames.feed(data)
                 except FrameError as exc:
                     self._bad(conn, exc)
                     break
+                self.counters.lengths_in_characters += frames.by_characters - counted
                 for msg in messages:
                     self._received(conn, msg, "tcp", address)
                     if conn not in self._writers:
@@ -499,7 +506,7 @@ class GuestServer:
         def write(data: bytes) -> bool:
             if ws.closed or closing:
                 return False
-            self._spawn(ws.send_str(data.decode("utf-8")))
+            self._spawn(ws.send_str(in_code_units(data)))
             return True
 
         def close() -> None:
@@ -515,6 +522,7 @@ class GuestServer:
         transport = request.transport
         if transport is not None:
             self._ws_open[ws] = transport
+        length = b""  # a length sent as a WebSocket message of its own, as the Noam host sends it
         try:
             async for msg in ws:
                 if conn not in self._writers:
@@ -524,11 +532,16 @@ class GuestServer:
                         self._bad(conn, "send text messages: a Noam message is JSON text")
                     break
                 text: str = msg.data
+                data = text.encode("utf-8")
+                if len(data) == PREFIX and data.isdigit() and not length:
+                    length = data  # its message is the next WebSocket message
+                    continue
                 try:
-                    messages = self._ws_messages(text.encode("utf-8"))
+                    messages = self._ws_messages(length + data if length else data)
                 except FrameError as exc:
                     self._bad(conn, exc)
                     break
+                length = b""
                 for m in messages:
                     self._received(conn, m, "ws", address)
                 if conn not in self._writers:
@@ -543,7 +556,8 @@ class GuestServer:
 
     def _ws_messages(self, data: bytes) -> list[Message]:
         """A WebSocket message holds one Noam message, with its length prefix
-        (as the document writes every message) or without it (the frame has a length)."""
+        (as the document writes every message; in octets or in characters, as the
+        JavaScript lemma counts) or without it (the frame has a length)."""
         if data[:1] == b"[":
             if len(data) > self.settings.max_frame:
                 raise FrameError(f"a message of {len(data)} octets is over this host's limit of {self.settings.max_frame}")
@@ -552,4 +566,14 @@ class GuestServer:
         out = frames.feed(data)
         if frames.pending or len(out) != 1:
             raise FrameError("the length prefix does not match the message")
+        self.counters.lengths_in_characters += frames.by_characters
         return out
+
+
+def in_code_units(data: bytes) -> str:
+    """An encoded message (its prefix counts octets) as the text of one WebSocket
+    message whose prefix counts UTF-16 code units, as JavaScript's ``String.length``
+    does: the JavaScript lemma reads the prefix so (its TcpReader slices a string),
+    and huddle's ``/guest.js`` skips it.  The same for ASCII text; never longer."""
+    text = data[PREFIX:].decode("utf-8")
+    return f"{len(text.encode('utf-16-le')) // 2:06d}{text}"

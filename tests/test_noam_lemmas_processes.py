@@ -1,0 +1,44 @@
+"""Noam lemmas as written, against a real node: the JavaScript lemma's discovery and WebSocket,
+the Ruby lemma's TCP, with non-ASCII text, as far as the group's log."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from typing import Any
+
+import pytest
+from conftest import Cluster, free_port, get, wait_for
+from test_guest_processes import guest_names, marco, start_host
+from test_noam_lemmas import TEXT, js_tcp_reader, lemma_frame
+
+pytestmark = pytest.mark.processes
+
+
+def test_the_javascript_and_ruby_lemmas_find_a_node_and_their_text_reaches_the_log_intact(cluster: Cluster) -> None:
+    import aiohttp
+
+    a, ports = start_host(cluster, "a", free_port(socket.SOCK_DGRAM))
+    # noam-io/lemma-javascript src/MessageBuilder.js (marco: dialect "node.js", version "1.1"): one polo,
+    # its port a number (the JS lemma then dials the WebSocket port it knows, 8089 in the field).
+    (polo, _), = marco(ports["marco_port"], b'["marco","jslemma","test","node.js","1.1"]', 1)
+    assert polo == b'["polo","test",%d]' % ports["tcp_port"]
+
+    async def run() -> list[Any]:
+        async with aiohttp.ClientSession() as session, \
+                session.ws_connect(f"ws://127.0.0.1:{ports['ws_port']}/websocket") as ws:
+            await ws.send_str(lemma_frame(["register", "jslemma", 0, ["score"], [], "web", "1.0"], "utf16").decode())
+            sock = socket.create_connection(("127.0.0.1", ports["tcp_port"]), timeout=10)
+            # noam-io/lemma-ruby lib/noam_lemma/message/register.rb: 7 items, the length in characters
+            sock.sendall(lemma_frame(["register", "rubý", 0, [], ["score"], "ruby-script", "0.2.1"], "chars"))
+            wait_for(lambda: sorted(guest_names(a.api)) == ["jslemma", "rubý"], 10, "both lemmas registered")
+            sock.sendall(lemma_frame(["event", "rubý", "score", TEXT], "chars"))
+            frame = await ws.receive(timeout=10)
+            sock.close()
+            return js_tcp_reader([frame.data])
+
+    assert asyncio.run(run()) == [["event", "rubý", "score", TEXT]]
+    log = get(a.api, "/api/v1/log")["events"]
+    assert [(e["kind"], e["body"]) for e in log if e["kind"] == "score"] == [("score", {"noam_guest": "rubý",
+                                                                                         "value": TEXT})]
+    assert get(a.api, "/api/v1/guests")["stats"]["lengths_in_characters"] == 2  # the Ruby register and event
