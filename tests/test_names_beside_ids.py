@@ -40,7 +40,7 @@ def _local(t: float) -> str:
 
 def test_peers_show_one_name_column_and_when_each_was_last_heard() -> None:
     me, head, row = render.peers_text([_PEER], _ME).splitlines()
-    assert head.split() == ["NAME", "STATE", "LAST", "HEARD", "ENDPOINT", "RTT", "ms", "KEY"]
+    assert head.split() == ["NAME", "STATE", "LAST", "HEARD", "ENDPOINT", "RTT", "ms", "KEY", "TAGS"]
     assert row.startswith("bob (35c9aaaa)  alive  1.5 s ago")  # the node's mesh time less the peer's last_seen
     assert "UUID" not in head and BOB[:8] not in me
     # without the node's own time (no ``me``): that moment, local ISO as everywhere
