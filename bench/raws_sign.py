@@ -49,6 +49,11 @@ class _View:
     excluded: dict[NodeId, str] = {}  # noqa: RUF012
     beat = 1.0
 
+    phase_changes = 0  # no session went suspect
+
+    def departure(self, peer: NodeId) -> str | None:
+        return None
+
     def heartbeat_after(self, when: float) -> float:
         return when
 

@@ -166,6 +166,11 @@ class _View:
     name, node_type, beat, lost, cut_off = "a", "standard", 1.0, 5, False
     excluded: dict[NodeId, str] = {}  # noqa: RUF012
 
+    phase_changes = 0  # no session went suspect
+
+    def departure(self, peer: NodeId) -> str | None:
+        return None
+
     def heartbeat_after(self, when: float) -> float:
         return when
 

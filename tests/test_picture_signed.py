@@ -61,6 +61,11 @@ class _View:
         self.beat, self.lost, self.cut_off, self.name, self.node_type = 1.0, 4, False, "a", "standard"
         self.states: dict[NodeId, str] = {}
 
+    phase_changes = 0  # no session went suspect
+
+    def departure(self, peer: NodeId) -> str | None:
+        return None
+
     def heartbeat_after(self, when: float) -> float:
         return when
 
