@@ -58,6 +58,7 @@ from .guard import (
     token_required,
 )
 from .join import add_join_routes
+from .members_http import add_member_routes
 from .monitor_http import add_monitor_routes
 from .ports import ApiNode
 from .resolve import Ambiguous, Unknown, node_id, path_text
@@ -221,8 +222,19 @@ async def _get_system(request: web.Request) -> web.Response:
 
 
 async def _get_peers(request: web.Request) -> web.Response:
+    """The admitted peers, then those this node lost: ``failed`` or ``left`` (protocol.md 14.2),
+    with ``since`` (when it last heard them), until they return or are forgotten."""
     node = request.app[NODE_KEY]
-    return web.json_response([_peer_json(p) for p in node.peers()])
+    lost = node.lost_peers()
+    out = []
+    for p in node.peers():
+        row = _peer_json(p)
+        d = lost.pop(p.uuid, None) if p.state == "gone" else None
+        out.append(row if d is None else row | {"state": d.state, "since": d.since / 1000})
+    out += [{"uuid": str(d.peer), "name": d.name, "endpoint": None, "group": None, "state": d.state,
+             "since": d.since / 1000, "last_seen": None, "rtt_ms": None, "joined_local": None, "key": None,
+             "verified": False} for d in sorted(lost.values(), key=lambda d: (d.name, d.peer))]
+    return web.json_response(out)
 
 
 async def _read_json(request: web.Request) -> dict[str, Any]:
@@ -632,6 +644,7 @@ def make_app(node: ApiNode, limits: ApiLimits | None = None) -> web.Application:
     app.router.add_post(_LOGIN, _post_login)
     add_join_routes(app)
     add_monitor_routes(app)
+    add_member_routes(app)
     for feature in node.features:  # each adds its routes, with its own port
         feature.routes(app)
     return app

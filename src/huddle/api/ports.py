@@ -16,7 +16,7 @@ from ..log import SqliteStore
 from ..ports import Feature
 from ..protocol import PeerInfo
 from ..security import GroupSecret
-from ..wire import LogRecord
+from ..wire import Departed, LogRecord
 
 __all__ = ["ApiMesh", "ApiNode"]
 
@@ -67,6 +67,12 @@ class ApiNode(Protocol):
     def info(self) -> dict[str, Any]: ...
 
     def system(self) -> dict[str, Any]: ...
+
+    def lost_peers(self) -> dict[NodeId, Departed]:
+        """The peers this node lost and still names in its reports (failed or left, since when)."""
+
+    def departed_state(self, peer: NodeId) -> str | None:
+        """``failed`` or ``left`` if the system picture shows ``peer`` so (None: it does not)."""
 
     def peers(self) -> list[PeerInfo]: ...
 

@@ -28,6 +28,8 @@ from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, cast
 
+import orjson
+
 from ..errors import LocalProtocolError
 from ..ids import NodeId
 from ..security import key_derived, node_id_for, verify
@@ -59,9 +61,12 @@ from .picture_compute import (
 )
 from .service import DETACHED, MeshView, PeerFacts, PeerSeen, group_scale
 
-__all__ = ["REPORT_QUIET", "FeatureFacts", "Pictures", "ReportStats", "Reports"]
+__all__ = ["FORGET_KIND", "REPORT_QUIET", "FeatureFacts", "Pictures", "ReportStats", "Reports", "forgotten_in"]
 
 REPORT_QUIET: Final = 0.2  # seconds without a change of our sessions before a report says so
+# The log's event that makes the group forget a failed or left member (protocol.md 14.2):
+# body {"node": its uuid in hex, "state": what it was}; its source is the node that asked.
+FORGET_KIND: Final = "forget"
 # This node's features' facts now, by feature name (huddle/ports.py ``Feature.facts``; None: nothing to say).
 FeatureFacts = Callable[[], Mapping[str, object]]
 
@@ -344,6 +349,25 @@ class ReportStats(Counters):
     reports_bad_signature: int = 0  # signed reports refused: a key that does not give the origin, or a bad signature
     reports_unvouched: int = 0  # reports dropped: only ever relayed, of a node no member vouches for any more (14)
     facts_left_out: int = 0  # a feature's facts left out of one of our reports: not of the form 14.1 takes, or too big
+    forgets: int = 0  # forget events seen in the log (14.2): the node no longer named in our reports
+    forgets_refused: int = 0  # forget events whose body names no node: ignored
+
+
+def forgotten_in(body: str) -> NodeId | None:
+    """The node a ``forget`` event's body names (``{"node": uuid-hex, ...}``), or None: it
+    names none (any other body, however made, is ignored)."""
+    try:
+        obj = orjson.loads(body)
+        text = obj.get("node") if isinstance(obj, dict) else None
+        return NodeId.from_hex(text) if isinstance(text, str) and len(text) == 32 else None
+    except ValueError:  # not JSON (orjson bounds the depth too), or not hex
+        return None
+
+
+def _departed_as(reason: str | None) -> str:
+    """How a peer whose session ended for ``reason`` is named departed: ``left`` on its GBYE
+    (``left``, ``left: why``), ``failed`` otherwise (silence, a cut incarnation, not known)."""
+    return "left" if reason is not None and reason.startswith("left") else "failed"
 
 
 def _no_conn_counters(conn: int) -> tuple[int, int]:
@@ -469,6 +493,27 @@ class Reports:
                 state = m.get("state")
                 return state if state in DEPARTED_STATES else None
         return None
+
+    def lost_peers(self) -> dict[NodeId, Departed]:
+        """The peers we lost and still name (our ``departed``), those whose session ended since
+        our last report included (since: when it ended, until that report says when we last
+        heard it): this node's own view, for its peer list."""
+        out = {d.peer: d for d in self._departed.values()}
+        for peer, ended in self._ended.items():
+            name, node_type = self._known.get(peer, ("", ""))
+            out[peer] = Departed(peer, _departed_as(self._mesh.departure(peer)), max(1, int(ended * 1000)),
+                                 name, node_type)
+        return out
+
+    def forget_event(self, body: str, now: float) -> bool:
+        """A ``forget`` event's body (:data:`FORGET_KIND`), from the log: the node it names
+        forgotten here (:meth:`forget_member`), counted; a body that names none, counted refused."""
+        peer = forgotten_in(body)
+        if peer is None or peer == self.uuid:
+            self.stats.forgets_refused += 1
+            return False
+        self.stats.forgets += 1
+        return self.forget_member(peer, now)
 
     def forget_member(self, peer: NodeId, now: float) -> bool:
         """The group forgot ``peer`` (a ``forget`` event in its log, protocol.md 14.2): our
@@ -652,12 +697,11 @@ class Reports:
         heard = {p.uuid: p.heard for p in seen if p.heard is not None}
         departed = self._departed
         for peer, ended in self._ended.items():
-            reason = self._mesh.departure(peer) or ""
+            reason = self._mesh.departure(peer)
             name, node_type = self._known.get(peer, ("", ""))
             last = heard.get(peer, ended)
             departed.pop(peer, None)  # (the newest last: the oldest is the first dropped past the bound)
-            departed[peer] = Departed(peer, "left" if reason.startswith("left") else "failed",
-                                      max(1, int(last * 1000)), name, node_type)
+            departed[peer] = Departed(peer, _departed_as(reason), max(1, int(last * 1000)), name, node_type)
         self._ended.clear()
         while len(departed) > MAX_DEPARTED_ROWS:
             self._known.pop(next(iter(departed)), None)
