@@ -49,7 +49,7 @@ class _View:
     excluded: dict[NodeId, str] = {}  # noqa: RUF012
     beat = 1.0
 
-    phase_changes = 0  # no session went suspect
+    phase_changes = dialled_afresh = 0  # no session went suspect, none dialled us afresh
 
     def departure(self, peer: NodeId) -> str | None:
         return None

@@ -166,7 +166,7 @@ class _View:
     name, node_type, beat, lost, cut_off = "a", "standard", 1.0, 5, False
     excluded: dict[NodeId, str] = {}  # noqa: RUF012
 
-    phase_changes = 0  # no session went suspect
+    phase_changes = dialled_afresh = 0  # no session went suspect, none dialled us afresh
 
     def departure(self, peer: NodeId) -> str | None:
         return None

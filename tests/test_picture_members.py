@@ -106,9 +106,13 @@ def test_a_member_named_only_departed_is_listed_and_one_nobody_names_is_forgotte
     assert set(by_name(reports)) == {"b", "c"}
 
 
-def test_a_returned_member_is_alive_again() -> None:
-    # B admitted it again (its entry gone with the admission), C still names it failed.
-    assert by_name(three(b_row="alive", c=(gone(A),)))["a"] == ("alive", None)
+def test_a_returned_member_is_alive_again_once_its_report_is_held() -> None:
+    # B admitted it again, C still names it failed: alive, its report held.
+    reports = three(b_row="alive", c=(gone(A),))
+    assert by_name(reports)["a"] == ("alive", None)
+    # Its report not held yet (expired while it was away): shown as it went, not dropped.
+    del reports[A]
+    assert by_name(reports)["a"] == ("failed", T0 - 5000)
     assert by_name(three(b_row="alive", c_row="alive"))["a"] == ("alive", None)
 
 
@@ -174,7 +178,7 @@ class _View:
         self.excluded: dict[NodeId, str] = {}
         self.rows: dict[NodeId, tuple[str, float]] = {}  # peer -> (state, last heard)
         self.reasons: dict[NodeId, str] = {}
-        self.phase_changes = 0
+        self.phase_changes = self.dialled_afresh = 0
 
     def heartbeat_after(self, when: float) -> float:
         return when
@@ -208,9 +212,13 @@ def test_a_lost_peer_is_named_failed_or_left_since_last_heard_until_it_returns()
     # Long after the mesh forgot having heard them: still named, the same entries.
     view.rows.clear()
     assert r.report(5000.0).departed == first.departed
-    # B returns: a member again, named no more.
+    # B returns: a member again (not in our own list), but named departed until its own report is
+    # held here (the picture, holding none of it, shows it as it went rather than not at all).
     r.peer_up(B, 3, 5001.0, PeerFacts(name="bob"))
-    assert [d.peer for d in r.report(5002.0).departed] == [C]
+    assert set(r.lost_peers()) == {C}
+    assert [d.peer for d in r.report(5002.0).departed] == [B, C]
+    r.pictures.accept(report(B, stat(A), seq=5_002_500), 5002.5)
+    assert [d.peer for d in r.report(5003.0).departed] == [C]
 
 
 def test_the_departed_are_bounded_the_oldest_dropped_first() -> None:

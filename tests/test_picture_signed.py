@@ -61,7 +61,7 @@ class _View:
         self.beat, self.lost, self.cut_off, self.name, self.node_type = 1.0, 4, False, "a", "standard"
         self.states: dict[NodeId, str] = {}
 
-    phase_changes = 0  # no session went suspect
+    phase_changes = dialled_afresh = 0  # no session went suspect, none dialled us afresh
 
     def departure(self, peer: NodeId) -> str | None:
         return None

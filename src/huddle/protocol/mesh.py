@@ -281,6 +281,11 @@ class Mesh:
         """Every admitted peer, then recently gone ones (state ``gone``)."""
         return self.sessions.peers(now)
 
+    @property
+    def dialled_afresh(self) -> int:
+        """How many times an admitted peer dialled us afresh (it lost our session)."""
+        return self.stats.dialled_afresh
+
     def departure(self, peer: NodeId) -> str | None:
         """Why ``peer``'s last admitted session ended, while it is listed gone (:meth:`Sessions.departure`)."""
         return self.sessions.departure(peer)

@@ -97,4 +97,5 @@ class Stats(Counters):
     seed_intros_skipped: int = 0  # introductions not dialled: a seed connection to that endpoint awaits its answer
     sessions_evicted: int = 0  # admitted sessions ended to make room for a HELO (silent ones, an address over its share)
     answers_redialled: int = 0  # fresh connections to a peer admitted on its HELO and BOUT that had not heard our answer
+    dialled_afresh: int = 0  # admitted peers that dialled us afresh (they lost our session: protocol.md 6)
 

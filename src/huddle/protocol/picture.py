@@ -188,6 +188,11 @@ class Pictures:
                                          held.since)
         return merged
 
+    def received(self, origin: NodeId) -> float:
+        """When the report held of ``origin`` was received (-inf: none is held)."""
+        held = self._held.get(origin)
+        return -math.inf if held is None else held.received
+
     def holds_newer(self, report: Raws) -> bool:
         """Whether the report held of ``report``'s origin is as new as it or newer."""
         held = self._held.get(report.origin)
@@ -434,6 +439,7 @@ class Reports:
         self._departed: dict[NodeId, Departed] = {}
         self._known: dict[NodeId, tuple[str, str]] = {}  # admitted or departed peer -> its HELO's name and type
         self._phases = 0  # the mesh's count of sessions gone suspect or heard again, when last looked at
+        self._afresh = 0  # ... and of admitted peers that dialled us afresh
 
     @property
     def timing(self) -> PictureTiming:
@@ -447,8 +453,12 @@ class Reports:
     def peer_up(self, peer: NodeId, conn: int, now: float, facts: PeerFacts) -> None:
         self._links[peer] = (conn, now)
         self._known[peer] = (facts.name, facts.node_type)
-        self._ended.pop(peer, None)  # returned (forgotten or not): a member again
-        self._departed.pop(peer, None)
+        # Returned (forgotten or not): a member again, and said as soon as a departure is (a
+        # member shown failed is what the picture's health is about), not at a newcomer's pace.
+        # Still named departed until its own report is held here (:meth:`_lost`): until then the
+        # picture, holding no report of it, shows it as it went, rather than not at all.
+        returned = peer in self._departed
+        returned = self._ended.pop(peer, None) is not None or returned
         self._hex[peer] = peer.hex()
         self._sent_to.discard(peer)  # it holds none of our reports: the next one it gets is full
         if facts.deltas:
@@ -457,7 +467,7 @@ class Reports:
             self._deltas.discard(peer)
         self.pictures.members = len(self._links) + 1
         self._facts = None  # the next report goes out whatever it says: the newcomer holds none of ours
-        self._sessions_changed(now, ended=False)
+        self._sessions_changed(now, ended=returned)
 
     def peer_down(self, peer: NodeId, now: float) -> None:
         self._sent_to.discard(peer)
@@ -498,7 +508,7 @@ class Reports:
         """The peers we lost and still name (our ``departed``), those whose session ended since
         our last report included (since: when it ended, until that report says when we last
         heard it): this node's own view, for its peer list."""
-        out = {d.peer: d for d in self._departed.values()}
+        out = {d.peer: d for d in self._departed.values() if d.peer not in self._links}
         for peer, ended in self._ended.items():
             name, node_type = self._known.get(peer, ("", ""))
             out[peer] = Departed(peer, _departed_as(self._mesh.departure(peer)), max(1, int(ended * 1000)),
@@ -606,6 +616,16 @@ class Reports:
         if phases != self._phases:  # a session went suspect or was heard again: a row's state changed
             self._phases = phases
             self._sessions_changed(now)
+        afresh = self._mesh.dialled_afresh
+        if afresh != self._afresh:
+            # A peer lost our session (we were frozen, or cut off from it) and dialled us afresh: it
+            # holds none of our reports, nor, most likely, do the others (ours expired there).  The
+            # next report goes full, to every peer, and soon, as a departure's does: which peer it
+            # was is the mesh's to know, and this is rare.
+            self._afresh = afresh
+            self._sent_to.clear()
+            self._facts = None
+            self._sessions_changed(now)
         if now < pictures.next_report:
             return
         # The next regular report: an interval (scaled) from now, give or take a tenth at random, so
@@ -670,7 +690,7 @@ class Reports:
         mesh = self._mesh
         rows = []
         seen = mesh.seen(now, 2 * self.pictures.timing.hear_window)
-        if self._ended:
+        if self._ended or self._departed:
             self._lost(now, seen)
         for p in seen:
             msgs_out, bytes_out = (0, 0) if p.conn is None else self._conn_counters(p.conn)
@@ -694,8 +714,13 @@ class Reports:
     def _lost(self, now: float, seen: Sequence[PeerSeen]) -> None:
         """The peers whose sessions ended since our last report, named departed from now on:
         ``left`` if the session ended on its GBYE, else ``failed``; since we last heard it."""
-        heard = {p.uuid: p.heard for p in seen if p.heard is not None}
         departed = self._departed
+        for peer in [p for p in departed if p in self._links]:  # returned: named no more once its report is here
+            if self.pictures.received(peer) >= self._links[peer][1]:
+                del departed[peer]
+        if not self._ended:
+            return
+        heard = {p.uuid: p.heard for p in seen if p.heard is not None}
         for peer, ended in self._ended.items():
             reason = self._mesh.departure(peer)
             name, node_type = self._known.get(peer, ("", ""))

@@ -105,12 +105,11 @@ def _member_states(reports: Mapping[NodeId, Raws]) -> dict[NodeId, tuple[str, De
     out: dict[NodeId, tuple[str, Departed | None]] = {}
     for n in set(reports) | set(departed):
         rows, lost = with_session.get(n, []), departed.get(n, [])
-        if not rows:
-            if lost:  # nobody has a session with it, and some member lost it: the latest loss says how
-                last = max(lost, key=lambda e: e[:3])
-                out[n] = (last[1], last[3])
-            else:  # alone, or a newcomer the others do not list yet
-                out[n] = ("alive", None)
+        if lost and (not rows or n not in reports):
+            # Nobody has a session with it, or its report is not held (expired, or it is back and
+            # its first report is still on its way): the latest loss says how it went.
+            last = max(lost, key=lambda e: e[:3])
+            out[n] = (last[1], last[3])
         elif n in reports:  # suspect when most of the members that know it suspect or lost it
             doubt = sum(1 for s in rows if s == "suspect") + len(lost)
             out[n] = ("suspect" if 2 * doubt > len(rows) + len(lost) else "alive", None)

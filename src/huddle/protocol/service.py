@@ -101,6 +101,10 @@ class MeshView(Protocol):
     @property
     def exclude_slow_after(self) -> float: ...
     @property
+    def dialled_afresh(self) -> int:
+        """How many times an admitted peer dialled us afresh: it lost our session, and holds none of our reports."""
+        ...
+    @property
     def phase_changes(self) -> int:
         """How many times a session went SUSPECT or was heard again (a report row's state changed)."""
         ...
