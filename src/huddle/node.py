@@ -31,7 +31,7 @@ from .host.address import Following
 from .host.events import EventRoutes, snapshot_detail
 from .host.identity import load_identity, say_security
 from .host.loop import AcceptFailures
-from .host.mesh import Whom, name_in, open_mesh
+from .host.mesh import Members, Whom, name_in, open_mesh
 from .host.narrate import Narrator, say_stopped
 from .host.recording import Recorder
 from .host.renewal import renew_identity_after
@@ -43,14 +43,13 @@ from .memtune import raise_descriptor_limit
 from .ports import Feature, Subscriber
 from .protocol import Mesh, PeerInfo
 from .protocol.core import CoreServices
-from .protocol.events import BufferSpace, CutOff, LogAppended, PeerExcluded
+from .protocol.events import BufferSpace, CutOff, PeerExcluded
 from .protocol.ownseq import IdentityRetired
-from .protocol.picture import FORGET_KIND
 from .protocol.replication import Replicator
 from .security import GroupSecret, NodeIdentity
 from .transport.rotation import KeyRotation
 from .transport.zap import AllowList, MeshSecurity
-from .wire import Departed, LogRecord
+from .wire import LogRecord
 
 __all__ = ["Node", "run_node"]
 
@@ -89,6 +88,7 @@ class Node:
         self._rows: StatRows | None = None  # the statistics rows, in the store
         self._replicator: Replicator | None = None
         self._core: CoreServices | None = None  # the mesh's peer services, by name
+        self.members = Members(lambda: self._core, self.local_now)  # failed and left ones, forgetting (14.2)
         self._driver = MeshDriver(self.local_now, self._events.publish)  # attached to the mesh and transport by _start
         self._finders = Finders(self._driver.discovered)
         # Who follows the address and the group key: the features ask through follow_address, watch_keys.
@@ -146,16 +146,6 @@ class Node:
         mesh, core = self.mesh, self._core
         assert core is not None  # built with the mesh
         return system_picture(mesh, core.reports, self.local_now(), self.mesh_time())
-
-    def lost_peers(self) -> dict[NodeId, Departed]:
-        """The peers this node lost and still names in its reports (failed or left, since when)."""
-        core = self._core
-        return {} if core is None else core.reports.lost_peers()
-
-    def departed_state(self, peer: NodeId) -> str | None:
-        """``failed`` or ``left`` if the system picture shows ``peer`` so: what may be forgotten."""
-        core = self._core
-        return None if core is None else core.reports.departed_state(peer)
 
     def chat(self, text: str, to: NodeId | None = None) -> int:
         """Send a chat line now; returns the number of peers it went to."""
@@ -366,24 +356,13 @@ class Node:
         routes += [
             ((IdentityRetired,), self._identity_retired),
             ((PeerExcluded,), self._save_excluded),
-            ((LogAppended,), self._forgets),
             ((BufferSpace,), self._driver.wake_sender),
-            *Narrator().subscriptions(),
+            *Narrator().subscriptions(), *self.members.subscriptions(),
         ]
         self._events.wire(routes)
 
     def _save_excluded(self, event: PeerExcluded) -> bool:
         self.data_dir.save_excluded(self.mesh.excluded)
-        return False
-
-    def _forgets(self, event: LogAppended) -> bool:
-        """A ``forget`` event in the log, ours or a peer's: the node it names is forgotten in
-        our reports until it returns (protocol.md 14.2, "Forgetting a member")."""
-        core = self._core
-        if core is not None:
-            for record, _ in event.records:
-                if record.kind == FORGET_KIND:
-                    core.reports.forget_event(record.body, self.local_now())
         return False
 
     def _empty(self, event: CutOff) -> bool:

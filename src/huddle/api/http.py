@@ -225,7 +225,7 @@ async def _get_peers(request: web.Request) -> web.Response:
     """The admitted peers, then those this node lost: ``failed`` or ``left`` (protocol.md 14.2),
     with ``since`` (when it last heard them), until they return or are forgotten."""
     node = request.app[NODE_KEY]
-    lost = node.lost_peers()
+    lost = node.members.lost_peers()
     out = []
     for p in node.peers():
         row = _peer_json(p)

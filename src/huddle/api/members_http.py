@@ -34,7 +34,7 @@ async def _post_forget(request: web.Request) -> web.Response:
     label = f"{name} ({peer.short})" if name else peer.short
     if peer == node.mesh.uuid:
         return _error(409, "a node cannot forget itself")
-    state = node.departed_state(peer)
+    state = node.members.departed_state(peer)
     if state is None:
         return _error(409, f"{label} is not failed or left in the system picture: only those can be forgotten")
     record = node.emit(FORGET_KIND, {"node": peer.hex(), "state": state})

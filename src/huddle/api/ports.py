@@ -18,7 +18,7 @@ from ..protocol import PeerInfo
 from ..security import GroupSecret
 from ..wire import Departed, LogRecord
 
-__all__ = ["ApiMesh", "ApiNode"]
+__all__ = ["ApiMembers", "ApiMesh", "ApiNode"]
 
 
 class ApiMesh(Protocol):
@@ -34,6 +34,16 @@ class ApiMesh(Protocol):
     def excluded(self) -> dict[NodeId, str]: ...
 
     def alive_peers(self) -> list[NodeId]: ...
+
+
+class ApiMembers(Protocol):
+    """What the API reads of the picture's failed and left members (docs/protocol.md 14.2)."""
+
+    def lost_peers(self) -> dict[NodeId, Departed]:
+        """The peers this node lost and still names in its reports (failed or left, since when)."""
+
+    def departed_state(self, peer: NodeId) -> str | None:
+        """``failed`` or ``left`` if the system picture shows ``peer`` so (None: it does not)."""
 
 
 class ApiNode(Protocol):
@@ -68,11 +78,9 @@ class ApiNode(Protocol):
 
     def system(self) -> dict[str, Any]: ...
 
-    def lost_peers(self) -> dict[NodeId, Departed]:
-        """The peers this node lost and still names in its reports (failed or left, since when)."""
-
-    def departed_state(self, peer: NodeId) -> str | None:
-        """``failed`` or ``left`` if the system picture shows ``peer`` so (None: it does not)."""
+    @property
+    def members(self) -> ApiMembers:
+        """The system picture's failed and left members (host/mesh.py ``Members``)."""
 
     def peers(self) -> list[PeerInfo]: ...
 
