@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from huddle.errors import DecodeError, LocalProtocolError
 from huddle.protocol.picture import Reports
 from huddle.protocol.picture_compute import PictureTiming, compute, report_facts
 from huddle.protocol.service import PeerFacts, PeerSeen
+from huddle.sim import SimNetwork
 from huddle.wire import MAX_DEPARTED_ROWS, Departed, PeerStat, Raws, decode, encode
 from huddle.wire.reports import decode_raws
 
@@ -259,3 +261,21 @@ def test_a_session_gone_suspect_brings_the_next_report_forward() -> None:
     view.phase_changes += 1  # a session went suspect (or was heard again)
     r.tick(1001.1)
     assert r.next_deadline(1001.1) <= 1001.1 + 0.2 + 1e-9  # within the quiet time (then the next heartbeat)
+
+
+@pytest.mark.parametrize("count", [MAX_DEPARTED_ROWS + 1, 10_000])
+def test_a_report_naming_too_many_departed_peers_is_refused_and_counted_and_the_node_stays_up(count: int) -> None:
+    net = SimNetwork(seed=3)
+    a, b = net.add("a"), net.add("b")
+    b.mesh.discovered(a.mesh.uuid, a.mesh.endpoint, net.now)
+    assert net.settle(10.0, lambda: len(a.mesh.alive_peers()) == 1 and len(a.pictures.reports()) == 2)
+    held = a.pictures.reports()[b.mesh.uuid]
+    errors = a.mesh.stats.decode_errors
+    hostile = report(B, seq=held.seq + 1000)
+    many = ",".join(f'"{i:032x}":["failed",{i + 1},"x","standard"]' for i in range(count))
+    body = encode(replace(hostile, sender=b.mesh.uuid, origin=b.mesh.uuid))[2][:-1] + f',"departed":{{{many}}}}}'.encode()
+    assert a.mesh.receive([bytes(b.mesh.uuid), b"RAWS", body], net.now) is False
+    assert a.mesh.stats.decode_errors == errors + 1
+    assert a.pictures.reports()[b.mesh.uuid].seq < hostile.seq, "nothing recorded"
+    # Still up and in one picture with b.
+    assert net.settle(10.0, lambda: len(a.pictures.reports()) == 2 and len(a.mesh.alive_peers()) == 1)
