@@ -279,3 +279,26 @@ def test_a_report_naming_too_many_departed_peers_is_refused_and_counted_and_the_
     assert a.pictures.reports()[b.mesh.uuid].seq < hostile.seq, "nothing recorded"
     # Still up and in one picture with b.
     assert net.settle(10.0, lambda: len(a.pictures.reports()) == 2 and len(a.mesh.alive_peers()) == 1)
+
+
+def test_describe_and_huddle_system_show_a_member_whose_report_expired() -> None:
+    from huddle.protocol.picture import Pictures
+    from huddle.render import peers_text, system_text
+
+    pictures = Pictures(B)
+    pictures.accept(report(A, stat(B), stat(C), seq=T0 - 9000), T0 / 1000 - 9)
+    pictures.accept(report(B, stat(C), departed=(gone(A, "left", T0 - 5000),)), T0 / 1000)
+    pictures.accept(report(C, stat(B), departed=(gone(A, "left", T0 - 5500),)), T0 / 1000)
+    pictures.expire(T0 / 1000 + 2)  # A's report expired (10 s), kept beside the picture
+    described = pictures.describe(T0 / 1000 + 2)
+    a = next(m for m in described["members"] if m["name"] == "a")
+    assert (a["state"], a["since"], a["age"], a["hears"], a["seq"]) == ("left", (T0 - 5000) / 1000, None, [], T0 - 9000)
+    b = next(m for m in described["members"] if m["name"] == "b")
+    assert (b["state"], b["since"]) == ("alive", T0 / 1000)
+    rows = [line.split() for line in system_text(described).splitlines()]
+    assert rows[0][:7] == ["NAME", "UUID", "KEY", "TYPE", "STATE", "SINCE", "HEALTH"]
+    assert [r[4] for r in rows[1:4]] == ["left", "alive", "alive"] and rows[1][-1] == "-"
+    lost = [{"uuid": str(A), "name": "a", "state": "left", "since": (T0 - 5000) / 1000, "endpoint": None,
+             "rtt_ms": None, "key": None, "verified": False}]
+    line = peers_text(lost).splitlines()[1].split()
+    assert line[:4] == ["a", str(A)[:8], "left", "since"] and len(line[4]) == 8 and line[4].count(":") == 2

@@ -300,7 +300,8 @@ class Pictures:
                 "beat": r.beat,
                 "lost": r.lost,
                 "cut_off": r.cut_off,
-                "hears": sorted(str(p.peer) for p in r.peers if hears(r, p.peer, self.timing.hear_window)),
+                "hears": [] if held is None else sorted(str(p.peer) for p in r.peers
+                                                         if hears(r, p.peer, self.timing.hear_window)),
                 "rtt_ms": round(statistics.median(rtts) * 1000, 3) if rtts else None,
                 "rates": {k: round(v, 1) for k, v in rates.get(n, {}).items()},
                 "ext": r.ext,  # its features' facts ({}: none), as in the digest when it has any
