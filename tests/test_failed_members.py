@@ -47,7 +47,6 @@ def test_a_frozen_node_is_suspect_then_failed_kept_and_alive_again(cluster: Clus
     wait_for(lambda: agree([alice, bob, carol], "carol", "alive"), 20, "one picture, carol alive")
 
     carol.signal(signal.SIGSTOP)
-    stopped = time.monotonic()
     seen: list[str] = []
 
     def watch() -> bool:
@@ -62,9 +61,8 @@ def test_a_frozen_node_is_suspect_then_failed_kept_and_alive_again(cluster: Clus
     failed = member(bob, "carol")
     assert failed is not None and failed["health"] == "failed" and failed["since"] is not None
     assert abs(failed["since"] - time.time()) < 30
-    # Past the reports' expiry (10 s): still listed, failed, its report no longer held.
+    # Past its last report's expiry (10 s after it came): still listed, failed, the report no longer held.
     wait_for(lambda: (m := member(alice, "carol")) is not None and m["age"] is None, 20, "carol's report to expire")
-    assert time.monotonic() - stopped > 10
     assert agree([alice, bob], "carol", "failed")
     peers = {p["name"]: p for p in get(alice.api, "/api/v1/peers")}
     assert peers["carol"]["state"] == "failed" and peers["carol"]["since"] is not None
