@@ -146,12 +146,23 @@ class FakeStore:
         return []
 
 
+class FakeMembers:
+    """No member failed or left (the peers answer lists only the admitted ones)."""
+
+    def lost_peers(self) -> dict[NodeId, Any]:
+        return {}
+
+    def departed_state(self, peer: NodeId) -> str | None:
+        return None
+
+
 class FakeNode:
     """The node as the core routes use it: peers alice and bob (whose ids share 35c9), carl
     named "beef" in the system picture, dan a source of its log alone."""
 
     def __init__(self) -> None:
         self.mesh = FakeMesh()
+        self.members = FakeMembers()
         self.store = FakeStore(self)
         self.features: list[Any] = []
         self.calls: list[tuple[str, str]] = []

@@ -305,10 +305,17 @@ def test_six_simulated_nodes_compute_the_same_picture() -> None:
     assert {x["state"] for x in pic.links} == {"two-way"} and len(pic.links) == 15
     # In a full mesh nobody needs to relay a report.
     assert sum(n.reports.stats.reports_relayed for n in nodes) == 0
-    # A node leaves: everyone agrees again, on five.
+    # A node leaves (GBYE): everyone agrees again, on five members and the one that left, listed
+    # `left` (protocol.md 14.2, member states) after its report expired too.
     net.stop(nodes[5])
     rest = nodes[:5]
-    assert net.settle(10.0, lambda: len(digests(rest)) == 1 and len(rest[0].pictures.picture().members) == 5)
+
+    def left_shown() -> bool:
+        members = rest[0].pictures.picture().members
+        return (len(digests(rest)) == 1 and len(rest[0].pictures.reports()) == 5
+                and [m.get("state", "alive") for m in members] == ["alive"] * 5 + ["left"])
+
+    assert net.settle(10.0, left_shown)
 
 
 def test_a_one_way_link_is_seen_as_one_by_every_node() -> None:

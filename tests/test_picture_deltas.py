@@ -166,6 +166,11 @@ class _View:
         self.excluded: dict[NodeId, str] = {}
         self.beat = 1.0
 
+    phase_changes = dialled_afresh = 0  # no session went suspect, none dialled us afresh
+
+    def departure(self, peer: NodeId) -> str | None:
+        return None
+
     def heartbeat_after(self, when: float) -> float:
         return when
 

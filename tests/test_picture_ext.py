@@ -167,6 +167,11 @@ class _View:
     excluded: dict[NodeId, str] = {}  # noqa: RUF012
     tags: dict[str, str] = {}  # noqa: RUF012
 
+    phase_changes = dialled_afresh = 0  # no session went suspect, none dialled us afresh
+
+    def departure(self, peer: NodeId) -> str | None:
+        return None
+
     def heartbeat_after(self, when: float) -> float:
         return when
 

@@ -62,6 +62,11 @@ class _View:
         self.tags: dict[str, str] = {}
         self.states: dict[NodeId, str] = {}
 
+    phase_changes = dialled_afresh = 0  # no session went suspect, none dialled us afresh
+
+    def departure(self, peer: NodeId) -> str | None:
+        return None
+
     def heartbeat_after(self, when: float) -> float:
         return when
 

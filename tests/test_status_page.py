@@ -100,18 +100,19 @@ def test_the_status_page_draws_the_mesh_and_shows_events_live(cluster: Cluster, 
     assert blobs(page.locator("#graph").screenshot(), OK_GREEN) == 4
     # Every node's key fingerprint, its own and its peers' (all verified: new data directories).
     keys = sorted(get(n.api, "/api/v1/node")["key"] for n in nodes)
-    wait_for(lambda: sorted(page.locator("#nodes tr td:nth-child(10)").all_inner_texts()) == keys, 20, "the keys")
+    wait_for(lambda: sorted(page.locator("#nodes tr td.key").all_inner_texts()) == keys, 20, "the keys")
 
     # An event recorded on another node appears in the live stream.
     assert http(nodes[2].api, "/api/v1/events", {"kind": "penalty", "body": {"skater": 12}})[0] == 201
     expect(page.locator("#feed li[data-type=event]").first).to_contain_text('penalty {"skater":12}', timeout=10_000)
 
-    # A node leaves: the page follows the picture down to three nodes.
+    # A node leaves: the page follows the picture down to three nodes, the one that left listed grey.
     nodes[3].signal(signal.SIGTERM)
     nodes[3].wait(10)
     expect(page.locator("#feed li[data-type=peer_left]").first).to_contain_text("dee left", timeout=10_000)
-    expect(page.locator("#count")).to_have_text("3", timeout=30_000)
-    expect(page.locator("#graph g.node")).to_have_count(3)
+    expect(page.locator("#count")).to_have_text("3 (+1 gone)", timeout=30_000)
+    expect(page.locator("#nodes tr[data-state=left] .badge")).to_have_text("left")
+    expect(page.locator("#graph g.node[data-state=left]")).to_have_count(1)
     assert blobs(page.locator("#graph").screenshot(), OK_GREEN) == 3
     assert errors == []
 

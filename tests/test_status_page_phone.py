@@ -21,6 +21,9 @@ pytestmark = pytest.mark.processes
 PHONE = {"width": 390, "height": 844}
 DESKTOP = {"width": 1280, "height": 900}
 HEALTHS = ["ok", "slow", "lossy", "lagging", "degraded", "isolated", "cut-off"]
+# Member states (docs/protocol.md 14.2) every few members: the badge shows a state that is not alive.
+STATES = ["alive", "alive", "suspect", "alive", "failed", "alive", "left", "alive", "alive", "alive", "alive"]
+SHOWN = [*HEALTHS, "suspect", "failed", "left"]
 
 
 def picture(n: int) -> dict[str, Any]:
@@ -35,6 +38,12 @@ def picture(n: int) -> dict[str, Any]:
     links: list[dict[str, Any]] = [{"a": a, "b": b, "state": "two-way", "rtt_ms": 0.3}
                                    for j, a in enumerate(ids) for b in ids[j + 1:]]
     members[-1]["name"] = "scoreboard-" + "x" * 60  # one name with nowhere to break
+    for i, m in enumerate(members):
+        state = STATES[i % len(STATES)]
+        if state != "alive":
+            m |= {"state": state, "since": 1_764_000_000.5}
+        if state in {"failed", "left"}:
+            m |= {"health": state, "problems": [], "rtt_ms": None, "age": None, "rates": {}}
     members[0]["ext"] = {"posts": {"posts": 3, "octets": 10240, "note": "z" * 80}, "zeta": {"mode": "on"}}
     members[0]["tags"] = {"role": "scoreboard", "rack": "3"}
     members[-1]["tags"] = {f"k{t:02d}": "v" * 64 for t in range(16)}  # the most tags, the longest values
@@ -118,13 +127,13 @@ def test_on_a_phone_the_nodes_are_cards_and_nothing_scrolls_sideways(cluster: Cl
     cards = page.evaluate(CARDS_JS)
     assert len(cards) == n
     for name, state in cards:
-        assert name["text"].startswith("scoreboard-") and state["text"] in HEALTHS, (name, state)
+        assert name["text"].startswith("scoreboard-") and state["text"] in SHOWN, (name, state)
         for cell in (name, state):
             assert cell["left"] >= 0 and cell["right"] <= PHONE["width"] and not cell["cut"], cell
             assert cell["px"] >= 11, cell
     # Each card's measures carry their names (the table's head is hidden on a phone).
     first = page.locator("#nodes tr").first.locator("td")
-    assert first.nth(4).get_attribute("data-label") == "rtt ms"
+    assert [first.nth(i).get_attribute("data-label") for i in (3, 5)] == ["since", "rtt ms"]
     # The tags: compact (k=v), inside the screen, also the most and longest a node may have.
     tags = page.evaluate("""() => [...document.querySelectorAll('#nodes td.tags')].map((td) => ({text: td.textContent,
       left: td.getBoundingClientRect().left, right: td.getBoundingClientRect().right}))""")

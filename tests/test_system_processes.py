@@ -22,12 +22,14 @@ def system(api: str) -> dict:  # type: ignore[type-arg]
     return get(api, "/api/v1/system")  # type: ignore[no-any-return]
 
 
-def agreed(nodes: list[NodeProcess], members: int) -> str | None:
-    """The digest, if every node computes the same picture of ``members`` healthy nodes (a
-    picture agreed on while reports are still catching up with a join may show a stale link)."""
+def agreed(nodes: list[NodeProcess], members: int, left: int = 0) -> str | None:
+    """The digest, if every node computes the same picture of ``members`` healthy nodes, and
+    ``left`` more listed as left (a picture agreed on while reports are still catching up with a
+    join may show a stale link)."""
     pics = [system(n.api) for n in nodes]
-    if (len({p["digest"] for p in pics}) == 1 and all(len(p["members"]) == members for p in pics)
-            and all(m["health"] == "ok" for m in pics[0]["members"])):
+    there = [m for m in pics[0]["members"] if m["state"] != "left"]
+    if (len({p["digest"] for p in pics}) == 1 and all(len(p["members"]) == members + left for p in pics)
+            and len(there) == members and all(m["health"] == "ok" for m in there)):
         return str(pics[0]["digest"])
     return None
 
@@ -64,15 +66,15 @@ def test_six_nodes_agree_on_the_system_picture_and_the_cli_prints_it(cluster: Cl
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[0].split()[:5] == ["NAME", "UUID", "KEY", "TYPE", "HEALTH"]
+    assert lines[0].split()[:7] == ["NAME", "UUID", "KEY", "TYPE", "STATE", "SINCE", "HEALTH"]
     assert sorted(line.split()[0] for line in lines[1:7]) == [f"n{i}" for i in range(6)]
     assert sum("two-way" in line for line in lines) == 15
     assert lines[-1].startswith("digest ") and len(lines[-1].split()[1]) == 64
 
-    # One node stops: the other five agree on five, without it.
+    # One node stops: the other five agree on five, and on it listed left (docs/protocol.md 14.2).
     nodes[5].signal(signal.SIGTERM)
     nodes[5].wait(10)
-    new = wait_for(lambda: agreed(nodes[:5], 5), 40, "five equal digests after n5 left")
+    new = wait_for(lambda: agreed(nodes[:5], 5, left=1), 40, "five equal digests after n5 left")
     assert new != digest
 
 

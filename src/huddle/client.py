@@ -205,6 +205,11 @@ class ApiClient:
         result: dict[str, Any] = json.loads(text)
         return result
 
+    async def forget(self, node: str) -> dict[str, Any]:
+        """Forget a failed or left member group-wide (``POST /api/v1/forget``): 409 if it is neither."""
+        result: dict[str, Any] = await self._request("POST", "/api/v1/forget", {"node": node})
+        return result
+
     async def trusted(self) -> dict[str, Any]:
         result: dict[str, Any] = await self._request("GET", "/api/v1/trust")
         return result

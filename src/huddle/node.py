@@ -32,7 +32,7 @@ from .host.events import EventRoutes, snapshot_detail
 from .host.identity import load_identity, say_security
 from .host.joining import Joining, add_seeds
 from .host.loop import AcceptFailures
-from .host.mesh import Whom, name_in, open_mesh
+from .host.mesh import Members, Whom, name_in, open_mesh
 from .host.narrate import Narrator, say_stopped
 from .host.recording import Recorder
 from .host.renewal import renew_identity_after
@@ -90,6 +90,7 @@ class Node:
         self._rows: StatRows | None = None  # the statistics rows, in the store
         self._replicator: Replicator | None = None
         self._core: CoreServices | None = None  # the mesh's peer services, by name
+        self.members = Members(lambda: self._core, self.local_now)  # failed and left ones, forgetting (14.2)
         self._driver = MeshDriver(self.local_now, self._events.publish)  # attached to the mesh and transport by _start
         self._finders = Finders(self._driver.discovered)
         self.advertise_door = self._finders.advertise_door  # the features ask this, follow_address, watch_keys
@@ -358,7 +359,7 @@ class Node:
             ((IdentityRetired,), self._identity_retired),
             ((PeerExcluded,), self._save_excluded),
             ((BufferSpace,), self._driver.wake_sender),
-            *Narrator().subscriptions(),
+            *Narrator().subscriptions(), *self.members.subscriptions(),
         ]
         self._events.wire(routes)
 

@@ -47,7 +47,8 @@ def peers_text(peers: list[dict[str, Any]], me: dict[str, Any] | None = None) ->
         rtt = "-" if p.get("rtt_ms") is None else f"{p['rtt_ms']:.2f}"
         # "unverified": a legacy uuid, not the one its key gives (open mode only; docs/security.md)
         key = (p.get("key") or "-") + ("" if p.get("verified") else " unverified")
-        rows.append((named(p["uuid"], {p["uuid"]: p["name"]}), p["state"], _heard(p, me), p["endpoint"], rtt, key,
+        state = p["state"] if p.get("since") is None else f"{p['state']} since {clock_time(p['since'])}"
+        rows.append((named(p["uuid"], {p["uuid"]: p["name"]}), state, _heard(p, me), p["endpoint"] or "-", rtt, key,
                      tags_text(p.get("tags"))))
     return head + table(rows)
 
@@ -70,15 +71,16 @@ def tags_text(tags: Mapping[str, str] | None) -> str:
 
 def system_text(s: dict[str, Any]) -> str:
     names = {m["uuid"]: m["name"] for m in s["members"]}
-    rows: list[tuple[str, ...]] = [("NAME", "UUID", "KEY", "TYPE", "HEALTH", "PROBLEMS", "RTT ms", "MSG/S IN",
-                                    "MSG/S OUT", "AGE s", "TAGS")]
+    rows: list[tuple[str, ...]] = [("NAME", "UUID", "KEY", "TYPE", "STATE", "SINCE", "HEALTH", "PROBLEMS", "RTT ms",
+                                    "MSG/S IN", "MSG/S OUT", "AGE s", "TAGS")]
     for m in s["members"]:
         r = m.get("rates") or {}
-        rows.append((m["name"], m["uuid"][:8], m.get("key") or "-", m["type"], m["health"],
-                     ",".join(m["problems"]) or "-",
+        since = m.get("since")
+        rows.append((m["name"], m["uuid"][:8], m.get("key") or "-", m["type"], m.get("state", "alive"),
+                     "-" if since is None else clock_time(since), m["health"], ",".join(m["problems"]) or "-",
                      "-" if m.get("rtt_ms") is None else f"{m['rtt_ms']:.2f}",
-                     f"{r.get('msgs_in', 0):.0f}", f"{r.get('msgs_out', 0):.0f}", f"{m.get('age', 0):.1f}",
-                     tags_text(m.get("tags"))))
+                     f"{r.get('msgs_in', 0):.0f}", f"{r.get('msgs_out', 0):.0f}",
+                     "-" if m.get("age") is None else f"{m['age']:.1f}", tags_text(m.get("tags"))))
     links: list[tuple[str, ...]] = [("LINK", "STATE", "RTT ms")]
     for x in s["links"]:
         a, b = names.get(x["a"], x["a"][:8]), names.get(x["b"], x["b"][:8])
@@ -148,6 +150,11 @@ def types_text(types: list[dict[str, Any]]) -> str:
 def limits_text(rows: Sequence[tuple[str, object, str]]) -> str:
     width = max((len(k) for k, _, _ in rows), default=0)
     return "\n".join(f"{key:<{width}}  {value!s:>12}  {about}" for key, value, about in rows)
+
+
+def clock_time(t: float) -> str:
+    """Seconds since the epoch as this machine's local time of day (HH:MM:SS): a table's cell."""
+    return datetime.fromtimestamp(t).astimezone().strftime("%H:%M:%S")
 
 
 def local_time(t: float) -> str:

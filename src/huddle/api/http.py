@@ -58,6 +58,7 @@ from .guard import (
     token_required,
 )
 from .join import add_join_routes
+from .members_http import add_member_routes
 from .monitor_http import add_monitor_routes
 from .peer_join_http import add_peer_join_routes
 from .ports import ApiNode
@@ -226,14 +227,28 @@ async def _get_system(request: web.Request) -> web.Response:
 
 
 async def _get_peers(request: web.Request) -> web.Response:
-    """The peers; ``?tag=KEY=VALUE`` (or ``?tag=KEY``: the key, any value), repeated: those whose
-    tags match every one."""
+    """The admitted peers, then those this node lost: ``failed`` or ``left`` (protocol.md 14.2),
+    with ``since`` (when it last heard them), until they return or are forgotten.  ``?tag=KEY=VALUE``
+    (or ``?tag=KEY``: the key, any value), repeated: those whose tags match every one (a lost
+    peer's tags are not kept: it matches no filter)."""
     node = request.app[NODE_KEY]
     try:
         wanted = parse_filter(request.query.getall("tag", []))
     except TagError as exc:
         raise web.HTTPBadRequest(text=f"'tag': {exc}") from None
-    return web.json_response([_peer_json(p) for p in node.peers() if matches(p.tags, wanted)])
+    lost = node.members.lost_peers()
+    out = []
+    for p in node.peers():
+        d = lost.pop(p.uuid, None) if p.state == "gone" else None
+        if not matches(p.tags, wanted):
+            continue
+        row = _peer_json(p)
+        out.append(row if d is None else row | {"state": d.state, "since": d.since / 1000})
+    if matches({}, wanted):
+        out += [{"uuid": str(d.peer), "name": d.name, "endpoint": None, "group": None, "state": d.state,
+                 "since": d.since / 1000, "last_seen": None, "rtt_ms": None, "joined_local": None, "key": None,
+                 "verified": False, "tags": {}} for d in sorted(lost.values(), key=lambda d: (d.name, d.peer))]
+    return web.json_response(out)
 
 
 async def _read_json(request: web.Request) -> dict[str, Any]:
@@ -651,6 +666,7 @@ def make_app(node: ApiNode, limits: ApiLimits | None = None) -> web.Application:
     add_join_routes(app)
     add_monitor_routes(app)
     add_peer_join_routes(app)
+    add_member_routes(app)
     for feature in node.features:  # each adds its routes, with its own port
         feature.routes(app)
     return app

@@ -16,9 +16,9 @@ from ..log import SqliteStore
 from ..ports import Feature
 from ..protocol import PeerInfo
 from ..security import GroupSecret
-from ..wire import LogRecord
+from ..wire import Departed, LogRecord
 
-__all__ = ["ApiMesh", "ApiNode"]
+__all__ = ["ApiMembers", "ApiMesh", "ApiNode"]
 
 
 class ApiMesh(Protocol):
@@ -34,6 +34,16 @@ class ApiMesh(Protocol):
     def excluded(self) -> dict[NodeId, str]: ...
 
     def alive_peers(self) -> list[NodeId]: ...
+
+
+class ApiMembers(Protocol):
+    """What the API reads of the picture's failed and left members (docs/protocol.md 14.2)."""
+
+    def lost_peers(self) -> dict[NodeId, Departed]:
+        """The peers this node lost and still names in its reports (failed or left, since when)."""
+
+    def departed_state(self, peer: NodeId) -> str | None:
+        """``failed`` or ``left`` if the system picture shows ``peer`` so (None: it does not)."""
 
 
 class ApiNode(Protocol):
@@ -67,6 +77,10 @@ class ApiNode(Protocol):
     def info(self) -> dict[str, Any]: ...
 
     def system(self) -> dict[str, Any]: ...
+
+    @property
+    def members(self) -> ApiMembers:
+        """The system picture's failed and left members (host/mesh.py ``Members``)."""
 
     def peers(self) -> list[PeerInfo]: ...
 

@@ -380,6 +380,12 @@ async def _join(api: ApiClient, args: argparse.Namespace) -> Shown:
     return peer, f"joined {peer['name']} ({peer['uuid'][:8]}) at {peer['endpoint']}"
 
 
+async def _forget(api: ApiClient, args: argparse.Namespace) -> Shown:
+    result = await api.forget(args.node)
+    who = f"{result['name']} ({result['forgotten'][:8]})" if result["name"] else result["forgotten"][:8]
+    return result, f"forgot {who} ({result['state']}): every node stops listing it, until it returns"
+
+
 async def _send(api: ApiClient, args: argparse.Namespace) -> Shown:
     result = await api.send(args.to, args.texts, args.wait)
     return result, f"queued {len(result['sent'])} message(s)"
@@ -408,6 +414,7 @@ COMMANDS: Mapping[str, Handler] = {
     # through a node's API
     "peers": _on_api(_peers), "system": _on_api(_system), "info": _on_api(_info),
     "chat": _on_api(_chat), "emit": _on_api(_emit), "log": _on_api(_log), "exclude": _on_api(_exclude),
+    "forget": _on_api(_forget),
     "send": _on_api(_send), "tail": _on_api(_tail), "monitor": _on_api(_monitor), "join": _on_api(_join),
 }
 

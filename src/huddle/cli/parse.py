@@ -306,6 +306,14 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
     join.add_argument("--timeout", type=_join_timeout, default=5.0, metavar="SECONDS",
                       help="wait this long for the peer's admission, at most 60 (default: 5)")
     _add_client_options(join)
+    forget = sub.add_parser(
+        "forget", help="forget a failed or left node: the system picture stops listing it everywhere",
+        description="Forget a node the system picture shows failed or left: a 'forget' event goes into the "
+        "group's log and every node stops listing it, until it returns (then it is a member again). "
+        "An alive or suspect node cannot be forgotten (409).", epilog=CLIENT_EPILOG,
+    )
+    forget.add_argument("node", metavar="NODE", help="the node to forget: its name, UUID or a unique UUID prefix")
+    _add_client_options(forget)
     log_p = sub.add_parser("log", help="list events of the replicated log", epilog=CLIENT_EPILOG)
     log_p.add_argument("--source", metavar="NODE", help="only this source's events (a name, UUID or UUID prefix)")
     log_p.add_argument("--after", type=int, metavar="SEQ", help="with --source: events after this sequence")

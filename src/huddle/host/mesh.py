@@ -23,15 +23,18 @@ from ..log import SqliteStore
 from ..log.datadir import DataDir
 from ..log.integrity import LogGuard
 from ..log.stats import StatRows
-from ..ports import Feature, LinkWatcher
+from ..ports import Feature, LinkWatcher, Subscriber
 from ..protocol import Mesh
 from ..protocol.core import CoreServices, build_services
+from ..protocol.events import LogAppended
+from ..protocol.picture import FORGET_KIND
 from ..ratelog import RateLog
 from ..security import NodeIdentity, node_id_for
 from ..transport.zap import MeshSecurity
 from ..transport.zmq_transport import ZmqTransport
+from ..wire import Departed
 
-__all__ = ["MeshParts", "Whom", "feature_facts", "links_changed", "name_in", "open_mesh"]
+__all__ = ["Members", "MeshParts", "Whom", "feature_facts", "links_changed", "name_in", "open_mesh"]
 
 log = logging.getLogger("huddle.node")
 
@@ -157,6 +160,38 @@ def name_in(mesh: Mesh, uuid: NodeId, now: float) -> str:
     if uuid == mesh.uuid:
         return mesh.name
     return next((p.name for p in mesh.peers(now) if p.uuid == uuid), uuid.short)
+
+
+class Members:
+    """The system picture's members as an operator handles them (protocol.md 14.2, "Member
+    states"): the peers this node lost and still names, whether a member may be forgotten,
+    and the log's ``forget`` events, ours or a peer's, applied to this node's reports."""
+
+    def __init__(self, core: Callable[[], CoreServices | None], local_now: Callable[[], float]) -> None:
+        self._core = core  # the mesh's peer services (None: not started)
+        self._now = local_now
+
+    def lost_peers(self) -> dict[NodeId, Departed]:
+        """The peers this node lost and still names in its reports (failed or left, since when)."""
+        core = self._core()
+        return {} if core is None else core.reports.lost_peers()
+
+    def departed_state(self, peer: NodeId) -> str | None:
+        """``failed`` or ``left`` if the system picture shows ``peer`` so: what may be forgotten."""
+        core = self._core()
+        return None if core is None else core.reports.departed_state(peer)
+
+    def subscriptions(self) -> list[tuple[tuple[type, ...], Subscriber]]:
+        return [((LogAppended,), self._forgets)]
+
+    def _forgets(self, event: LogAppended) -> bool:
+        """The node a ``forget`` event names is forgotten in our reports until it returns."""
+        core = self._core()
+        if core is not None:
+            for record, _ in event.records:
+                if record.kind == FORGET_KIND:
+                    core.reports.forget_event(record.body, self._now())
+        return False
 
 
 def _close_store(store: SqliteStore, guard: LogGuard) -> None:

@@ -145,6 +145,8 @@ class Handshake:
             port.send_hello(s.conn, reply=True, to=m.sender, now=now)
         else:
             self._moves.answered(m.sender)  # it answered a HELO: it knows our endpoint
+        if not m.reply and s.answered and s.admitted:  # it lost our session: it holds nothing of ours (picture, 14)
+            self.stats.dialled_afresh += 1
         Sessions.record_helo(s, m, source, now, self._limits.peer_gone_after_max)
         port.heard(s, now)
         if s.phase is Phase.CONNECTING:

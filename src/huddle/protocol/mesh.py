@@ -214,6 +214,7 @@ class Mesh:
         self._late_at = -math.inf  # when a tick last came LATE_TICK or more after its deadline
         self._closed = False
         self.cut_off = False  # had peers and lost the last one
+        self.phase_changes = 0  # sessions gone SUSPECT or heard again: the picture's reports watch it (14)
         self._lines = RateLog(log, period=_LOG_EVERY)  # per kind: decode, foreign, helo, intro, evict, identity
         self.admission: Final = Admission(self.limits, self.stats, self._lines, self.timing.handshake_timeout)
         self.blamed: Final = self.admission.blamed  # per address: frames under another connection's UUID
@@ -281,6 +282,15 @@ class Mesh:
     def peers(self, now: float) -> list[PeerInfo]:
         """Every admitted peer, then recently gone ones (state ``gone``)."""
         return self.sessions.peers(now)
+
+    @property
+    def dialled_afresh(self) -> int:
+        """How many times an admitted peer dialled us afresh (it lost our session)."""
+        return self.stats.dialled_afresh
+
+    def departure(self, peer: NodeId) -> str | None:
+        """Why ``peer``'s last admitted session ended, while it is listed gone (:meth:`Sessions.departure`)."""
+        return self.sessions.departure(peer)
 
     def alive_peers(self) -> list[NodeId]:
         return [s.uuid for s in self._sessions.values() if s.admitted]
@@ -351,6 +361,7 @@ class Mesh:
         for s in self._sessions.values():
             if s.conn == conn and s.phase is Phase.ALIVE:
                 s.move(Move.SILENT)
+                self.phase_changes += 1
                 self._notify(PeerStateChanged(s.uuid, s.name, s.phase.value, self.mesh_time(now)))
 
     # ---------------------------------------------------------------- commands
@@ -529,6 +540,7 @@ class Mesh:
                 continue
             if verdict is Verdict.SILENT:
                 s.move(Move.SILENT)
+                self.phase_changes += 1
                 self._notify(PeerStateChanged(s.uuid, s.name, s.phase.value, self.mesh_time(now)))
             if beating and s.admitted and now >= s.probed + s.probe_in * probe_every:
                 self._probe(s, now)
@@ -631,6 +643,7 @@ class Mesh:
         self._counts[s.uuid][0] += 1
         if s.phase is Phase.SUSPECT:
             s.move(Move.HEARD)
+            self.phase_changes += 1
             self._notify(PeerStateChanged(s.uuid, s.name, s.phase.value, self.mesh_time(now)))
 
     def _admit(self, s: Session, now: float) -> None:
@@ -678,7 +691,7 @@ class Mesh:
         self._actions.append(Disconnect(s.conn))
         self._forget(s, now)
         if s.admitted:
-            self.sessions.retire(s, now)
+            self.sessions.retire(s, now, reason)
             self._notify(PeerLeft(s.uuid, s.name, reason, self.mesh_time(now)))
             if not self._closed and not self.cut_off and not any(x.admitted for x in self._sessions.values()):
                 self.cut_off = True

@@ -100,4 +100,5 @@ class Stats(Counters):
     joins: int = 0  # seeds added at runtime (huddle join), their address well formed and resolved
     joins_refused: int = 0  # runtime joins refused: a malformed or unresolvable address, this node's own, too many
     joins_timed_out: int = 0  # runtime joins whose seed did not answer in time (the seed is dropped)
+    dialled_afresh: int = 0  # admitted peers that dialled us afresh (they lost our session: protocol.md 6)
 

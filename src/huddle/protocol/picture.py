@@ -24,15 +24,20 @@ from __future__ import annotations
 import math
 import random
 import statistics
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, cast
+
+import orjson
 
 from ..errors import LocalProtocolError
 from ..ids import NodeId
 from ..security import key_derived, node_id_for, verify
 from ..wire import (
+    DEPARTED_STATES,
+    MAX_DEPARTED_ROWS,
     MAX_FORGED_ROWS,
+    Departed,
     Extensions,
     Message,
     PeerStat,
@@ -54,11 +59,14 @@ from .picture_compute import (
     report_delta,
     report_facts,
 )
-from .service import DETACHED, MeshView, PeerFacts, group_scale
+from .service import DETACHED, MeshView, PeerFacts, PeerSeen, group_scale
 
-__all__ = ["REPORT_QUIET", "FeatureFacts", "Pictures", "ReportStats", "Reports"]
+__all__ = ["FORGET_KIND", "REPORT_QUIET", "FeatureFacts", "Pictures", "ReportStats", "Reports", "forgotten_in"]
 
 REPORT_QUIET: Final = 0.2  # seconds without a change of our sessions before a report says so
+# The log's event that makes the group forget a failed or left member (protocol.md 14.2):
+# body {"node": its uuid in hex, "state": what it was}; its source is the node that asked.
+FORGET_KIND: Final = "forget"
 # This node's features' facts now, by feature name (huddle/ports.py ``Feature.facts``; None: nothing to say).
 FeatureFacts = Callable[[], Mapping[str, object]]
 
@@ -70,6 +78,7 @@ class _Held:
     previous: Raws | None = None  # the full report before ``full`` (rates: counters of one moment)
     full: Raws | None = None  # the last full report received (None: ``report`` is)
     direct: bool = False  # a report of this origin came from the origin itself (not only relayed)
+    since: float = 0.0  # local time since which this node holds the origin's reports without a gap
 
 
 @dataclass(slots=True)
@@ -79,6 +88,9 @@ class Pictures:
     uuid: NodeId
     timing: PictureTiming = field(default_factory=PictureTiming)
     _held: dict[NodeId, _Held] = field(default_factory=dict)
+    # The last report of each origin whose report expired: what a failed or left member is shown
+    # with beside the picture (its ext, timing), until it returns or is forgotten; bounded.
+    _lasts: dict[NodeId, Raws] = field(default_factory=dict)
     next_seq: int = 1
     next_report: float = 0.0  # when our next report is due: the earlier of the two below
     _regular: float = 0.0  # the interval's next report
@@ -158,7 +170,10 @@ class Pictures:
         if held is not None and held.report.seq >= report.seq:
             return False
         previous = None if held is None else held.full or held.report
-        self._held[report.origin] = _Held(report, now, previous, None, direct or (held is not None and held.direct))
+        self._held[report.origin] = _Held(report, now, previous, None, direct or (held is not None and held.direct),
+                                          now if held is None else held.since)
+        if held is None:
+            self._lasts.pop(report.origin, None)
         return True
 
     def merge(self, delta: Raws, now: float, direct: bool = True) -> Raws | None:
@@ -169,8 +184,14 @@ class Pictures:
         if held is None or held.report.seq != delta.base:
             return None
         merged = merge_report(held.report, delta)
-        self._held[delta.origin] = _Held(merged, now, held.previous, held.full or held.report, direct or held.direct)
+        self._held[delta.origin] = _Held(merged, now, held.previous, held.full or held.report, direct or held.direct,
+                                         held.since)
         return merged
+
+    def received(self, origin: NodeId) -> float:
+        """When the report held of ``origin`` was received (-inf: none is held)."""
+        held = self._held.get(origin)
+        return -math.inf if held is None else held.received
 
     def holds_newer(self, report: Raws) -> bool:
         """Whether the report held of ``report``'s origin is as new as it or newer."""
@@ -197,8 +218,12 @@ class Pictures:
 
     def expire(self, now: float) -> None:
         limit = self.timing.expire_after * self.scale()
+        last = self._lasts
         for origin in [o for o, h in self._held.items() if o != self.uuid and now - h.received > limit]:
-            del self._held[origin]
+            last.pop(origin, None)  # (the newest last: the oldest is the first dropped past the bound)
+            last[origin] = self._held.pop(origin).report
+            if len(last) > MAX_DEPARTED_ROWS:
+                del last[next(iter(last))]
 
     def unvouched(self) -> list[NodeId]:
         """The origins whose reports only ever came relayed and that no member still vouches
@@ -229,6 +254,7 @@ class Pictures:
 
     def forget(self, origin: NodeId) -> None:
         self._held.pop(origin, None)
+        self._lasts.pop(origin, None)
 
     def reports(self) -> dict[NodeId, Raws]:
         return {o: h.report for o, h in self._held.items()}
@@ -259,15 +285,23 @@ class Pictures:
         members = []
         for m in pic.members:
             n = NodeId.from_hex(m["uuid"])
-            r = reports[n]
-            rtts = [p.rtt for p in r.peers if p.rtt is not None and p.state in ADMITTED]
-            members.append(m | {
+            held = self._held.get(n)
+            r = reports.get(n) or self._lasts.get(n)
+            state = m.get("state", "alive")
+            beside = {"state": state, "since": self._since(m, reports, held)}
+            if r is None:  # named departed by the members, no report of it ever held here
+                members.append(m | beside | {"seq": None, "age": None, "beat": None, "lost": None, "cut_off": False,
+                                             "hears": [], "rtt_ms": None, "rates": {}, "ext": {}})
+                continue
+            rtts = [p.rtt for p in r.peers if p.rtt is not None and p.state in ADMITTED and held is not None]
+            members.append(m | beside | {
                 "seq": r.seq,
-                "age": round(now - self._held[n].received, 3),
+                "age": None if held is None else round(now - held.received, 3),
                 "beat": r.beat,
                 "lost": r.lost,
                 "cut_off": r.cut_off,
-                "hears": sorted(str(p.peer) for p in r.peers if hears(r, p.peer, self.timing.hear_window)),
+                "hears": [] if held is None else sorted(str(p.peer) for p in r.peers
+                                                         if hears(r, p.peer, self.timing.hear_window)),
                 "rtt_ms": round(statistics.median(rtts) * 1000, 3) if rtts else None,
                 "rates": {k: round(v, 1) for k, v in rates.get(n, {}).items()},
                 "ext": r.ext,  # its features' facts ({}: none), as in the digest when it has any
@@ -279,6 +313,22 @@ class Pictures:
             rtt = link_rtt(reports, a, b)
             links.append(link | {"rtt_ms": None if rtt is None else round(rtt * 1000, 3)})
         return {"digest": pic.digest, "members": members, "links": links}
+
+    def _since(self, member: Mapping[str, Any], reports: Mapping[NodeId, Raws], held: _Held | None) -> float | None:
+        """Since when ``member`` is in its state (protocol.md 14.2 "Member states"), in seconds
+        of the clocks reports' ``seq`` use.  Failed or left: the last time a member heard it, as
+        the picture gives it (the same on every node holding the same reports).  Suspect: the
+        last time a member that suspects it heard it, by those members' reports.  Alive: since
+        this node holds its reports without a gap (its own clock)."""
+        if "since" in member:
+            return round(int(member["since"]) / 1000, 3)
+        if member.get("state") == "suspect":
+            uuid = NodeId.from_hex(member["uuid"])
+            heard = [r.seq / 1000 - p.heard for r in reports.values() for p in r.peers
+                     if p.peer == uuid and p.state == "suspect" and p.heard is not None]
+            if heard:
+                return round(max(heard), 3)
+        return None if held is None else round(held.since, 3)
 
 
 def _totals(peers: Iterable[Any]) -> dict[str, int]:
@@ -306,6 +356,25 @@ class ReportStats(Counters):
     reports_bad_signature: int = 0  # signed reports refused: a key that does not give the origin, or a bad signature
     reports_unvouched: int = 0  # reports dropped: only ever relayed, of a node no member vouches for any more (14)
     facts_left_out: int = 0  # a feature's facts left out of one of our reports: not of the form 14.1 takes, or too big
+    forgets: int = 0  # forget events seen in the log (14.2): the node no longer named in our reports
+    forgets_refused: int = 0  # forget events whose body names no node: ignored
+
+
+def forgotten_in(body: str) -> NodeId | None:
+    """The node a ``forget`` event's body names (``{"node": uuid-hex, ...}``), or None: it
+    names none (any other body, however made, is ignored)."""
+    try:
+        obj = orjson.loads(body)
+        text = obj.get("node") if isinstance(obj, dict) else None
+        return NodeId.from_hex(text) if isinstance(text, str) and len(text) == 32 else None
+    except ValueError:  # not JSON (orjson bounds the depth too), or not hex
+        return None
+
+
+def _departed_as(reason: str | None) -> str:
+    """How a peer whose session ended for ``reason`` is named departed: ``left`` on its GBYE
+    (``left``, ``left: why``), ``failed`` otherwise (silence, a cut incarnation, not known)."""
+    return "left" if reason is not None and reason.startswith("left") else "failed"
 
 
 def _no_conn_counters(conn: int) -> tuple[int, int]:
@@ -365,6 +434,14 @@ class Reports:
         self._sent: Raws | None = None  # the last report we sent (full): the base of the next delta
         self._sent_to: set[NodeId] = set()  # the admitted peers it went to
         self._deltas: set[NodeId] = set()  # admitted peers whose HELO says they understand deltas
+        # The peers we lost (protocol.md 14.1 ``departed``): those whose admitted session ended,
+        # until our next report says how (local time it ended), then named in every report until
+        # they return or are forgotten (bounded: the oldest loss dropped first).
+        self._ended: dict[NodeId, float] = {}
+        self._departed: dict[NodeId, Departed] = {}
+        self._known: dict[NodeId, tuple[str, str]] = {}  # admitted or departed peer -> its HELO's name and type
+        self._phases = 0  # the mesh's count of sessions gone suspect or heard again, when last looked at
+        self._afresh = 0  # ... and of admitted peers that dialled us afresh
 
     @property
     def timing(self) -> PictureTiming:
@@ -377,6 +454,13 @@ class Reports:
 
     def peer_up(self, peer: NodeId, conn: int, now: float, facts: PeerFacts) -> None:
         self._links[peer] = (conn, now)
+        self._known[peer] = (facts.name, facts.node_type)
+        # Returned (forgotten or not): a member again, and said as soon as a departure is (a
+        # member shown failed is what the picture's health is about), not at a newcomer's pace.
+        # Still named departed until its own report is held here (:meth:`_lost`): until then the
+        # picture, holding no report of it, shows it as it went, rather than not at all.
+        returned = peer in self._departed
+        returned = self._ended.pop(peer, None) is not None or returned
         self._hex[peer] = peer.hex()
         self._sent_to.discard(peer)  # it holds none of our reports: the next one it gets is full
         if facts.deltas:
@@ -385,11 +469,12 @@ class Reports:
             self._deltas.discard(peer)
         self.pictures.members = len(self._links) + 1
         self._facts = None  # the next report goes out whatever it says: the newcomer holds none of ours
-        self._sessions_changed(now, ended=False)
+        self._sessions_changed(now, ended=returned)
 
     def peer_down(self, peer: NodeId, now: float) -> None:
         self._sent_to.discard(peer)
         if self._links.pop(peer, None) is not None:
+            self._ended[peer] = now
             del self._hex[peer]
             self._deltas.discard(peer)
             self.pictures.members = len(self._links) + 1
@@ -411,6 +496,48 @@ class Reports:
 
     def forget(self, peer: NodeId) -> None:
         self.pictures.forget(peer)
+
+    def departed_state(self, peer: NodeId) -> str | None:
+        """``failed`` or ``left`` if the picture shows ``peer`` so (None: it does not: a member
+        alive or suspect, or none): what may be forgotten (:meth:`forget_member`)."""
+        for m in self.pictures.picture().members:
+            if m["uuid"] == str(peer):
+                state = m.get("state")
+                return state if state in DEPARTED_STATES else None
+        return None
+
+    def lost_peers(self) -> dict[NodeId, Departed]:
+        """The peers we lost and still name (our ``departed``), those whose session ended since
+        our last report included (since: when it ended, until that report says when we last
+        heard it): this node's own view, for its peer list."""
+        out = {d.peer: d for d in self._departed.values() if d.peer not in self._links}
+        for peer, ended in self._ended.items():
+            name, node_type = self._known.get(peer, ("", ""))
+            out[peer] = Departed(peer, _departed_as(self._mesh.departure(peer)), max(1, int(ended * 1000)),
+                                 name, node_type)
+        return out
+
+    def forget_event(self, body: str, now: float) -> bool:
+        """A ``forget`` event's body (:data:`FORGET_KIND`), from the log: the node it names
+        forgotten here (:meth:`forget_member`), counted; a body that names none, counted refused."""
+        peer = forgotten_in(body)
+        if peer is None or peer == self.uuid:
+            self.stats.forgets_refused += 1
+            return False
+        self.stats.forgets += 1
+        return self.forget_member(peer, now)
+
+    def forget_member(self, peer: NodeId, now: float) -> bool:
+        """The group forgot ``peer`` (a ``forget`` event in its log, protocol.md 14.2): our
+        reports name it no more, and its last report is dropped, until it returns.  True if we
+        named it (our next report is brought forward: the others see it go within the window)."""
+        named = self._departed.pop(peer, None) is not None or self._ended.pop(peer, None) is not None
+        if peer not in self._links:
+            self._known.pop(peer, None)
+            self.pictures.forget(peer)
+        if named:
+            self._sessions_changed(now)
+        return named
 
     def receive(self, peer: NodeId, msg: Message, now: float) -> None:
         assert isinstance(msg, Raws)
@@ -487,6 +614,20 @@ class Reports:
 
     def tick(self, now: float) -> None:
         pictures = self.pictures
+        phases = self._mesh.phase_changes
+        if phases != self._phases:  # a session went suspect or was heard again: a row's state changed
+            self._phases = phases
+            self._sessions_changed(now)
+        afresh = self._mesh.dialled_afresh
+        if afresh != self._afresh:
+            # A peer lost our session (we were frozen, or cut off from it) and dialled us afresh: it
+            # holds none of our reports, nor, most likely, do the others (ours expired there).  The
+            # next report goes full, to every peer, and soon, as a departure's does: which peer it
+            # was is the mesh's to know, and this is rare.
+            self._afresh = afresh
+            self._sent_to.clear()
+            self._facts = None
+            self._sessions_changed(now)
         if now < pictures.next_report:
             return
         # The next regular report: an interval (scaled) from now, give or take a tenth at random, so
@@ -550,7 +691,10 @@ class Reports:
         """This node's raw statistics now, as a RAWS report."""
         mesh = self._mesh
         rows = []
-        for p in mesh.seen(now, 2 * self.pictures.timing.hear_window):
+        seen = mesh.seen(now, 2 * self.pictures.timing.hear_window)
+        if self._ended or self._departed:
+            self._lost(now, seen)
+        for p in seen:
             msgs_out, bytes_out = (0, 0) if p.conn is None else self._conn_counters(p.conn)
             sent, resent, queued = self._delivery_counters(p.uuid)
             rows.append(PeerStat(
@@ -566,8 +710,33 @@ class Reports:
         return Raws(
             sender=self.uuid, origin=self.uuid, seq=seq, name=mesh.name, node_type=mesh.node_type,
             beat=float(mesh.beat), lost=mesh.lost, cut_off=mesh.cut_off, peers=tuple(rows), forged=forged,
-            ext=self._extensions(), tags=dict(mesh.tags),
+            ext=self._extensions(), tags=dict(mesh.tags), departed=self._named_departed(mesh.excluded),
         )
+
+    def _lost(self, now: float, seen: Sequence[PeerSeen]) -> None:
+        """The peers whose sessions ended since our last report, named departed from now on:
+        ``left`` if the session ended on its GBYE, else ``failed``; since we last heard it."""
+        departed = self._departed
+        for peer in [p for p in departed if p in self._links]:  # returned: named no more once its report is here
+            if self.pictures.received(peer) >= self._links[peer][1]:
+                del departed[peer]
+        if not self._ended:
+            return
+        heard = {p.uuid: p.heard for p in seen if p.heard is not None}
+        for peer, ended in self._ended.items():
+            reason = self._mesh.departure(peer)
+            name, node_type = self._known.get(peer, ("", ""))
+            last = heard.get(peer, ended)
+            departed.pop(peer, None)  # (the newest last: the oldest is the first dropped past the bound)
+            departed[peer] = Departed(peer, _departed_as(reason), max(1, int(last * 1000)), name, node_type)
+        self._ended.clear()
+        while len(departed) > MAX_DEPARTED_ROWS:
+            self._known.pop(next(iter(departed)), None)
+            del departed[next(iter(departed))]
+
+    def _named_departed(self, excluded: Container[NodeId]) -> tuple[Departed, ...]:
+        """The departed our report names: the excluded left out (as from its rows)."""
+        return tuple(d for d in self._departed.values() if d.peer not in excluded)
 
     def _extensions(self) -> Extensions:
         """Our features' facts for our report (protocol.md 14.1 ``ext``), by feature name: each

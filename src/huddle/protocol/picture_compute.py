@@ -25,14 +25,18 @@ from typing import Any, Final, TypeVar
 
 from ..errors import LocalProtocolError
 from ..ids import NodeId
-from ..wire import MAX_GONE_ROWS, CheckedRows, PeerStat, Raws
+from ..wire import MAX_GONE_ROWS, CheckedRows, Departed, PeerStat, Raws
 
 __all__ = [
-    "ADMITTED", "Picture", "PictureTiming", "compute", "hears", "link_rtt", "merge_report", "report_delta",
-    "report_facts",
+    "ADMITTED", "MEMBER_STATES", "SESSION", "Picture", "PictureTiming", "compute", "hears", "link_rtt",
+    "merge_report", "report_delta", "report_facts",
 ]
 
 ADMITTED: Final = frozenset({"alive", "suspect"})
+# A row that shows its origin has a session with the peer (``handshake``: admitted at its end only, 6).
+SESSION: Final = frozenset({"alive", "suspect", "handshake"})
+MEMBER_STATES: Final = ("alive", "suspect", "failed", "left")  # a member's state in the picture (14.2)
+PRESENT: Final = frozenset({"alive", "suspect"})  # ... of a member whose report is held and counted
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +89,38 @@ def link_rtt(reports: Mapping[NodeId, Raws], a: NodeId, b: NodeId) -> float | No
     return min(rtts) if rtts else None
 
 
+def _member_states(reports: Mapping[NodeId, Raws]) -> dict[NodeId, tuple[str, Departed | None]]:
+    """Every member's state (protocol.md 14.2 "Member states"), from the reports alone: the
+    origins of the reports, and the peers some report names ``departed``; with the entry a
+    failed or left member's name and ``since`` are read from (None: no entry holds)."""
+    with_session: dict[NodeId, list[str]] = {}  # member -> the states of the rows that show a session with it
+    departed: dict[NodeId, list[tuple[int, str, NodeId, Departed]]] = {}
+    for origin, r in reports.items():
+        for p in r.peers:
+            if p.state in SESSION and p.peer != origin:
+                with_session.setdefault(p.peer, []).append(p.state)
+        for d in r.departed:
+            if d.peer != origin:
+                departed.setdefault(d.peer, []).append((d.since, d.state, origin, d))
+    out: dict[NodeId, tuple[str, Departed | None]] = {}
+    for n in set(reports) | set(departed):
+        rows, lost = with_session.get(n, []), departed.get(n, [])
+        if lost and (not rows or n not in reports):
+            # Nobody has a session with it, or its report is not held (expired, or it is back and
+            # its first report is still on its way): the latest loss says how it went.
+            last = max(lost, key=lambda e: e[:3])
+            out[n] = (last[1], last[3])
+        elif n in reports:  # suspect when most of the members that know it suspect or lost it
+            doubt = sum(1 for s in rows if s == "suspect") + len(lost)
+            out[n] = ("suspect" if 2 * doubt > len(rows) + len(lost) else "alive", None)
+    return out
+
+
 def compute(reports: Mapping[NodeId, Raws], timing: PictureTiming = PictureTiming()) -> Picture:
-    """The picture of the nodes whose reports are given (the members)."""
-    ids = sorted(reports)
+    """The picture of the nodes whose reports are given, and of those they name departed
+    (the members: protocol.md 14.2)."""
+    states = _member_states(reports)
+    ids = sorted(n for n, (state, _) in states.items() if state in PRESENT)  # the members links are drawn between
     window = timing.hear_window
     links: list[dict[str, Any]] = []
     problems: dict[NodeId, set[str]] = {n: set() for n in ids}
@@ -134,8 +167,16 @@ def compute(reports: Mapping[NodeId, Raws], timing: PictureTiming = PictureTimin
             if peer in problems and peer != n and count:
                 problems[peer].add("forging")
     members = []
-    for n in ids:
-        r = reports[n]
+    for n in sorted(states):
+        state, entry = states[n]
+        r = reports.get(n)
+        if state not in PRESENT:  # failed or left: that for health, and when a member last heard it (ms)
+            assert entry is not None  # a member without a session is failed or left only by an entry
+            members.append({"uuid": str(n), "name": entry.name if r is None else r.name,
+                            "type": entry.node_type if r is None else r.node_type, "health": state, "problems": [],
+                            "state": state, "since": entry.since})
+            continue
+        assert r is not None
         issues = problems[n]
         if r.cut_off:
             health = "cut-off"
@@ -155,6 +196,8 @@ def compute(reports: Mapping[NodeId, Raws], timing: PictureTiming = PictureTimin
             member["ext"] = r.ext
         if r.tags:  # its tags, likewise
             member["tags"] = r.tags
+        if state != "alive":  # (every member alive: the digest as before member states existed)
+            member["state"] = state
         members.append(member)
     digest = hashlib.sha256(
         json.dumps({"members": members, "links": links}, sort_keys=True, separators=(",", ":")).encode()
@@ -231,12 +274,13 @@ def report_facts(report: Raws, timing: PictureTiming) -> tuple[object, ...]:
     the same facts give every node the same picture and digest.  The counters, round trips
     and times beside them are left out but for what crosses a threshold (heard within the
     hear window, a round trip above slow_rtt, a queue above queue_limit) and the addressed
-    frames sent and sent again (lossy); and the features' facts (``ext``) and the tags, whole."""
+    frames sent and sent again (lossy); the features' facts (``ext``) and the tags, whole; and the
+    peers it names departed (a change of one's state is a change of facts: reported at the next heartbeat)."""
     window, slow, limit = timing.hear_window, timing.slow_rtt, timing.queue_limit
     return (
         report.name, report.node_type, report.cut_off, report.forged,
         tuple((p.peer, p.state, p.heard is not None and p.heard <= window, p.rtt is not None and p.rtt > slow,
                p.sent, p.retrans, p.queued > limit) for p in report.peers),
-        report.ext, report.tags,
+        report.ext, report.tags, report.departed,
     )
 

@@ -102,6 +102,14 @@ class MeshView(Protocol):
     def excluded(self) -> Mapping[NodeId, str]: ...
     @property
     def exclude_slow_after(self) -> float: ...
+    @property
+    def dialled_afresh(self) -> int:
+        """How many times an admitted peer dialled us afresh: it lost our session, and holds none of our reports."""
+        ...
+    @property
+    def phase_changes(self) -> int:
+        """How many times a session went SUSPECT or was heard again (a report row's state changed)."""
+        ...
 
     def mesh_time(self, now: float) -> float: ...
 
@@ -113,6 +121,11 @@ class MeshView(Protocol):
     def seen(self, now: float, keep: float) -> list[PeerSeen]:
         """Every node heard from within ``keep`` seconds or with a session, by UUID,
         the excluded left out."""
+        ...
+
+    def departure(self, peer: NodeId) -> str | None:
+        """Why ``peer``'s last admitted session ended (``timeout``, ``left``, ``left: why``...),
+        while the mesh lists it gone; None: it does not."""
         ...
 
     def end_incarnation(self, peer: NodeId, reason: str, now: float) -> bool:

@@ -48,6 +48,7 @@ class PeerInfo:
 class _Gone:
     info: PeerInfo
     until: float
+    reason: str = ""  # why its session ended ("timeout", "left", "left: why", ...)
 
 
 class Sessions:
@@ -88,10 +89,15 @@ class Sessions:
             s.move(Move.END)
         self.by_uuid.clear()
 
-    def retire(self, s: Session, now: float) -> None:
-        """``s``, admitted, has ended: reported as gone for the gone retention."""
+    def retire(self, s: Session, now: float, reason: str = "") -> None:
+        """``s``, admitted, has ended (``reason``): reported as gone for the gone retention."""
         info = dataclasses.replace(self.info(s), state="gone")
-        self._gone[s.uuid] = _Gone(info, now + self._timing.gone_retention)
+        self._gone[s.uuid] = _Gone(info, now + self._timing.gone_retention, reason)
+
+    def departure(self, uuid: NodeId) -> str | None:
+        """Why ``uuid``'s last admitted session ended, while it is listed gone (None: it is not)."""
+        g = self._gone.get(uuid)
+        return None if g is None else g.reason
 
     def returned(self, uuid: NodeId) -> None:
         """``uuid`` is admitted again: no longer reported gone."""

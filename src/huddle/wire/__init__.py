@@ -47,12 +47,15 @@ from .records import (
     strict_json,
 )
 from .reports import (
+    DEPARTED_STATES,
+    MAX_DEPARTED_ROWS,
     MAX_EXTENSION_OCTETS,
     MAX_EXTENSIONS,
     MAX_FORGED_ROWS,
     MAX_GONE_ROWS,
     PEER_STATES,
     CheckedRows,
+    Departed,
     Extensions,
     PeerStat,
     Raws,
@@ -74,9 +77,11 @@ from .tags import (
 
 __all__ = [
     "BEACON_SIZE",
+    "DEPARTED_STATES",
     "MAX_BODY",
     "MAX_BULK",
     "MAX_BULK_HEAD",
+    "MAX_DEPARTED_ROWS",
     "MAX_EXTENSIONS",
     "MAX_EXTENSION_OCTETS",
     "MAX_FORGED_ROWS",
@@ -114,6 +119,7 @@ __all__ = [
     "Chat",
     "CheckedRows",
     "Dack",
+    "Departed",
     "Dmsg",
     "Extensions",
     "Gbye",

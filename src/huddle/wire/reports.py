@@ -46,9 +46,9 @@ from .fields import (
 from .tags import NodeTags, tags_problem
 
 __all__ = [
-    "MAX_EXTENSIONS", "MAX_EXTENSION_OCTETS", "MAX_FORGED_ROWS", "MAX_GONE_ROWS", "PEER_STATES", "CheckedRows",
-    "Extensions", "FactValue", "PeerStat", "Raws", "decode_raws", "encode_raws", "extension_problem", "raws_signed",
-    "sign_raws",
+    "DEPARTED_STATES", "MAX_DEPARTED_ROWS", "MAX_EXTENSIONS", "MAX_EXTENSION_OCTETS", "MAX_FORGED_ROWS", "MAX_GONE_ROWS",
+    "PEER_STATES", "CheckedRows", "Departed", "Extensions", "FactValue", "PeerStat", "Raws", "decode_raws",
+    "encode_raws", "extension_problem", "raws_signed", "sign_raws",
 ]
 
 _RAWS_DOMAIN: Final = b"huddle RAWS 1\n"
@@ -59,6 +59,10 @@ _HEX32_RE: Final = re.compile(r"[0-9a-f]{32}")
 MAX_FORGED_ROWS: Final = 1024  # peers a RAWS report's ``forged`` may name
 MAX_GONE_ROWS: Final = 1024  # peers a RAWS delta's ``gone`` may name (more: the origin sends a full report)
 PEER_STATES: Final = ("connecting", "handshake", "alive", "suspect", "none")
+# A peer the origin had a session with and lost (protocol.md 14.1 ``departed``): silent past its
+# gone time, or it said goodbye.  Kept in every report until it returns or is forgotten, bounded.
+DEPARTED_STATES: Final = ("failed", "left")
+MAX_DEPARTED_ROWS: Final = 256  # peers a RAWS report's ``departed`` may name (the origin keeps the newest)
 # The extension map (protocol.md 14.1): the same bound on every node, so every node holds the same
 # reports and computes the same digest (a bound set per node would let one refuse what others hold).
 MAX_EXTENSIONS: Final = 16  # features one report's ``ext`` may name
@@ -120,6 +124,27 @@ class PeerStat:
 
 
 @dataclass(frozen=True, slots=True)
+class Departed:
+    """A peer the origin lost (protocol.md 14.1 ``departed``): ``failed`` (its session ended
+    by silence) or ``left`` (a GBYE), ``since`` when the origin last heard it (ms of the
+    origin's clock, as ``seq``), and the name and type its HELO gave ("": not known)."""
+
+    peer: NodeId
+    state: str
+    since: int
+    name: str = ""
+    node_type: str = ""
+
+    def __post_init__(self) -> None:
+        check(type(self.peer) is NodeId, "departed: peer must be a NodeId")
+        check(self.state in DEPARTED_STATES, f"departed: state must be one of {', '.join(DEPARTED_STATES)}")
+        check(type(self.since) is int and 1 <= self.since <= MAX_SEQ, "departed: since must be 1..2^63-1")
+        check_text(self.name, "departed: name", MAX_NAME, empty=True)
+        check(type(self.node_type) is str and (not self.node_type or TYPE_RE.fullmatch(self.node_type) is not None),
+              "departed: bad node type")
+
+
+@dataclass(frozen=True, slots=True)
 class Raws:
     """Raw statistics of node ``origin`` (report ``seq``, from 1), relayed by
     ``sender``: its node type and timing, whether it is cut off, and a row per
@@ -155,9 +180,16 @@ class Raws:
     # The origin's tags (protocol.md 14.1 ``tags``), in full and delta reports alike; empty: none
     # (the member is then left out, as ``ext``).
     tags: NodeTags = field(default_factory=dict, hash=False)
+    # The peers the origin lost and still names (protocol.md 14.1 ``departed``), carried whole in
+    # full and delta reports alike; empty: none (the member left out, the body as before it existed).
+    departed: tuple[Departed, ...] = ()
 
     def __post_init__(self) -> None:
         check(isinstance(self.origin, NodeId), "origin must be a NodeId")
+        departed = self.departed
+        if departed:
+            check(len(departed) <= MAX_DEPARTED_ROWS and len({d.peer for d in departed}) == len(departed),
+                  f"departed: at most {MAX_DEPARTED_ROWS} peers, none twice")
         if self.ext:
             problem = extension_problem(self.ext)
             check(problem is None, f"ext: {problem}")
@@ -231,6 +263,8 @@ def _raws_object(msg: Raws) -> dict[str, Any]:
         report["ext"] = msg.ext
     if msg.tags:
         report["tags"] = msg.tags
+    if msg.departed:
+        report["departed"] = {d.peer.hex(): [d.state, d.since, d.name, d.node_type] for d in msg.departed}
     if msg.base is not None:
         report["base"] = msg.base
         report["gone"] = [peer.hex() for peer in msg.gone]
@@ -453,7 +487,24 @@ def decode_raws(sender: NodeId, body: str) -> Raws:
         key=key, sig=sig, signed=signed,
         ext=_ext(obj["ext"]) if "ext" in obj else {},
         tags=get_field(obj, "tags", "RAWS", dict) if "tags" in obj else {},
+        departed=_departed(obj["departed"]) if "departed" in obj else (),
     )
+
+
+def _departed(value: object) -> tuple[Departed, ...]:
+    """``departed`` (protocol.md 14.1): ``{peer: [state, since, name, type]}``, at most
+    MAX_DEPARTED_ROWS peers; anything else refuses the report (counted as undecodable)."""
+    if type(value) is not dict or len(value) > MAX_DEPARTED_ROWS:
+        raise DecodeError(f"RAWS departed must be an object of at most {MAX_DEPARTED_ROWS} peers")
+    out = []
+    for peer, entry in value.items():
+        if type(entry) is not list or len(entry) != 4 or type(entry[1]) is not int:
+            raise DecodeError("RAWS departed entry must be [state, since, name, type]")
+        try:
+            out.append(Departed(node_hex(peer, "RAWS departed peer"), *entry))
+        except LocalProtocolError as exc:
+            raise DecodeError(f"RAWS {exc}") from None
+    return tuple(out)
 
 
 def _ext(value: object) -> Extensions:
