@@ -72,6 +72,9 @@ LAYER_OF: dict[str, str] = {
     "huddle.doc.cli": "features",
     "huddle.guests_feature": "features",  # beside the guests package: that loads only with --guests
     "huddle.security.features": "features",  # trust and rotation: their routes, command and facts
+    "huddle.zre": "zre",  # ZRE as Zyre speaks it: codec and peer machine (pure), its driver (pyzmq, UDP)
+    "huddle.zre.section": "sections",  # [zre]: read by the configuration, loaded by every node
+    "huddle.zre.feature": "features",
     "huddle.__main__": "entry",
     "huddle.pipeline.submit": "entry",
 }
@@ -94,7 +97,10 @@ ALLOWED: dict[str, set[str]] = {
     "posts": {"base", "wire", "protocol", "security"},  # wire: BULK, the message its peer service claims
     "transport": {"base", "wire", "security"},
     "discovery": {"base", "wire", "security"},
-    "config": {"base", "wire", "protocol", "posts", "guests", "discovery", "security"},  # posts, guests: their sections
+    "zre": {"base", "discovery"},  # discovery: the interface it beacons on
+    "sections": {"base"},  # a feature's TOML section that lives in its package, beside nothing else of it
+    # posts, guests, sections (zre): their sections
+    "config": {"base", "wire", "protocol", "posts", "guests", "discovery", "security", "sections"},
     # The mesh's I/O side (actions onto the transport) and the finders' start: parts of the
     # node that are not wiring, each below it.
     "driver": {"base", "wire", "protocol", "transport"},
@@ -104,11 +110,11 @@ ALLOWED: dict[str, set[str]] = {
     "sim": {"base", "wire", "log", "doc", "protocol", "posts", "security"},  # posts: the peer service it hosts
     # What a feature may use of the node and gives it (huddle/ports.py): the contract alone.
     "ports": {"base", "wire", "protocol", "config", "security", "clients"},
-    "api": {"base", "wire", "log", "doc", "protocol", "posts", "guests", "config", "security", "ports"},
+    "api": {"base", "wire", "log", "doc", "protocol", "posts", "guests", "config", "security", "ports", "zre"},
     # Each feature (its package's feature.py and commands) and the default list: a feature plugs
     # its routes (api) and its commands (through the client, rendered) into the node.
     "features": {"base", "wire", "log", "doc", "protocol", "posts", "guests", "config", "security", "ports", "api",
-                 "clients", "render"},
+                 "clients", "render", "zre"},
     # The node names no feature package: it loops over the features it is given (the default list).
     "node": {"base", "wire", "log", "protocol", "transport", "discovery", "config", "api", "security",
              "driver", "finders", "host", "ports", "features"},

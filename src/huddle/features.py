@@ -14,10 +14,11 @@ from .guests_feature import GuestsFeature
 from .ports import Feature
 from .posts.feature import PostsFeature
 from .security.features import RotationFeature, TrustFeature
+from .zre.feature import ZreFeature
 
 __all__ = ["default_features"]
 
 
 def default_features() -> list[Feature]:
     """A new list of new features, in the order the node starts them (each node its own)."""
-    return [PostsFeature(), DocumentFeature(), GuestsFeature(), TrustFeature(), RotationFeature()]
+    return [PostsFeature(), DocumentFeature(), GuestsFeature(), TrustFeature(), RotationFeature(), ZreFeature()]

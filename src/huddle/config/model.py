@@ -27,6 +27,7 @@ from ..protocol import Timing
 from ..protocol.delivery import DeliveryTiming
 from ..security import GroupSecret, load_group_file
 from ..wire import MAX_GROUP, MAX_NAME
+from ..zre.section import ZreSection
 from .sections import BUILTIN_TYPES, ApiSection, DiscoverySection, MeshSection, NodeType, TimingSection
 
 __all__ = ["LOG_LEVELS", "SECTIONS", "SETTINGS", "NodeConfig", "Setting", "setting_named"]
@@ -35,7 +36,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 
 # The sections, each a NodeConfig attribute named as its TOML table; a feature's among them.
 SECTIONS: dict[str, type[Any]] = {s.TABLE: s for s in (
-    MeshSection, DiscoverySection, ApiSection, TimingSection, PostsSection, GuestsSection)}
+    MeshSection, DiscoverySection, ApiSection, TimingSection, PostsSection, GuestsSection, ZreSection)}
 
 
 def _default_data_dir() -> Path:
@@ -67,6 +68,7 @@ class NodeConfig:
     timing: TimingSection = field(default_factory=TimingSection)
     posts: PostsSection = field(default_factory=PostsSection)
     guests: GuestsSection = field(default_factory=GuestsSection)
+    zre: ZreSection = field(default_factory=ZreSection)
 
     def __post_init__(self) -> None:
         if not self.name or len(self.name.encode()) > MAX_NAME:

@@ -1,0 +1,131 @@
+"""ZRE as a feature of the node (:class:`huddle.ports.Feature`), docs/zre.md.
+
+With ``--zre`` (``[zre]``, read in :meth:`ZreFeature.start` alone): a ZRE node on the
+node's interface (or ``[zre] interface``), its HELLO naming the node's group as a ZRE
+group and carrying the header ``X-HUDDLE`` (the node's mesh endpoint).  A SHOUT to that
+group becomes an event of kind ``zre.shout`` in the group's log; an event this node
+records (any kind but ``zre.*``) goes out as a SHOUT of two frames, its kind and its body
+(JSON text), to the ZRE peers in the group.  On every node: its route
+(``GET /api/v1/zre/peers``: 409 without ``--zre``), its command (``huddle zre peers``)
+and its facts (the beacon port and the number of ZRE peers, with ``--zre``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+from ..errors import HuddleError
+from ..ports import ApiHandler, ClientOptions, FeatureBase, FeatureHost, Spawn, Subscriber
+from ..protocol.events import LogAppended
+
+if TYPE_CHECKING:  # the driver (pyzmq sockets, the interface) loads only with --zre; aiohttp when a node serves
+    from aiohttp import web
+
+    from ..client import ApiClient
+    from .driver import ZreDriver
+    from .peer import ZrePeer
+
+__all__ = ["SHOUT_KIND", "ZreFeature", "shout_body"]
+
+log = logging.getLogger("huddle.zre")
+
+SHOUT_KIND: Final = "zre.shout"
+MAX_BRIDGED: Final = 64 * 1024  # octets of a SHOUT's content recorded in the log; a longer one is counted, not recorded
+
+
+def shout_body(peer: ZrePeer, group: str, content: tuple[bytes, ...]) -> dict[str, object]:
+    """A SHOUT as an event's body: who said it and its frames as received (UTF-8 text,
+    or base64 when a frame is not UTF-8: ``encoding`` says which)."""
+    try:
+        frames, encoding = [f.decode() for f in content], "utf-8"
+    except UnicodeDecodeError:
+        frames, encoding = [base64.b64encode(f).decode() for f in content], "base64"
+    return {"uuid": peer.uuid.hex(), "name": peer.name, "group": group, "frames": frames, "encoding": encoding}
+
+
+async def _command(api: ApiClient, args: argparse.Namespace) -> tuple[Any, str]:
+    """``huddle zre peers``."""
+    info = await api.zre_peers()
+    lines = [f"ZRE node {info['uuid']} at {info['endpoint']}, beacons on {info['beacon_address']}:{info['port']}"]
+    lines += [f"  {p['name'] or '?':<20} {p['state']:<8} {p['uuid']} {p['endpoint']} groups {','.join(p['groups'])}"
+              for p in info["peers"]]
+    return info, "\n".join(lines)
+
+
+class ZreFeature(FeatureBase):
+    """ZRE (the module docstring)."""
+
+    name: Final = "zre"
+
+    def __init__(self) -> None:
+        self.driver: ZreDriver | None = None  # with --zre, once started
+        self._host: FeatureHost | None = None
+
+    async def start(self, stack: contextlib.AsyncExitStack, spawn: Spawn, host: FeatureHost) -> None:
+        cfg = host.config
+        if not cfg.zre.enabled:
+            return
+        from .driver import ZreDriver  # noqa: PLC0415 - with --zre
+
+        assert host.uuid is not None  # the node's id is set before its features start
+        self._host = host
+        driver = ZreDriver(uuid=bytes(host.uuid), name=cfg.name, group=cfg.group,
+                           headers={"X-HUDDLE": host.mesh.endpoint},
+                           interface=cfg.zre.interface or cfg.discovery.interface,
+                           port=cfg.zre.port, on_shout=self._shouted)
+        await driver.start()
+        stack.callback(driver.close)
+        self.driver = driver
+        spawn(driver.run())
+
+    def _shouted(self, peer: ZrePeer, group: str, content: tuple[bytes, ...]) -> None:
+        """A SHOUT from a ZRE peer: one to this node's group goes into the log."""
+        host, driver = self._host, self.driver
+        if host is None or driver is None or group != host.config.group:
+            return
+        if sum(len(f) for f in content) > MAX_BRIDGED:
+            driver.counters["shout_too_large"] += 1
+            return
+        try:
+            host.check_writable()
+            host.record_soon(SHOUT_KIND, shout_body(peer, group, content))
+        except HuddleError as exc:  # a read-only node cut off, a body the log refuses: counted, not raised
+            driver.counters["shout_not_recorded"] += 1
+            log.debug("a ZRE SHOUT was not recorded: %s", exc)
+
+    def subscriptions(self) -> Sequence[tuple[tuple[type, ...], Subscriber]]:
+        return [((LogAppended,), self._log_appended)]
+
+    def _log_appended(self, event: LogAppended) -> bool:
+        """Each event this node records (its own, not a bridged SHOUT) is SHOUTed to the group."""
+        driver, host = self.driver, self._host
+        if driver is None or host is None:
+            return False
+        for record, frm in event.records:
+            if frm is None and not record.kind.startswith("zre."):
+                driver.shout(host.config.group, [record.kind.encode(), record.body.encode()])
+        return False
+
+    def routes(self, app: web.Application) -> None:
+        from ..api.zre_http import add_zre_routes  # noqa: PLC0415 - aiohttp: when a node serves
+
+        add_zre_routes(app, self)
+
+    def commands(self, sub: Any, client_options: ClientOptions, epilog: str) -> dict[str, ApiHandler]:
+        zre = sub.add_parser(
+            "zre", help="ZRE (Zyre, pyre): the ZRE peers a node started with --zre knows",
+            description="A node started with --zre speaks ZRE (RFC 36, as Zyre speaks it): it beacons on UDP "
+            "port 5670 (--zre-port), greets the Zyre and pyre peers it hears, and bridges SHOUTs to its group "
+            "into the group's log (docs/zre.md).", epilog=epilog)
+        zre.add_argument("what", nargs="?", choices=("peers",), default="peers", help="what to show (peers)")
+        client_options(zre)
+        return {"zre": _command}
+
+    def facts(self) -> dict[str, object] | None:
+        driver = self.driver
+        return None if driver is None else {"port": driver.port, "peers": len(driver.links)}

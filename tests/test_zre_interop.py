@@ -1,0 +1,153 @@
+"""ZRE against code nobody on this team wrote: zeromq-pyre 0.3.4 (PyPI), in the test process,
+and a huddle node started with ``--zre`` (docs/zre.md).
+
+pyre picks its beacon interface itself (the first that is not loopback) and has no working
+``set_interface``: the tests replace its interface lookup so it beacons to 127.255.255.255
+from 127.0.0.1, the way the suite pins huddle's own beacons (``--interface lo``).  Nothing
+goes anywhere but 127.0.0.0/8.  Its ROUTER binds ``tcp://*`` (pyre's own choice) but is
+only ever dialled on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import signal
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyre
+import pytest
+import zmq
+from conftest import Cluster, get, http, wait_for
+from pyre import zbeacon
+from pyre.pyre_event import PyreEvent
+
+from huddle.procs import NodeProcess, free_port
+
+pytestmark = pytest.mark.processes
+
+GROUP = "test"
+
+
+def _loopback_socket(self: Any) -> None:
+    """pyre's interface lookup, pinned to loopback (its own scan would pick a real network)."""
+    self.address = ipaddress.IPv4Address("127.0.0.1")
+    self.network_address = ipaddress.IPv4Address("127.0.0.0")
+    self.broadcast_address = ipaddress.IPv4Address("127.255.255.255")
+    self.interface_name = "lo"
+
+
+@pytest.fixture
+def zre_port(monkeypatch: pytest.MonkeyPatch) -> int:
+    monkeypatch.setattr(zbeacon.ZBeacon, "_prepare_socket", _loopback_socket)
+    return free_port(socket.SOCK_DGRAM)
+
+
+class PyrePeer:
+    """One pyre node on loopback, its events gathered as they come."""
+
+    def __init__(self, name: str, port: int) -> None:
+        self.node = pyre.Pyre(name)
+        self.node.set_port(str(port).encode())
+        self.node.start()
+        self.node.join(GROUP)
+        self.events: list[PyreEvent] = []
+
+    def poll(self) -> list[PyreEvent]:
+        sock = self.node.socket()
+        while sock.poll(0, zmq.POLLIN):
+            self.events.append(PyreEvent(self.node))
+        return self.events
+
+    def saw(self, kind: str, name: str) -> PyreEvent | None:
+        return next((e for e in self.poll() if e.type == kind and e.peer_name == name), None)
+
+    def stop(self) -> None:
+        self.node.stop()
+
+
+@pytest.fixture
+def pyres() -> Iterator[list[PyrePeer]]:
+    made: list[PyrePeer] = []
+    yield made
+    for p in made:
+        p.stop()
+
+
+def start_zre_node(cluster: Cluster, name: str, port: int) -> NodeProcess:
+    """A huddle node speaking ZRE on ``port`` (its beacons pinned to lo by the cluster's --interface lo)."""
+    return cluster.start(name, "--zre", "--zre-port", str(port))
+
+
+def zre_peers(node: NodeProcess) -> list[dict[str, Any]]:
+    peers: list[dict[str, Any]] = get(node.api, "/api/v1/zre/peers")["peers"]
+    return peers
+
+
+def shouts_in_log(node: NodeProcess) -> list[dict[str, Any]]:
+    return [e for e in get(node.api, "/api/v1/log?limit=1000")["events"] if e["kind"] == "zre.shout"]
+
+
+def test_pyre_and_huddle_enter_join_and_shout_both_ways(tmp_path: Path, zre_port: int,
+                                                        pyres: list[PyrePeer]) -> None:
+    cluster = Cluster(tmp_path)
+    try:
+        node = start_zre_node(cluster, "h1", zre_port)
+        py = PyrePeer("py1", zre_port)
+        pyres.append(py)
+        # ENTER both ways: pyre hears huddle's HELLO (its header X-HUDDLE), huddle pyre's.
+        enter = wait_for(lambda: py.saw("ENTER", "h1"), 20, "pyre's ENTER of the huddle node")
+        assert enter.headers["X-HUDDLE"].startswith("tcp://127.0.0.1:")
+        wait_for(lambda: py.saw("JOIN", "h1"), 10, "pyre's JOIN of the huddle node to the group")
+        peer = wait_for(lambda: [p for p in zre_peers(node) if p["name"] == "py1" and GROUP in p["groups"]], 20,
+                        "the node's view of pyre in the group")[0]
+        assert peer["proto"] == "zre" and peer["state"] == "ready"
+        # pyre -> huddle: a SHOUT to the group becomes an event of the group's log.
+        py.node.shout(GROUP, b"hello from pyre")
+        shout = wait_for(lambda: shouts_in_log(node), 20, "the SHOUT in the node's log")[0]
+        assert shout["body"]["name"] == "py1" and shout["body"]["frames"] == ["hello from pyre"]
+        assert shout["body"]["uuid"] == py.node.uuid().hex and shout["body"]["encoding"] == "utf-8"
+        # huddle -> pyre: an event recorded through the API goes out as a SHOUT to the group.
+        status, _ = http(node.api, "/api/v1/events", {"kind": "note", "body": {"text": "hello from huddle"}})
+        assert status == 201
+        heard = wait_for(lambda: py.saw("SHOUT", "h1"), 20, "pyre's SHOUT from the huddle node")
+        assert heard.group == GROUP
+        assert heard.msg == [b"note", b'{"text":"hello from huddle"}']
+        # The bridged SHOUT is not shouted back (only this node's own events of other kinds are).
+        assert [e.msg for e in py.poll() if e.type == "SHOUT"] == [[b"note", b'{"text":"hello from huddle"}']]
+    finally:
+        cluster.close()
+
+
+def test_pyre_sees_the_huddle_node_exit_when_it_is_killed(tmp_path: Path, zre_port: int,
+                                                          pyres: list[PyrePeer]) -> None:
+    cluster = Cluster(tmp_path)
+    try:
+        node = start_zre_node(cluster, "h2", zre_port)
+        py = PyrePeer("py2", zre_port)
+        pyres.append(py)
+        wait_for(lambda: py.saw("ENTER", "h2"), 20, "pyre's ENTER of the huddle node")
+        node.signal(signal.SIGKILL)
+        node.wait(10)
+        # No leaving beacon from a killed node: pyre's own timers expire it (about 30 s by pyre's).
+        wait_for(lambda: py.saw("EXIT", "h2"), 45, "pyre's EXIT of the killed huddle node", interval=0.2)
+    finally:
+        cluster.close()
+
+
+def test_the_huddle_node_sees_pyre_leave(tmp_path: Path, zre_port: int) -> None:
+    cluster = Cluster(tmp_path)
+    try:
+        node = start_zre_node(cluster, "h3", zre_port)
+        py = PyrePeer("py3", zre_port)
+        try:
+            wait_for(lambda: [p for p in zre_peers(node) if p["name"] == "py3"], 20, "the node's view of pyre")
+        finally:
+            py.stop()  # pyre sends a beacon with port 0 as it stops
+        wait_for(lambda: not [p for p in zre_peers(node) if p["name"] == "py3"], 20, "pyre gone from the node's view")
+        counters = get(node.api, "/api/v1/zre/peers")["counters"]
+        assert counters.get("peers_left", 0) + counters.get("peers_lost", 0) >= 1
+    finally:
+        cluster.close()
