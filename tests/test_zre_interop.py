@@ -1,5 +1,5 @@
-"""ZRE against code nobody on this team wrote: zeromq-pyre 0.3.4 (PyPI), in the test process,
-and a huddle node started with ``--zre`` (docs/zre.md).
+"""ZRE against code nobody on this team wrote: zeromq-pyre 0.3.4 and zre 0.2.0 (PyPI), in the
+test process, and a huddle node started with ``--zre`` (docs/zre.md).
 
 pyre picks its beacon interface itself (the first that is not loopback) and has no working
 ``set_interface``: the tests replace its interface lookup so it beacons to 127.255.255.255
@@ -10,7 +10,10 @@ only ever dialled on 127.0.0.1.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ipaddress
+import itertools
 import signal
 import socket
 from collections.abc import Iterator
@@ -23,6 +26,7 @@ import zmq
 from conftest import Cluster, get, http, wait_for
 from pyre import zbeacon
 from pyre.pyre_event import PyreEvent
+from zre.node import ZreNode
 
 from huddle.procs import NodeProcess, free_port
 
@@ -149,5 +153,102 @@ def test_the_huddle_node_sees_pyre_leave(tmp_path: Path, zre_port: int) -> None:
         wait_for(lambda: not [p for p in zre_peers(node) if p["name"] == "py3"], 20, "pyre gone from the node's view")
         counters = get(node.api, "/api/v1/zre/peers")["counters"]
         assert counters.get("peers_left", 0) + counters.get("peers_lost", 0) >= 1
+    finally:
+        cluster.close()
+
+
+def test_the_zre_package_and_huddle_enter_join_and_shout_both_ways(tmp_path: Path, zre_port: int,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """``zre`` 0.2.0 (PyPI, asyncio): its beacon port is 15670 unless set; pinned to 127.0.0.1, its
+    beacons go to the broadcast address it computes for the interface (replaced here by
+    127.255.255.255: its own lookup reads the netmask by interface name) and to 127.0.0.1."""
+    monkeypatch.setattr(ZreNode, "_interface_broadcast", lambda self: "127.255.255.255")
+    cluster = Cluster(tmp_path)
+
+    async def run(node: NodeProcess) -> None:
+        z = ZreNode("z1")
+        z.set_interface("127.0.0.1")
+        z.set_port(zre_port)
+        await z.start()
+        await z.join(GROUP)
+        loop = asyncio.create_task(z.run())  # its I/O: beacons, ROUTER, timers
+        events: list[dict[str, Any]] = []
+
+        async def until(match: Any, what: str, timeout: float = 20.0) -> dict[str, Any]:
+            deadline = asyncio.get_running_loop().time() + timeout
+            while asyncio.get_running_loop().time() < deadline:
+                found = next((e for e in events if match(e)), None)
+                if found is not None:
+                    return found
+                event = await z.recv(0.1)
+                if event is not None:
+                    events.append(event)
+            raise AssertionError(f"timed out waiting for {what}: {events}")
+
+        try:
+            await until(lambda e: e["type"] == "ENTER" and e["peer_name"] == "h4", "its ENTER of the node")
+            await until(lambda e: e["type"] == "JOIN" and e["group"] == GROUP, "its JOIN of the node")
+            await asyncio.to_thread(wait_for, lambda: [p for p in zre_peers(node) if GROUP in p["groups"]], 20,
+                                    "the node's view of the zre node in the group")
+            await z.shout(GROUP, b"from zre")
+            shouts = await asyncio.to_thread(wait_for, lambda: shouts_in_log(node), 20, "its SHOUT in the log")
+            assert shouts[0]["body"]["frames"] == ["from zre"] and shouts[0]["body"]["name"] == "z1"
+            status, _ = await asyncio.to_thread(http, node.api, "/api/v1/events", {"kind": "note", "body": 1})
+            assert status == 201
+            heard = await until(lambda e: e["type"] == "SHOUT", "the node's SHOUT")
+            assert heard["group"] == GROUP and heard["payload"] == b"note"  # zre passes up the first frame alone
+        finally:
+            await z.stop()
+            loop.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await loop
+
+    try:
+        asyncio.run(run(start_zre_node(cluster, "h4", zre_port)))
+    finally:
+        cluster.close()
+
+
+def test_hostile_input_at_the_zre_doors_is_counted_and_the_node_stays_up(tmp_path: Path, zre_port: int) -> None:
+    cluster = Cluster(tmp_path)
+    try:
+        node = start_zre_node(cluster, "h5", zre_port)
+        router = get(node.api, "/api/v1/zre/peers")["endpoint"]
+        udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        udp.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+        try:
+            for data in (b"", b"ZRE", b"ZRE\x01" + bytes(30), b"\xff" * 400):
+                udp.sendto(data, ("127.255.255.255", zre_port))
+            fresh = itertools.count()
+
+            def flood() -> dict[str, int] | None:
+                """50 beacons of fresh UUIDs (each naming a port nobody listens on), until the table is full."""
+                for i in itertools.islice(fresh, 50):
+                    udp.sendto(b"ZRE\x01" + i.to_bytes(16, "big") + b"\x00\x09", ("127.255.255.255", zre_port))
+                counters: dict[str, int] = get(node.api, "/api/v1/zre/peers")["counters"]
+                return counters if counters.get("peers_full", 0) >= 200 else None
+
+            wait_for(flood, 30, "the ZRE peers' table full", interval=0.05)
+        finally:
+            udp.close()
+        ctx = zmq.Context()
+        dealer = ctx.socket(zmq.DEALER)
+        dealer.setsockopt(zmq.IDENTITY, b"\x01" + b"\x05" * 16)
+        dealer.setsockopt(zmq.LINGER, 5000)  # closing waits for the messages to go
+        dealer.connect(router)
+        try:
+            dealer.send_multipart([b"\xaa\xa1\x0b\x02\x00\x01"])  # an id no one sends
+            dealer.send_multipart([b"\xaa\xa1\x06\x02\x00\x01"])  # a PING from nobody it knows
+            dealer.send_multipart([b"\xaa\xa1\x03\x02\x00\x02\x01g", *[b"x"] * 40])  # too many frames
+            dealer.send(b"\xaa" * (300 * 1024))  # past MAXMSGSIZE: the connection is dropped
+        finally:
+            dealer.close()
+            ctx.term()
+        info = wait_for(lambda: (i := get(node.api, "/api/v1/zre/peers"))["counters"].get("unknown_peer") and i, 20,
+                        "the refusals counted")
+        counters = info["counters"]
+        assert len(info["peers"]) == 256 and counters["peers_made"] == 256  # bounded
+        assert counters["beacon_malformed"] >= 4 and counters["message_malformed"] >= 2
+        assert get(node.api, "/api/v1/node")["name"] == "h5"  # still up and answering
     finally:
         cluster.close()
