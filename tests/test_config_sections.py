@@ -41,6 +41,7 @@ SAMPLES: dict[str, Any] = {
     "seed-reopen-after": 10.0, "exclude-after-errors": 5, "exclude-slow-after": 0.0,
     "posts-policy": "newest:5", "posts-chunk": 65536, "posts-interval": 1.0,
     "guests": True, "guest-marco-port": 1031, "guest-port": 40000, "guest-ws-port": 0, "guest-max-message": 1000,
+    "zre": True, "zre-port": 5671, "zre-interface": "lo",
 }
 NO_KEY = {"config"}  # the flag that names the file itself
 # join gives the group secret as group-key does, and not with it: its own test.
