@@ -16,6 +16,8 @@ import ipaddress
 import itertools
 import signal
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -108,6 +110,10 @@ def test_pyre_and_huddle_enter_join_and_shout_both_ways(tmp_path: Path, zre_port
         peer = wait_for(lambda: [p for p in zre_peers(node) if p["name"] == "py1" and GROUP in p["groups"]], 20,
                         "the node's view of pyre in the group")[0]
         assert peer["proto"] == "zre" and peer["state"] == "ready"
+        shown = subprocess.run([sys.executable, "-m", "huddle", "zre", "peers", "--api", node.api], capture_output=True,
+                               text=True, timeout=30, check=True).stdout
+        assert "py1" in shown and "ready" in shown and GROUP in shown
+        assert get(node.api, "/api/v1/node")["features"]["zre"] == {"port": zre_port, "peers": 1}
         # pyre -> huddle: a SHOUT to the group becomes an event of the group's log.
         py.node.shout(GROUP, b"hello from pyre")
         shout = wait_for(lambda: shouts_in_log(node), 20, "the SHOUT in the node's log")[0]
@@ -250,5 +256,8 @@ def test_hostile_input_at_the_zre_doors_is_counted_and_the_node_stays_up(tmp_pat
         assert len(info["peers"]) == 256 and counters["peers_made"] == 256  # bounded
         assert counters["beacon_malformed"] >= 4 and counters["message_malformed"] >= 2
         assert get(node.api, "/api/v1/node")["name"] == "h5"  # still up and answering
+        plain = cluster.start("h6")  # without --zre: the route says so
+        assert http(plain.api, "/api/v1/zre/peers")[0] == 409
+        assert "zre" not in get(plain.api, "/api/v1/node")["features"]
     finally:
         cluster.close()
