@@ -14,14 +14,17 @@ import asyncio
 import contextlib
 import ipaddress
 import itertools
+import json
 import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import aiohttp
 import pyre
 import pytest
 import zmq
@@ -125,6 +128,18 @@ def test_pyre_and_huddle_enter_join_and_shout_both_ways(tmp_path: Path, zre_port
         heard = wait_for(lambda: py.saw("SHOUT", "h1"), 20, "pyre's SHOUT from the huddle node")
         assert heard.group == GROUP
         assert heard.msg == [b"note", b'{"text":"hello from huddle"}']
+        # WHISPER both ways: pyre's to the node reaches the API's event stream (not the log) ...
+        node_uuid = uuid.UUID(get(node.api, "/api/v1/node")["uuid"])
+        whispered = asyncio.run(_whisper_seen_on_the_stream(node.api, lambda: py.node.whisper(node_uuid, b"psst")))
+        assert whispered["name"] == "py1" and whispered["frames"] == ["psst"] and whispered["encoding"] == "utf-8"
+        assert all(e["kind"] != "zre.whisper" for e in get(node.api, "/api/v1/log?limit=1000")["events"])
+        # ... and the node's (POST /api/v1/zre/whisper, to a name or a UUID) reaches pyre.
+        assert http(node.api, "/api/v1/zre/whisper", {"to": "py1", "text": "psst back"}) == (
+            202, {"sent_to": py.node.uuid().hex})
+        heard_whisper = wait_for(lambda: py.saw("WHISPER", "h1"), 20, "pyre's WHISPER from the huddle node")
+        assert heard_whisper.msg == [b"psst back"]
+        assert http(node.api, "/api/v1/zre/whisper", {"to": "nobody", "text": "x"})[0] == 404
+        assert http(node.api, "/api/v1/zre/whisper", {"to": "py1"})[0] == 400
         # The bridged SHOUT is not shouted back (only this node's own events of other kinds are).
         assert [e.msg for e in py.poll() if e.type == "SHOUT"] == [[b"note", b'{"text":"hello from huddle"}']]
     finally:
@@ -261,3 +276,20 @@ def test_hostile_input_at_the_zre_doors_is_counted_and_the_node_stays_up(tmp_pat
         assert "zre" not in get(plain.api, "/api/v1/node")["features"]
     finally:
         cluster.close()
+
+
+async def _whisper_seen_on_the_stream(api: str, whisper: Callable[[], None]) -> dict[str, Any]:
+    """WHISPER (again, until seen) while reading the node's event stream; the zre_whisper event."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 20
+    async with aiohttp.ClientSession() as session, session.ws_connect(api.replace("http", "ws", 1) +
+                                                                      "/api/v1/events") as ws:
+        while loop.time() < deadline:
+            whisper()
+            try:
+                msg = await ws.receive(timeout=0.3)
+            except TimeoutError:
+                continue
+            if msg.type is aiohttp.WSMsgType.TEXT and (event := json.loads(msg.data))["type"] == "zre_whisper":
+                return cast(dict[str, Any], event)
+    raise AssertionError("no zre_whisper event on the stream in 20 s")

@@ -40,12 +40,14 @@ from ..errors import DecodeError
 from .codec import Beacon, Bounds, MsgId, ZreMessage, decode, decode_beacon, encode, encode_beacon
 from .peer import Heard, PeerState, Timeouts, ZrePeer
 
-__all__ = ["Shout", "ZreDriver", "ZreLimits"]
+__all__ = ["Shout", "Whisper", "ZreDriver", "ZreLimits"]
 
 log = logging.getLogger("huddle.zre")
 
 # A SHOUT a peer made to a group: the peer (its uuid, name, headers) and the content's frames.
 Shout = Callable[[ZrePeer, str, tuple[bytes, ...]], None]
+# A WHISPER a peer made to this node: the peer and the content's frames.
+Whisper = Callable[[ZrePeer, tuple[bytes, ...]], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,13 +70,15 @@ class ZreDriver:
     """One ZRE node on one interface (the module docstring)."""
 
     def __init__(self, *, uuid: bytes, name: str, group: str, headers: dict[str, str], interface: Interface | str | None,
-                 port: int, on_shout: Shout, limits: ZreLimits = _LIMITS, timeouts: Timeouts = _TIMEOUTS,
-                 interval: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
+                 port: int, on_shout: Shout, on_whisper: Whisper | None = None, limits: ZreLimits = _LIMITS,
+                 timeouts: Timeouts = _TIMEOUTS, interval: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.uuid, self.name, self.group, self.headers = uuid, name, group, dict(headers)
         # An interface, or its name or address (None: the default route's), as --interface takes it.
         self.interface = interface if isinstance(interface, Interface) else resolve_interface(interface)
         self.port, self.interval = port, interval
         self.limits, self.timeouts, self._clock, self._on_shout = limits, timeouts, clock, on_shout
+        self._on_whisper = on_whisper
         self.links: dict[bytes, _Link] = {}
         self.counters: Counter[str] = Counter()
         self.endpoint = ""
@@ -272,6 +276,10 @@ class ZreDriver:
         elif msg.id is MsgId.SHOUT:
             self.counters["shouts_in"] += 1
             self._on_shout(link.peer, msg.group, msg.content)
+        elif msg.id is MsgId.WHISPER:
+            self.counters["whispers_in"] += 1
+            if self._on_whisper is not None:
+                self._on_whisper(link.peer, msg.content)
 
     def _endpoint_ok(self, endpoint: str) -> bool:
         """A HELLO's endpoint this node will dial: ``tcp://IP:PORT`` on the interface's network."""
@@ -287,6 +295,23 @@ class ZreDriver:
                 sent += 1
         self.counters["shouts_out"] += sent
         return sent
+
+    def peer_named(self, who: str) -> ZrePeer | None:
+        """The entered peer whose UUID (hex) or name is ``who``."""
+        for link in self.links.values():
+            peer = link.peer
+            if peer.state in (PeerState.READY, PeerState.EVASIVE) and who in (peer.uuid.hex(), peer.name):
+                return peer
+        return None
+
+    def whisper(self, uuid: bytes, content: list[bytes]) -> bool:
+        """WHISPER to one entered peer; False if there is none of that UUID."""
+        link = self.links.get(uuid)
+        if link is None or link.peer.state not in (PeerState.READY, PeerState.EVASIVE):
+            return False
+        self._send(link, ZreMessage(MsgId.WHISPER, content=tuple(content)))
+        self.counters["whispers_out"] += 1
+        return True
 
     def describe(self) -> dict[str, object]:
         return {"uuid": self.uuid.hex(), "endpoint": self.endpoint, "port": self.port, "group": self.group,

@@ -7,7 +7,9 @@ group becomes an event of kind ``zre.shout`` in the group's log; an event this n
 records (any kind but ``zre.*``) goes out as a SHOUT of two frames, its kind and its body
 (JSON text), to the ZRE peers in the group.  On every node: its route
 (``GET /api/v1/zre/peers``: 409 without ``--zre``), its command (``huddle zre peers``)
-and its facts (the beacon port and the number of ZRE peers, with ``--zre``).
+and its facts (the beacon port and the number of ZRE peers, with ``--zre``).  A WHISPER
+from a ZRE peer is an event of the API's stream (``zre_whisper``), not of the log;
+``POST /api/v1/zre/whisper`` WHISPERs to one.
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ import argparse
 import base64
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
 from ..errors import HuddleError
-from ..ports import ApiHandler, ClientOptions, FeatureBase, FeatureHost, Spawn, Subscriber
+from ..ports import ApiHandler, ClientOptions, FeatureBase, FeatureHost, Renderer, Spawn, Subscriber
 from ..protocol.events import LogAppended
 
 if TYPE_CHECKING:  # the driver (pyzmq sockets, the interface) loads only with --zre; aiohttp when a node serves
@@ -30,7 +34,7 @@ if TYPE_CHECKING:  # the driver (pyzmq sockets, the interface) loads only with -
     from .driver import ZreDriver
     from .peer import ZrePeer
 
-__all__ = ["SHOUT_KIND", "ZreFeature", "shout_body"]
+__all__ = ["SHOUT_KIND", "ZreFeature", "ZreWhispered", "content_json", "shout_body"]
 
 log = logging.getLogger("huddle.zre")
 
@@ -38,14 +42,31 @@ SHOUT_KIND: Final = "zre.shout"
 MAX_BRIDGED: Final = 64 * 1024  # octets of a SHOUT's content recorded in the log; a longer one is counted, not recorded
 
 
-def shout_body(peer: ZrePeer, group: str, content: tuple[bytes, ...]) -> dict[str, object]:
-    """A SHOUT as an event's body: who said it and its frames as received (UTF-8 text,
-    or base64 when a frame is not UTF-8: ``encoding`` says which)."""
+def content_json(content: tuple[bytes, ...]) -> dict[str, object]:
+    """A message's frames as received: UTF-8 text, or base64 when a frame is not UTF-8
+    (``encoding`` says which)."""
     try:
-        frames, encoding = [f.decode() for f in content], "utf-8"
+        return {"frames": [f.decode() for f in content], "encoding": "utf-8"}
     except UnicodeDecodeError:
-        frames, encoding = [base64.b64encode(f).decode() for f in content], "base64"
-    return {"uuid": peer.uuid.hex(), "name": peer.name, "group": group, "frames": frames, "encoding": encoding}
+        return {"frames": [base64.b64encode(f).decode() for f in content], "encoding": "base64"}
+
+
+def shout_body(peer: ZrePeer, group: str, content: tuple[bytes, ...]) -> dict[str, object]:
+    """A SHOUT as an event's body: who said it, to which group, and its frames."""
+    return {"uuid": peer.uuid.hex(), "name": peer.name, "group": group, **content_json(content)}
+
+
+@dataclass(frozen=True, slots=True)
+class ZreWhispered:
+    """A ZRE peer WHISPERed to this node: an event of the API's stream (``zre_whisper``), not of the log."""
+
+    uuid: str
+    name: str
+    content: dict[str, object]
+    time: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": "zre_whisper", "uuid": self.uuid, "name": self.name, **self.content, "time": self.time}
 
 
 async def _command(api: ApiClient, args: argparse.Namespace) -> tuple[Any, str]:
@@ -61,6 +82,7 @@ class ZreFeature(FeatureBase):
     """ZRE (the module docstring)."""
 
     name: Final = "zre"
+    event_renderers: Mapping[type, Renderer] = MappingProxyType({ZreWhispered: ZreWhispered.to_json})
 
     def __init__(self) -> None:
         self.driver: ZreDriver | None = None  # with --zre, once started
@@ -77,7 +99,7 @@ class ZreFeature(FeatureBase):
         driver = ZreDriver(uuid=bytes(host.uuid), name=cfg.name, group=cfg.group,
                            headers={"X-HUDDLE": host.mesh.endpoint},
                            interface=cfg.zre.interface or cfg.discovery.interface,
-                           port=cfg.zre.port, on_shout=self._shouted)
+                           port=cfg.zre.port, on_shout=self._shouted, on_whisper=self._whispered)
         await driver.start()
         stack.callback(driver.close)
         self.driver = driver
@@ -97,6 +119,12 @@ class ZreFeature(FeatureBase):
         except HuddleError as exc:  # a read-only node cut off, a body the log refuses: counted, not raised
             driver.counters["shout_not_recorded"] += 1
             log.debug("a ZRE SHOUT was not recorded: %s", exc)
+
+    def _whispered(self, peer: ZrePeer, content: tuple[bytes, ...]) -> None:
+        """A WHISPER from a ZRE peer goes to the API's event stream (it is addressed, not the group's)."""
+        host = self._host
+        if host is not None:
+            host.publish(ZreWhispered(peer.uuid.hex(), peer.name, content_json(content), host.mesh_time()))
 
     def subscriptions(self) -> Sequence[tuple[tuple[type, ...], Subscriber]]:
         return [((LogAppended,), self._log_appended)]
