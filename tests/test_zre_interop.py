@@ -162,6 +162,22 @@ def test_pyre_sees_the_huddle_node_exit_when_it_is_killed(tmp_path: Path, zre_po
         cluster.close()
 
 
+def test_pyre_sees_the_huddle_node_leave_at_once_when_it_stops(tmp_path: Path, zre_port: int,
+                                                               pyres: list[PyrePeer]) -> None:
+    """A node that stops sends a beacon with port 0: pyre drops it then, not 30 s later."""
+    cluster = Cluster(tmp_path)
+    try:
+        node = start_zre_node(cluster, "h7", zre_port)
+        py = PyrePeer("py7", zre_port)
+        pyres.append(py)
+        wait_for(lambda: py.saw("ENTER", "h7"), 20, "pyre's ENTER of the huddle node")
+        node.signal(signal.SIGTERM)
+        assert node.wait(20) == 0
+        wait_for(lambda: py.saw("EXIT", "h7"), 10, "pyre's EXIT of the stopped huddle node", interval=0.1)
+    finally:
+        cluster.close()
+
+
 def test_the_huddle_node_sees_pyre_leave(tmp_path: Path, zre_port: int) -> None:
     cluster = Cluster(tmp_path)
     try:
