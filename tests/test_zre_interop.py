@@ -309,3 +309,29 @@ async def _whisper_seen_on_the_stream(api: str, whisper: Callable[[], None]) -> 
             if msg.type is aiohttp.WSMsgType.TEXT and (event := json.loads(msg.data))["type"] == "zre_whisper":
                 return cast(dict[str, Any], event)
     raise AssertionError("no zre_whisper event on the stream in 20 s")
+
+
+def test_a_flood_of_shouts_is_recorded_in_batches_and_the_node_keeps_answering(
+        tmp_path: Path, zre_port: int, pyres: list[PyrePeer]) -> None:
+    """3000 SHOUTs as fast as pyre sends them: each recorded (in batches, one transaction each)
+    or, past the bounded backlog, counted; the API answers meanwhile."""
+    cluster = Cluster(tmp_path)
+    try:
+        node = start_zre_node(cluster, "h8", zre_port)
+        wait_for(lambda: get(node.api, "/api/v1/node")["recording"], 30, "the node recording")
+        py = PyrePeer("py8", zre_port)
+        pyres.append(py)
+        wait_for(lambda: [p for p in zre_peers(node) if GROUP in p["groups"]], 20, "pyre in the group")
+        for i in range(3000):
+            py.node.shout(GROUP, b"flood %d" % i)
+        assert get(node.api, "/api/v1/node")["name"] == "h8"  # answered within the flood (10 s at most)
+
+        def settled() -> dict[str, int] | None:
+            counters: dict[str, int] = get(node.api, "/api/v1/zre/peers")["counters"]
+            recorded: int = get(node.api, "/api/v1/log/summary")["events"]
+            return counters if recorded + counters.get("shout_backlog", 0) == 3000 else None
+
+        counters = wait_for(settled, 60, "every SHOUT recorded or counted", interval=0.1)
+        assert counters["shouts_in"] == 3000
+    finally:
+        cluster.close()

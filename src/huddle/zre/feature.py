@@ -15,6 +15,7 @@ from a ZRE peer is an event of the API's stream (``zre_whisper``), not of the lo
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import contextlib
 import logging
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
-from ..errors import HuddleError
+from ..errors import HuddleError, NotRecording
 from ..ports import ApiHandler, ClientOptions, FeatureBase, FeatureHost, Renderer, Spawn, Subscriber
 from ..protocol.events import LogAppended
 
@@ -40,6 +41,8 @@ log = logging.getLogger("huddle.zre")
 
 SHOUT_KIND: Final = "zre.shout"
 MAX_BRIDGED: Final = 64 * 1024  # octets of a SHOUT's content recorded in the log; a longer one is counted, not recorded
+MAX_WAITING: Final = 1024  # SHOUTs heard and not yet recorded; more are counted (shout_backlog), not recorded
+BATCH: Final = 256  # SHOUTs recorded in one transaction; the loop runs other work between batches
 
 
 def content_json(content: tuple[bytes, ...]) -> dict[str, object]:
@@ -87,6 +90,8 @@ class ZreFeature(FeatureBase):
     def __init__(self) -> None:
         self.driver: ZreDriver | None = None  # with --zre, once started
         self._host: FeatureHost | None = None
+        self._waiting: list[tuple[str, Any]] = []  # SHOUTs heard, to record (at most MAX_WAITING)
+        self._wake = asyncio.Event()
 
     async def start(self, stack: contextlib.AsyncExitStack, spawn: Spawn, host: FeatureHost) -> None:
         cfg = host.config
@@ -104,6 +109,7 @@ class ZreFeature(FeatureBase):
         stack.callback(driver.close)
         self.driver = driver
         spawn(driver.run())
+        spawn(self._recorder())
 
     def _shouted(self, peer: ZrePeer, group: str, content: tuple[bytes, ...]) -> None:
         """A SHOUT from a ZRE peer: one to this node's group goes into the log."""
@@ -113,12 +119,34 @@ class ZreFeature(FeatureBase):
         if sum(len(f) for f in content) > MAX_BRIDGED:
             driver.counters["shout_too_large"] += 1
             return
-        try:
-            host.check_writable()
-            host.record_soon(SHOUT_KIND, shout_body(peer, group, content))
-        except HuddleError as exc:  # a read-only node cut off, a body the log refuses: counted, not raised
-            driver.counters["shout_not_recorded"] += 1
-            log.debug("a ZRE SHOUT was not recorded: %s", exc)
+        if len(self._waiting) >= MAX_WAITING:
+            driver.counters["shout_backlog"] += 1  # a flood faster than the log records: bounded, counted
+            return
+        self._waiting.append((SHOUT_KIND, shout_body(peer, group, content)))
+        self._wake.set()
+
+    async def _recorder(self) -> None:
+        """Record the SHOUTs heard, in batches of one transaction each, yielding between them
+        (one commit per SHOUT would let a flood hold the node's loop).  While the node cannot
+        record (its start-up window, a read-only node cut off) they wait, bounded."""
+        host, driver = self._host, self.driver
+        assert host is not None and driver is not None
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._waiting:
+                batch = self._waiting[:BATCH]
+                try:
+                    host.check_writable()
+                    host.emit_many(batch)
+                except NotRecording:
+                    await asyncio.sleep(0.2)  # the start-up window: try again
+                    continue
+                except HuddleError as exc:  # cut off read-only, a body the log refuses: counted, dropped
+                    driver.counters["shout_not_recorded"] += len(batch)
+                    log.debug("%d ZRE SHOUTs were not recorded: %s", len(batch), exc)
+                del self._waiting[:len(batch)]
+                await asyncio.sleep(0)
 
     def _whispered(self, peer: ZrePeer, content: tuple[bytes, ...]) -> None:
         """A WHISPER from a ZRE peer goes to the API's event stream (it is addressed, not the group's)."""
