@@ -335,3 +335,46 @@ def test_a_flood_of_shouts_is_recorded_in_batches_and_the_node_keeps_answering(
         assert counters["shouts_in"] == 3000
     finally:
         cluster.close()
+
+
+# A pyre node in a child process (so it can be killed: no leaving beacon), pinned to loopback
+# as the fixture pins the test's own; it prints "up" once started, then waits to be killed.
+_PYRE_CHILD = """
+import ipaddress, sys, time
+import pyre
+from pyre import zbeacon
+def lo(self):
+    self.address = ipaddress.IPv4Address("127.0.0.1")
+    self.network_address = ipaddress.IPv4Address("127.0.0.0")
+    self.broadcast_address = ipaddress.IPv4Address("127.255.255.255")
+    self.interface_name = "lo"
+zbeacon.ZBeacon._prepare_socket = lo
+node = pyre.Pyre(sys.argv[1])
+node.set_port(sys.argv[2].encode())
+node.start()
+node.join(sys.argv[3])
+print("up", flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_huddle_node_pings_then_expires_a_killed_pyre(tmp_path: Path, zre_port: int) -> None:
+    cluster = Cluster(tmp_path)
+    child = subprocess.Popen([sys.executable, "-c", _PYRE_CHILD, "py9", str(zre_port), GROUP],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        node = start_zre_node(cluster, "h9", zre_port)
+        assert child.stdout is not None and child.stdout.readline().strip() == "up"
+        wait_for(lambda: [p for p in zre_peers(node) if p["name"] == "py9" and p["state"] == "ready"], 20,
+                 "the node's view of pyre")
+        child.kill()
+        child.wait(10)
+        # Silent 5 s: evasive (pinged); 30 s: expired and forgotten.
+        wait_for(lambda: [p for p in zre_peers(node) if p["name"] == "py9" and p["state"] == "evasive"], 15,
+                 "pyre evasive", interval=0.2)
+        wait_for(lambda: not [p for p in zre_peers(node) if p["name"] == "py9"], 40, "pyre expired", interval=0.2)
+        assert get(node.api, "/api/v1/zre/peers")["counters"]["peers_expired"] == 1
+    finally:
+        child.kill()
+        child.wait(10)
+        cluster.close()
