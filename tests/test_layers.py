@@ -79,6 +79,9 @@ LAYER_OF: dict[str, str] = {
     "huddle.pairing.feature": "features",  # a member's side: routes, command, facts
     "huddle.pairing.http": "features",
     "huddle.pairing.newcomer": "cli",  # huddle node's step before the node: load, pair for or found the secret
+    "huddle.zre": "zre",  # ZRE as Zyre speaks it: codec and peer machine (pure), its driver (pyzmq, UDP)
+    "huddle.zre.section": "sections",  # [zre]: read by the configuration, loaded by every node
+    "huddle.zre.feature": "features",
     "huddle.__main__": "entry",
     "huddle.pipeline.submit": "entry",
 }
@@ -105,7 +108,11 @@ ALLOWED: dict[str, set[str]] = {
     # Pairing (docs/security.md): its own CurveZMQ socket (the transport's connection helpers),
     # and beacons the newcomer listens to (discovery).
     "pairing": {"base", "wire", "security", "transport", "discovery"},
-    "config": {"base", "wire", "protocol", "posts", "guests", "discovery", "security", "control", "pairing"},  # their sections
+    "zre": {"base", "discovery"},  # discovery: the interface it beacons on
+    "sections": {"base"},  # a feature's TOML section that lives in its package, beside nothing else of it
+    # their sections: posts, guests, control, pairing, sections (zre)
+    "config": {"base", "wire", "protocol", "posts", "guests", "discovery", "security", "control", "pairing",
+               "sections"},
     # The mesh's I/O side (actions onto the transport) and the finders' start: parts of the
     # node that are not wiring, each below it.
     "driver": {"base", "wire", "protocol", "transport"},
@@ -115,11 +122,11 @@ ALLOWED: dict[str, set[str]] = {
     "sim": {"base", "wire", "log", "doc", "protocol", "posts", "security"},  # posts: the peer service it hosts
     # What a feature may use of the node and gives it (huddle/ports.py): the contract alone.
     "ports": {"base", "wire", "protocol", "config", "security", "clients"},
-    "api": {"base", "wire", "log", "doc", "protocol", "posts", "guests", "config", "security", "ports", "control"},
+    "api": {"base", "wire", "log", "doc", "protocol", "posts", "guests", "config", "security", "ports", "control", "zre"},
     # Each feature (its package's feature.py and commands) and the default list: a feature plugs
     # its routes (api) and its commands (through the client, rendered) into the node.
     "features": {"base", "wire", "log", "doc", "protocol", "posts", "guests", "config", "security", "ports", "api",
-                 "clients", "render", "control", "pairing"},
+                 "clients", "render", "control", "pairing", "zre"},
     # The node names no feature package: it loops over the features it is given (the default list).
     "node": {"base", "wire", "log", "protocol", "transport", "discovery", "config", "api", "security",
              "driver", "finders", "host", "ports", "features"},

@@ -42,12 +42,13 @@ huddle.node.run_node = run_node
 sys.exit(huddle.cli.main(sys.argv[1:]))
 """
 
-# Modules (and packages: a prefix followed by ".") a node without --guests, --mdns
+# Modules (and packages: a prefix followed by ".") a node without --guests, --zre, --mdns
 # and --naming must not load before it serves.
 NOT_ON_A_NODES_START = (
     "huddle.sim", "huddle.simhostile", "huddle.simlog", "huddle.demo", "huddle.pipeline", "pyspark", "pyarrow",
     "huddle.log.export", "huddle.client", "huddle.guest_client", "huddle.guests", "huddle.discovery.mdns",
     "zeroconf", "huddle.transport.naming", "zmq.asyncio", "segno", "defusedxml",
+    "huddle.zre.driver", "huddle.zre.codec", "huddle.zre.peer",  # ZRE's side: with --zre alone
 )
 
 

@@ -16,6 +16,7 @@ from .pairing.feature import PairingFeature
 from .ports import Feature
 from .posts.feature import PostsFeature
 from .security.features import RotationFeature, TrustFeature
+from .zre.feature import ZreFeature
 
 __all__ = ["default_features"]
 
@@ -23,4 +24,4 @@ __all__ = ["default_features"]
 def default_features() -> list[Feature]:
     """A new list of new features, in the order the node starts them (each node its own)."""
     return [PostsFeature(), DocumentFeature(), GuestsFeature(), TrustFeature(), RotationFeature(),
-            AppsFeature(), PairingFeature()]
+            AppsFeature(), PairingFeature(), ZreFeature()]

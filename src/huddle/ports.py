@@ -80,6 +80,10 @@ class MeshFacts(Protocol):
 
     def source_of(self, peer: NodeId) -> str: ...
 
+    @property
+    def endpoint(self) -> str:
+        """The node's mesh endpoint now (``tcp://IP:PORT``)."""
+
 
 class LinkWatcher(Protocol):
     """Told of the node's connections to its peers: a link down or back, a connection closed for good."""

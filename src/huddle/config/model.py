@@ -29,6 +29,7 @@ from ..protocol import Timing
 from ..protocol.delivery import DeliveryTiming
 from ..security import GroupSecret, load_group_file
 from ..wire import MAX_GROUP, MAX_NAME, TagError, parse_tags, tags_problem
+from ..zre.section import ZreSection
 from .sections import BUILTIN_TYPES, ApiSection, DiscoverySection, MeshSection, NodeType, TimingSection
 
 __all__ = ["LOG_LEVELS", "SECTIONS", "SETTINGS", "NodeConfig", "Setting", "setting_named"]
@@ -37,7 +38,8 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 
 # The sections, each a NodeConfig attribute named as its TOML table; a feature's among them.
 SECTIONS: dict[str, type[Any]] = {s.TABLE: s for s in (
-    MeshSection, DiscoverySection, ApiSection, TimingSection, PostsSection, GuestsSection, PairingSection)}
+    MeshSection, DiscoverySection, ApiSection, TimingSection, PostsSection, GuestsSection, PairingSection,
+    ZreSection)}
 
 
 def _default_data_dir() -> Path:
@@ -77,6 +79,7 @@ class NodeConfig:
     posts: PostsSection = field(default_factory=PostsSection)
     guests: GuestsSection = field(default_factory=GuestsSection)
     pairing: PairingSection = field(default_factory=PairingSection)
+    zre: ZreSection = field(default_factory=ZreSection)
 
     def __post_init__(self) -> None:
         if not self.name or len(self.name.encode()) > MAX_NAME:
