@@ -62,11 +62,9 @@ class Node:
 
     def __init__(self, config: NodeConfig, *, features: Sequence[Feature] | None = None,
                  carried: list[tuple[str, str]] | None = None, renewed: dict[str, str] | None = None) -> None:
-        """``features``: the capabilities it runs (huddle/ports.py; None: the default list,
-        huddle/features.py).  ``carried`` and ``renewed``: what the node that ran before under
-        the identity it retired left (:meth:`_renew_identity`): the events it recorded under
-        numbers its peers held with other content, recorded again once this node records, and
-        why it changed."""
+        """``features``: the capabilities it runs (huddle/ports.py; None: the default list, huddle/features.py).
+        ``carried`` and ``renewed``: what the node that ran before under the identity it retired left (:meth:`_renew_identity`):
+        the events it recorded under numbers its peers held with other content, recorded again, and why it changed."""
         config.require_secured()  # a group secret, or open mode chosen (docs/security.md, "Secure by default")
         if features is None:
             from .features import default_features  # noqa: PLC0415 - the one list; node.py names no feature
