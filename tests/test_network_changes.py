@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Cluster, free_port, get, group_key, http, wait_for
+from conftest import Cluster, free_port, get, group_key, http, room_key, wait_for
 from test_faults import Namespaces, NsNode, netns
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
@@ -148,9 +148,9 @@ import asyncio, sys
 from huddle.guest_client import Guest
 
 async def main() -> None:
-    name, broadcast, port, listen = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    name, broadcast, port, listen, key = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
     g = Guest(name, "ns", hears=["score"], marco_address=broadcast, marco_port=port, marco_interval=0.2,
-              listen=listen, heartbeat=10.0)  # the host does not fire it for silence during the test
+              listen=listen, heartbeat=10.0, room_key=key)  # the host does not fire it for silence during the test
     await g.start(30)
     assert g.host is not None
     print(g.host[0], g.host[1], flush=True)
@@ -165,7 +165,7 @@ def start_guest(netns: Namespaces, index: int, name: str, marco_port: int, scrip
     """A Python guest in host ``index``'s namespace, marcoing on its subnet's broadcast address;
     it prints the host's address and TCP port once registered and connected back to."""
     return subprocess.Popen(["ip", "netns", "exec", netns.hosts[index - 1], sys.executable, str(script), name,
-                             f"{netns.subnet}.255", str(marco_port), netns.ips[index - 1]],
+                             f"{netns.subnet}.255", str(marco_port), netns.ips[index - 1], room_key("ns")],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
 
 
