@@ -67,7 +67,7 @@ def test_a_frozen_node_is_suspect_then_failed_kept_and_alive_again(cluster: Clus
     peers = {p["name"]: p for p in get(alice.api, "/api/v1/peers")}
     assert peers["carol"]["state"] == "failed" and peers["carol"]["since"] is not None
     text = huddle("peers", "--api", alice.api).stdout
-    assert any(line.split()[:3] == ["carol", peers["carol"]["uuid"][:8], "failed"] for line in text.splitlines()), text
+    assert any(line.split()[:3] == ["carol", f"({peers['carol']['uuid'][:8]})", "failed"] for line in text.splitlines()), text
 
     # Back: alive in the picture soon after the mesh admits it again.
     carol.signal(signal.SIGCONT)

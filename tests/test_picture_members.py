@@ -181,6 +181,7 @@ class _View:
         self.rows: dict[NodeId, tuple[str, float]] = {}  # peer -> (state, last heard)
         self.reasons: dict[NodeId, str] = {}
         self.phase_changes = self.dialled_afresh = 0
+        self.tags: dict[str, str] = {}
 
     def heartbeat_after(self, when: float) -> float:
         return when
@@ -297,8 +298,8 @@ def test_describe_and_huddle_system_show_a_member_whose_report_expired() -> None
     assert (b["state"], b["since"]) == ("alive", T0 / 1000)
     rows = [line.split() for line in system_text(described).splitlines()]
     assert rows[0][:7] == ["NAME", "UUID", "KEY", "TYPE", "STATE", "SINCE", "HEALTH"]
-    assert [r[4] for r in rows[1:4]] == ["left", "alive", "alive"] and rows[1][-1] == "-"
+    assert [r[4] for r in rows[1:4]] == ["left", "alive", "alive"] and rows[1][-2:] == ["-", "-"]  # no age, no tags
     lost = [{"uuid": str(A), "name": "a", "state": "left", "since": (T0 - 5000) / 1000, "endpoint": None,
              "rtt_ms": None, "key": None, "verified": False}]
     line = peers_text(lost).splitlines()[1].split()
-    assert line[:4] == ["a", str(A)[:8], "left", "since"] and len(line[4]) == 8 and line[4].count(":") == 2
+    assert line[:4] == ["a", f"({str(A)[:8]})", "left", "since"] and len(line[4]) == 8 and line[4].count(":") == 2
