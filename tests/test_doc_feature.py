@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from huddle.config import NodeConfig
-from huddle.doc import DOC_KIND, digest, jams
+from huddle.doc import DOC_KIND, OperationError, digest, jams
 from huddle.doc.feature import DocumentFeature
 from huddle.errors import CutOffReadOnly, NotRunning
 from huddle.ids import NodeId
@@ -156,11 +156,14 @@ def test_its_facts_follow_the_document() -> None:
     host = Host()
     feature, _, spawned = _started(host)
     empty = feature.facts()
-    assert empty == {"events": 0, "dropped": 0, "digest": digest(feature.desk.engine.document.root)}
+    assert empty == {"events": 0, "dropped": 0, "refused": 0, "digest": digest(feature.desk.engine.document.root)}
     feature.desk.apply_ops([START])
     _appended(feature, host.log)
     facts = feature.facts()
     assert facts is not None and facts["events"] == 1 and facts["digest"] != empty["digest"]
     assert facts["digest"] == digest(feature.desk.engine.document.root)
+    with pytest.raises(OperationError):  # against the bout's rules: counted, nothing recorded
+        feature.desk.apply_ops([{"op": "set", "to": {"period": 1, "jam": 1}, "attribute": "lead", "value": "purple"}])
+    assert feature.facts() == {**facts, "refused": 1} and len(host.log) == 1
     for run in spawned:
         run.close()

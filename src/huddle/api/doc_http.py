@@ -6,6 +6,7 @@ document feature (doc/feature.py).
     GET  /api/v1/doc/history?eid=UUID        who changed an element, when, with which event
     GET  /api/v1/doc/dropped                 the operations that did not fit, as they arrived
     GET  /api/v1/bout/jams                   the active, just completed and upcoming jams
+    GET  /api/v1/bout/summary                the score per jam, period and game, lineups, penalties, timeouts
     POST /api/v1/bout/{start|stop}           start the upcoming jam, stop the active one, now
     GET  /bout                               the bout page
 
@@ -21,7 +22,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from ..doc import DocEngine, OperationError, jams, parse_json_ops, parse_ops, to_json, to_xml
+from ..doc import DocEngine, OperationError, bout_summary, jams, parse_json_ops, parse_ops, to_json, to_xml
 from .common import HOLD_WRITES, NODE_KEY, STATE_KEY, page_response, parse_strict, read_body
 from .common import error_response as _error
 
@@ -124,6 +125,10 @@ async def _get_jams(request: web.Request) -> web.Response:
     return web.json_response(jams(_desk(request).engine.document.root))
 
 
+async def _get_summary(request: web.Request) -> web.Response:
+    return web.json_response(bout_summary(_desk(request).engine.document.root))
+
+
 async def _post_jam(request: web.Request) -> web.Response:
     node = request.app[NODE_KEY]
     await node.until_recording(HOLD_WRITES)
@@ -144,5 +149,6 @@ def add_doc_routes(app: web.Application, doc: DocsPort) -> None:
     app.router.add_get("/api/v1/doc/history", _get_doc_history)
     app.router.add_get("/api/v1/doc/dropped", _get_doc_dropped)
     app.router.add_get("/api/v1/bout/jams", _get_jams)
+    app.router.add_get("/api/v1/bout/summary", _get_summary)
     app.router.add_post("/api/v1/bout/{action:start|stop}", _post_jam)
     app.router.add_get("/bout", _get_bout_page)

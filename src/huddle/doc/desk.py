@@ -48,6 +48,7 @@ class DocumentDesk:
     def __init__(self, recording: Recording) -> None:
         self.recording = recording
         self.engine = DocEngine()
+        self.refused = 0  # operations refused (malformed for the document, or against the bout's rules)
         self._row_of: tuple[int, int] | None = None  # (engine, events) of the last document row
         self._row_due = 0.0  # local time before which no document row is due
 
@@ -89,6 +90,7 @@ class DocumentDesk:
                 try:
                     scratch.check(op)
                 except OperationError as exc:
+                    self.refused += 1
                     raise OperationError(f"operation {i + 1}: {exc}" if len(ops) > 1 else str(exc)) from None
                 key: Key = (stamp, author, next_seq + i)
                 scratch.made = []

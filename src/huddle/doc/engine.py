@@ -23,6 +23,7 @@ from ..gcutil import paused_collections
 from ..wire import LogRecord
 from .model import FIXED, PERMANENT, SCHEMA, Element, default_bout, derived_eid
 from .ops import DOC_KIND, MAX_JAM, MAX_STRING, NOT_ADDED, OperationError, is_normal, normalise
+from .rules import fits
 
 __all__ = ["MAX_TEXT", "BoutDocument", "DocEngine", "Key", "jams"]
 
@@ -255,10 +256,13 @@ class BoutDocument:
 
     def check(self, op: dict[str, Any]) -> None:
         """Raise :class:`OperationError` if ``op`` cannot apply to the document as it is now."""
+        key: Key = (0.0, bytes(16), 0)
         try:
-            self._apply(op, (0.0, bytes(16), 0), check_only=True)
+            self._apply(op, key, check_only=True)
+            target = self._resolve(op["to"], key, create=False)
         except _Unresolved as exc:
             raise OperationError(exc.reason) from None
+        fits(self.root, op, target, _created_tag(op["to"]) if target is None else target.tag)  # the bout's rules
 
     def _apply(self, op: dict[str, Any], key: Key, *, check_only: bool) -> None:
         kind = op["op"]

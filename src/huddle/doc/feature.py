@@ -10,7 +10,8 @@ of the shared document and its jams that plugs into a node, in one place.
 * its ``document`` statistics row, when one is due, every STATS_INTERVAL and once more as
   the node stops (the pipeline's replay checks its digest: docs/export.md);
 * its routes (:mod:`huddle.api.doc_http`), its command (:mod:`huddle.doc.cli`) and its
-  facts (how many ``doc`` events, how many dropped, the digest of the document).
+  facts (how many ``doc`` events, how many dropped, how many operations refused, the digest of
+  the document).
 """
 
 from __future__ import annotations
@@ -116,4 +117,4 @@ class DocumentFeature(FeatureBase):
         doc, state = engine.document, (id(engine), len(engine))
         if self._digest is None or self._digest[0] != state:  # digested again only once it changed
             self._digest = (state, digest(doc.root))
-        return {"events": len(engine), "dropped": len(doc.dropped), "digest": self._digest[1]}
+        return {"events": len(engine), "dropped": len(doc.dropped), "refused": desk.refused, "digest": self._digest[1]}

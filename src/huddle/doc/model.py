@@ -24,18 +24,20 @@ TEAMS: Final = ("home", "away", "official")
 
 # element -> the attributes it may carry (besides eid).
 SCHEMA: Final[dict[str, frozenset[str]]] = {
-    "bout": frozenset({"name", "date", "status"}),
+    "bout": frozenset({"name", "date", "status", "signed"}),
     "venue": frozenset({"name", "city", "address"}),
     "ruleset": frozenset({"name", "version"}),
     "halftime": frozenset({"duration"}),
     "team": frozenset({"type", "name", "league", "color"}),
     "person": frozenset({"number", "name", "role"}),
     "period": frozenset({"number", "start", "duration"}),
-    "jam": frozenset({"number", "start", "duration", "lead", "called"}),
+    "jam": frozenset({"number", "start", "duration", "lead", "called", "lost", "injury", "no-initial"}),
     "lineup": frozenset({"team", "position", "number"}),
     "points": frozenset({"team", "number", "points", "pass"}),
     "penalty": frozenset({"team", "number", "code", "time"}),
-    "timeout": frozenset({"team", "kind", "time"}),
+    "starpass": frozenset({"team", "trip", "number"}),
+    "box": frozenset({"team", "number", "in", "out"}),
+    "timeout": frozenset({"team", "kind", "time", "result"}),
     "note": frozenset({"by", "time"}),
 }
 
