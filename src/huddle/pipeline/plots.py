@@ -73,6 +73,15 @@ def _div(fig: go.Figure, name: str) -> str:
             "})();</script>")
 
 
+def _distinct(labels: list[str], keys: list[str]) -> list[str]:
+    """``labels`` (escaped) for a category axis, which merges equal ones (and draws a matrix of
+    them wrong): a label two keys share (two nodes named alike, ids alike in 8 digits) gets its key."""
+    seen: dict[str, int] = {}
+    for label in labels:
+        seen[label] = seen.get(label, 0) + 1
+    return [escape(label if seen[label] == 1 else f"{label} [{key}]") for label, key in zip(labels, keys, strict=True)]
+
+
 def _ms_range(bucket: int) -> tuple[float, float]:
     """A histogram bucket's bounds in ms (docs/pipeline.md, table delay_histogram)."""
     return 10 ** (bucket / 4), 10 ** ((bucket + 1) / 4)
@@ -96,19 +105,19 @@ def delay_histogram(group: str, rows: Rows) -> str:
     return _div(fig, "histogram")
 
 
-def percentiles(rows: Rows, label: Label, title: str, what: str) -> str:
+def percentiles(rows: Rows, label: Label, title: str, what: str, name: str = "percentiles") -> str:
     """p50, p90, p99 and max of each row (delays in seconds) as markers on one line per row, on a
     log axis in ms.  A value of zero or less (clocks apart) is drawn hollow at :data:`FLOOR_MS`."""
     if not rows:
         return ""
-    names = [escape(label(r)) for r in rows]
+    names = _distinct([label(r) for r in rows], [f"{r['key']} {r.get('group', '')}" for r in rows])
     fig = go.Figure()
     span_x: list[float | None] = []
     span_y: list[str | None] = []
-    for r, name in zip(rows, names, strict=True):
+    for r, shown in zip(rows, names, strict=True):
         ends = [max(float(r[p]) * 1000, FLOOR_MS) for p in ("p50", "max")]
         span_x += [*ends, None]
-        span_y += [name, name, None]
+        span_y += [shown, shown, None]
     fig.add_trace(go.Scatter(x=span_x, y=span_y, mode="lines", line={"color": "#bbb", "width": 2}, hoverinfo="skip",
                              showlegend=False))
     for k, p in enumerate(("p50", "p90", "p99", "max")):
@@ -121,7 +130,7 @@ def percentiles(rows: Rows, label: Label, title: str, what: str) -> str:
             hovertemplate="%{text}<extra></extra>"))
     fig.update_layout(_layout(title, "delay (ms, log scale)", what, height=180 + 28 * len(rows), xlog=True))
     fig.update_yaxes(type="category", autorange="reversed")
-    return _div(fig, "percentiles")
+    return _div(fig, name)
 
 
 def throughput(group: str, rows: Rows, window_seconds: float) -> str:
@@ -147,7 +156,7 @@ def link_matrix(rows: Rows, label: Label) -> str:
     if not pairs:
         return ""
     nodes = sorted({n for ends, _ in pairs for n in ends}, key=label)
-    names = [escape(label(n)) for n in nodes]
+    names = _distinct([label(n) for n in nodes], nodes)
     at = {n: i for i, n in enumerate(nodes)}
     z: list[list[int | None]] = [[None] * len(nodes) for _ in nodes]
     text = [[""] * len(nodes) for _ in nodes]

@@ -227,12 +227,15 @@ def render(d: ReportData) -> str:
         for group in sorted({str(r["group"]) for r in d.histogram}):
             parts.append(plots.delay_histogram(group, [r for r in d.histogram if r["group"] == group]))
         for by, what in (("receiver", "receiver"), ("hops", "hops")):
-            rows = sorted((r for r in d.delays if r["by"] == by), key=lambda r: -float(r["p99"]))
+            # Receivers worst first; hop counts in order.
+            rows = sorted((r for r in d.delays if r["by"] == by),
+                          key=lambda r, by=by: int(r["key"]) if by == "hops" else -float(r["p99"]))
             if rows:
                 def label(r: dict[str, Any], by: str = by) -> str:
                     key = _fmt(_named([r], names, "key")[0]["key"]) if by != "hops" else f"{r['key']} hop(s)"
                     return f"{key} · {r['group']}" if len({x["group"] for x in d.delays}) > 1 else key
-                parts.append(plots.percentiles(rows[:_PLOTTED], label, f"Delay by {by}: p50, p90, p99, max", what))
+                parts.append(plots.percentiles(rows[:_PLOTTED], label, f"Delay by {by}: p50, p90, p99, max", what,
+                                               f"delay-{by}"))
                 if len(rows) > _PLOTTED:
                     parts.append(f"<p class=note>the {_PLOTTED} with the highest p99 of {len(rows):,}; "
                                  f"the table below has them all</p>")
