@@ -227,9 +227,9 @@ def render(d: ReportData) -> str:
         for group in sorted({str(r["group"]) for r in d.histogram}):
             parts.append(plots.delay_histogram(group, [r for r in d.histogram if r["group"] == group]))
         for by, what in (("receiver", "receiver"), ("hops", "hops")):
+            rows = [r for r in d.delays if r["by"] == by]
             # Receivers worst first; hop counts in order.
-            rows = sorted((r for r in d.delays if r["by"] == by),
-                          key=lambda r, by=by: int(r["key"]) if by == "hops" else -float(r["p99"]))
+            rows.sort(key=(lambda r: int(r["key"])) if by == "hops" else (lambda r: -float(r["p99"])))
             if rows:
                 def label(r: dict[str, Any], by: str = by) -> str:
                     key = _fmt(_named([r], names, "key")[0]["key"]) if by != "hops" else f"{r['key']} hop(s)"
