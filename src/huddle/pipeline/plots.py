@@ -124,7 +124,8 @@ def percentiles(rows: Rows, label: Label, title: str, what: str, name: str = "pe
         ms = [float(r[p]) * 1000 for r in rows]
         fig.add_trace(go.Scatter(
             x=[max(v, FLOOR_MS) for v in ms], y=names, mode="markers", name=p,
-            marker={"size": 10, "color": COLORS[k], "symbol": ["circle" if v > 0 else "circle-open" for v in ms]},
+            # Smaller for each higher percentile: equal values show as rings, none hidden behind another.
+            marker={"size": 15 - 3 * k, "color": COLORS[k], "symbol": ["circle" if v > 0 else "circle-open" for v in ms]},
             text=[f"{n}: {p} {num(v)} ms" + ("" if v > 0 else " (≤ 0: clocks apart, see the note)") +
                   f" of {int(r['receipts']):,} receipts" for n, v, r in zip(names, ms, rows, strict=True)],
             hovertemplate="%{text}<extra></extra>"))
