@@ -12,6 +12,8 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from html import escape, unescape
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -563,13 +565,102 @@ def test_a_simulated_run_end_to_end_to_the_report(spark: SparkSession, tmp_path:
     missing = spark.read.parquet(str(tmp_path / "audit" / "missing")).collect()
     assert [(r["node"], r["source"], r["first_seq"], r["last_seq"]) for r in missing] == [(nodes[2], source, 20, 26)]
     page = (tmp_path / "audit" / "report.html").read_text()
-    assert page.index("NOT converged") < page.index("<svg")  # findings first, then plots
-    assert "missing: 7 event copies in 1 range(s)" in page and "<polyline" in page and "The mesh" in page
+    assert page.index("NOT converged") < page.index("class=plot ")  # findings first, then plots
+    assert "missing: 7 event copies in 1 range(s)" in page and 'data-plot="throughput"' in page and "The mesh" in page
     assert set(summary.names) == set(nodes) and sorted(summary.names.values()) == ["n0", "n1", "n2"]  # the simulator's
     assert f"{summary.names[nodes[2]]} ({nodes[2][:8]})" in page.split("<h2>What each node lacks</h2>")[1]
     for table in ("consolidated", "held_ranges", "gaps", "delays", "throughput", "replay", "node_health", "names",
                   "summary"):
         assert (tmp_path / "audit" / table).is_dir(), table
+
+
+class _Links(HTMLParser):
+    """Every ``src`` and ``href`` of the page's own elements (a script's text is not an element)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.found += [v or "" for k, v in attrs if k in ("src", "href")]
+
+
+HOSTILE = '<img src="http://127.0.0.1:9/x" onerror="alert(1)">'  # a peer chooses its own name
+
+
+def test_the_report_reads_on_a_phone_and_a_laptop_offline(spark: SparkSession, tmp_path: Path, browser: Any) -> None:
+    """report.html from a simulated run whose clocks are apart (one node's receipts 50 ms early, some
+    delays negative) and whose peer named itself with HTML: Chromium at 390 and 1280 px, every
+    request but the page's own refused, no console error, no sideways scroll of the page, plots
+    drawn by Plotly with titles and log delay axes, tables sortable."""
+    simulate(tmp_path / "sim", "jsonl")
+    nodes = sorted(p.name for p in (tmp_path / "sim").iterdir())
+    skewed = tmp_path / "sim" / nodes[1]
+    rows = [json.loads(line) for line in (skewed / "events.jsonl").read_text().splitlines()]
+    for r in rows:
+        if r["hops"]:
+            r["received_at"] -= 0.05
+    (skewed / "events.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    synced = {"node": nodes[1], "group": "sim", "ts": rows[0]["timestamp"], "event": "clock_synced", "peer": nodes[0],
+              "detail": json.dumps({"peer": nodes[0], "offset": -0.0042, "rtt_ms": 0.8})}
+    with (skewed / "stats.jsonl").open("a") as f:
+        f.write(json.dumps(synced) + "\n")
+    for node in nodes:  # every peer knew n2 by the hostile name
+        stats = tmp_path / "sim" / node / "stats.jsonl"
+        lines = [json.loads(line) for line in stats.read_text().splitlines()]
+        for r in lines:
+            detail = json.loads(r["detail"])
+            if detail.get("name") == "n2":
+                r["detail"] = json.dumps(detail | {"name": HOSTILE})
+        stats.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    summary = jobs.run(spark, [str(tmp_path / "sim")], str(tmp_path / "audit"))
+    [named] = [node for node, name in summary.names.items() if name == HOSTILE]
+    report = tmp_path / "audit" / "report.html"
+    html = report.read_text()
+    links = _Links()
+    links.feed(html)
+    assert links.found == []  # nothing to load: the page is one file
+    assert '<meta name=viewport content="width=device-width, initial-scale=1">' in html
+    assert HOSTILE not in html and escape(HOSTILE) in html  # shown as text, never as markup
+    assert "Delays are corrected by the group's measured clock offsets" in unescape(html)
+    assert re.search(r"\d+ of [\d,]+ receipts \([\d.]+ %\) have a delay of zero or less", unescape(html))
+    asked: list[str] = []  # requests the page made (all refused), and its console's errors: at both widths
+    errors: list[str] = []
+    for width, height in ((390, 844), (1280, 800)):
+        page = browser.new_page(viewport={"width": width, "height": height})
+        page.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:")
+                   else (asked.append(route.request.url), route.abort()))
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(report.as_uri())
+        page.wait_for_function("document.querySelectorAll('.plot').length > 0 && "
+                               "[...document.querySelectorAll('.plot')].every(p => p.querySelector('.main-svg'))",
+                               timeout=30_000)
+        drawn = page.evaluate("""[...document.querySelectorAll('.plot')].map(p => ({
+            plot: p.dataset.plot, title: p.layout.title.text, x: p.layout.xaxis.type, y: p.layout.yaxis.type,
+            xtitle: p.layout.xaxis.title.text, ytitle: p.layout.yaxis.title.text,
+            shown: p.querySelector('.gtitle').textContent,
+            fits: p.querySelector('.gtitle').getBoundingClientRect().right <= p.getBoundingClientRect().right + 1,
+        }))""")
+        kinds = {d["plot"] for d in drawn}
+        assert {"histogram", "delay-receiver", "delay-hops", "throughput", "links"} <= kinds, drawn
+        for d in drawn:
+            assert d["shown"] and d["xtitle"] and d["ytitle"] and d["fits"], d
+            if d["plot"] in ("histogram", "delay-receiver", "delay-hops"):
+                assert d["x"] == "log", d
+        assert next(d for d in drawn if d["plot"] == "histogram")["y"] == "log"
+        assert page.evaluate("document.documentElement.scrollWidth") <= width
+        assert f"{HOSTILE} ({named[:8]})" in page.inner_text("body")
+        # Sorting: the receivers' table by p99, ascending then descending.
+        table = page.locator("h3:text-is('Delay by receiver') + .scroll table")
+        table.locator("th", has_text="p99 ms").click()
+        column = [float(t.replace(",", "")) for t in table.locator("tbody tr td:nth-child(6)").all_inner_texts()]
+        assert column == sorted(column) and len(column) == 3
+        table.locator("th", has_text="p99 ms").click()
+        again = [float(t.replace(",", "")) for t in table.locator("tbody tr td:nth-child(6)").all_inner_texts()]
+        assert again == sorted(column, reverse=True)
+        assert asked == [] and errors == [], (asked, errors)
+        page.close()
 
 
 @pytest.mark.processes

@@ -279,6 +279,11 @@ def run(spark: SparkSession, inputs: Sequence[str], output: str, *, jobs: Sequen
         data.histogram = rows_of(hist, "group", "bucket", limit=10_000)
         data.throughput = rows_of(flow, "group", "window_start", limit=100_000)
         data.window_seconds = window_seconds
+        # What the delays' mesh times rest on (the report says so): each node's measured clock offsets.
+        synced = read_stats(spark, inputs).filter(F.col("event") == "clock_synced").select(
+            "group", "node", "peer", "ts", F.get_json_object("detail", "$.offset").cast("double").alias("offset"),
+            F.get_json_object("detail", "$.rtt_ms").cast("double").alias("rtt_ms"))
+        data.clocks = rows_of(synced, "group", "node", "ts", limit=1000)
         worst = [r for r in data.delays if r["by"] == "receiver"]
         if worst:
             top = max(worst, key=lambda r: r["p99"])

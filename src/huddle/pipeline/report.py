@@ -1,19 +1,23 @@
-"""``report.html``: the pipeline's findings for a person, readable without Spark.
+"""``report.html``: the pipeline's findings for a person, on a laptop or a phone, offline.
 
 Pure: plain Python rows in (collected from the small tables), one HTML page
-out, with its plots drawn as inline SVG (no plotting library, no script, no
-file beside it).  Findings come first, then the plots, then the detail tables.
+out.  Findings come first, then the plots (Plotly, :mod:`.plots`, its
+JavaScript inlined once: the page needs no network and no file beside it),
+then the detail tables (sortable by a click on a column's head, numbers with
+thousands separators, times in UTC).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from html import escape
 from typing import Any
 
-__all__ = ["ReportData", "render"]
+from . import plots
+from .plots import num
 
+__all__ = ["ReportData", "render"]
 Rows = list[dict[str, Any]]
 
 
@@ -39,21 +43,56 @@ class ReportData:
     membership: Rows = field(default_factory=list)
     snapshots: Rows = field(default_factory=list)
     names: dict[str, str] = field(default_factory=dict)  # node id -> the name it went by (table names)
+    clocks: Rows = field(default_factory=list)  # clock_synced rows: group, node, peer, ts, offset (s), rtt_ms
 
 
 _STYLE = """
-body { font: 15px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 62em; color: #222; padding: 0 1em; }
-h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ccc; }
+* { box-sizing: border-box; }
+body { font: 15px/1.45 system-ui, sans-serif; margin: 1em auto; max-width: 66em; color: #222; padding: 0 .8em;
+       overflow-wrap: anywhere; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ccc; } h3 { font-size: 1.05em; }
 .verdict { font-size: 1.3em; padding: .5em .8em; border-radius: 4px; }
 .ok { background: #e3f4e1; } .bad { background: #fbe3e0; } .unknown { background: #eee; }
-table { border-collapse: collapse; margin: .5em 0; font-size: 13px; }
-td, th { border: 1px solid #ddd; padding: 2px 8px; text-align: right; } th { background: #f4f4f4; }
+.scroll { overflow-x: auto; max-width: 100%; margin: .5em 0; }
+table { border-collapse: collapse; font-size: 13px; }
+td, th { border: 1px solid #ddd; padding: 3px 8px; text-align: right; white-space: nowrap; }
+th { background: #f4f4f4; cursor: pointer; user-select: none; position: sticky; top: 0; }
+th[aria-sort=ascending]::after { content: " ▲"; } th[aria-sort=descending]::after { content: " ▼"; }
 td.t { text-align: left; font-family: ui-monospace, monospace; }
-svg { background: #fcfcfc; border: 1px solid #eee; margin: .5em 0; }
-.note { color: #666; font-size: 13px; }
+td.neg { color: #b35900; }
+.plot { width: 100%; min-height: 200px; border: 1px solid #eee; margin: .5em 0; }
+.note { color: #555; font-size: 13px; }
+pre { overflow-x: auto; max-width: 100%; }
 """
 
-_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+# Tables sort by a click on a column's head: numbers as numbers (thousands separators
+# ignored), "—" (no value) below every number, text as text; a second click reverses.
+_SORT = """
+document.querySelectorAll("table.sortable th").forEach(function (th) {
+  th.addEventListener("click", function () {
+    var table = th.closest("table"), body = table.tBodies[0], col = th.cellIndex;
+    var up = th.getAttribute("aria-sort") !== "ascending";
+    table.querySelectorAll("th").forEach(function (h) { h.removeAttribute("aria-sort"); });
+    th.setAttribute("aria-sort", up ? "ascending" : "descending");
+    function key(tr) {
+      var t = tr.cells[col].textContent.trim(), n = Number(t.replace(/,/g, ""));
+      return t === "\u2014" ? -Infinity : (t === "" || isNaN(n)) ? t : n;
+    }
+    var rows = Array.prototype.slice.call(body.rows).sort(function (a, b) {
+      var x = key(a), y = key(b);
+      var c = typeof x === typeof y ? (x < y ? -1 : x > y ? 1 : 0) : (typeof x === "number" ? -1 : 1);
+      return up ? c : -c;
+    });
+    rows.forEach(function (tr) { body.appendChild(tr); });
+  });
+});
+"""
+
+# Columns that hold mesh times (seconds since the Unix epoch): shown as UTC date and time.
+# Rows of a percentile plot (the ones with the highest p99): more would not read on a phone.
+_PLOTTED = 40
+
+_TIMES = frozenset({"ts", "timestamp", "shown_ts", "first_ts", "last_ts", "window_start"})
 
 
 def _short(text: Any) -> str:
@@ -70,129 +109,64 @@ def _named(rows: Rows, names: dict[str, str], *columns: str) -> Rows:
     return [r | {c: f"{names[r[c]]} ({r[c][:8]})" for c in columns if r.get(c) in names} for r in rows]
 
 
-def _fmt(value: Any) -> str:
+def _link(key: str, names: dict[str, str]) -> str:
+    """A link's key, ``from>to`` ids, for a person: ``bob (35c9e1d4) > 0f2f08cc``."""
+    return " > ".join(_fmt(_named([{"n": n}], names, "n")[0]["n"]) for n in str(key).split(">", 1))
+
+
+def _fmt(value: Any, column: str = "") -> str:
+    """A cell for a person: integers with thousands separators, measurements with three
+    significant digits in plain notation, mesh times as UTC, ids by their first 8 digits."""
     if value is None:
         return "—"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int):
+        return f"{value:,}"
     if isinstance(value, float):
-        return f"{value:.6g}"
+        if column in _TIMES:
+            return datetime.fromtimestamp(value, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+        return num(value)
     return _short(value)
 
 
 def _table(rows: Rows, columns: list[str], note: str = "") -> str:
+    """A sortable table in a box that scrolls sideways on a narrow screen (the page does not)."""
     if not rows:
         return "<p class=note>none</p>"
     head = "".join(f"<th>{escape(c)}</th>" for c in columns)
-    body = "".join(
-        "<tr>" + "".join(
-            f"<td class={'t' if isinstance(r.get(c), str) else 'n'}>{escape(_fmt(r.get(c)))}</td>" for c in columns
-        ) + "</tr>"
-        for r in rows
-    )
+
+    def cell(r: dict[str, Any], c: str) -> str:
+        v = r.get(c)
+        cls = "t" if isinstance(v, str) else "neg" if isinstance(v, int | float) and not isinstance(v, bool) and v < 0 \
+            and c.endswith(" ms") else "n"
+        return f"<td class={cls}>{escape(_fmt(v, c))}</td>"
+
+    body = "".join("<tr>" + "".join(cell(r, c) for c in columns) + "</tr>" for r in rows)
     more = f"<p class=note>{escape(note)}</p>" if note else ""
-    return f"<table><tr>{head}</tr>{body}</table>{more}"
+    return f"<div class=scroll><table class=sortable><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>{more}"
 
 
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1000:.3g} ms"
-
-
-# ------------------------------------------------------------------ plots
-
-
-def _bars(labels: list[str], series: list[tuple[str, list[float]]], title: str, unit: str = "") -> str:
-    """Vertical bars, one group per label, one bar per series."""
-    if not labels:
-        return ""
-    width, height, left, bottom = 720, 260, 60, 50
-    top = max((v for _, vals in series for v in vals), default=0) or 1
-    slot = (width - left - 10) / len(labels)
-    bar = max(1.0, slot * 0.8 / len(series))
-    out = [f'<svg width="{width}" height="{height}" role="img" aria-label="{escape(title)}">',
-           f'<text x="{left}" y="16" font-size="13">{escape(title)}</text>']
-    plot_h = height - bottom - 25
-    for k, (name, vals) in enumerate(series):
-        color = _COLORS[k % len(_COLORS)]
-        for i, v in enumerate(vals):
-            h = plot_h * v / top
-            x = left + i * slot + k * bar
-            out.append(f'<rect x="{x:.1f}" y="{height - bottom - h:.1f}" width="{bar:.1f}" height="{h:.1f}" '
-                       f'fill="{color}"><title>{escape(labels[i])} {escape(name)}: {v:.4g}{unit}</title></rect>')
-        if len(series) > 1:
-            out.append(f'<text x="{width - 150}" y="{30 + 14 * k}" font-size="12" fill="{color}">{escape(name)}</text>')
-    step = max(1, len(labels) // 12)
-    for i in range(0, len(labels), step):
-        x = left + i * slot + slot / 2
-        out.append(f'<text x="{x:.1f}" y="{height - bottom + 14}" font-size="11" text-anchor="middle">'
-                   f"{escape(labels[i])}</text>")
-    out.append(f'<text x="5" y="{height - bottom}" font-size="11">0</text>')
-    out.append(f'<text x="5" y="{height - bottom - plot_h + 4:.0f}" font-size="11">{top:.4g}{escape(unit)}</text>')
-    out.append("</svg>")
-    return "".join(out)
-
-
-def _lines(series: list[tuple[str, list[tuple[float, float]]]], title: str, xlabel: str) -> str:
-    """Lines over a shared x axis."""
-    points = [p for _, pts in series for p in pts]
-    if not points:
-        return ""
-    width, height, left, bottom = 720, 260, 60, 40
-    x0, x1 = min(p[0] for p in points), max(p[0] for p in points)
-    y1 = max(p[1] for p in points) or 1
-    span = (x1 - x0) or 1
-    plot_w, plot_h = width - left - 20, height - bottom - 30
-
-    def at(p: tuple[float, float]) -> str:
-        return f"{left + plot_w * (p[0] - x0) / span:.1f},{height - bottom - plot_h * p[1] / y1:.1f}"
-
-    out = [f'<svg width="{width}" height="{height}" role="img" aria-label="{escape(title)}">',
-           f'<text x="{left}" y="16" font-size="13">{escape(title)}</text>']
-    for k, (name, pts) in enumerate(series[: len(_COLORS)]):
-        color = _COLORS[k % len(_COLORS)]
-        path = " ".join(at(p) for p in sorted(pts))
-        out.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.5" points="{path}"/>')
-        if len(pts) <= 60:  # few points: show each (one window alone draws no line)
-            for p in pts:
-                x, y = at(p).split(",")
-                out.append(f'<circle cx="{x}" cy="{y}" r="2.5" fill="{color}"><title>{escape(name)} at {p[0]:.4g}: '
-                           f"{p[1]:.4g}</title></circle>")
-        out.append(f'<text x="{width - 170}" y="{30 + 14 * k}" font-size="12" fill="{color}">{escape(name)}</text>')
-    out.append(f'<text x="5" y="{height - bottom}" font-size="11">0</text>')
-    out.append(f'<text x="5" y="{height - bottom - plot_h + 4:.0f}" font-size="11">{y1:.4g}</text>')
-    out.append(f'<text x="{left}" y="{height - 12}" font-size="11">{escape(xlabel)}: 0 … {span:.4g}</text>')
-    out.append("</svg>")
-    return "".join(out)
-
-
-def _mesh(links: Rows) -> str:
-    """The nodes on a circle, a line per link a copy crossed, thicker for more copies."""
-    if not links:
-        return ""
-    pairs = [(str(r["key"]).split(">", 1), int(r["receipts"])) for r in links]
-    names = sorted({n for (ends, _) in pairs for n in ends})
-    size, radius = 440, 150
-    where = {n: (size / 2 + radius * math.cos(2 * math.pi * i / len(names)),
-                 size / 2 + radius * math.sin(2 * math.pi * i / len(names))) for i, n in enumerate(names)}
-    most = max(c for _, c in pairs) or 1
-    out = [f'<svg width="{size}" height="{size}" role="img" aria-label="the mesh">']
-    for ends, count in pairs:
-        if len(ends) != 2:
-            continue
-        (xa, ya), (xb, yb) = where[ends[0]], where[ends[1]]
-        out.append(f'<line x1="{xa:.1f}" y1="{ya:.1f}" x2="{xb:.1f}" y2="{yb:.1f}" stroke="#1f77b4" '
-                   f'stroke-opacity=".5" stroke-width="{0.5 + 5 * count / most:.1f}">'
-                   f"<title>{escape(_short(ends[0]))} → {escape(_short(ends[1]))}: {count} copies</title></line>")
-    for n, (x, y) in where.items():
-        out.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="6" fill="#d62728"/>'
-                   f'<text x="{x + 8:.1f}" y="{y - 8:.1f}" font-size="12">{escape(_short(n))}</text>')
-    out.append("</svg>")
-    return "".join(out)
-
-
-def _bucket_label(bucket: int) -> str:
-    if bucket <= -13:
-        return "≤0"
-    ms = 10 ** (bucket / 4)
-    return f"{ms:.2g}"
+def _clock_note(clocks: Rows, histogram: Rows) -> str:
+    """What the delays rest on: the mesh clock, how well the nodes' clocks were set, and the
+    receipts whose delay came out zero or negative."""
+    early = sum(int(r["receipts"]) for r in histogram if int(r["bucket"]) <= -13)
+    total = sum(int(r["receipts"]) for r in histogram)
+    if clocks:
+        worst = max((float(r["rtt_ms"]) / 2 for r in clocks if r.get("rtt_ms") is not None), default=0.0)
+        text = (f"Delays are corrected by the group's measured clock offsets: each time is a mesh time, a node's clock "
+                f"plus the offset it measured against the group when it joined (docs/protocol.md, section 7; "
+                f"{len(clocks):,} clock_synced rows, table Clocks below), so no node's clock error enters whole. "
+                f"What remains is each measurement's error, at most half its probe's round trip: "
+                f"±{num(worst)} ms here at worst.")
+    else:
+        text = ("The inputs hold no clock_synced rows, so the delays are as the nodes recorded them, in mesh times "
+                "(docs/protocol.md, section 7): a node's clock error stays in its delays.")
+    if early:
+        text += (f" {early:,} of {total:,} receipts ({100 * early / max(total, 1):.2g} %) have a delay of zero or less: "
+                 "the receiver's clock was behind the source's by more than the delay. They are counted apart, not "
+                 f"drawn in the histogram; a percentile of zero or less is drawn hollow at {plots.FLOOR_MS:g} ms.")
+    return f"<p class=note>{escape(text)}</p>"
 
 
 # ------------------------------------------------------------------ page
@@ -204,8 +178,12 @@ def render(d: ReportData) -> str:
     cls, word = verdict[d.converged]
     names = d.names
     parts = [
-        "<!doctype html><html lang=en><head><meta charset=utf-8><title>huddle audit report</title>",
-        f"<style>{_STYLE}</style></head><body><h1>huddle audit report</h1>",
+        "<!doctype html><html lang=en><head><meta charset=utf-8>",
+        '<meta name=viewport content="width=device-width, initial-scale=1"><title>huddle audit report</title>',
+        f"<style>{_STYLE}</style>",
+        # plotly.js, once, before the plots' scripts; only when there is a plot (4.8 MB).
+        "<script>{library}</script>",
+        "</head><body><h1>huddle audit report</h1>",
         f'<p class="verdict {cls}">{word}</p>',
         "<h2>Findings</h2><ul>" + "".join(f"<li>{escape(line)}</li>" for line in d.findings) + "</ul>",
         f"<p class=note>inputs: {escape(', '.join(d.inputs))}; jobs: {escape(', '.join(d.jobs))}. "
@@ -245,31 +223,40 @@ def render(d: ReportData) -> str:
                          f"<pre>{escape(str(doc['xml']))}</pre></details>")
     if "propagation" in d.jobs:
         parts.append("<h2>Propagation</h2>")
+        parts.append(_clock_note(d.clocks, d.histogram))
         for group in sorted({str(r["group"]) for r in d.histogram}):
-            rows = [r for r in d.histogram if r["group"] == group]
-            parts.append(_bars([_bucket_label(int(r["bucket"])) for r in rows],
-                               [("receipts", [float(r["receipts"]) for r in rows])],
-                               f"group {group}: receipts by delay from origin to receiver (ms, log scale; bucket lower bounds)"))
-        receivers = [r for r in d.delays if r["by"] == "receiver"]
-        if receivers:
-            parts.append(_bars([_fmt(r["key"]) for r in _named(receivers, names, "key")],
-                               [(p, [float(r[p]) * 1000 for r in receivers]) for p in ("p50", "p90", "p99")],
-                               "delay by receiver (ms): p50, p90, p99", " ms"))
+            parts.append(plots.delay_histogram(group, [r for r in d.histogram if r["group"] == group]))
+        for by, what in (("receiver", "receiver"), ("hops", "hops")):
+            rows = [r for r in d.delays if r["by"] == by]
+            # Receivers worst first; hop counts in order.
+            rows.sort(key=(lambda r: int(r["key"])) if by == "hops" else (lambda r: -float(r["p99"])))
+            if rows:
+                def label(r: dict[str, Any], by: str = by) -> str:
+                    key = _fmt(_named([r], names, "key")[0]["key"]) if by != "hops" else f"{r['key']} hop(s)"
+                    return f"{key} · {r['group']}" if len({x["group"] for x in d.delays}) > 1 else key
+                parts.append(plots.percentiles(rows[:_PLOTTED], label, f"Delay by {by}: p50, p90, p99, max", what,
+                                               f"delay-{by}"))
+                if len(rows) > _PLOTTED:
+                    parts.append(f"<p class=note>the {_PLOTTED} with the highest p99 of {len(rows):,}; "
+                                 f"the table below has them all</p>")
         for group in sorted({str(r["group"]) for r in d.throughput}):
-            rows = [r for r in d.throughput if r["group"] == group]
-            start = min(float(r["window_start"]) for r in rows)
-            parts.append(_lines([(what, [(float(r["window_start"]) - start, float(r[what])) for r in rows])
-                                 for what in ("originated", "receipts")],
-                                f"group {group}: events per {d.window_seconds:g} s window", "seconds from the first"))
+            parts.append(plots.throughput(group, [r for r in d.throughput if r["group"] == group], d.window_seconds))
         links = [r for r in d.delays if r["by"] == "link"]
         if links:
-            parts.append("<h3>The mesh: who passed copies to whom</h3>" + _mesh(links))
+            parts.append("<h3>The mesh: who passed copies to whom</h3>")
+            parts.append(plots.link_matrix(links, lambda n: _link(n, names)))
         for by in ("source", "receiver", "hops", "link"):
-            rows = [r | {"p50 ms": r["p50"] * 1000, "p90 ms": r["p90"] * 1000, "p99 ms": r["p99"] * 1000,
-                         "max ms": r["max"] * 1000} for r in _named(d.delays, names, "key") if r["by"] == by]
+            rows = [r | {"key": _link(r["key"], names) if by == "link" else r["key"], "p50 ms": r["p50"] * 1000,
+                         "p90 ms": r["p90"] * 1000, "p99 ms": r["p99"] * 1000, "max ms": r["max"] * 1000}
+                    for r in _named(d.delays, names, "key") if r["by"] == by]
             if rows:
                 parts.append(f"<h3>Delay by {by}</h3>")
                 parts.append(_table(rows, ["group", "key", "receipts", "p50 ms", "p90 ms", "p99 ms", "max ms"]))
+        if d.clocks:
+            parts.append("<h3>Clocks</h3>")
+            parts.append(_table([r | {"offset ms": float(r["offset"]) * 1000} for r in _named(d.clocks, names, "node", "peer")],
+                                ["group", "node", "peer", "ts", "offset ms", "rtt_ms"],
+                                "each node's clock_synced rows: the offset it took from the peer, and the probe's round trip"))
     if "system" in d.jobs:
         parts.append("<h2>System picture</h2>")
         if not d.health:
@@ -281,11 +268,13 @@ def render(d: ReportData) -> str:
             start = min(float(r["ts"]) for r in d.snapshots)
             for r in _named(d.snapshots, names, "node"):
                 by_node.setdefault(_short(r["node"]), []).append((float(r["ts"]) - start, float(r["peers_alive"] or 0)))
-            parts.append(_lines(sorted(by_node.items()), "peers alive, by node (from the snapshots)",
-                                "seconds from the first snapshot"))
+            parts.append(plots.peers_alive(sorted(by_node.items())))
         if d.membership:
             parts.append("<h3>Membership events</h3>")
             parts.append(_table(_named(d.membership, names, "node"), ["ts", "group", "node", "event", "peer", "name", "reason"],
                                 "the first 500 by time (table membership)"))
+    parts.append(f"<script>{_SORT}</script>")
     parts.append("</body></html>\n")
-    return "\n".join(parts)
+    page = "\n".join(parts)
+    # The library goes in only where a plot needs it: a report without plots stays small.
+    return page.replace("<script>{library}</script>", f"<script>{plots.library()}</script>" if "class=plot " in page else "", 1)
