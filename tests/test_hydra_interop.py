@@ -336,4 +336,5 @@ def test_huddle_fetches_a_hydra_nodes_50_mib_post_resumed_after_a_cut(
         for stop in stoppers:
             stop()
         server.stop.set()
+        server.join(10)
         cluster.close()
