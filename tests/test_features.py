@@ -113,7 +113,8 @@ class Probe(FeatureBase):
 
 def test_the_probe_and_posts_satisfy_the_contract() -> None:
     features: list[Feature] = [Probe(), *default_features()]  # mypy checks each against the protocol
-    assert [f.name for f in features] == ["probe", "posts", "doc", "guests", "trust", "rotation", "apps", "pairing", "zre"]
+    assert [f.name for f in features] == ["probe", "posts", "doc", "guests", "trust", "rotation", "apps", "pairing",
+                                          "hydra", "zre"]
 
 
 class _SecuredHost:

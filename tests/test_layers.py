@@ -82,6 +82,8 @@ LAYER_OF: dict[str, str] = {
     "huddle.zre": "zre",  # ZRE as Zyre speaks it: codec and peer machine (pure), its driver (pyzmq, UDP)
     "huddle.zre.section": "sections",  # [zre]: read by the configuration, loaded by every node
     "huddle.zre.feature": "features",
+    "huddle.hydra": "hydra",  # Hydra on its own wire: codec and session machine (pure), its ROUTER (pyzmq)
+    "huddle.hydra.feature": "features",
     "huddle.__main__": "entry",
     "huddle.pipeline.submit": "entry",
 }
@@ -109,6 +111,7 @@ ALLOWED: dict[str, set[str]] = {
     # and beacons the newcomer listens to (discovery).
     "pairing": {"base", "wire", "security", "transport", "discovery"},
     "zre": {"base", "discovery"},  # discovery: the interface it beacons on
+    "hydra": {"base", "posts", "discovery", "zre"},  # posts: the store and client; zre: its peers; the interface
     "sections": {"base"},  # a feature's TOML section that lives in its package, beside nothing else of it
     # their sections: posts, guests, control, pairing, sections (zre)
     "config": {"base", "wire", "protocol", "posts", "guests", "discovery", "security", "control", "pairing",
@@ -126,7 +129,7 @@ ALLOWED: dict[str, set[str]] = {
     # Each feature (its package's feature.py and commands) and the default list: a feature plugs
     # its routes (api) and its commands (through the client, rendered) into the node.
     "features": {"base", "wire", "log", "doc", "protocol", "posts", "guests", "config", "security", "ports", "api",
-                 "clients", "render", "control", "pairing", "zre"},
+                 "clients", "render", "control", "pairing", "zre", "hydra"},
     # The node names no feature package: it loops over the features it is given (the default list).
     "node": {"base", "wire", "log", "protocol", "transport", "discovery", "config", "api", "security",
              "driver", "finders", "host", "ports", "features"},

@@ -48,3 +48,16 @@ def test_from_json_checks_the_id() -> None:
     assert Post.from_json(post.to_json()) == post
     with pytest.raises(PostError, match="does not match"):
         Post.from_json(post.to_json() | {"id": "1" * 40})
+
+
+def test_a_digest_and_parent_id_as_hydra_writes_them_are_kept_as_written() -> None:
+    """czmq's zdigest_string writes hex in uppercase (docs/hydra.md, "Post ids"): a Hydra node's
+    digest and parent id are hashed as that text, so they are kept as written; the id stays lowercase."""
+    digest = hashlib.sha1(b"hi").hexdigest()
+    post = Post("s", "2026-01-02T03:04:05Z", "AB" * 20, "text/plain", digest.upper(), 2)
+    assert post.digest == digest.upper() and post.parent_id == "AB" * 20
+    text = f"s:2026-01-02T03:04:05Z:{'AB' * 20}:text/plain:{digest.upper()}"
+    assert post.id == hashlib.sha1(text.encode()).hexdigest()  # Hydra's id, lowercased
+    assert post.matches(digest, 2) and post.matches(digest.upper(), 2) and not post.matches(digest, 3)
+    with pytest.raises(PostError, match="digest"):
+        Post("s", "2026-01-02T03:04:05Z", "", "text/plain", digest[:20] + digest[20:].upper(), 2)  # mixed case

@@ -12,6 +12,7 @@ from __future__ import annotations
 from .control.feature import AppsFeature
 from .doc.feature import DocumentFeature
 from .guests_feature import GuestsFeature
+from .hydra.feature import HydraFeature
 from .pairing.feature import PairingFeature
 from .ports import Feature
 from .posts.feature import PostsFeature
@@ -23,5 +24,6 @@ __all__ = ["default_features"]
 
 def default_features() -> list[Feature]:
     """A new list of new features, in the order the node starts them (each node its own)."""
-    return [PostsFeature(), DocumentFeature(), GuestsFeature(), TrustFeature(), RotationFeature(),
-            AppsFeature(), PairingFeature(), ZreFeature()]
+    posts, zre = PostsFeature(), ZreFeature()  # Hydra's server reads posts' store, tells ZRE its header
+    return [posts, DocumentFeature(), GuestsFeature(), TrustFeature(), RotationFeature(),
+            AppsFeature(), PairingFeature(), HydraFeature(posts, zre), zre]

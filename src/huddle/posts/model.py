@@ -3,7 +3,10 @@
 ``post_id = sha1(subject ":" timestamp ":" parent_id ":" mime_type ":" digest)``
 in hex, where ``digest`` is the SHA1 of the content in hex and ``parent_id``
 is the empty string for a post without a parent.  The same post has the same
-id on every node.
+id on every node.  huddle writes its digests and ids in lowercase; a Hydra node
+(czmq's ``zdigest_string``) in uppercase.  The digest and parent id are kept as
+they were written, since they are hashed as text; the id is kept in lowercase
+(docs/hydra.md).
 
 huddle's addition (docs/security.md, "Sealed posts"): a post is **sealed** by its author.  The author signs
 (Ed25519, its node key) the metadata together with a SHA-256 of the content (the SHA1
@@ -34,6 +37,7 @@ __all__ = [
 
 _TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z\Z")
 _HEX40 = re.compile(r"[0-9a-f]{40}\Z")
+_HEX40_ONE_CASE = re.compile(r"([0-9a-f]{40}|[0-9A-F]{40})\Z")  # a digest or parent id as Hydra writes them too
 _HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 _HEX32 = re.compile(r"[0-9a-f]{32}\Z")
 _SEAL_CONTEXT = b"huddle post seal v1\x00"  # what a seal's signature is of: never anything else's
@@ -102,13 +106,13 @@ class Post:
             raise PostError(f"subject longer than {MAX_SUBJECT} octets")
         if not _TIMESTAMP.match(self.timestamp) or not _real_time(self.timestamp):
             raise PostError(f"timestamp {self.timestamp!r} is not ISO 8601 UTC (yyyy-mm-ddThh:mm:ssZ)")
-        if self.parent_id and not is_post_id(self.parent_id):
-            raise PostError(f"parent id {self.parent_id!r} is not a post id (40 lowercase hex digits)")
+        if self.parent_id and not _HEX40_ONE_CASE.match(self.parent_id):
+            raise PostError(f"parent id {self.parent_id!r} is not a post id (40 hex digits of one case)")
         if not self.mime_type or len(self.mime_type) > MAX_MIME or not self.mime_type.isascii() \
                 or "/" not in self.mime_type or any(c.isspace() for c in self.mime_type):
             raise PostError(f"MIME type {self.mime_type!r} is not TYPE/SUBTYPE")
-        if not is_post_id(self.digest):
-            raise PostError(f"digest {self.digest!r} is not a SHA1 in hex")
+        if not _HEX40_ONE_CASE.match(self.digest):
+            raise PostError(f"digest {self.digest!r} is not a SHA1 in hex (40 digits of one case)")
         if not 0 <= self.size < 2**63:
             raise PostError(f"size {self.size} out of range")
         any_seal = self.sealed or self.sha256 or self.author or self.public_key
@@ -116,6 +120,10 @@ class Post:
                              and len(self.public_key) == 32 and len(self.signature) == 64):
             raise PostError("a post's seal needs a SHA-256 (64 hex digits), an author id (32 hex digits), "
                             "a public key (32 octets) and a signature (64 octets)")
+
+    def matches(self, digest: str, size: int) -> bool:
+        """Is ``digest`` (a SHA1 in hex, either case) and ``size`` the content's?"""
+        return digest.lower() == self.digest.lower() and size == self.size
 
     @property
     def sealed(self) -> bool:

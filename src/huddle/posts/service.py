@@ -260,7 +260,7 @@ class PostService:
             self.stats.checks += 1
             digest, size = await asyncio.get_running_loop().run_in_executor(None, digest_file, path)
             post = self.store.get(pid)
-            if post is not None and (digest, size) == (post.digest, post.size):
+            if post is not None and post.matches(digest, size):
                 self.store.checked(pid, stamp, digest, size)
             else:  # the server's own check (in line) refuses it, with a 500, and drops it
                 self._failed[pid] = stamp

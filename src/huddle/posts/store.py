@@ -136,7 +136,7 @@ class Upload:
             post = Post(subject, timestamp, parent_id, mime_type, self._hash.sha1.hexdigest(), self.size)
             if self._store.identity is not None:
                 post = post.seal(self._store.identity, self._hash.sha256.hexdigest())
-            if parent_id and not self._store.holds(parent_id):
+            if parent_id and not self._store.holds(parent_id.lower()):
                 raise PostError(f"parent post {parent_id} is not in this node's store")
         except PostError:
             self.path.unlink(missing_ok=True)
@@ -290,7 +290,7 @@ class PostStore:
         post = self._meta.get(pid)
         if post is None:
             raise UnknownPost(pid)
-        if digest != post.digest or size != post.size:
+        if not post.matches(digest, size):
             self.drop(pid, f"content digest {digest} ({size} octets) does not match {post.digest}")
             raise CorruptContent(f"post {pid}: content does not match its digest; dropped")
         self._verified[pid] = stamp
@@ -484,7 +484,7 @@ class PostStore:
         else:
             digests, size = hash_file(part)
         digest = digests.sha1.hexdigest()
-        if digest != post.digest or size != post.size or (post.sealed and digests.sha256.hexdigest() != post.sha256):
+        if not post.matches(digest, size) or (post.sealed and digests.sha256.hexdigest() != post.sha256):
             log.debug("fetched content of %s does not match its digests (%s, %d octets): dropped", pid, digest, size)
             part.unlink(missing_ok=True)
             return False

@@ -89,6 +89,7 @@ class ZreFeature(FeatureBase):
 
     def __init__(self) -> None:
         self.driver: ZreDriver | None = None  # with --zre, once started
+        self.headers: dict[str, str] = {}  # more headers of the HELLO, set by features that start before it
         self._host: FeatureHost | None = None
         self._waiting: list[tuple[str, Any]] = []  # SHOUTs heard, to record (at most MAX_WAITING)
         self._wake = asyncio.Event()
@@ -102,7 +103,7 @@ class ZreFeature(FeatureBase):
         assert host.uuid is not None  # the node's id is set before its features start
         self._host = host
         driver = ZreDriver(uuid=bytes(host.uuid), name=cfg.name, group=cfg.group,
-                           headers={"X-HUDDLE": host.mesh.endpoint},
+                           headers={"X-HUDDLE": host.mesh.endpoint, **self.headers},
                            interface=cfg.zre.interface or cfg.discovery.interface,
                            port=cfg.zre.port, on_shout=self._shouted, on_whisper=self._whispered)
         await driver.start()
