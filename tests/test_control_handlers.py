@@ -248,7 +248,7 @@ def test_closing_kills_what_runs_and_runs_nothing_queued(tmp_path: Path) -> None
         r = runner(tmp_path, [HandlerSpec("peer-up", (sys.executable, hang))], running=1, queued=4)
         for _ in range(3):
             r.fire(("peer-up",), {}, {})
-        await until(pids.exists, 20, "the first running")
+        await until(lambda: pids.exists() and pids.read_text().endswith("\n"), 20, "the first running")
         await r.close()
         return r
 
