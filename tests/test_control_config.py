@@ -71,9 +71,10 @@ stop-timeout = 3
     ('[[apps]]\nname = "a"\ncommand = ["x"]\ndepends-on = ["b"]\n[[apps]]\nname = "b"\ncommand = ["x"]\n'
      'depends-on = ["c"]\n[[apps]]\nname = "c"\ncommand = ["x"]\ndepends-on = ["a"]',
      "apps depend on each other in a cycle: a -> b -> c -> a"),
-    ('[[apps]]\nname = "a"\ncommand = ["x"]\ndepends-on = ["clock@server"]', "names an app of another node"),
-    ('[[apps]]\nname = "a"\ncommand = ["x"]\nplacement = "one-of-type"', "\"one-of-type\" is not built yet"),
-    ('[[apps]]\nname = "a"\ncommand = ["x"]\nplacement = "anywhere"', "placement must be \"this-node\""),
+    ('[[apps]]\nname = "a"\ncommand = ["x"]\ndepends-on = ["clock@Server"]', "must be an app's name, or NAME@TYPE"),
+    ('[[apps]]\nname = "a"\ncommand = ["x"]\ndepends-on = ["@server"]', "must be an app's name, or NAME@TYPE"),
+    ('[[apps]]\nname = "a"\ncommand = ["x"]\ndepends-on = ["clock@"]', "must be an app's name, or NAME@TYPE"),
+    ('[[apps]]\nname = "a"\ncommand = ["x"]\nplacement = "anywhere"', "placement must be one of this-node, one-of-type"),
     ('apps = "a"', "[[apps]] is an array of tables"),
     ('[types.display]\napps = 3', "[[types.display.apps]] is an array of tables"),
 ])
@@ -82,6 +83,17 @@ def test_mistakes_are_refused_clearly(tmp_path: Path, text: str, message: str) -
         load(tmp_path, text)
     assert message in str(info.value)
     assert str(info.value).startswith(f"in {tmp_path / 'node.toml'}:")
+
+
+def test_another_nodes_app_and_one_of_type_are_read(tmp_path: Path) -> None:
+    """``NAME@TYPE`` needs no app of that name on this node and orders nothing here; ``one-of-type`` is kept."""
+    cfg = load(tmp_path, '[[apps]]\nname = "board"\ncommand = ["x"]\ndepends-on = ["clock", "clock@server"]\n'
+                         'placement = "one-of-type"\n[[apps]]\nname = "clock"\ncommand = ["y"]\n')
+    board, _ = sorted(cfg.node_apps(), key=lambda a: a.name)
+    assert (board.depends_on, board.local_deps, board.placement) == (("clock", "clock@server"), ("clock",), "one-of-type")
+    assert [a.name for a in cfg.node_apps()] == ["clock", "board"]
+    with pytest.raises(ConfigError, match="depends on 'nope', which is not an app"):
+        load(tmp_path, '[[apps]]\nname = "a"\ncommand = ["x"]\ndepends-on = ["nope", "nope@server"]\n')
 
 
 def test_a_types_cycle_is_found_on_a_node_of_that_type_only(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from typing import Any
 __all__ = [
     "ApiLimits",
     "GuestLimits",
+    "HandlerLimits",
     "LimitError",
     "Limits",
     "LogLimits",
@@ -212,6 +213,17 @@ class NamingLimits:
                           "receiver's clock", default=60.0)
 
 
+# --------------------------------------------------------------------- handlers
+
+
+@dataclass(frozen=True)
+class HandlerLimits:
+    """The event handlers a node runs (docs/limits.md, "Handlers")."""
+
+    running: int = _doc("handlers' processes running at once", default=4)
+    queued: int = _doc("handler runs waiting for one of those places", default=64)
+
+
 # ------------------------------------------------------------------------- all
 
 
@@ -225,6 +237,7 @@ class Limits:
     guests: GuestLimits = field(default_factory=GuestLimits)
     posts: PostLimits = field(default_factory=PostLimits)
     naming: NamingLimits = field(default_factory=NamingLimits)
+    handlers: HandlerLimits = field(default_factory=HandlerLimits)
 
     def __post_init__(self) -> None:
         for area in fields(self):

@@ -159,6 +159,10 @@ class FeatureHost(Protocol):
     def name_of(self, uuid: NodeId) -> str:
         """A node's name as this node knows it (its short id if it knows none)."""
 
+    def system(self) -> dict[str, Any]:
+        """The system picture as this node computes it (``GET /api/v1/system``): its ``members``,
+        each with its features' facts in ``ext`` (docs/protocol.md 14.2)."""
+
     def local_now(self) -> float: ...
 
     def mesh_time(self) -> float: ...

@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..control.handlers import HandlerSpec, parse_handlers
 from ..control.section import AppSpec, parse_apps
 from ..errors import ConfigError
 from ..limits import LimitError, Limits
@@ -25,7 +26,7 @@ __all__ = ["TABLES", "load_config"]
 
 # The tables that are not sections: node types ([types.NAME]), limits ([limits.AREA]), apps ([[apps]])
 # and tags.
-TABLES = ("types", "limits", "apps", "tags")
+TABLES = ("types", "limits", "apps", "handlers", "tags")
 
 # Where a key may stand: a section's table, or the top level (its key, its flag, older spellings).
 _IN_TABLE: dict[str, dict[str, Setting]] = {table: {} for table in SECTIONS}
@@ -72,6 +73,7 @@ def _read(raw: dict[str, Any], path: Path) -> NodeConfig:
     given: dict[Setting, tuple[str, Any]] = {}  # each setting the file gives: as it wrote it, its value
     types: tuple[NodeType, ...] = ()
     apps: tuple[AppSpec, ...] = ()
+    handlers: tuple[HandlerSpec, ...] = ()
     type_apps: list[tuple[str, tuple[AppSpec, ...]]] = []
     limits = Limits()
     tags: dict[str, str] = {}
@@ -89,6 +91,8 @@ def _read(raw: dict[str, Any], path: Path) -> NodeConfig:
             types = _types(value, path, type_apps)
         elif name == "apps":
             apps = parse_apps(value, f"in {path}: [[apps]]", path.parent)
+        elif name == "handlers":
+            handlers = parse_handlers(value, f"in {path}: [[handlers]]")
         elif name == "limits":
             if not isinstance(value, dict):
                 raise ConfigError(f"in {path}: limits are tables, e.g. [limits.api] with max-connections = 512")
@@ -116,7 +120,7 @@ def _read(raw: dict[str, Any], path: Path) -> NodeConfig:
     if values.get(GROUP_KEY) is not None:  # a group file's path is relative to the config file's directory
         values[GROUP_KEY] = path.parent / values[GROUP_KEY]
     return NodeConfig(types=types, limits=limits, apps=apps, type_apps=tuple(type_apps),
-                      tags=tags).with_settings(values)
+                      handlers=handlers, tags=tags).with_settings(values)
 
 
 def _put(given: dict[Setting, tuple[str, Any]], s: Setting, written: str, value: Any, path: Path) -> None:

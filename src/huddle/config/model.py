@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from ..control.handlers import HandlerSpec
 from ..control.section import AppSpec, node_apps
 from ..errors import ConfigError
 from ..guests.section import GuestsSection
@@ -70,6 +71,7 @@ class NodeConfig:
     limits: Limits = field(default_factory=Limits, metadata={"setting": False})  # [limits.AREA] (docs/limits.md)
     apps: tuple[AppSpec, ...] = field(default=(), metadata={"setting": False})  # [[apps]] (docs/control.md)
     type_apps: tuple[tuple[str, tuple[AppSpec, ...]], ...] = field(default=(), metadata={"setting": False})  # a type's
+    handlers: tuple[HandlerSpec, ...] = field(default=(), metadata={"setting": False})  # [[handlers]] (docs/control.md)
     # What the node advertises of itself ([tags] KEY = "VALUE", or tag = KEY=VALUE; docs/configuration.md "Tags").
     tags: Mapping[str, str] = field(default_factory=dict, hash=False, metadata={"setting": False})
     mesh: MeshSection = field(default_factory=MeshSection)

@@ -5,6 +5,9 @@
   of an earlier run killed and the watchdog started at once, the apps started once the node
   serves (its spawned task runs then), stopped in reverse order as the node stops;
 * its routes (:mod:`huddle.api.apps_http`), its commands (:mod:`huddle.control.cli`);
+* its handlers (:class:`~huddle.control.handler_runner.HandlerRunner`, ``[[handlers]]``): the
+  programs run on a peer up, suspect or gone, a record in the log, an app's change of state,
+  fired from its event subscriptions and the supervisor's watch;
 * its facts: each app's state (``{"scoreboard": "running"}``), so every node's picture shows
   every node's apps.  Never a pid or an uptime: those change without the state changing, and
   a changed fact makes a report go to every member (docs/protocol.md 14).
@@ -13,15 +16,22 @@
 from __future__ import annotations
 
 import contextlib
+import json
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from ..ports import ApiHandler, ClientOptions, FeatureBase, FeatureHost, Spawn
+from ..errors import NotRunning
+from ..ports import ApiHandler, ClientOptions, FeatureBase, FeatureHost, Spawn, Subscriber
+from ..protocol.events import LogAppended, PeerJoined, PeerLeft, PeerStateChanged
+from ..protocol.picture_compute import PictureTiming
 from .counters import AppsCounters
+from .handlers import triggers
 from .section import AppSpec
 
 if TYPE_CHECKING:  # the driver and the routes load when a node runs apps and serves, not with `huddle --help`
     from aiohttp import web
 
+    from .handler_runner import HandlerRunner
     from .supervisor import Supervisor
 
 __all__ = ["AppsFeature"]
@@ -34,31 +44,106 @@ class AppsFeature(FeatureBase):
 
     def __init__(self) -> None:
         self.supervisor: Supervisor | None = None  # None: the node runs no app
+        self.handlers: HandlerRunner | None = None  # None: the node has no handler
+        self._host: FeatureHost | None = None
         self.counters = AppsCounters()  # what its routes refused
 
     async def start(self, stack: contextlib.AsyncExitStack, spawn: Spawn, host: FeatureHost) -> None:
         specs = host.config.node_apps()
-        if not specs:
-            return
-        from .supervisor import Supervisor  # noqa: PLC0415 - only a node that runs apps loads the driver
-
         cfg = host.config
+        self._host = host
+
+        def node_env() -> dict[str, str]:
+            return {"HUDDLE_API": host.api_url or "", "HUDDLE_NODE_ID": str(host.uuid or ""),
+                    "HUDDLE_NODE_NAME": cfg.name, "HUDDLE_GROUP": cfg.group, "HUDDLE_NODE_TYPE": cfg.node_type}
+
+        if cfg.handlers:
+            from .handler_runner import HandlerRunner  # noqa: PLC0415 - only a node with handlers loads it
+
+            self.handlers = HandlerRunner(cfg.handlers, cfg.data_dir / "apps", node_env,
+                                          running=cfg.limits.handlers.running, queued=cfg.limits.handlers.queued)
+        if not specs:
+            self._close_handlers_first(stack)
+            return
+        from .supervisor import Picture, Supervisor  # noqa: PLC0415 - only a node that runs apps loads the driver
 
         def env(spec: AppSpec) -> dict[str, str]:
-            return {"HUDDLE_API": host.api_url or "", "HUDDLE_NODE_ID": str(host.uuid or ""),
-                    "HUDDLE_NODE_NAME": cfg.name, "HUDDLE_GROUP": cfg.group, "HUDDLE_NODE_TYPE": cfg.node_type,
-                    "HUDDLE_APP": spec.name}
+            return node_env() | {"HUDDLE_APP": spec.name}
 
-        supervisor = Supervisor(specs, cfg.data_dir / "apps", env, host.local_now)
+        def members() -> list[dict[str, Any]]:
+            try:
+                return list(host.system()["members"])
+            except NotRunning:  # the node stops: no picture, so nothing starts
+                return []
+
+        # A one-of-type app waits two report intervals before its first start (Picture's settle).
+        picture = Picture(members, str(host.uuid or ""), cfg.node_type, cfg.mesh_timing().heartbeat_interval,
+                          settle=2 * PictureTiming().interval)
+        supervisor = Supervisor(specs, cfg.data_dir / "apps", env, host.local_now, picture=picture)
         supervisor.open()
         self.supervisor = supervisor
         stack.push_async_callback(supervisor.close)
+        if self.handlers is not None:
+            supervisor.watch = self._app_changed
+        self._close_handlers_first(stack)
         spawn(supervisor.run())  # in the node's task group: once the node serves
+
+    def _close_handlers_first(self, stack: contextlib.AsyncExitStack) -> None:
+        """The handlers stop before the apps do (the exit stack runs backwards): a node that
+        stops runs no handler on its apps stopping."""
+        if self.handlers is not None:
+            stack.push_async_callback(self.handlers.close)
+
+    # ------------------------------------------------------------------ handlers' occurrences
+
+    def subscriptions(self) -> Sequence[tuple[tuple[type, ...], Subscriber]]:
+        if self.handlers is None:
+            return []
+        return [((PeerJoined, PeerStateChanged, PeerLeft), self._peer), ((LogAppended,), self._records)]
+
+    def _peer(self, event: PeerJoined | PeerStateChanged | PeerLeft) -> bool:
+        runner = self.handlers
+        if isinstance(event, PeerJoined):
+            on = "peer-up"
+        elif isinstance(event, PeerLeft):
+            on = "peer-gone"
+        elif event.state == "suspect":
+            on = "peer-suspect"
+        else:
+            return False
+        if runner is not None and runner.wants(on):
+            runner.fire((on,), {"HUDDLE_EVENT": on, "HUDDLE_PEER_NAME": event.name, "HUDDLE_PEER_ID": str(event.peer)},
+                        event.to_json())
+        return False
+
+    def _records(self, event: LogAppended) -> bool:
+        runner, host = self.handlers, self._host
+        if runner is None or host is None:
+            return False
+        for record, _ in event.records:
+            ons = triggers("event", record.kind)
+            if runner.wants(*ons):
+                source = record.source
+                runner.fire(ons, {"HUDDLE_EVENT": "event", "HUDDLE_EVENT_KIND": record.kind,
+                                  "HUDDLE_PEER_ID": str(source), "HUDDLE_PEER_NAME": host.name_of(source)},
+                            {"type": "event", "source": str(source), "seq": record.seq, "kind": record.kind,
+                             "body": json.loads(record.body), "time": record.timestamp})
+        return False
+
+    def _app_changed(self, name: str, state: str, label: str) -> None:
+        runner, host = self.handlers, self._host
+        ons = triggers("app", name, state)
+        if runner is not None and host is not None and runner.wants(*ons):
+            runner.fire(ons, {"HUDDLE_EVENT": "app", "HUDDLE_APP": name, "HUDDLE_APP_STATE": state},
+                        {"type": "app", "app": name, "state": label, "node": str(host.uuid or ""),
+                         "time": host.mesh_time()})
 
     def routes(self, app: web.Application) -> None:
         from ..api.apps_http import add_app_routes  # noqa: PLC0415 - aiohttp: when a node serves
+        from ..api.handlers_http import add_handler_routes  # noqa: PLC0415 - likewise
 
         add_app_routes(app, self)
+        add_handler_routes(app, self)
 
     def commands(self, sub: Any, client_options: ClientOptions, epilog: str) -> dict[str, ApiHandler]:
         from .cli import add_parsers, run  # noqa: PLC0415 - small; its client loads when it runs

@@ -65,10 +65,8 @@ class AppSpec:
             raise ConfigError(f"app {n!r}: command must be a non-empty list of non-empty strings (no shell)")
         if self.restart not in RESTART_POLICIES:
             raise ConfigError(f"app {n!r}: restart must be one of {', '.join(RESTART_POLICIES)}, got {self.restart!r}")
-        if self.placement == "one-of-type":
-            raise ConfigError(f"app {n!r}: placement \"one-of-type\" is not built yet; only \"this-node\" runs")
         if self.placement not in PLACEMENTS:
-            raise ConfigError(f"app {n!r}: placement must be \"this-node\", got {self.placement!r}")
+            raise ConfigError(f"app {n!r}: placement must be one of {', '.join(PLACEMENTS)}, got {self.placement!r}")
         if self.stop_signal not in STOP_SIGNALS:
             raise ConfigError(f"app {n!r}: stop-signal must be one of {', '.join(STOP_SIGNALS)}, got {self.stop_signal!r}")
         if not all(0 <= c <= 255 for c in self.exitcodes):
@@ -86,11 +84,17 @@ class AppSpec:
             if not low <= count <= high:
                 raise ConfigError(f"app {n!r}: {key} must be {low}..{high}, got {count}")
         for dep in self.depends_on:
-            if "@" in dep:
-                raise ConfigError(f"app {n!r}: depends-on {dep!r} names an app of another node; only apps of this "
-                                  "node can be depended on yet")
+            name, at, node_type = dep.partition("@")
+            if not APP_NAME.match(name) or (at and not APP_NAME.match(node_type)):
+                raise ConfigError(f"app {n!r}: depends-on {dep!r} must be an app's name, or NAME@TYPE: app NAME on "
+                                  "any node of type TYPE (each 1..32 of a-z 0-9 _ - starting with a letter)")
             if dep == n:
                 raise ConfigError(f"app {n!r} depends on itself")
+
+    @property
+    def local_deps(self) -> tuple[str, ...]:
+        """The apps of this node it depends on (``NAME``, not ``NAME@TYPE``)."""
+        return tuple(d for d in self.depends_on if "@" not in d)
 
     @property
     def signal(self) -> signal.Signals:
@@ -175,7 +179,7 @@ def node_apps(of_type: Sequence[AppSpec], own: Sequence[AppSpec]) -> tuple[AppSp
     if len(merged) > MAX_APPS:
         raise ConfigError(f"a node runs at most {MAX_APPS} apps, this one would run {len(merged)}")
     for app in merged.values():
-        for dep in app.depends_on:
+        for dep in app.local_deps:
             if dep not in merged:
                 raise ConfigError(f"app {app.name!r} depends on {dep!r}, which is not an app of this node "
                                   f"(known: {', '.join(merged) or 'none'})")
@@ -194,7 +198,7 @@ def _ordered(apps: Mapping[str, AppSpec]) -> Iterable[str]:
             cycle = [*path[path.index(name):], name]
             raise ConfigError(f"apps depend on each other in a cycle: {' -> '.join(cycle)}")
         path.append(name)
-        for dep in apps[name].depends_on:
+        for dep in apps[name].local_deps:
             visit(dep)
         path.pop()
         done.append(name)

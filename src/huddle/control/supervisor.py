@@ -13,7 +13,9 @@ actions and tells it what happened (docs/control.md, "How an app runs"):
   ``kill -9`` leaves none behind; a node started on the data directory kills a group its pid
   file names that still runs (same boot), so one copy runs;
 * :meth:`Supervisor.run` ticks the machines at their deadlines and starts a waiting app once
-  the apps it depends on run; :meth:`Supervisor.close` stops them in reverse dependency order.
+  the apps it depends on run (another node's, ``NAME@TYPE``, and a ``one-of-type`` app's
+  holder are read from the system picture, :mod:`~huddle.control.placement`, each heartbeat);
+  :meth:`Supervisor.close` stops them in reverse dependency order.
 """
 
 from __future__ import annotations
@@ -34,9 +36,10 @@ from typing import Any, Final
 
 from ..errors import LocalProtocolError
 from .machine import KILL, SPAWN, UP, Action, AppMachine, AppState, Signal
+from .placement import holder, may_start, remote_ready, split_dependency
 from .section import AppSpec
 
-__all__ = ["RING", "Supervisor", "UnknownApp"]
+__all__ = ["RING", "Picture", "Supervisor", "UnknownApp"]
 
 log = logging.getLogger("huddle.control")
 
@@ -161,15 +164,38 @@ class _App:
         self.gone.set()
 
 
+class Picture:
+    """What the supervisor reads of the system picture: its members (``GET /api/v1/system``'s),
+    this node's id and type, how often to read them again, and how long after the supervisor
+    starts it first starts a ``one-of-type`` app (``settle``: time to meet the group and hold its
+    reports, so a node that joins one where another node runs the app does not start a second)."""
+
+    def __init__(self, members: Callable[[], Sequence[Mapping[str, Any]]], me: str, node_type: str,
+                 every: float, settle: float) -> None:
+        self.members, self.me, self.node_type, self.every, self.settle = members, me, node_type, every, settle
+
+
+_HOLDING: Final = frozenset({AppState.STARTING, AppState.RUNNING, AppState.BACKOFF})
+
+
 class Supervisor:
     """Every app of one node (the module docstring)."""
 
     def __init__(self, specs: Sequence[AppSpec], folder: Path, env: Callable[[AppSpec], Mapping[str, str]],
-                 clock: Callable[[], float], jitter: Callable[[], float] = random.random) -> None:
+                 clock: Callable[[], float], *, jitter: Callable[[], float] = random.random,
+                 picture: Picture | None = None) -> None:
         """``specs`` in start order (each after those it depends on); ``folder`` the data
-        directory's ``apps``; ``env(spec)`` the HUDDLE_* variables of an app; ``clock`` seconds."""
+        directory's ``apps``; ``env(spec)`` the HUDDLE_* variables of an app; ``clock`` seconds;
+        ``picture`` the system picture, read when an app depends on another node's or is
+        ``one-of-type`` (None: such an app waits for ever)."""
         self.folder, self._env, self._clock = folder, env, clock
         self.apps: dict[str, _App] = {s.name: _App(s, folder, jitter) for s in specs}
+        self._picture = picture if any(s.placement == "one-of-type" or s.local_deps != s.depends_on
+                                       for s in specs) else None
+        self._settled_at = 0.0  # no one-of-type app starts before (set as run() starts)
+        # Told (name, state, label) of each app whose label changed (the handlers on app:NAME:STATE).
+        self.watch: Callable[[str, str, str], None] | None = None
+        self._noted = {name: app.machine.label() for name, app in self.apps.items()}
         self._poke = asyncio.Event()
         self._watchdog: subprocess.Popen[bytes] | None = None
         self._guard = _death_guard()
@@ -213,12 +239,16 @@ class Supervisor:
     async def run(self) -> None:
         """Start the autostart apps, then tick the machines until cancelled."""
         now = self._clock()
+        if self._picture is not None:
+            self._settled_at = now + self._picture.settle
         for app in self.apps.values():
             if app.spec.autostart:
                 self._carry_out(app, app.machine.start(now))
         while True:
             self._step()
             deadlines = [d for a in self.apps.values() if (d := a.machine.next_deadline()) is not None]
+            if self._picture is not None:  # the picture is read again each heartbeat
+                deadlines.append(self._clock() + self._picture.every)
             self._poke.clear()
             timeout = None if not deadlines else max(0.0, min(deadlines) - self._clock())
             with contextlib.suppress(TimeoutError):
@@ -226,12 +256,46 @@ class Supervisor:
 
     def _step(self) -> None:
         now = self._clock()
+        picture = self._picture
+        members = () if picture is None else picture.members()
         for app in self.apps.values():  # in start order: a dependency that comes up lets its dependents go
-            m = app.machine
+            m, spec = app.machine, app.spec
             self._carry_out(app, m.tick(now))
-            if m.state is AppState.WAITING and all(
-                    self.apps[d].machine.state is AppState.RUNNING for d in app.spec.depends_on):
+            if spec.placement == "one-of-type" and picture is not None and m.state in _HOLDING:
+                chosen = holder(members, spec.name, picture.node_type)
+                if chosen is not None and chosen != picture.me:  # another node holds it: stop, then stand by
+                    log.info("app %s: held by node %s; stopping it here", spec.name, chosen[:8])
+                    self._carry_out(app, m.restart(now))
+                    continue
+            if m.state is AppState.WAITING and self._may_start(spec, members):
                 self._carry_out(app, m.ready(now))
+        self._note()
+
+    def _note(self) -> None:
+        """Tell ``watch`` of each app whose label changed since it was last told."""
+        watch = self.watch
+        for name, app in self.apps.items():
+            label = app.machine.label()
+            if label != self._noted[name]:
+                self._noted[name] = label
+                if watch is not None:
+                    watch(name, str(app.machine.state), label)
+
+    def _may_start(self, spec: AppSpec, members: Sequence[Mapping[str, Any]]) -> bool:
+        """Every app it depends on runs (this node's; another node's in the picture) and, for a
+        ``one-of-type`` app, the picture makes this node its holder."""
+        for dep in spec.depends_on:
+            name, node_type = split_dependency(dep)
+            if node_type is None:
+                if self.apps[name].machine.state is not AppState.RUNNING:
+                    return False
+            elif not remote_ready(members, name, node_type):
+                return False
+        if spec.placement != "one-of-type":
+            return True
+        picture = self._picture
+        return picture is not None and self._clock() >= self._settled_at and may_start(
+            members, spec.name, picture.node_type, picture.me)
 
     async def close(self) -> None:
         """Stop every app in reverse dependency order: the apps no other running app depends on
@@ -239,7 +303,7 @@ class Supervisor:
         on; then the watchdog, told of no group by then."""
         left = dict(self.apps)
         while left:
-            needed = {d for app in left.values() for d in app.spec.depends_on}
+            needed = {d for app in left.values() for d in app.spec.local_deps}
             wave = [app for name, app in left.items() if name not in needed]
             await asyncio.gather(*(self._stop(app) for app in wave))
             for app in wave:
@@ -272,6 +336,7 @@ class Supervisor:
         actions = machine.start(now) if what == "start" else machine.stop(now) if what == "stop" \
             else machine.restart(now)
         self._carry_out(app, actions)
+        self._note()
         self._poke.set()
         return self.status(app, now)
 
@@ -374,6 +439,7 @@ class Supervisor:
         if app.machine.state is AppState.FAILED:
             log.warning("app %s: failed to start %d time(s) in a row: given up (huddle app start %s)",
                         app.spec.name, app.machine.failures, app.spec.name)
+        self._note()
         self._poke.set()
 
     def _tell_watchdog(self, line: str) -> None:
