@@ -10,6 +10,7 @@ when they are used, so building the list costs ``huddle --help`` nothing.
 from __future__ import annotations
 
 from .control.feature import AppsFeature
+from .control.orders_feature import OrdersFeature
 from .doc.feature import DocumentFeature
 from .guests_feature import GuestsFeature
 from .pairing.feature import PairingFeature
@@ -23,5 +24,6 @@ __all__ = ["default_features"]
 
 def default_features() -> list[Feature]:
     """A new list of new features, in the order the node starts them (each node its own)."""
+    apps = AppsFeature()  # orders come before it: their closer (a shutdown command) runs after its
     return [PostsFeature(), DocumentFeature(), GuestsFeature(), TrustFeature(), RotationFeature(),
-            AppsFeature(), PairingFeature(), ZreFeature()]
+            OrdersFeature(apps), apps, PairingFeature(), ZreFeature()]
