@@ -73,7 +73,7 @@ class _Host:
     def name_of(self, uuid: NodeId) -> str:
         return uuid.short
 
-    def emit(self, kind: str, body: Any) -> None:
+    def record_soon(self, kind: str, body: Any) -> None:
         self.recorded.append((kind, body))
 
     def send_to(self, peer: NodeId, payload: bytes) -> int:

@@ -241,7 +241,7 @@ class OrderDesk:
         if status is not None and answer is not None:
             body |= {"status": status, "state": answer.get("state"), "error": answer.get("error")}
         try:
-            self._host.emit(kind, body)
+            self._host.record_soon(kind, body)  # as the node starts: once its start-up window ends
         except HuddleError as exc:  # a read-only node cut off records nothing
             log.warning("%s %s not recorded: %s", kind, order.id, exc)
 
