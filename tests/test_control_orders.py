@@ -269,5 +269,8 @@ def test_the_asking_side_answers_gone_excluded_and_matches_its_result() -> None:
         desk.handle(OrderPayload(target, answer))  # nothing waits for it any more
         assert desk.counters.unexpected == 1
         assert (await desk.ask(target, "stop", "scoreboard", timeout=0.2))[0] == 504
+        recorded = len(host.recorded)
+        assert (await desk.ask(target, "apps", timeout=0.2))[0] == 504
+        assert len(host.recorded) == recorded, "reading the list is no order: not recorded"
 
     asyncio.run(main())

@@ -102,8 +102,10 @@ class OrderDesk:
         host = self._host
         order = Order(secrets.token_hex(16), host.config.group, target, action, app, host.mesh_time())
         label = host.name_of(target)
+        recorded = action != LIST  # reading the list is no order
         if target == self.me:  # this node: run here, recorded alike
-            self._record(ORDER_KIND, order, self.me)
+            if recorded:
+                self._record(ORDER_KIND, order, self.me)
             status, answer = self._run(order, self.me)
             return status, {"order": order.id, "node": str(target), "name": label, **answer}
         if self._peer.excluded(target):
@@ -111,7 +113,8 @@ class OrderDesk:
         gone = self._peer.gone(target)
         if gone is not None or not self._peer.admitted(target):
             return 410, {"error": f"{label} is gone ({gone or 'not connected'}): the order was not sent"}
-        self._record(ORDER_KIND, order, self.me)
+        if recorded:
+            self._record(ORDER_KIND, order, self.me)
         future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
         self._waiting[order.id] = (target, future)
         deadline = time.monotonic() + timeout
