@@ -109,7 +109,7 @@ ALLOWED: dict[str, set[str]] = {
     "protocol": {"base", "wire", "log", "security"},
     "guests": {"base", "security"},
     "control": {"base"},  # processes and files only: nothing of the mesh
-    "orders": {"base", "wire", "protocol", "security", "control", "ports"},  # carried by addressed messages
+    "orders": {"base", "wire", "protocol", "security", "control", "sections", "ports"},  # carried by addressed messages
     "posts": {"base", "wire", "protocol", "security"},  # wire: BULK, the message its peer service claims
     "transport": {"base", "wire", "security"},
     "discovery": {"base", "wire", "security"},
