@@ -61,10 +61,11 @@ def test_orders_from_any_node(cluster: Cluster, tmp_path: Path) -> None:
 
     # From A: stop C's ticker; B's picture shows it stopped, then running again once started.
     status, out = http(a.api, "/api/v1/apps/ticker/stop?node=c", {})
-    assert status == 200 and out["name"] == "c" and out["state"] in ("stopping", "stopped"), out
+    assert status == 200 and (out["node_name"], out["name"]) == ("c", "ticker"), out
+    assert out["state"] in ("stopping", "stopped"), out
     wait_for(lambda: _state_seen(b.api, "c", "ticker") == "stopped", 15, "B to see C's ticker stopped")
     status, out = http(a.api, "/api/v1/apps/ticker/start?node=c", {})
-    assert status == 200 and out["state"] in ("starting", "running"), out
+    assert status == 200 and out["state"] in ("waiting", "starting", "running"), out
     wait_for(lambda: _state_seen(b.api, "c", "ticker") == "running", 15, "B to see C's ticker running again")
 
     # C's own list, with its details, read from A; every node's apps from the picture (the CLI).

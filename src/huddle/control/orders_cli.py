@@ -33,7 +33,7 @@ def add_parsers(sub: Any, client_options: Callable[[argparse.ArgumentParser], No
 
 
 def _line(r: dict[str, Any]) -> str:
-    who = r.get("name") or r.get("node") or "?"
+    who = r.get("node_name") or r.get("node") or "?"
     if r.get("error"):
         return f"{who}: refused ({r.get('status', '')}): {r['error']}"
     then = " then: " + " ".join(r["then"]) if r.get("then") else ""

@@ -107,7 +107,7 @@ class OrderDesk:
             if recorded:
                 self._record(ORDER_KIND, order, self.me)
             status, answer = self._run(order, self.me)
-            return status, {"order": order.id, "node": str(target), "name": label, **answer}
+            return status, {"order": order.id, "node": str(target), "node_name": label, **answer}
         if self._peer.excluded(target):
             return 409, {"error": f"{label} is excluded: not a member, it takes no order"}
         gone = self._peer.gone(target)
@@ -125,7 +125,7 @@ class OrderDesk:
                 done, _ = await asyncio.wait([future], timeout=min(_POLL, left))
                 if done:
                     result = future.result()
-                    return result.status, {"order": order.id, "node": str(target), "name": label, **result.answer}
+                    return result.status, {"order": order.id, "node": str(target), "node_name": label, **result.answer}
                 gone = self._peer.gone(target)
                 if gone is not None:
                     return 410, {"order": order.id, "error": f"{label} left ({gone}) before it answered"}
