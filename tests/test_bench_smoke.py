@@ -44,6 +44,7 @@ CASES = [
     ("chat_hop", "chat_hop", ["--hops", "200", "--reps", "1"], "main thread CPU"),
     ("rt_timeline", "rt_timeline", ["--pings", "100"], "round trip (t0 -> alice's listener)"),
     ("start_cpu", "start_cpu", ["--runs", "1", "src"], "node CPU ms"),
+    ("control", "control", ["--orders", "2"], "RESULT control order effect"),
 ]
 
 

@@ -113,8 +113,8 @@ class Probe(FeatureBase):
 
 def test_the_probe_and_posts_satisfy_the_contract() -> None:
     features: list[Feature] = [Probe(), *default_features()]  # mypy checks each against the protocol
-    assert [f.name for f in features] == ["probe", "posts", "doc", "guests", "trust", "rotation", "apps", "pairing",
-                                          "hydra", "zre"]
+    assert [f.name for f in features] == ["probe", "posts", "doc", "guests", "trust", "rotation", "control", "apps",
+                                          "pairing", "hydra", "zre"]
 
 
 class _SecuredHost:
@@ -204,7 +204,8 @@ def test_a_feature_removed_takes_its_commands_with_it() -> None:
     everything = commands(build_parser())
     assert {"post", "posts", "guests", "trust", "pair", "node", "peers", "doc", "group"} <= everything
     without = commands(build_parser(features=[]))
-    assert everything - without == {"post", "posts", "doc", "guests", "trust", "apps", "app", "pair", "zre"}
+    assert everything - without == {"post", "posts", "doc", "guests", "trust", "control", "apps", "app", "pair",
+                                     "zre"}
     probe = Probe()
     parser = build_parser(features=[probe])
     assert commands(parser) == without | {"probe"}
@@ -284,6 +285,8 @@ def test_a_node_without_posts_or_the_document_starts_serves_and_meshes_and_has_n
                     assert (await get(full.api_url, path))[0] == 409
                 assert (await get(bare.api_url, "/api/v1/apps"))[0] == 404  # apps: a node that runs none lists none
                 assert (await get(full.api_url, "/api/v1/apps"))[1]["apps"] == []
+                assert (await get(bare.api_url, "/api/v1/control"))[0] == 404  # orders: the feature's route alone
+                assert (await get(full.api_url, "/api/v1/control"))[1]["stats"]["asked"] == 0
                 # The document: its routes, the bout page and its facts on the full node alone; its
                 # events are the log's, and reach the bare node's log all the same.
                 await full.until_recording(30)

@@ -75,6 +75,13 @@ LAYER_OF: dict[str, str] = {
     "huddle.security.features": "features",  # trust and rotation: their routes, command and facts
     "huddle.control.feature": "features",  # apps: the driver, routes, commands and facts
     "huddle.control.cli": "features",
+    # orders from any node: the signed messages, their peer service and the desk (on the mesh, unlike the apps)
+    "huddle.control.orders": "orders",
+    "huddle.control.carrier": "orders",
+    "huddle.control.remote": "orders",
+    "huddle.control.settings": "sections",  # [control]: the shutdown and reboot commands
+    "huddle.control.orders_feature": "features",
+    "huddle.control.orders_cli": "features",
     "huddle.pairing": "pairing",  # the door's messages and requests, the door, the newcomer's side
     "huddle.pairing.feature": "features",  # a member's side: routes, command, facts
     "huddle.pairing.http": "features",
@@ -104,6 +111,7 @@ ALLOWED: dict[str, set[str]] = {
     "protocol": {"base", "wire", "log", "security"},
     "guests": {"base", "security"},
     "control": {"base"},  # processes and files only: nothing of the mesh
+    "orders": {"base", "wire", "protocol", "security", "control", "sections", "ports"},  # carried by addressed messages
     "posts": {"base", "wire", "protocol", "security"},  # wire: BULK, the message its peer service claims
     "transport": {"base", "wire", "security"},
     "discovery": {"base", "wire", "security"},
@@ -125,11 +133,12 @@ ALLOWED: dict[str, set[str]] = {
     "sim": {"base", "wire", "log", "doc", "protocol", "posts", "security"},  # posts: the peer service it hosts
     # What a feature may use of the node and gives it (huddle/ports.py): the contract alone.
     "ports": {"base", "wire", "protocol", "config", "security", "clients"},
-    "api": {"base", "wire", "log", "doc", "protocol", "posts", "guests", "config", "security", "ports", "control", "zre"},
+    "api": {"base", "wire", "log", "doc", "protocol", "posts", "guests", "config", "security", "ports", "control", "zre",
+            "orders"},
     # Each feature (its package's feature.py and commands) and the default list: a feature plugs
     # its routes (api) and its commands (through the client, rendered) into the node.
     "features": {"base", "wire", "log", "doc", "protocol", "posts", "guests", "config", "security", "ports", "api",
-                 "clients", "render", "control", "pairing", "zre", "hydra"},
+                 "clients", "render", "control", "pairing", "zre", "hydra", "orders"},
     # The node names no feature package: it loops over the features it is given (the default list).
     "node": {"base", "wire", "log", "protocol", "transport", "discovery", "config", "api", "security",
              "driver", "finders", "host", "ports", "features"},

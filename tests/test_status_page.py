@@ -175,3 +175,46 @@ def test_the_features_facts_show_as_a_table_per_feature(cluster: Cluster, browse
     dash = "\u2013"  # the page's sign of a fact a member does not give
     expect(page.locator("#features table[data-feature=posts] tbody tr")).to_have_text(["x310240" + dash, "y120null"])
     expect(page.locator("#features table[data-feature=zeta] tbody tr td")).to_have_text(["x", "on", "true"])
+
+
+def test_the_apps_show_per_node_with_their_orders(cluster: Cluster, browser: Any) -> None:
+    """Every node's apps (its ``apps`` facts) in their states' colours, each with start / stop /
+    restart carried to its node (``?node=ID``), and node orders only once confirmed
+    (docs/control.md, "Orders from any node"); at a phone's width, inside the screen."""
+    from playwright.sync_api import expect
+
+    a = cluster.start("solo", beacon=False)
+    ids = [c * 32 for c in "12"]
+    exts = [{"apps": {"scoreboard": "running", "clock": "exited (0)"}}, {"posts": {"posts": 1}}]
+    picture = {
+        "node": ids[0], "digest": "f" * 64, "links": [],
+        "members": [{"uuid": u, "name": n, "type": "standard", "health": "ok", "problems": [], "rtt_ms": 1.0,
+                     "age": 0.5, "rates": {}, "ext": ext} for u, n, ext in zip(ids, ("x", "y"), exts, strict=True)],
+    }
+    posted: list[tuple[str, str | None]] = []
+
+    def answer(route: Any) -> None:
+        posted.append((route.request.url.removeprefix(a.api), route.request.post_data))
+        route.fulfill(json={"state": "stopping", "stopping": True})
+
+    page = browser.new_page(viewport={"width": 390, "height": 844})
+    page.route("**/api/v1/system", lambda route: route.fulfill(json=picture))
+    page.route("**/api/v1/apps/**", answer)
+    page.route("**/api/v1/control/**", answer)
+    page.goto(a.api + "/")
+    expect(page.locator("#apps .node")).to_have_count(1, timeout=10_000)  # y runs no app: not listed
+    expect(page.locator("#apps .app")).to_have_count(2)
+    expect(page.locator("#apps .app[data-app=scoreboard] .badge")).to_have_class("badge a-running")
+    expect(page.locator("#apps .app[data-app=clock] .badge")).to_have_class("badge a-exited")
+    page.locator("#apps .app[data-app=scoreboard] button[title^=stop]").click()
+    expect(page.locator("#apps-said")).to_have_text("stop scoreboard on x: stopping", timeout=10_000)
+    assert posted == [(f"/api/v1/apps/scoreboard/stop?node={ids[0]}", "{}")]
+    page.once("dialog", lambda dialog: dialog.dismiss())  # not confirmed: nothing sent
+    page.locator("#apps button", has_text="reboot node").click()
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.locator("#apps button", has_text="stop node").click()
+    expect(page.locator("#apps-said")).to_have_text("stop x: stopping", timeout=10_000)
+    assert len(posted) == 2 and posted[1] == ("/api/v1/control/stop", '{"node":"' + ids[0] + '"}')
+    right = page.evaluate("() => Math.max(...[...document.querySelectorAll('#apps .app, #apps button')]"
+                          ".map((e) => e.getBoundingClientRect().right))")
+    assert right <= 390, right

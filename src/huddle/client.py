@@ -146,13 +146,23 @@ class ApiClient:
         result: dict[str, Any] = await self._request("POST", f"/api/v1/guests/{quote(name, safe='')}/{action}", {})
         return result
 
-    async def apps(self) -> dict[str, Any]:
-        result: dict[str, Any] = await self._request("GET", "/api/v1/apps")
+    async def apps(self, node: str | None = None) -> dict[str, Any]:
+        """The node's apps, or (``node``: a name or id prefix) another node's, as it answers."""
+        query = "" if node is None else "?" + urlencode({"node": node})
+        result: dict[str, Any] = await self._request("GET", f"/api/v1/apps{query}")
         return result
 
-    async def app_order(self, name: str, order: str) -> dict[str, Any]:
-        """``start``, ``stop`` or ``restart`` an app of the node; its status after the order."""
-        result: dict[str, Any] = await self._request("POST", f"/api/v1/apps/{quote(name, safe='')}/{order}")
+    async def app_order(self, name: str, order: str, node: str | None = None) -> dict[str, Any]:
+        """``start``, ``stop`` or ``restart`` an app of the node (or of ``node``, the order carried
+        there); its status after the order."""
+        query = "" if node is None else "?" + urlencode({"node": node})
+        result: dict[str, Any] = await self._request("POST", f"/api/v1/apps/{quote(name, safe='')}/{order}{query}")
+        return result
+
+    async def node_order(self, order: str, node: str | None) -> dict[str, Any]:
+        """``stop``, ``shutdown`` or ``reboot`` ``node`` (None: every node); the result(s)."""
+        body: dict[str, Any] = {"all": True} if node is None else {"node": node}
+        result: dict[str, Any] = await self._request("POST", f"/api/v1/control/{order}", body)
         return result
 
     async def app_logs(self, name: str, after: int | None = None) -> dict[str, Any]:

@@ -10,6 +10,7 @@ when they are used, so building the list costs ``huddle --help`` nothing.
 from __future__ import annotations
 
 from .control.feature import AppsFeature
+from .control.orders_feature import OrdersFeature
 from .doc.feature import DocumentFeature
 from .guests_feature import GuestsFeature
 from .hydra.feature import HydraFeature
@@ -25,5 +26,6 @@ __all__ = ["default_features"]
 def default_features() -> list[Feature]:
     """A new list of new features, in the order the node starts them (each node its own)."""
     posts, zre = PostsFeature(), ZreFeature()  # Hydra's server reads posts' store, tells ZRE its header
+    apps = AppsFeature()  # orders come before it: their closer (a shutdown command) runs after its
     return [posts, DocumentFeature(), GuestsFeature(), TrustFeature(), RotationFeature(),
-            AppsFeature(), PairingFeature(), HydraFeature(posts, zre), zre]
+            OrdersFeature(apps), apps, PairingFeature(), HydraFeature(posts, zre), zre]

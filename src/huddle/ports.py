@@ -198,6 +198,9 @@ class FeatureHost(Protocol):
     def watch_keys(self, changed: Callable[[GroupSecret], None]) -> None:
         """Call ``changed(secret)`` with the group secret in use at each step of its rotation."""
 
+    def stop(self) -> None:
+        """Ask the node to stop (its apps, then itself) as SIGTERM would: an operator's node order."""
+
     def publish(self, event: object) -> None:
         """Hand an event to the node's subscribers: the statistics rows and the API's stream
         (an event class of the feature's ``event_renderers``), or a feature's own inputs."""

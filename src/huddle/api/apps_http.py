@@ -3,6 +3,8 @@
 
     GET  /api/v1/apps                          each app: state, pid, restarts, uptime, last exit
     POST /api/v1/apps/{name}/{start|stop|restart}   an order; the app's status after it
+
+Given ``?node=NODE``, the list and the orders are another node's (api/orders_http.py).
     GET  /api/v1/apps/{name}/logs[?after=N]    its output: the log file's tail, or what came after N
 
 A node that runs no app answers an empty list, and 404 for any name.  Orders take no body.
@@ -12,6 +14,7 @@ order, a body.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Final, Protocol
 
 from aiohttp import web
@@ -23,7 +26,7 @@ from .common import error_response as _error
 if TYPE_CHECKING:  # the driver loads only on a node that runs apps
     from ..control.supervisor import Supervisor
 
-__all__ = ["APPS_KEY", "AppsPort", "add_app_routes"]
+__all__ = ["APPS_KEY", "REMOTE_KEY", "AppsPort", "add_app_routes"]
 
 ORDERS: Final = ("start", "stop", "restart")
 MAX_ORDER_BODY: Final = 1024  # octets an order may carry (they carry none: "{}" is accepted)
@@ -40,6 +43,15 @@ class AppsPort(Protocol):
 
 
 APPS_KEY: web.AppKey[AppsPort] = web.AppKey("apps")
+# Another node's apps (``?node=NODE``): the list (name None) or an order, carried there by the
+# control feature's routes (api/orders_http.py), which set it.
+Remote = Callable[[web.Request, str | None, str | None], Awaitable[web.Response]]
+REMOTE_KEY: web.AppKey[Remote] = web.AppKey("apps_remote")
+
+
+def _remote(request: web.Request) -> Remote | None:
+    """The handler of another node's apps, when the request names a node (None: this node's)."""
+    return request.app.get(REMOTE_KEY) if "node" in request.query else None
 
 
 def _named(request: web.Request) -> tuple[Supervisor | None, str, web.Response | None]:
@@ -58,6 +70,8 @@ def _named(request: web.Request) -> tuple[Supervisor | None, str, web.Response |
 
 
 async def _get_apps(request: web.Request) -> web.Response:
+    if (remote := _remote(request)) is not None:
+        return await remote(request, None, None)
     port = request.app[APPS_KEY]
     apps = [] if port.supervisor is None else port.supervisor.statuses()
     return web.json_response({"apps": apps, "stats": port.counters.as_dict()})
@@ -77,6 +91,8 @@ async def _post_order(request: web.Request) -> web.Response:
     if order not in ORDERS:
         port.counters.bad_order += 1
         return _error(400, f"an app's order is start, stop or restart, not {order[:40]!r}")
+    if (remote := _remote(request)) is not None:
+        return await remote(request, request.match_info["name"], order)
     supervisor, name, refused = _named(request)
     if refused is not None:
         return refused

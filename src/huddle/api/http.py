@@ -472,6 +472,8 @@ async def _post_messages(request: web.Request) -> web.Response:
         return _error(400, "give the message as 'text' (a string), 'texts' (a list of strings) or 'base64'")
     if any(p[:2] == b"\xaa\xa0" for p in payloads):  # Hydra posts' signature (protocol.md 15.1)
         return _error(400, "an addressed message may not begin with the octets AA A0: they mark Hydra post sync")
+    if any(p[:2] == b"\xaa\xc0" for p in payloads):  # control's orders (protocol.md 17)
+        return _error(400, "an addressed message may not begin with the octets AA C0: they mark control orders")
     wait = body.get("wait", 10)
     if not isinstance(wait, (int, float)) or isinstance(wait, bool) or not 0 <= wait <= 300:
         return _error(400, "'wait' must be 0..300 seconds")

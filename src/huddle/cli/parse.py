@@ -241,6 +241,11 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
     pairing.add_argument("--pair-listen", type=_non_negative, metavar="SECONDS",
                          help="how long a device without the secret listens for members before it founds the group "
                          "(default: 3)")
+    control = node.add_argument_group("node orders (huddle control shutdown|reboot: docs/control.md)")
+    control.add_argument("--control-shutdown-command", action="append", metavar="ARG",
+                         help="the command a shutdown order runs once the node stopped, one argument per flag")
+    control.add_argument("--control-reboot-command", action="append", metavar="ARG",
+                         help="the command a reboot order runs once the node stopped, one argument per flag")
     node.add_argument("--limit", action="append", default=[], metavar="AREA.KEY=VALUE",
                       help="change one of the bounds on what peers, guests and web pages can make this node hold, "
                            "e.g. api.max-connections=512 (repeatable; 'huddle limits' lists them all)")

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..control.handlers import HandlerSpec
 from ..control.section import AppSpec, node_apps
+from ..control.settings import ControlSection
 from ..errors import ConfigError
 from ..guests.section import GuestsSection
 from ..limits import LimitError, Limits, parse_assignment
@@ -40,7 +41,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 # The sections, each a NodeConfig attribute named as its TOML table; a feature's among them.
 SECTIONS: dict[str, type[Any]] = {s.TABLE: s for s in (
     MeshSection, DiscoverySection, ApiSection, TimingSection, PostsSection, GuestsSection, PairingSection,
-    ZreSection)}
+    ZreSection, ControlSection)}
 
 
 def _default_data_dir() -> Path:
@@ -82,6 +83,7 @@ class NodeConfig:
     guests: GuestsSection = field(default_factory=GuestsSection)
     pairing: PairingSection = field(default_factory=PairingSection)
     zre: ZreSection = field(default_factory=ZreSection)
+    control: ControlSection = field(default_factory=ControlSection)
 
     def __post_init__(self) -> None:
         if not self.name or len(self.name.encode()) > MAX_NAME:

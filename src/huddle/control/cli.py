@@ -22,7 +22,9 @@ def add_parsers(sub: Any, client_options: Callable[[argparse.ArgumentParser], No
         "apps", help="the programs a node supervises: state, pid, restarts, uptime, last exit",
         description="List the apps the node runs ([[apps]] in its config and its type's): each one's state "
         "(waiting, starting, running, backoff, stopping, exited, failed, stopped), pid, restarts, uptime and "
-        "last exit status.", epilog=epilog)
+        "last exit status; then every other node's apps and their states, from the system picture.",
+        epilog=epilog)
+    apps.add_argument("--node", metavar="NAME", help="that node's apps, with their details (a name or id prefix)")
     client_options(apps)
     app = sub.add_parser(
         "app", help="start, stop or restart one of a node's apps, or read its output",
@@ -37,6 +39,9 @@ def add_parsers(sub: Any, client_options: Callable[[argparse.ArgumentParser], No
         p.add_argument("name", metavar="NAME", help="the app's name, as 'huddle apps' lists it")
         if order == "logs":
             p.add_argument("-f", "--follow", action="store_true", help="keep printing what it writes, until Ctrl-C")
+        else:
+            p.add_argument("--node", metavar="NAME", help="the node that runs it (a name or id prefix; default: this "
+                           "one): the order is carried there and its result shown")
         client_options(p)
 
 
@@ -60,13 +65,29 @@ def apps_text(info: dict[str, Any]) -> str:
     return "\n".join([head, *(_row(a) for a in apps)])
 
 
+def every_node_text(system: dict[str, Any]) -> str:
+    """The members' apps and their states, as the system picture shows them (their ``apps`` facts)."""
+    lines = [f"{'NODE':<20} {'APP':<20} STATE"]
+    for m in sorted(system.get("members") or [], key=lambda m: str(m.get("name"))):
+        apps = (m.get("ext") or {}).get("apps") or {}
+        for name, state in sorted(apps.items()):
+            lines.append(f"{str(m.get('name'))[:20]:<20} {name:<20} {state}" + (
+                "" if m.get("state") in (None, "alive") else f"  (node {m['state']})"))
+    return "\n".join(lines) if len(lines) > 1 else "no other node of the group runs an app"
+
+
 async def run(api: ApiClient, args: argparse.Namespace) -> tuple[Any, str] | None:
     """``huddle apps`` and ``huddle app ...``: what the node answered, and the text for a person."""
     if args.command == "apps":
-        info = await api.apps()
+        if args.node is None:  # this node's details, then the others' states from the picture
+            info, system = await api.apps(), await api.system()
+            others = [m for m in system.get("members") or [] if m.get("uuid") != system.get("node")]
+            return info | {"nodes": {str(m.get("name")): (m.get("ext") or {}).get("apps") or {} for m in others}}, \
+                apps_text(info) + "\n\n" + every_node_text({"members": others})
+        info = await api.apps(args.node)
         return info, apps_text(info)
     if args.app_command != "logs":
-        status = await api.app_order(args.name, args.app_command)
+        status = await api.app_order(args.name, args.app_command, args.node)
         return status, f"{args.app_command}: {apps_text({'apps': [status]}).splitlines()[1]}"
     out = await api.app_logs(args.name)
     if not args.follow:
