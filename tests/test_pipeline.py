@@ -553,7 +553,8 @@ def test_the_notebook_example_in_the_docs_runs(spark: SparkSession, tmp_path: Pa
     assert [r["events"] for r in found["gaps"].collect()] == [1]
     assert found["consolidated"].count() == 13 and found["conflicts"].count() == 0
     receivers = found["delays"].filter("by = 'receiver'").collect()
-    assert {r["key"] for r in receivers} == {B, C} and all(0 < r["p99"] < 1 for r in receivers)
+    assert {r["key"] for r in receivers} == {A, B, C}  # A holds B's two events too
+    assert max(r["p99"] for r in receivers) == pytest.approx(0.12, abs=0.002)  # seq 12 arrived 0.12 s after it was made
     assert found["names"].count() == 0  # no statistics rows in this export
 
 

@@ -37,7 +37,7 @@ from . import transforms as T
 from .errors import InputError, first_line
 from .io import check_local, check_output, count_from_footers, find_bad_line, read_events, read_stats, write_table, write_text
 from .report import ReportData, render
-from .session import start_session
+from .session import launched_by_spark_submit, start_session
 
 __all__ = [
     "JOBS", "Consolidated", "Convergence", "Propagation", "Replay", "Summary", "System", "check_jobs", "consolidate",
@@ -279,7 +279,7 @@ def run_session(inputs: Sequence[str], output: str, *, jobs: Sequence[str] = JOB
     check_output(output)
     started = time.perf_counter()
     if progress is not None:
-        progress(f"spark {master or 'local[*]'} starting …")
+        progress(f"spark {master or ('(spark-submit)' if launched_by_spark_submit() else 'local[*]')} starting …")
     spark = start_session(master, conf, log_level=log_level, stacks=stacks)
     if progress is not None:
         progress(f"spark {spark.sparkContext.master} up in {time.perf_counter() - started:.1f} s")
