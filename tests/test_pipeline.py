@@ -500,7 +500,7 @@ def test_bad_job_names_and_flags_are_refused_before_spark_starts(capsys: pytest.
     assert cli.main(["pipeline", "run", "--input", "x", "--output", "y", "--jobs", "converge"]) == 2
     assert "unknown job(s) converge in --jobs: choose from consolidate, convergence" in capsys.readouterr().err
     assert cli.main(["pipeline", "run", "--input", "x", "--output", "y", "--conf", "novalue"]) == 2
-    assert cli.main(["pipeline", "run", "--input", "/nonexistent/export", "--output", "y"]) == 1
+    assert cli.main(["pipeline", "run", "--input", "/nonexistent/export", "--output", "y"]) == 4  # bad input
     assert "huddle pipeline: input /nonexistent/export does not exist" in capsys.readouterr().err
     assert cli.main(["pipeline", "run", "--input", "x", "--output", "y", "--jobs", ","]) == 2
     assert "unknown job(s) (none given) in --jobs" in capsys.readouterr().err
@@ -533,7 +533,49 @@ def test_no_java_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         require_java(str(old))
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-jdk"))
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert cli.main(["pipeline", "run", "--input", str(tmp_path), "--output", str(tmp_path / "o")]) == 1
+    export = _export(tmp_path, [ev(A, A, 1)])  # a good input: Java is what is missing
+    assert cli.main(["pipeline", "run", "--input", str(export), "--output", str(tmp_path / "o")]) == 6  # Spark cannot start
+
+
+# ------------------------------------------------------------------ the jobs in a notebook
+
+
+def test_the_notebook_example_in_the_docs_runs(spark: SparkSession, tmp_path: Path) -> None:
+    """docs/pipeline.md's example, as it is written, over an export whose findings are known."""
+    held = [(A, q) for q in range(1, 11)] + [(B, q) for q in (1, 2, 3, 6, 7, 8, 9, 10, 12)] + [(C, q) for q in (1, 2, 12)]
+    export = _export(tmp_path, [*(ev(node, A, q, at=100.0 + q / 100) for node, q in held), ev(A, B, 1), ev(A, B, 2)])
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "pipeline.md").read_text()
+    code = doc.split("## In a notebook")[1].split("```python\n")[1].split("```")[0]
+    assert '"/tmp/sim"' in code
+    found: dict[str, Any] = {}
+    exec(code.replace('"/tmp/sim"', repr(str(export))), found)
+    assert found["spark"] is spark  # getOrCreate: the session that runs, whatever it is
+    missing = found["missing"].collect()
+    assert (len(missing), sum(r["events"] for r in missing)) == (5, 15)  # as jobs.run finds them
+    assert [r["events"] for r in found["gaps"].collect()] == [1]
+    assert found["consolidated"].count() == 13 and found["conflicts"].count() == 0
+    receivers = found["delays"].filter("by = 'receiver'").collect()
+    assert {r["key"] for r in receivers} == {A, B, C}  # A holds B's two events too
+    assert max(r["p99"] for r in receivers) == pytest.approx(0.12, abs=0.002)  # seq 12 arrived 0.12 s after it was made
+    assert found["names"].count() == 0  # no statistics rows in this export
+
+
+def test_each_job_is_a_function_of_dataframes(spark: SparkSession, travelled: DataFrame) -> None:
+    """The notebook functions give the tables the transforms give."""
+    consolidated, conflicts = jobs.consolidate(travelled)
+    assertDataFrameEqual(consolidated, travelled.transform(T.consolidate))
+    assert conflicts.count() == 0
+    held, missing, gaps = jobs.convergence(travelled)
+    assertDataFrameEqual(held, travelled.transform(T.held_ranges))
+    assertDataFrameEqual(missing, held.transform(T.missing))
+    assertDataFrameEqual(gaps, held.transform(T.gaps))
+    went = jobs.propagation(travelled, consolidated, 0.5)
+    assertDataFrameEqual(went.delays, travelled.transform(T.delays))
+    assertDataFrameEqual(went.throughput, T.throughput(travelled, consolidated, 0.5))
+    with pytest.raises(ConfigError, match="window must be positive"):
+        jobs.propagation(travelled, consolidated, 0)
+    docs, checked = jobs.replay(travelled, spark.createDataFrame([], schemas.STATS))
+    assert docs.count() == 0 and checked.count() == 3  # no doc events: an empty document a node, all the same
 
 
 # ------------------------------------------------------------------ end to end
@@ -661,6 +703,32 @@ def test_the_report_reads_on_a_phone_and_a_laptop_offline(spark: SparkSession, t
         assert again == sorted(column, reverse=True)
         assert asked == [] and errors == [], (asked, errors)
         page.close()
+
+
+def test_the_command_tells_each_job_as_it_goes_and_prints_the_findings_as_json(spark: SparkSession, tmp_path: Path) -> None:
+    """``huddle pipeline run --json`` as a user runs it: progress on stderr, the findings whole on stdout."""
+    simulate(tmp_path / "sim", "parquet")
+    nodes = sorted(p.name for p in (tmp_path / "sim").iterdir())
+    proc = subprocess.run([sys.executable, "-m", "huddle", "pipeline", "run", "--input", str(tmp_path / "sim"),
+                           "--output", str(tmp_path / "audit"), "--json", "--master", "local[1]",
+                           "--conf", "spark.driver.memory=1g"], capture_output=True, text=True, timeout=300, check=False)
+    lines = proc.stderr.strip().splitlines()
+    assert lines[:1] == ["spark local[1] starting …"] and re.fullmatch(r"spark local\[1\] up in \d+\.\d s", lines[1]), lines
+    want = [f"job {i}/5 {name} " + end for i, name in enumerate(jobs.JOBS, 1) for end in ("…", r"done in \d+\.\d s")]
+    assert len(lines) == 2 + len(want), proc.stderr[-4000:]
+    for line, pattern in zip(lines[2:], want, strict=True):
+        assert re.fullmatch(pattern, line), (line, pattern)
+    for noise in ("WARNING: Using incubator", "Traceback", "at org.apache", "WARN "):
+        assert noise not in proc.stderr
+    found = json.loads(proc.stdout)  # one document: nothing else on stdout
+    assert proc.returncode == (0 if found["converged"] else 3)
+    assert (found["nodes"], found["groups"], found["events"], found["output"]) == (3, 1, 300, str(tmp_path / "audit"))
+    assert found["findings"][-1] == f"input: {found['rows']} rows from 3 node(s) in 1 group(s), 300 distinct events"
+    assert sorted(found["names"].values()) == ["n0", "n1", "n2"]
+    details = found["details"]
+    assert {r["by"] for r in details["delays"]} == {"source", "receiver", "hops", "link"}
+    assert all(r["p50"] <= r["p99"] <= r["max"] for r in details["delays"])
+    assert sorted(r["node"] for r in details["replay"]) == nodes and {r["node"] for r in details["health"]} == set(nodes)
 
 
 @pytest.mark.processes

@@ -198,12 +198,14 @@ def _audit(nodes: list[NodeProcess], exports: Path, report_dir: Path | None) -> 
     converge; True, with a note, when there is no Java to run Spark on."""
     print("== the audit: each node's log exported (huddle export), then the audit pipeline "
           "(huddle pipeline run) on Apache Spark, local[*]")
-    try:  # deferred on purpose: PySpark, loaded only for this last part
-        from .pipeline.jobs import run_session  # noqa: PLC0415
-        from .pipeline.session import SparkSetupError, require_java  # noqa: PLC0415
-    except ImportError as exc:
-        print(f"   skipped: the pipeline needs PySpark ({exc}): pip install 'pyspark>=4.0,<5'\n")
+    from .pipeline.errors import INSTALL, SparkSetupError, missing_modules  # noqa: PLC0415 - no PySpark in it
+
+    missing = missing_modules()
+    if missing:
+        print(f"   skipped: the pipeline needs the 'pipeline' extra (no {', '.join(missing)}): {INSTALL}\n")
         return True
+    from .pipeline.jobs import run_session  # noqa: PLC0415 - deferred on purpose: PySpark, only for this last part
+    from .pipeline.session import require_java  # noqa: PLC0415 - as above
     try:
         require_java()
     except SparkSetupError as exc:

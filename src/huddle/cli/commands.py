@@ -156,30 +156,9 @@ def _broker(args: argparse.Namespace) -> int:
 
 
 def _pipeline(args: argparse.Namespace) -> int:
-    conf: dict[str, str] = {}
-    for item in args.conf:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--conf wants KEY=VALUE, got {item!r}")
-        conf[key.strip()] = value.strip()
-    if args.window <= 0:
-        raise ConfigError(f"--window must be positive, got {args.window}")
-    try:  # deferred on purpose: PySpark (no JVM yet: that starts in run_session)
-        from ..pipeline.io import check_inputs  # noqa: PLC0415  (deferred: the pipeline loads pyarrow and PySpark)
-        from ..pipeline.jobs import JOBS, parse_jobs, run_session  # noqa: PLC0415  (deferred: PySpark)
-    except ImportError as exc:
-        raise ConfigError(f"the pipeline needs PySpark: pip install 'pyspark>=4.0,<5' ({exc})") from None
-    jobs = list(JOBS) if args.jobs is None else parse_jobs(args.jobs, flag="--jobs")
-    check_inputs(args.input)  # before Spark takes its seconds to start
-    summary = run_session(args.input, args.output, jobs=jobs, master=args.master, conf=conf,
-                          window_seconds=args.window)
-    if args.json:  # the headline numbers as the jobs found them (None: the job that finds it did not run)
-        print(json.dumps(asdict(summary) | {"converged": summary.converged, "output": args.output}, indent=2))
-    else:
-        for line in summary.lines():
-            print(line)
-        print(f"tables and report.html in {args.output}: {', '.join(summary.tables)}")
-    return 0 if summary.converged is not False else 3
+    from ..pipeline.command import run_command  # noqa: PLC0415 - deferred: the pipeline (PySpark once it runs)
+
+    return run_command(args)
 
 
 def _repair(args: argparse.Namespace) -> int:

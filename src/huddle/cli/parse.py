@@ -417,7 +417,10 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
         "  huddle pipeline run --input hdfs:///logs/day1 --output hdfs:///audit/day1 --master yarn\n\n"
         "An input is a file (events.parquet, events.jsonl) or a directory searched at any depth for them; "
         "stats.parquet / stats.jsonl beside them feed the system job.\n\n"
-        "exit status: 0 done, 3 done and the nodes did NOT converge, 1 an error (no Java, bad input), 2 bad usage",
+        "A line per job goes to stderr as it starts and ends (--quiet: none); an error is one line naming the "
+        "file or setting (--debug: with the Python and Java stacks).\n\n"
+        "exit status: 0 done, 3 done and the nodes did NOT converge, 2 bad usage (a flag or setting), 4 bad input, "
+        "5 bad output, 6 Spark cannot start (no pipeline extra, no Java, bad --master), 1 any other failure",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p_run.add_argument("--input", nargs="+", required=True, metavar="PATH",
@@ -433,7 +436,11 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
                        help="throughput window (default: 1 s)")
     p_run.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                        help="extra Spark setting, repeatable (e.g. --conf spark.driver.memory=8g)")
-    p_run.add_argument("--json", action="store_true", help="print the run's headline numbers as JSON instead of text")
+    p_run.add_argument("--json", action="store_true",
+                       help="print the findings as one JSON document (headline numbers, the lines, the rows behind them)")
+    p_run.add_argument("--quiet", action="store_true", help="no progress lines on stderr (errors still)")
+    p_run.add_argument("--debug", action="store_true",
+                       help="on an error, the Python and Java stacks too; the JVM's warnings kept")
 
     broker = sub.add_parser(
         "broker", help="run a naming broker: nodes find each other through it, data goes peer to peer",

@@ -18,6 +18,8 @@ from .store import SqliteStore
 
 __all__ = ["event_schema", "export", "stat_schema", "write_tables"]
 
+PIPELINE_INSTALL = "pip install 'huddle[pipeline]' (or pyarrow alone)"
+
 
 
 def event_schema() -> Any:
@@ -91,6 +93,11 @@ def export(data_dir: Path, out: Path, fmt: str = "parquet") -> int:
 def write_tables(out: Path, fmt: str, event_batches: Iterable[Any], stat_rows: list[dict[str, Any]]) -> int:
     """Write ``events`` (given in batches: lists of row dicts, or Arrow tables
     in the event schema) and ``stats`` into ``out``; returns the event rows."""
+    if fmt != "jsonl":
+        try:  # pyarrow is the pipeline extra's: a node may not have it
+            import pyarrow  # noqa: F401, PLC0415 - deferred, only Parquet needs it
+        except ImportError:
+            raise HuddleError(f"Parquet export needs pyarrow: {PIPELINE_INSTALL}, or use --format jsonl") from None
     out.mkdir(parents=True, exist_ok=True)
     if fmt == "jsonl":
         count = _write_jsonl(out / "events.jsonl", event_batches)
@@ -132,7 +139,7 @@ def _write_parquet(path: Path, schema: Any, batches: Any) -> int:
         import pyarrow as pa  # noqa: PLC0415 - pyarrow: deferred, only Parquet needs it
         import pyarrow.parquet as pq  # noqa: PLC0415 - as above
     except ImportError:
-        raise HuddleError("Parquet export needs pyarrow (pip install pyarrow), or use --format jsonl") from None
+        raise HuddleError(f"Parquet export needs pyarrow: {PIPELINE_INSTALL}, or use --format jsonl") from None
     count = 0
     pending: list[Any] = []
     held = 0

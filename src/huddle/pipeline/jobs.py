@@ -1,5 +1,9 @@
 """The pipeline's jobs: read, transform, write.  :func:`run` takes a session;
-:func:`run_session` makes one for the CLI.
+:func:`run_session` makes one for the CLI.  Each job is also a function of
+DataFrames (:func:`consolidate`, :func:`convergence`, :func:`propagation`,
+:func:`replay`, :func:`system`, :func:`names`), for a notebook or another
+Spark job with its own session: nothing written, every table a plan to show,
+join or write (docs/pipeline.md, "In a notebook").
 
 Each job writes Parquet directories under the output path (docs/pipeline.md):
 
@@ -17,10 +21,10 @@ and every run writes ``summary`` (one row of headline numbers) and
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
@@ -30,11 +34,16 @@ from pyspark.sql import functions as F
 from ..errors import ConfigError
 from . import schemas
 from . import transforms as T
-from .io import InputError, count_from_footers, read_events, read_stats, write_table, write_text
+from .errors import InputError, first_line
+from .io import check_local, check_output, count_from_footers, find_bad_line, read_events, read_stats, write_table, write_text
 from .report import ReportData, render
-from .session import start_session
+from .session import launched_by_spark_submit, start_session
 
-__all__ = ["JOBS", "Summary", "check_jobs", "parse_jobs", "run", "run_session"]
+__all__ = [
+    "JOBS", "Consolidated", "Convergence", "Propagation", "Replay", "Summary", "System", "check_jobs", "consolidate",
+    "convergence", "names", "parse_jobs", "propagation", "read_events", "read_stats", "replay", "run", "run_session",
+    "system",
+]
 
 JOBS = ("consolidate", "convergence", "propagation", "replay", "system")
 
@@ -42,6 +51,9 @@ JOBS = ("consolidate", "convergence", "propagation", "replay", "system")
 REPORT_ROWS = 50
 # A table of at most this many rows is collected whole and summarised here, not by Spark jobs.
 SMALL_ROWS = 10_000
+# The report's rows that go into Summary.details (`huddle pipeline run --json`): the findings'
+# evidence, not the plots' series (histogram, throughput, snapshots) nor the documents' XML.
+DETAIL_TABLES = ("conflicts", "missing", "missing_by_node", "gaps", "delays", "replay", "health")
 
 
 @dataclass
@@ -66,6 +78,8 @@ class Summary:
     exclusions: int | None = None
     tables: list[str] = field(default_factory=list)
     names: dict[str, str] = field(default_factory=dict)  # node id -> the name it went by (table names)
+    # The rows behind the findings, as the report shows them: table name -> its first rows (DETAIL_TABLES).
+    details: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     def who(self, node: str | None) -> str:
         """A node for a person: ``bob (35c9e1d4)``, or its id's first 8 digits when no name is known."""
@@ -139,18 +153,143 @@ def check_jobs(jobs: Sequence[str], flag: str = "") -> None:
         raise ConfigError(f"unknown job(s) {', '.join(unknown) or '(none given)'}{where}: choose from {', '.join(JOBS)}")
 
 
+# ------------------------------------------------------------------ the jobs as functions of DataFrames
+#
+# ``events`` and ``stats`` as :func:`read_events` and :func:`read_stats` give them (or any
+# DataFrame in schemas.EVENTS / schemas.STATS).  run() makes the same tables, each written and
+# read back before the next step, and consolidates by a faster path (docs/pipeline.md).
+
+
+class Consolidated(NamedTuple):
+    """consolidate's tables."""
+
+    consolidated: DataFrame  # one row per event (group, source, seq)
+    conflicts: DataFrame  # every copy of an event whose copies differ
+
+
+class Convergence(NamedTuple):
+    """convergence's tables."""
+
+    held_ranges: DataFrame  # runs of consecutive numbers each node holds from each source
+    missing: DataFrame  # ranges a node lacks that some node holds
+    gaps: DataFrame  # ranges below a source's highest number that no node holds
+
+
+class Propagation(NamedTuple):
+    """propagation's tables."""
+
+    delays: DataFrame  # p50/p90/p99/max delay by source, receiver, hops and link
+    delay_histogram: DataFrame  # receipts per quarter decade of delay
+    throughput: DataFrame  # events originated and copies received per window
+
+
+class Replay(NamedTuple):
+    """replay's tables."""
+
+    documents: DataFrame  # each node's document from its doc events, and the group's (node "*")
+    replay: DataFrame  # per node: its document against the group's, and against the one it showed
+
+
+class System(NamedTuple):
+    """system's tables."""
+
+    membership: DataFrame  # joins, leaves, timeouts, exclusions: a row each
+    node_health: DataFrame  # per node, counted
+    snapshots: DataFrame  # the periodic counter snapshots
+
+
+def consolidate(events: DataFrame) -> Consolidated:
+    """One row per event and the copies that conflict (the direct aggregate:
+    right whatever copies the inputs hold)."""
+    table = events.transform(T.consolidate)
+    return Consolidated(table, T.conflicts(events, table))
+
+
+def convergence(events: DataFrame) -> Convergence:
+    """What each node holds, lacks, and what no node holds, as sequence ranges."""
+    held = events.transform(T.held_ranges)
+    return Convergence(held, held.transform(T.missing), held.transform(T.gaps))
+
+
+def propagation(events: DataFrame, consolidated: DataFrame, window_seconds: float = 1.0) -> Propagation:
+    """Delays from origin to each receipt, and throughput per ``window_seconds``
+    (``consolidated``: :func:`consolidate`'s first table)."""
+    if window_seconds <= 0:
+        raise ConfigError(f"the throughput window must be positive, got {window_seconds}")
+    counts = T.delay_counts(events)
+    return Propagation(T.delays_of(counts), T.delay_histogram_of(counts), T.throughput(events, consolidated, window_seconds))
+
+
+def replay(events: DataFrame, stats: DataFrame) -> Replay:
+    """Each node's document made again by huddle's own engine, against the
+    group's and against the one the node showed (its ``document`` statistics rows)."""
+    docs = events.transform(T.documents)
+    last_shown = stats.transform(T.shown)
+    return Replay(docs, T.replay(events, docs, last_shown, T.shown_documents(events, last_shown)))
+
+
+def system(stats: DataFrame) -> System:
+    """Membership changes, each node's health and its counter snapshots."""
+    return System(stats.transform(T.membership), stats.transform(T.node_health), stats.transform(T.snapshots))
+
+
+def names(stats: DataFrame) -> DataFrame:
+    """``group, node, name``: the name each node went by, as its peers knew it."""
+    return stats.transform(T.node_names)
+
+
+# ------------------------------------------------------------------ running the jobs
+
+Progress = Callable[[str], None]  # told a line as each job starts and ends (the CLI prints them on stderr)
+
+
+class _Steps:
+    """The progress lines of a run: ``job 2/5 convergence …`` as a job starts,
+    ``job 2/5 convergence done in 1.4 s`` as it ends (when the next starts)."""
+
+    def __init__(self, progress: Progress | None, jobs: Sequence[str]) -> None:
+        self.progress, self.jobs = progress, list(jobs)
+        self.name: str | None = None
+        self.started = 0.0
+
+    def _say(self, what: str) -> None:
+        if self.progress is not None and self.name is not None:
+            self.progress(f"job {self.jobs.index(self.name) + 1}/{len(self.jobs)} {self.name} {what}")
+
+    def start(self, name: str) -> None:
+        self.done()
+        self.name, self.started = name, time.perf_counter()
+        self._say("…")
+
+    def done(self) -> None:
+        self._say(f"done in {time.perf_counter() - self.started:.1f} s")
+        self.name = None
+
+
 def run_session(inputs: Sequence[str], output: str, *, jobs: Sequence[str] = JOBS, master: str | None = None,
-                conf: Mapping[str, str] | None = None, window_seconds: float = 1.0) -> Summary:
-    """:func:`run` in a session of its own, stopped at the end (the CLI's entry)."""
+                conf: Mapping[str, str] | None = None, window_seconds: float = 1.0, progress: Progress | None = None,
+                log_level: str = "WARN", stacks: bool = True) -> Summary:
+    """:func:`run` in a session of its own, stopped at the end (the CLI's entry).
+    The local inputs and output are checked before Spark starts (its seconds
+    are not spent on a typo); ``log_level`` and ``stacks`` go to :func:`start_session`."""
     check_jobs(jobs)
-    spark = start_session(master, conf)
+    if window_seconds <= 0:
+        raise ConfigError(f"the throughput window must be positive, got {window_seconds}")
+    check_local(inputs)
+    check_output(output)
+    started = time.perf_counter()
+    if progress is not None:
+        progress(f"spark {master or ('(spark-submit)' if launched_by_spark_submit() else 'local[*]')} starting …")
+    spark = start_session(master, conf, log_level=log_level, stacks=stacks)
+    if progress is not None:
+        progress(f"spark {spark.sparkContext.master} up in {time.perf_counter() - started:.1f} s")
     try:
-        return run(spark, inputs, output, jobs=jobs, window_seconds=window_seconds)
+        return run(spark, inputs, output, jobs=jobs, window_seconds=window_seconds, progress=progress)
     finally:
         spark.stop()
 
 
-def _check_events(events: DataFrame) -> tuple[int, int, int]:
+def _check_events(events: DataFrame, inputs: Sequence[str]) -> tuple[int, int, int]:
     """(rows, nodes, groups) of the input; an :class:`InputError` if a row breaks
     the schema (a JSON line that does not parse, a required value null).
 
@@ -167,7 +306,8 @@ def _check_events(events: DataFrame) -> tuple[int, int, int]:
     try:  # per (group, node): a few rows out, counted in a hash table (a count of distinct strings sorts them all)
         found = events.groupBy("group", "node").agg(F.count(F.lit(1)).alias("rows"), broken.alias("broken")).collect()
     except (PySparkException, Py4JJavaError) as exc:  # FAILFAST: a malformed JSON line, a Parquet column of another type
-        raise InputError(f"an input file does not match the export's schema (docs/export.md): {_first_line(exc)}") from None
+        where = find_bad_line(inputs) or first_line(exc)  # a local JSON line: named, file and line
+        raise InputError(f"an input file does not match the export's schema (docs/export.md): {where}") from None
     bad = sum(int(r["broken"]) for r in found)
     if bad:
         raise InputError(f"{bad} input row(s) lack a required column ({', '.join(required)}); "
@@ -177,23 +317,18 @@ def _check_events(events: DataFrame) -> tuple[int, int, int]:
     return sum(int(r["rows"]) for r in found), len({r["node"] for r in found}), len({r["group"] for r in found})
 
 
-def _first_line(exc: Exception) -> str:
-    """The root cause of a Spark error in one line (the JVM's last 'Caused by:'), not its stack."""
-    text = str(exc).strip()
-    causes = [line.split("Caused by:", 1)[1].strip() for line in text.splitlines() if "Caused by:" in line]
-    line = causes[-1] if causes else (text.splitlines()[0] if text else type(exc).__name__)
-    return re.sub(r"^[\w.$]+(Exception|Error): ", "", line)[:400]
-
-
 def run(spark: SparkSession, inputs: Sequence[str], output: str, *, jobs: Sequence[str] = JOBS,
-        window_seconds: float = 1.0) -> Summary:
+        window_seconds: float = 1.0, progress: Progress | None = None) -> Summary:
     """Run ``jobs`` (a subset of :data:`JOBS`, in any order) over the exports
-    under ``inputs``, writing tables and ``report.html`` under ``output``."""
+    under ``inputs``, writing tables and ``report.html`` under ``output``.
+    ``progress``: told a line as each job starts and ends (propagation needs
+    the consolidated events: with it, consolidate is counted as run too)."""
     check_jobs(jobs)
     if window_seconds <= 0:
         raise ConfigError(f"the throughput window must be positive, got {window_seconds}")
+    steps = _Steps(progress, [j for j in JOBS if j in jobs or (j == "consolidate" and "propagation" in jobs)])
     events = read_events(spark, inputs)
-    rows, nodes, groups = _check_events(events)
+    rows, nodes, groups = _check_events(events, inputs)
     summary = Summary(rows=rows, nodes=nodes, groups=groups)
     data = ReportData(inputs=list(inputs), jobs=list(jobs))
 
@@ -228,6 +363,7 @@ def run(spark: SparkSession, inputs: Sequence[str], output: str, *, jobs: Sequen
     metrics: dict[str, dict[str, Any]] = {}
     consolidated: DataFrame | None = None
     if "consolidate" in jobs or "propagation" in jobs:
+        steps.start("consolidate")
         # The events whose source's own copy is here (all, usually) without sorting their
         # contents; the others, counted as they go by, from consolidate itself.
         consolidated = write("consolidated", events.transform(T.consolidate_from_sources), files=None,
@@ -248,6 +384,7 @@ def run(spark: SparkSession, inputs: Sequence[str], output: str, *, jobs: Sequen
         conflicting = write("conflicts", found)
         data.conflicts = rows_of(conflicting, "group", "source", "seq", "node") if summary.conflicts else []
     if "convergence" in jobs:
+        steps.start("convergence")
         held = write("held_ranges", events.transform(T.held_ranges), files=None)
         totals = {"n": F.count(F.lit(1)), "e": F.sum("events")}
         lacking = write("missing", held.transform(T.missing), counted=totals)
@@ -268,6 +405,7 @@ def run(spark: SparkSession, inputs: Sequence[str], output: str, *, jobs: Sequen
         gone = small(lost, int(metrics["gaps"]["n"]), "events", "source", "first_seq")
         data.gaps = rows_of(lost, F.desc("events"), "source", "first_seq") if gone is None else gone[:REPORT_ROWS]
     if "propagation" in jobs and consolidated is not None:
+        steps.start("propagation")
         # One pass over the receipts for the delays and the histogram: counted per fine
         # delay bucket and the rest of the keys, a few thousand rows kept in memory.
         counts = T.delay_counts(events).persist()
@@ -289,6 +427,7 @@ def run(spark: SparkSession, inputs: Sequence[str], output: str, *, jobs: Sequen
             top = max(worst, key=lambda r: r["p99"])
             summary.worst_p99, summary.worst_receiver = float(top["p99"]), str(top["key"])
     if "replay" in jobs:
+        steps.start("replay")
         docs = write("documents", events.transform(T.documents))
         last_shown = read_stats(spark, inputs).transform(T.shown)
         remade = T.shown_documents(events, last_shown)
@@ -298,6 +437,7 @@ def run(spark: SparkSession, inputs: Sequence[str], output: str, *, jobs: Sequen
         summary.misshown = [str(r["node"]) for r in data.replay if r["shown"] == "differs"]
         summary.divergent = [str(r["node"]) for r in data.replay if not r["same"] or r["shown"] == "differs"]
     if "system" in jobs:
+        steps.start("system")
         stats = read_stats(spark, inputs)
         member = write("membership", stats.transform(T.membership))
         health = write("node_health", stats.transform(T.node_health))
@@ -310,6 +450,7 @@ def run(spark: SparkSession, inputs: Sequence[str], output: str, *, jobs: Sequen
         summary.timeouts = sum(int(r["timeouts"]) for r in data.health)
         summary.suspects = sum(int(r["suspects"]) for r in data.health)
         summary.exclusions = sum(int(r["exclusions"]) for r in data.health)
+    steps.done()
     named = read_stats(spark, inputs).transform(T.node_names)
     summary.names = {str(r["node"]): str(r["name"]) for r in named.collect()}  # a row a node: few
     if summary.names:
@@ -323,6 +464,7 @@ def run(spark: SparkSession, inputs: Sequence[str], output: str, *, jobs: Sequen
     )], schemas.SUMMARY).coalesce(1).write.mode("overwrite").parquet(_join(output, "summary"))
     data.findings = summary.lines()
     data.converged = summary.converged
+    summary.details = {name: getattr(data, name) for name in DETAIL_TABLES if getattr(data, name)}
     write_text(spark, _join(output, "report.html"), render(data))
     summary.tables.append("report.html")
     return summary

@@ -1,0 +1,77 @@
+"""``huddle pipeline run``: flags in, findings out, and every failure in one line.
+
+Imports no PySpark until the flags are checked and the ``pipeline`` extra is
+known to be there (a node without it still has the command, which says how to
+install it).  A failure is one line on stderr, ``huddle pipeline: …``, and an
+exit status by kind (:mod:`.errors`); ``--debug`` adds the Python and Java
+stacks and keeps the JVM's warnings.  Progress (a line per job as it starts and
+ends) goes to stderr, unless ``--quiet``; the findings go to stdout, as text or
+(``--json``) as one JSON document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import traceback
+from dataclasses import asdict
+
+from ..errors import ConfigError
+from .errors import EXIT_FAILED, EXIT_NOT_CONVERGED, INSTALL, PipelineError, SparkSetupError, first_line, missing_modules
+
+__all__ = ["run_command"]
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """The exit status of ``huddle pipeline run`` with ``args`` (its one line printed)."""
+    try:
+        return _run(args)
+    except PipelineError as exc:
+        if args.debug:
+            traceback.print_exc()
+        print(f"huddle pipeline: {exc}", file=sys.stderr)
+        return exc.exit_status
+    except ConfigError:
+        raise  # bad usage: the CLI's own line and status 2
+    except Exception as exc:  # a Spark job failed in a way no check foresaw: its cause, not its stack
+        if args.debug:
+            raise
+        print(f"huddle pipeline: the run failed: {first_line(exc)} (--debug shows the stacks)", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _run(args: argparse.Namespace) -> int:
+    conf: dict[str, str] = {}
+    for item in args.conf:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--conf wants KEY=VALUE, got {item!r}")
+        conf[key.strip()] = value.strip()
+    if args.window <= 0:
+        raise ConfigError(f"--window must be positive, got {args.window}")
+    missing = missing_modules()
+    if missing:
+        raise SparkSetupError(f"the pipeline needs the 'pipeline' extra, not installed here (no {', '.join(missing)}): "
+                              f"{INSTALL}")
+    from . import jobs  # noqa: PLC0415 - deferred: PySpark, pandas, pyarrow
+
+    chosen = list(jobs.JOBS) if args.jobs is None else jobs.parse_jobs(args.jobs, flag="--jobs")
+    if not args.debug:  # Py4J logs a lost JVM at length; the failure is told in one line anyway
+        logging.getLogger("py4j").setLevel(logging.CRITICAL)
+    summary = jobs.run_session(args.input, args.output, jobs=chosen, master=args.master, conf=conf,
+                               window_seconds=args.window, progress=None if args.quiet else _progress,
+                               log_level="WARN" if args.debug else "OFF", stacks=args.debug)
+    if args.json:  # the findings whole: headline numbers, the lines, the rows behind them (None: job not run)
+        found = asdict(summary) | {"converged": summary.converged, "findings": summary.lines(), "output": args.output}
+        print(json.dumps(found, indent=2, default=str))
+    else:
+        for line in summary.lines():
+            print(line)
+        print(f"tables and report.html in {args.output}: {', '.join(summary.tables)}")
+    return 0 if summary.converged is not False else EXIT_NOT_CONVERGED
