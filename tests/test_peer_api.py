@@ -29,6 +29,7 @@ from pyre.pyre_event import PyreEvent
 
 import huddle
 from huddle import NodeConfig
+from huddle.discovery.interfaces import LOOPBACK
 from huddle.embed.events import MAX_FRAME, EventType, PeerEvent, Roster
 from huddle.embed.mesh import PeerFeature
 from huddle.embed.wire import PREFIX, pack, unpack
@@ -36,7 +37,8 @@ from huddle.errors import DecodeError, NoSuchPeer, TooLarge
 from huddle.ids import NodeId
 from huddle.procs import free_port
 from huddle.protocol.events import MessageReceived, PeerJoined, PeerLeft, PeerStateChanged
-from huddle.zre.codec import MsgId, ZreMessage
+from huddle.zre.codec import Beacon, MsgId, ZreMessage, decode, encode, encode_beacon
+from huddle.zre.driver import ZreDriver
 
 T = TypeVar("T")
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "peer-api.md"
@@ -127,6 +129,44 @@ def test_the_mesh_feature_greets_answers_a_second_hello_once_and_counts_stranger
                 task.cancel()
 
     run(main)
+
+
+def test_the_zre_driver_joins_several_groups_and_tells_each_move_of_its_peers() -> None:
+    """The driver (zre/driver.py) with ``join`` / ``leave`` and ``on_peer``; the peer is a ROUTER of the test's."""
+    moves: list[tuple[str, str]] = []
+    now = [0.0]
+    ctx = zmq.Context()
+    router = ctx.socket(zmq.ROUTER)
+    router.setsockopt(zmq.LINGER, 0)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    driver = ZreDriver(uuid=b"\x07" * 16, name="me", group="", headers={}, interface=LOOPBACK, port=1,
+                       on_shout=lambda peer, group, content: None, clock=lambda: now[0],
+                       on_peer=lambda peer, what, group: moves.append((what, group)))
+    driver.endpoint = "tcp://127.0.0.1:9"
+    try:
+        driver.join("chat")
+        driver.join("chat")  # in it already: nothing
+        someone = b"\x01" + b"\x02" * 16
+        driver.message([someone, *encode(ZreMessage(MsgId.HELLO, 1, endpoint=f"tcp://127.0.0.1:{port}",
+                                                    groups=("a",), name="them"))])
+        driver.join("ops")
+        driver.leave("chat")
+        heard = []
+        while len(heard) < 3 and router.poll(5000):
+            heard.append(decode(router.recv_multipart()[1:]))
+        assert [(m.id, m.groups or m.group, m.status) for m in heard] == [
+            (MsgId.HELLO, ("chat",), 1), (MsgId.JOIN, "ops", 2), (MsgId.LEAVE, "chat", 3)]
+        driver.message([someone, *encode(ZreMessage(MsgId.JOIN, 2, group="b", status=1))])
+        driver.message([someone, *encode(ZreMessage(MsgId.LEAVE, 3, group="a", status=2))])
+        now[0] = 6.0
+        driver.tick()
+        driver.beacon(encode_beacon(Beacon(b"\x02" * 16, 0)), "127.0.0.1")
+        assert moves == [("enter", ""), ("join", "b"), ("leave", "a"), ("evasive", ""), ("exit", "")]
+        assert driver.groups == ["ops"]
+    finally:
+        router.close(linger=0)
+        ctx.term()
+        driver.close()
 
 
 # ---------------------------------------------------------------- helpers
