@@ -246,6 +246,7 @@ def test_two_peers_on_the_mesh_enter_join_shout_whisper_leave_and_exit(tmp_path:
             assert (await next_event(alice, EventType.JOIN)).group == "chat"
             assert bob.peers() == [alice.uuid] and bob.peer_groups() == ["chat", "ops"]
             assert bob.peer_header(alice.uuid, "X-ROLE") == "scorer" and bob.peer_header(alice.uuid, "nope") is None
+            assert bob.peer_address(alice.uuid) == alice.endpoint
             assert bob.peers_by_group("ops") == [alice.uuid] and alice.peers_by_group("ops") == []
             # SHOUT: to the group's members, several frames kept as frames.
             assert await alice.shout("chat", [b"hello", b"\x00\xff"]) == 1
@@ -373,6 +374,7 @@ def test_a_zre_peer_meets_another_and_a_pyre_node(monkeypatch: pytest.MonkeyPatc
             await until(lambda: saw("JOIN", "erin"), 20, "pyre's JOIN of erin")
             py_enter = await next_event(erin, EventType.ENTER, match=lambda e: e.name == "py")
             assert erin.peer_header(py_enter.peer, "X-FROM") == "pyre" and py_enter.peer == py.uuid().hex
+            assert erin.peer_address(frank.uuid) == frank.endpoint
             await next_event(erin, EventType.JOIN, match=lambda e: e.peer == py_enter.peer)
             assert await erin.shout("chat", b"to pyre") == 2
             heard = await until(lambda: saw("SHOUT", "erin"), 20, "pyre's SHOUT from erin")

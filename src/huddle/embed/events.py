@@ -62,11 +62,12 @@ def check_content(data: bytes | str | list[bytes] | tuple[bytes, ...]) -> tuple[
 
 @dataclass(slots=True)
 class Known:
-    """A peer that entered: its name, groups and headers."""
+    """A peer that entered: its name, groups and headers, and where it is reached (``tcp://IP:PORT``)."""
 
     name: str
     groups: set[str]
     headers: dict[str, str]
+    address: str = ""
 
 
 class Roster:
@@ -84,10 +85,10 @@ class Roster:
     def _say(self, kind: EventType, peer: str, **what: object) -> None:
         self._deliver(PeerEvent(kind, peer, self.known[peer].name, **what))  # type: ignore[arg-type]
 
-    def enter(self, peer: str, name: str, groups: Iterable[str], headers: Mapping[str, str]) -> bool:
+    def enter(self, peer: str, name: str, groups: Iterable[str], headers: Mapping[str, str], address: str = "") -> bool:
         if peer in self.known:
             return False
-        self.known[peer] = Known(name, set(), dict(headers))
+        self.known[peer] = Known(name, set(), dict(headers), address)
         self._say(EventType.ENTER, peer, headers=MappingProxyType(dict(headers)))
         for group in groups:
             self.join(peer, group)

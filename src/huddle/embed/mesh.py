@@ -53,6 +53,7 @@ class PeerFeature(FeatureBase):
         self.counters: Counter[str] = Counter()
         self._greeted: set[NodeId] = set()  # members sent this node's HELLO: JOIN and LEAVE go to them
         self._answered: set[NodeId] = set()  # members greeted again after a HELLO of theirs, this session
+        self._endpoints: dict[NodeId, str] = {}  # each admitted member's mesh endpoint
         self._out: asyncio.Queue[_Item] = asyncio.Queue()
         self._host: FeatureHost | None = None
 
@@ -127,12 +128,14 @@ class PeerFeature(FeatureBase):
     # ---- what the mesh says ----
 
     def _admitted(self, event: PeerJoined) -> bool:
+        self._endpoints[event.peer] = event.endpoint
         self._out.put_nowait((event.peer, None, None))  # this node's HELLO, made as it goes
         return False
 
     def _gone(self, event: PeerLeft) -> bool:
         self._greeted.discard(event.peer)
         self._answered.discard(event.peer)
+        self._endpoints.pop(event.peer, None)
         self.roster.exit(str(event.peer))
         return False
 
@@ -153,7 +156,7 @@ class PeerFeature(FeatureBase):
             return True
         peer, roster = str(event.peer), self.roster
         if msg.id is MsgId.HELLO:
-            if not roster.enter(peer, msg.name, msg.groups, dict(msg.headers)):
+            if not roster.enter(peer, msg.name, msg.groups, dict(msg.headers), self._endpoints.get(event.peer, "")):
                 # It greets again: it lost this node (its session ended on its side alone) and waits
                 # for this node's HELLO to see it enter again.
                 self.counters["hello_again"] += 1

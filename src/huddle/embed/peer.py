@@ -233,6 +233,10 @@ class Peer:
     def peer_name(self, peer: str) -> str:
         return self._known(peer).name
 
+    def peer_address(self, peer: str) -> str:
+        """Where it is reached (``tcp://IP:PORT``): its mesh endpoint, or its ZRE ROUTER's."""
+        return self._known(peer).address
+
     def peer_header(self, peer: str, name: str) -> str | None:
         """A header its HELLO carried (None: not that one); NoSuchPeer if it has not entered."""
         return self._known(peer).headers.get(name)

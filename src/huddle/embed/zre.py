@@ -48,7 +48,7 @@ class ZreSide:
     def _moved(self, peer: ZrePeer, what: str, group: str) -> None:
         uuid, roster = peer.uuid.hex(), self.roster
         if what == "enter":
-            roster.enter(uuid, peer.name, sorted(peer.groups), peer.headers)
+            roster.enter(uuid, peer.name, sorted(peer.groups), peer.headers, peer.endpoint)
         elif what == "join":
             roster.join(uuid, group)
         elif what == "leave":
