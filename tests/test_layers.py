@@ -132,7 +132,7 @@ ALLOWED: dict[str, set[str]] = {
     "node": {"base", "wire", "log", "protocol", "transport", "discovery", "config", "api", "security",
              "driver", "finders", "host", "ports", "features"},
     # A Peer in-process (docs/peer-api.md): a node with its feature beside the default list, or ZRE's driver.
-    "embed": {"base", "protocol", "config", "ports", "features", "node", "zre"},
+    "embed": {"base", "protocol", "config", "ports", "features", "node", "zre", "sections"},
     "facade": {"base", "wire", "protocol", "config", "node", "embed"},
     "clients": {"base", "guests", "facade"},
     "pipeline": {"base", "wire", "doc"},  # reads exported logs; never the runtime

@@ -377,8 +377,9 @@ def test_a_zre_peer_meets_another_and_a_pyre_node(monkeypatch: pytest.MonkeyPatc
             assert erin.peer_address(frank.uuid) == frank.endpoint
             await next_event(erin, EventType.JOIN, match=lambda e: e.peer == py_enter.peer)
             assert await erin.shout("chat", b"to pyre") == 2
-            heard = await until(lambda: saw("SHOUT", "erin"), 20, "pyre's SHOUT from erin")
-            assert heard.group == "chat" and heard.msg == [b"to pyre"]
+            heard = await until(lambda: [e for e in pyre_events(py, seen) if e.type == "SHOUT" and e.msg == [b"to pyre"]],
+                                20, "pyre's SHOUT from erin")
+            assert heard[0].group == "chat" and heard[0].peer_name == "erin"
             py.shout("chat", b"from pyre")
             assert (await next_event(erin, EventType.SHOUT, match=lambda e: e.name == "py")).data == b"from pyre"
             py.whisper(uuid.UUID(erin.uuid), b"whisper from pyre")
