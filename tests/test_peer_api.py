@@ -309,6 +309,31 @@ def test_hostile_calls_and_payloads_are_refused_and_the_peer_stays_up(tmp_path: 
     run(main)
 
 
+def test_a_flood_of_shouts_and_oversized_payloads_is_bounded_and_counted(tmp_path: Path) -> None:
+    """A program that does not read: its events stop at ``events``, the rest counted; a payload
+    with a frame past ZRE's bound is refused as malformed; the Peer still hears what comes next."""
+    async def main() -> None:
+        async with huddle.Peer("gina", config=mesh_config(tmp_path, "gina"), events=50) as gina:
+            gina.join("chat")
+            seed = gina.endpoint.removeprefix("tcp://")
+            async with huddle.Peer("hal", config=mesh_config(tmp_path, "hal", (seed,))) as hal:
+                await next_event(hal, EventType.JOIN)  # hal sees gina in "chat": its SHOUTs go to her
+                for n in range(500):
+                    assert await hal.shout("chat", str(n)) == 1
+                await until(lambda: gina.dropped >= 500 - 50 + 1, 30, "the events past the bound dropped")  # + ENTER
+                assert gina.waiting == 50
+                assert hal.node is not None and gina.node is not None and gina.node.uuid is not None
+                huge = PREFIX + b"\x01" + (300 * 1024).to_bytes(4, "big") + bytes(300 * 1024)
+                hal.node.send_to(gina.node.uuid, huge)
+                await until(lambda: gina.counters["malformed"] == 1, 20, "the oversized payload refused")
+                kept = [await gina.recv() for _ in range(50)]  # the program reads again: the first 50 were kept
+                assert [e.type for e in kept[:2]] == [EventType.ENTER, EventType.SHOUT] and kept[1].data == b"0"
+                await hal.whisper(gina.uuid, b"after the flood")
+                assert (await next_event(gina, EventType.WHISPER)).data == b"after the flood"
+
+    run(main)
+
+
 def test_a_mesh_peer_needs_its_nodes_config() -> None:
     with pytest.raises(huddle.LocalProtocolError, match="needs its node's config"):
         huddle.Peer("lost")

@@ -205,6 +205,11 @@ class Peer:
         except asyncio.QueueFull:
             self.dropped += 1
 
+    @property
+    def waiting(self) -> int:
+        """Events kept and not read yet."""
+        return self._events.qsize()
+
     async def recv(self) -> PeerEvent:
         """The next event (waits for one)."""
         return await self._events.get()
