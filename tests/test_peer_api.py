@@ -135,14 +135,14 @@ def test_the_zre_driver_joins_several_groups_and_tells_each_move_of_its_peers() 
     """The driver (zre/driver.py) with ``join`` / ``leave`` and ``on_peer``; the peer is a ROUTER of the test's."""
     moves: list[tuple[str, str]] = []
     now = [0.0]
-    ctx = zmq.Context()
-    router = ctx.socket(zmq.ROUTER)
-    router.setsockopt(zmq.LINGER, 0)
-    port = router.bind_to_random_port("tcp://127.0.0.1")
     driver = ZreDriver(uuid=b"\x07" * 16, name="me", group="", headers={}, interface=LOOPBACK, port=1,
                        on_shout=lambda peer, group, content: None, clock=lambda: now[0],
                        on_peer=lambda peer, what, group: moves.append((what, group)))
     driver.endpoint = "tcp://127.0.0.1:9"
+    ctx = zmq.Context()
+    router = ctx.socket(zmq.ROUTER)
+    router.setsockopt(zmq.LINGER, 0)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
     try:
         driver.join("chat")
         driver.join("chat")  # in it already: nothing
@@ -164,9 +164,9 @@ def test_the_zre_driver_joins_several_groups_and_tells_each_move_of_its_peers() 
         assert moves == [("enter", ""), ("join", "b"), ("leave", "a"), ("evasive", ""), ("exit", "")]
         assert driver.groups == ["ops"]
     finally:
+        driver.close()
         router.close(linger=0)
         ctx.term()
-        driver.close()
 
 
 # ---------------------------------------------------------------- helpers
