@@ -33,7 +33,11 @@ class ZreSide:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        await self.driver.start()
+        try:
+            await self.driver.start()
+        except BaseException:
+            self.driver.close()  # what it opened (its ROUTER, before the beacon port) is closed, not left to the GC
+            raise
         self._task = asyncio.create_task(self.driver.run())
 
     async def stop(self) -> None:
