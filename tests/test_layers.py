@@ -91,6 +91,7 @@ LAYER_OF: dict[str, str] = {
     "huddle.zre.feature": "features",
     "huddle.hydra": "hydra",  # Hydra on its own wire: codec and session machine (pure), its ROUTER (pyzmq)
     "huddle.hydra.feature": "features",
+    "huddle.embed": "embed",  # huddle.Peer: a Zyre-style peer in-process, on its own node or on ZRE's driver
     "huddle.__main__": "entry",
     "huddle.pipeline.submit": "entry",
 }
@@ -142,7 +143,9 @@ ALLOWED: dict[str, set[str]] = {
     # The node names no feature package: it loops over the features it is given (the default list).
     "node": {"base", "wire", "log", "protocol", "transport", "discovery", "config", "api", "security",
              "driver", "finders", "host", "ports", "features"},
-    "facade": {"base", "wire", "protocol", "config", "node"},
+    # A Peer in-process (docs/peer-api.md): a node with its feature beside the default list, or ZRE's driver.
+    "embed": {"base", "protocol", "config", "ports", "features", "node", "zre", "sections"},
+    "facade": {"base", "wire", "protocol", "config", "node", "embed"},
     "clients": {"base", "guests", "facade"},
     "pipeline": {"base", "wire", "doc"},  # reads exported logs; never the runtime
     "render": set(),  # the API's answers as text: JSON in, text out

@@ -20,6 +20,7 @@ from .protocol import Mesh, Timing
 from .wire import PROTOCOL_VERSION, Message, decode, encode
 
 if TYPE_CHECKING:
+    from .embed.peer import Peer
     from .node import Node, run_node
 
 __version__ = "0.1.0"
@@ -33,6 +34,10 @@ def __getattr__(name: str) -> Any:
         from . import node  # noqa: PLC0415 - the driver (pyzmq, aiohttp, zeroconf) on first use only
 
         return getattr(node, name)
+    if name == "Peer":  # a Zyre-style peer in-process (docs/peer-api.md): its node, or ZRE's driver, on first use
+        from .embed.peer import Peer  # noqa: PLC0415
+
+        return Peer
     raise AttributeError(f"module 'huddle' has no attribute {name!r}")
 
 __all__ = [
@@ -47,6 +52,7 @@ __all__ = [
     "Node",
     "NodeConfig",
     "NodeId",
+    "Peer",
     "ProtocolError",
     "RemoteProtocolError",
     "Timing",

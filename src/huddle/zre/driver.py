@@ -40,7 +40,7 @@ from ..errors import DecodeError
 from .codec import Beacon, Bounds, MsgId, ZreMessage, decode, decode_beacon, encode, encode_beacon
 from .peer import Heard, PeerState, Timeouts, ZrePeer
 
-__all__ = ["Shout", "Whisper", "ZreDriver", "ZreLimits"]
+__all__ = ["PeerChange", "Shout", "Whisper", "ZreDriver", "ZreLimits"]
 
 log = logging.getLogger("huddle.zre")
 
@@ -48,6 +48,9 @@ log = logging.getLogger("huddle.zre")
 Shout = Callable[[ZrePeer, str, tuple[bytes, ...]], None]
 # A WHISPER a peer made to this node: the peer and the content's frames.
 Whisper = Callable[[ZrePeer, tuple[bytes, ...]], None]
+# A peer entered ("enter"), joined or left a group ("join", "leave": the group), went silent
+# ("evasive") or was forgotten ("exit": any peer made, entered or not).
+PeerChange = Callable[[ZrePeer, str, str], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,13 +75,15 @@ class ZreDriver:
     def __init__(self, *, uuid: bytes, name: str, group: str, headers: dict[str, str], interface: Interface | str | None,
                  port: int, on_shout: Shout, on_whisper: Whisper | None = None, limits: ZreLimits = _LIMITS,
                  timeouts: Timeouts = _TIMEOUTS, interval: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, on_peer: PeerChange | None = None) -> None:
         self.uuid, self.name, self.group, self.headers = uuid, name, group, dict(headers)
+        self.groups: list[str] = [group] if group else []  # the groups its HELLO names (join, leave)
+        self.status = 0  # its group status: one more at each JOIN or LEAVE (RFC 36), 8 bits
         # An interface, or its name or address (None: the default route's), as --interface takes it.
         self.interface = interface if isinstance(interface, Interface) else resolve_interface(interface)
         self.port, self.interval = port, interval
         self.limits, self.timeouts, self._clock, self._on_shout = limits, timeouts, clock, on_shout
-        self._on_whisper = on_whisper
+        self._on_whisper, self._on_peer = on_whisper, on_peer
         self.links: dict[bytes, _Link] = {}
         self.counters: Counter[str] = Counter()
         self.endpoint = ""
@@ -200,9 +205,8 @@ class ZreDriver:
         link = _Link(ZrePeer(uuid, endpoint, self._clock(), self.timeouts), dealer)
         self.links[uuid] = link
         self.counters["peers_made"] += 1
-        groups = (self.group,) if self.group else ()
-        self._send(link, ZreMessage(MsgId.HELLO, endpoint=self.endpoint, groups=groups, name=self.name,
-                                    headers=tuple(self.headers.items())))
+        self._send(link, ZreMessage(MsgId.HELLO, endpoint=self.endpoint, groups=tuple(self.groups), status=self.status,
+                                    name=self.name, headers=tuple(self.headers.items())))
         return link
 
     def _send(self, link: _Link, msg: ZreMessage) -> None:
@@ -219,6 +223,8 @@ class ZreDriver:
         if link.peer.state is not PeerState.GONE:
             link.peer.leave()
         link.dealer.close(linger=0)
+        if self._on_peer is not None:
+            self._on_peer(link.peer, "exit", "")
         if why:
             self.counters[f"peers_{why}"] += 1
             log.info("ZRE peer %s (%s) %s", link.peer.name or "?", uuid.hex(), why)
@@ -229,6 +235,8 @@ class ZreDriver:
         for uuid, link in list(self.links.items()):
             if link.peer.tick(now):
                 self._send(link, ZreMessage(MsgId.PING))
+                if self._on_peer is not None:
+                    self._on_peer(link.peer, "evasive", "")
             elif link.peer.state is PeerState.GONE:
                 self._forget(uuid, "expired")
 
@@ -271,6 +279,8 @@ class ZreDriver:
             return
         if heard is Heard.ENTERED:
             log.info("ZRE peer %s (%s) entered, groups %s", msg.name, uuid.hex(), sorted(link.peer.groups))
+            if self._on_peer is not None:
+                self._on_peer(link.peer, "enter", "")
         elif heard is Heard.IGNORED:
             self.counters[f"ignored_{msg.id.name.lower()}"] += 1
         elif msg.id is MsgId.PING:
@@ -282,6 +292,8 @@ class ZreDriver:
             self.counters["whispers_in"] += 1
             if self._on_whisper is not None:
                 self._on_whisper(link.peer, msg.content)
+        elif msg.id in (MsgId.JOIN, MsgId.LEAVE) and self._on_peer is not None:
+            self._on_peer(link.peer, msg.id.name.lower(), msg.group)
 
     def _endpoint_ok(self, endpoint: str) -> bool:
         """A HELLO's endpoint this node will dial: ``tcp://IP:PORT`` on the interface's network."""
@@ -297,6 +309,25 @@ class ZreDriver:
                 sent += 1
         self.counters["shouts_out"] += sent
         return sent
+
+    def join(self, group: str) -> None:
+        """Join ``group``: named in the HELLOs from now on, and a JOIN to every peer made (RFC 36)."""
+        self._change(group, MsgId.JOIN)
+
+    def leave(self, group: str) -> None:
+        """Leave ``group``: a LEAVE to every peer made."""
+        self._change(group, MsgId.LEAVE)
+
+    def _change(self, group: str, what: MsgId) -> None:
+        if (group in self.groups) == (what is MsgId.JOIN):
+            return  # joined already, or not in it
+        if what is MsgId.JOIN:
+            self.groups.append(group)
+        else:
+            self.groups.remove(group)
+        self.status = (self.status + 1) & 0xFF
+        for link in list(self.links.values()):
+            self._send(link, ZreMessage(what, group=group, status=self.status))
 
     def peer_named(self, who: str) -> ZrePeer | None:
         """The entered peer whose UUID (hex) or name is ``who``."""
