@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -18,8 +19,9 @@ from huddle.config import NodeConfig
 from huddle.control import orders
 from huddle.control.carrier import OrderPayload, OrdersPeer
 from huddle.control.orders import MAX_PAYLOAD, PREFIX, Order, Refused, Result, decode, encode
-from huddle.control.remote import ORDER_KIND, RESULT_KIND, WINDOW, OrderDesk
+from huddle.control.remote import LOGS_CHUNK, ORDER_KIND, RESULT_KIND, WINDOW, OrderDesk
 from huddle.control.settings import ControlSection
+from huddle.control.supervisor import _Output
 from huddle.ids import NodeId
 from huddle.protocol.service import MeshView, PeerFacts
 from huddle.security import NodeIdentity
@@ -42,6 +44,7 @@ class _Supervisor:
     def __init__(self) -> None:
         self.apps = {"scoreboard": None}
         self.orders: list[tuple[str, str]] = []
+        self.log: _Output
 
     def order(self, name: str, what: str) -> dict[str, Any]:
         self.orders.append((name, what))
@@ -49,6 +52,9 @@ class _Supervisor:
 
     def statuses(self) -> list[dict[str, Any]]:
         return [{"name": "scoreboard", "state": "running"}]
+
+    def output(self, name: str, after: int | None, limit: int | None = None) -> dict[str, Any]:
+        return self.log.read(after, limit)  # set by the test that reads it
 
 
 class _Host:
@@ -216,6 +222,46 @@ def test_hostile_orders_are_refused_counted_and_start_nothing() -> None:
         assert [r.status for r in rig.results()] == [200, 400] and "mesh time" in rig.results()[1].answer["error"]
 
     asyncio.run(main())
+
+
+def test_a_logs_read_is_answered_in_chunks_that_fit_and_never_recorded(tmp_path: Path) -> None:
+    async def main() -> None:
+        rig = _Rig()
+        rig.supervisor.log = _Output(tmp_path / "scoreboard.log", 1 << 20, 1)
+        # Control characters escape to six octets each in JSON: a chunk of them must still fit a result.
+        data = b"\x01" * 3000 + "é".encode() * 3000 + b"done\n"
+        rig.supervisor.log.write(data)
+        got, after, n = "", 0, 0
+        while True:
+            n += 1
+            o = Order(f"{n:032x}", GROUP, rig.target.node_id, "logs", "scoreboard", rig.host.now, after)
+            rig.take(encode(rig.asker, rig.asker.node_id, o))  # encode/decode of the result: it fits
+            result = rig.results()[-1]
+            assert result.status == 200, result
+            got, after = got + result.answer["text"], result.answer["next"]
+            if not result.answer["more"]:
+                break
+        assert got == data.decode() and after == len(data) and n > len(data) // LOGS_CHUNK
+        assert rig.host.recorded == [] and rig.supervisor.orders == []  # a read: no audit record, nothing run
+        rig.take(encode(rig.asker, rig.asker.node_id, Order("ee" * 16, GROUP, rig.target.node_id, "logs", "nope",
+                                                            rig.host.now, 0)))
+        assert rig.results()[-1].status == 404 and "no app 'nope'" in rig.results()[-1].answer["error"]
+
+    asyncio.run(main())
+
+
+def test_a_logs_read_with_a_bad_offset_is_malformed() -> None:
+    me = NodeIdentity.generate()
+    base = {"id": "0f" * 16, "group": GROUP, "target": me.node_id.hex(), "app": "scoreboard", "at": 1}
+    for body in (base | {"action": "logs", "after": -1}, base | {"action": "logs", "after": "7"},
+                 base | {"action": "logs", "after": True}, base | {"action": "logs", "after": 1 << 70},
+                 base | {"action": "stop", "after": 0}):  # an offset only with a logs read
+        raw = json.dumps(body).encode()
+        signed = orders._DOMAIN + bytes([orders.KIND_ORDER]) + bytes(me.node_id) + raw
+        payload = PREFIX + bytes([orders.KIND_ORDER]) + me.public_key + me.sign(signed) + raw
+        with pytest.raises(Refused) as info:
+            decode(payload, me.node_id, GROUP)
+        assert info.value.reason == "malformed", body
 
 
 def test_a_node_order_stops_the_node_and_a_shutdown_needs_its_command() -> None:

@@ -21,7 +21,7 @@ from huddle.procs import NodeProcess
 
 pytestmark = pytest.mark.processes
 
-TICKER = "import time\nwhile True:\n    time.sleep(1)\n"
+TICKER = "import time\nprint('tick from c', flush=True)\nwhile True:\n    time.sleep(1)\n"
 
 
 def _with_app(cluster: Cluster, name: str, tmp: Path) -> NodeProcess:
@@ -76,6 +76,19 @@ def test_orders_from_any_node(cluster: Cluster, tmp_path: Path) -> None:
                            timeout=30)
     assert shown.returncode == 0 and "ticker" in shown.stdout and "running" in shown.stdout, shown
 
+    # C's ticker's output, read from A (a read: not in the log); --follow's next read starts at "next".
+    out = get(a.api, "/api/v1/apps/ticker/logs?node=c")
+    assert "tick from c" in out["text"] and out["node_name"] == "c" and out["more"] is False, out
+    assert get(a.api, f"/api/v1/apps/ticker/logs?node=c&after={out['next']}")["text"] == ""
+    assert "tick from c" in get(a.api, "/api/v1/apps/ticker/logs?node=c&after=0")["text"]
+    shown = subprocess.run([sys.executable, "-m", "huddle", "app", "logs", "ticker", "--node", "c", "--api", b.api],
+                           capture_output=True, text=True, timeout=30)
+    assert shown.returncode == 0 and "tick from c" in shown.stdout, shown
+    status, out = http(a.api, "/api/v1/apps/nope/logs?node=c")
+    assert status == 404 and "no app 'nope' on c" in out["error"], out
+    assert http(a.api, "/api/v1/apps/ticker/logs?node=c&after=-1")[0] == 400
+    assert http(a.api, "/api/v1/apps/ticker/logs?node=c&after=x")[0] == 400
+
     # Refused, clearly: an app C does not run, a node nobody knows, malformed orders, a shutdown
     # without a command (C has none configured).
     status, out = http(a.api, "/api/v1/apps/nope/start?node=c", {})
@@ -97,7 +110,8 @@ def test_orders_from_any_node(cluster: Cluster, tmp_path: Path) -> None:
         orders = [(r["body"]["action"], r["body"]["app"]) for r in rows if r["kind"] == "control.order"]
         results = [(r["body"]["action"], r["body"]["status"]) for r in rows if r["kind"] == "control.result"]
         return (("stop", "ticker") in orders and ("start", "ticker") in orders and ("start", "nope") in orders
-                and ("stop", 200) in results and ("start", 404) in results and ("shutdown", 409) in results)
+                and ("stop", 200) in results and ("start", 404) in results and ("shutdown", 409) in results
+                and all(r["body"]["action"] != "logs" for r in rows))  # reads are not audit data
 
     for node in (a, b, c):
         wait_for(lambda node=node: audited(node.api), 15, f"every order and result in {node.name}'s log")

@@ -54,3 +54,20 @@ def test_reads_by_offset_and_what_fell_out(tmp_path: Path) -> None:
     out.write(b"z" * RING)
     late = out.read(6)
     assert late["lost"] and len(late["text"]) == RING and late["next"] == 12 + RING
+
+
+def test_a_limited_read_comes_in_chunks_and_never_cuts_a_character(tmp_path: Path) -> None:
+    out = _Output(tmp_path / "app.log", 1 << 20, 1)
+    data = ("é" * 100 + "end\n").encode()  # 203 octets, two to a character
+    out.write(data)
+    first = out.read(0, 51)  # 51 would cut the 26th character: it waits
+    assert first == {"text": "é" * 25, "next": 50, "lost": False, "more": True}
+    got, after = first["text"], first["next"]
+    while True:
+        chunk = out.read(after, 51)
+        got, after = got + chunk["text"], chunk["next"]
+        if not chunk["more"]:
+            break
+    assert got == data.decode() and after == len(data)
+    assert out.read(len(data), 51) == {"text": "", "next": len(data), "lost": False, "more": False}
+    assert out.read(None, 4)["text"] == "end\n"  # the tail, at most the limit

@@ -132,6 +132,10 @@ def test_the_demo_shows_the_mesh_chat_document_posts_guests_picture_and_audit(tm
     assert "carol's copy is byte for byte the same" in out.stdout
     assert 'scoreboard heard scorekeeper say \'score\': {"points": 4, "team": "home"}' in out.stdout
     assert "the same digest on all 3 nodes" in out.stdout
+    assert "flaky crashed (exit 3) and its policy (restart = on-failure) restarted it: running, restarts 1" \
+        in out.stdout
+    assert "$ huddle app logs flaky --node bob   (at alice)" in out.stdout
+    assert "carol's system picture: bob's scoreboard is stopped" in out.stdout
     assert "Traceback" not in out.stdout + out.stderr
     assert "all stopped, exit codes [0, 0, 0]" in out.stdout
     audit = out.stdout.split("== the audit")[1]
@@ -149,6 +153,12 @@ def test_the_demo_without_java_says_how_to_get_it_and_still_succeeds(tmp_path: P
                          capture_output=True, text=True, timeout=280, check=False, env=env)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "all stopped, exit codes [0, 0]" in out.stdout
+    # Apps: bob's flaky crashed once and was restarted; scoreboard stopped from alice, bob's picture shows it.
+    assert "flaky crashed (exit 3) and its policy (restart = on-failure) restarted it: running, restarts 1" \
+        in out.stdout
+    assert "flaky: crashing on purpose (exit 3)" in out.stdout
+    assert re.search(r"stop: scoreboard +(stopping|stopped) ", out.stdout)
+    assert "bob's system picture: bob's scoreboard is stopped" in out.stdout
     assert re.search(r"mesh security: group mode, group key [0-9a-f]{8}, \d+ connections refused", out.stdout)
     audit = out.stdout.split("== the audit")[1]
     assert "skipped: the pipeline runs on Apache Spark, which needs Java 17 or newer" in audit

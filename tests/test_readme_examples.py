@@ -43,6 +43,7 @@ from pathlib import Path
 import pytest
 from conftest import alive_names, get, wait_for
 
+from huddle.config import load_config
 from huddle.procs import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,7 +57,10 @@ EXCUSED: dict[str, str] = {
     r"--seed 192\.168\.": "a peer on another machine (192.168.1.20); seeds on loopback: tests/test_seed_connections.py",
     r"--mdns\b": "mDNS on a LAN (multicast to 224.0.0.251 leaves loopback); tests/test_discovery.py",
     r"--naming tcp://10\.": "a naming broker on another machine (10.0.0.5); on loopback: tests/test_naming_auth.py",
-    r"--config node\.toml": "node.toml (above) is a venue machine's: eth0, /var/lib/huddle, a seed at 192.168.1.20",
+    r"--config (node|server|display)\.toml": "node.toml (above) is a venue machine's: eth0, /var/lib/huddle, a seed at "
+                                            "192.168.1.20; server.toml and display.toml run the reader's stats.py and "
+                                            "scoreboard.py (the files parse: test_the_worked_apps_example_parses; "
+                                            "an app waiting on another node's: tests/test_control_across.py)",
     r"^huddle trust add KEY .*\| trust": "three commands on one line ('|' reads 'or'), for a node in allow-list mode: "
                                          "tests/test_trust.py",
     r"^huddle group (install|switch|retire) .*--node URL": "a live rotation: URL, NEW_ID and OLD_ID stand for the "
@@ -456,3 +460,15 @@ def test_the_parser_takes_huddle_lines_and_python_blocks_only() -> None:
         ("huddle node --group-key derby.key", "or: huddle node --group derby --join CODE", False),
         ("huddle node --group derby --join CODE", "", False),
     ]
+
+
+def test_the_worked_apps_example_parses(tmp_path: Path) -> None:
+    """The README's server.toml and display.toml load as written: the server type runs stats, the
+    display type the scoreboard, held back on the server's stats (a dependency on another node)."""
+    blocks = {m[1]: m[0] for m in re.finditer(r"```toml\n# (\w+\.toml):.*?\n```", README.read_text(), re.S)}
+    for name in ("server.toml", "display.toml"):
+        (tmp_path / name).write_text(blocks[name].removeprefix("```toml\n").removesuffix("```"))
+    server, display = load_config(tmp_path / "server.toml"), load_config(tmp_path / "display.toml")
+    assert server.node_type == "server" and [a.name for a in server.node_apps()] == ["stats"]
+    assert display.node_type == "display" and [a.name for a in display.node_apps()] == ["scoreboard"]
+    assert list(display.node_apps()[0].depends_on) == ["stats@server"]

@@ -165,9 +165,11 @@ class ApiClient:
         result: dict[str, Any] = await self._request("POST", f"/api/v1/control/{order}", body)
         return result
 
-    async def app_logs(self, name: str, after: int | None = None) -> dict[str, Any]:
-        """An app's output: the log file's tail, or what came after offset ``after`` (and ``next``)."""
-        query = "" if after is None else f"?after={after}"
+    async def app_logs(self, name: str, after: int | None = None, node: str | None = None) -> dict[str, Any]:
+        """An app's output: the log file's tail, or what came after offset ``after`` (and ``next``);
+        of ``node``'s app (a name or id prefix), a chunk at a time (``more``: ask again at once)."""
+        params = ([] if after is None else [("after", str(after))]) + ([] if node is None else [("node", node)])
+        query = "?" + urlencode(params) if params else ""
         result: dict[str, Any] = await self._request("GET", f"/api/v1/apps/{quote(name, safe='')}/logs{query}")
         return result
 

@@ -1,4 +1,5 @@
-"""``huddle demo``: start nodes on loopback, chat, show each one's peers, stop them,
+"""``huddle demo``: start nodes on loopback, chat, show each one's peers, supervise apps on
+one of them (one crashes and is restarted, one is stopped from another node), stop them,
 and audit their logs with the pipeline on Spark ``local[*]``.
 
 It drives real ``huddle node`` processes through their HTTP API exactly as a
@@ -26,6 +27,32 @@ from .procs import NodeProcess
 from .render import event_text, peers_text, system_text
 
 __all__ = ["run_demo"]
+
+# The second node's apps (docs/control.md): ``flaky`` runs a moment, crashes once (exit 3) and is
+# restarted by its policy; ``scoreboard`` runs until another node's operator stops it.
+_FLAKY = ("import pathlib, sys, time\n"
+          "print('flaky: up', flush=True)\n"
+          "mark = pathlib.Path('crashed-once')\n"
+          "if not mark.exists():\n"
+          "    time.sleep(0.6)\n"
+          "    mark.touch()\n"
+          "    print('flaky: crashing on purpose (exit 3)', flush=True)\n"
+          "    sys.exit(3)\n"
+          "while True:\n"
+          "    time.sleep(1)\n")
+_SCOREBOARD = "import time\nprint('scoreboard: showing the score', flush=True)\nwhile True:\n    time.sleep(1)\n"
+
+
+def _apps_config(folder: Path) -> Path:
+    """The TOML of the second node's two apps, written into the demo's folder."""
+    folder.mkdir(parents=True, exist_ok=True)
+    config = folder / "apps.toml"
+    config.write_text(
+        f'[[apps]]\nname = "flaky"\ncommand = {json.dumps([sys.executable, "-c", _FLAKY])}\n'
+        f'cwd = {json.dumps(str(folder))}\nrestart = "on-failure"\nstartsecs = 0.2\nbackoff = 0.2\n\n'
+        f'[[apps]]\nname = "scoreboard"\ncommand = {json.dumps([sys.executable, "-c", _SCOREBOARD])}\n'
+        "startsecs = 0.2\n")
+    return config
 
 
 async def _wait_mesh(nodes: list[NodeProcess], timeout: float) -> None:
@@ -82,6 +109,42 @@ async def _demo(nodes: list[NodeProcess]) -> None:
     await _demo_posts(nodes)
     await _demo_guests(nodes)
     await _demo_system(nodes)
+    await _demo_apps(nodes)
+
+
+async def _demo_apps(nodes: list[NodeProcess]) -> None:
+    """The second node's apps: one crashed and restarted, one stopped by an order from the
+    first node, the change seen in the last node's picture."""
+    first, host, last = nodes[0], nodes[1], nodes[-1]
+    print(f"== apps (docs/control.md): {host.name} runs 'flaky' (it crashes once) and 'scoreboard'")
+    deadline = time.monotonic() + 20
+    async with ApiClient(host.api) as api:
+        while True:
+            apps = {a["name"]: a for a in (await api.apps())["apps"]}
+            if apps["flaky"]["restarts"] >= 1 and all(a["state"] == "running" for a in apps.values()):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{host.name}'s apps did not both run within 20 s: {apps}")
+            await asyncio.sleep(0.1)
+    flaky = apps["flaky"]
+    print(f"   flaky crashed (exit {flaky['last_exit']}) and its policy (restart = on-failure) restarted it: "
+          f"{flaky['state']}, restarts {flaky['restarts']}")
+    for command in (("apps", "--node", host.name), ("app", "logs", "flaky", "--node", host.name)):
+        print(f"   $ huddle {' '.join(command)}   (at {first.name})")
+        print("\n".join("   " + line for line in _huddle(*command, "--api", first.api).strip().splitlines()))
+    print(f"   $ huddle app stop scoreboard --node {host.name}   (at {first.name}: the order travels to {host.name})")
+    print("   " + _huddle("app", "stop", "scoreboard", "--node", host.name, "--api", first.api).strip())
+    async with ApiClient(last.api) as api:
+        while True:
+            member = next(m for m in (await api.system())["members"] if m.get("name") == host.name)
+            seen = ((member.get("ext") or {}).get("apps") or {}).get("scoreboard")
+            if seen == "stopped":
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{last.name} did not see {host.name}'s scoreboard stop: {seen}")
+            await asyncio.sleep(0.1)
+    print(f"   {last.name}'s system picture: {host.name}'s scoreboard is {seen}; the order and its result "
+          "are in every node's log\n")
 
 
 async def _demo_system(nodes: list[NodeProcess]) -> None:
@@ -243,7 +306,8 @@ def run_demo(count: int = 3, report_dir: Path | None = None) -> int:
         nodes = [
             NodeProcess(names[i], Path(tmp) / names[i], "--group-key", str(key), "--beacon-port", str(port),
                         "--beacon-interval", "0.2", "--guests", "--guest-marco-port", str(port + 1), "--guest-port",
-                        "0", "--guest-ws-port", "0")
+                        "0", "--guest-ws-port", "0",
+                        *(("--config", str(_apps_config(Path(tmp) / "apps"))) if i == 1 else ()))
             for i in range(count)
         ]
         ok = False

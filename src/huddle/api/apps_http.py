@@ -4,8 +4,9 @@
     GET  /api/v1/apps                          each app: state, pid, restarts, uptime, last exit
     POST /api/v1/apps/{name}/{start|stop|restart}   an order; the app's status after it
 
-Given ``?node=NODE``, the list and the orders are another node's (api/orders_http.py).
     GET  /api/v1/apps/{name}/logs[?after=N]    its output: the log file's tail, or what came after N
+
+Given ``?node=NODE``, the list, the orders and the output are another node's (api/orders_http.py).
 
 A node that runs no app answers an empty list, and 404 for any name.  Orders take no body.
 Refusals are counted (``stats``): a name that cannot be an app's, an unknown app, an unknown
@@ -109,6 +110,8 @@ async def _get_logs(request: web.Request) -> web.Response:
             port.counters.bad_order += 1
             return _error(400, "after is an offset: 0 or more octets, as 'next' gave it")
         after = int(text)
+    if (remote := _remote(request)) is not None:
+        return await remote(request, request.match_info["name"], "logs")
     supervisor, name, refused = _named(request)
     if refused is not None:
         return refused

@@ -2,6 +2,7 @@
 "Orders from any node"):
 
     GET  /api/v1/apps?node=NODE                       NODE's apps, as it answers them
+    GET  /api/v1/apps/{name}/logs?node=NODE[&after=N]  a chunk of the app's output on NODE (``more``: ask again)
     POST /api/v1/apps/{name}/{start|stop|restart}?node=NODE   the order, carried to NODE; its result
     POST /api/v1/control/{stop|shutdown|reboot}       {"node": NODE} or {"all": true}; each node's result
     GET  /api/v1/control                              what the order desk counted
@@ -72,7 +73,8 @@ async def _remote(request: web.Request, name: str | None, order: str | None) -> 
     if name is None:
         return _answer(*await desk.ask(target, "apps", "", timeout))
     assert order is not None
-    return _answer(*await desk.ask(target, order, name, timeout))
+    after = request.query.get("after") if order == "logs" else None  # checked by the logs route already
+    return _answer(*await desk.ask(target, order, name, timeout, None if after is None else int(after)))
 
 
 async def _post_node_order(request: web.Request) -> web.Response:

@@ -39,9 +39,8 @@ def add_parsers(sub: Any, client_options: Callable[[argparse.ArgumentParser], No
         p.add_argument("name", metavar="NAME", help="the app's name, as 'huddle apps' lists it")
         if order == "logs":
             p.add_argument("-f", "--follow", action="store_true", help="keep printing what it writes, until Ctrl-C")
-        else:
-            p.add_argument("--node", metavar="NAME", help="the node that runs it (a name or id prefix; default: this "
-                           "one): the order is carried there and its result shown")
+        p.add_argument("--node", metavar="NAME", help="the node that runs it (a name or id prefix; default: this "
+                       "one): the order (or the read) is carried there and its result shown")
         client_options(p)
 
 
@@ -89,15 +88,16 @@ async def run(api: ApiClient, args: argparse.Namespace) -> tuple[Any, str] | Non
     if args.app_command != "logs":
         status = await api.app_order(args.name, args.app_command, args.node)
         return status, f"{args.app_command}: {apps_text({'apps': [status]}).splitlines()[1]}"
-    out = await api.app_logs(args.name)
+    out = await api.app_logs(args.name, None, args.node)
     if not args.follow:
         return out, out["text"].rstrip("\n")
     sys.stdout.write(out["text"])
     sys.stdout.flush()
     after = out["next"]
     while True:
-        await asyncio.sleep(FOLLOW_EVERY)
-        out = await api.app_logs(args.name, after)
+        if not out.get("more"):  # another node's output comes a chunk at a time: the rest at once
+            await asyncio.sleep(FOLLOW_EVERY)
+        out = await api.app_logs(args.name, after, args.node)
         if out["lost"]:
             sys.stdout.write("[huddle: some output was written faster than it was read, and is left out]\n")
         sys.stdout.write(out["text"])

@@ -30,7 +30,8 @@ from ..ids import NodeId
 from ..security.identity import NodeIdentity, node_id_for, verify
 from .section import APP_NAME
 
-__all__ = ["APP_ACTIONS", "KIND_ORDER", "KIND_RESULT", "LIST", "MAX_PAYLOAD", "NODE_ACTIONS", "PREFIX", "Order",
+__all__ = ["APP_ACTIONS", "KIND_ORDER", "KIND_RESULT", "LIST", "LOGS", "MAX_AFTER", "MAX_PAYLOAD", "NODE_ACTIONS",
+           "PREFIX", "Order",
            "Refused", "Result", "decode", "encode"]
 
 PREFIX: Final = b"\xaa\xc0"  # control's mark, as AA A0 is Hydra's (protocol.md 15.1)
@@ -46,6 +47,8 @@ _ORDER_ID = re.compile(r"[0-9a-f]{32}")
 APP_ACTIONS: Final = ("start", "stop", "restart")  # of one app, named
 NODE_ACTIONS: Final = ("stop", "shutdown", "reboot")  # of the node (Safir's node orders)
 LIST: Final = "apps"  # not an order: the target's app list, asked for its details (never recorded)
+LOGS: Final = "logs"  # not an order: a chunk of an app's output after an offset (never recorded)
+MAX_AFTER: Final = 1 << 62  # the largest output offset a logs read may name
 
 
 class Refused(ValueError):
@@ -60,7 +63,8 @@ class Refused(ValueError):
 @dataclass(frozen=True, slots=True)
 class Order:
     """What the asking node wants done: ``action`` on ``app`` (``start``, ``stop``, ``restart``),
-    or on the node (``app`` empty: ``stop``, ``shutdown``, ``reboot``), or ``apps`` (its list).
+    or on the node (``app`` empty: ``stop``, ``shutdown``, ``reboot``), or ``apps`` (its list),
+    or ``logs`` of ``app`` (its output after offset ``after``; None: the log file's tail).
     ``at`` is the asking node's mesh time, ``id`` 32 hex digits, unique."""
 
     id: str
@@ -69,10 +73,12 @@ class Order:
     action: str
     app: str
     at: float
+    after: int | None = None
 
     def body(self) -> dict[str, Any]:
-        return {"id": self.id, "group": self.group, "target": self.target.hex(), "action": self.action,
+        body = {"id": self.id, "group": self.group, "target": self.target.hex(), "action": self.action,
                 "app": self.app, "at": self.at}
+        return body if self.after is None else body | {"after": self.after}  # "after": a logs read's alone
 
     def what(self) -> str:
         """The order in words: ``app stop scoreboard``, ``node shutdown``."""
@@ -128,9 +134,13 @@ def decode(payload: bytes, sender: NodeId, group: str) -> Order | Result:
 
 
 def _order(doc: dict[str, Any]) -> Order:
-    if set(doc) != {"id", "group", "target", "action", "app", "at"}:
-        raise Refused("malformed", "an order has id, group, target, action, app and at")
+    fields = {"id", "group", "target", "action", "app", "at"}
+    if set(doc) != fields and not (set(doc) == fields | {"after"} and doc["action"] == LOGS):
+        raise Refused("malformed", "an order has id, group, target, action, app and at (and a logs read, after)")
     oid, target, action, app, at = doc["id"], doc["target"], doc["action"], doc["app"], doc["at"]
+    after = doc.get("after")
+    if after is not None and (not isinstance(after, int) or isinstance(after, bool) or not 0 <= after <= MAX_AFTER):
+        raise Refused("malformed", "a logs read's after is an offset: an integer, 0 or more")
     if not (isinstance(oid, str) and _ORDER_ID.fullmatch(oid) and isinstance(target, str)
             and isinstance(at, (int, float)) and not isinstance(at, bool) and isinstance(app, str)):
         raise Refused("malformed", "an order's fields have the wrong types")
@@ -138,11 +148,11 @@ def _order(doc: dict[str, Any]) -> Order:
         node = NodeId.from_hex(target)
     except ValueError:
         raise Refused("malformed", "an order's target is not a node id") from None
-    if app and not (APP_NAME.fullmatch(app) and action in APP_ACTIONS):
-        raise Refused("malformed", "an app's order is start, stop or restart of an app's name")
+    if app and not (APP_NAME.fullmatch(app) and action in (*APP_ACTIONS, LOGS)):
+        raise Refused("malformed", "an app's order is start, stop or restart (or a logs read) of an app's name")
     if not app and action not in (*NODE_ACTIONS, LIST):
         raise Refused("malformed", "a node's order is stop, shutdown or reboot")
-    return Order(oid, doc["group"], node, action, app, float(at))
+    return Order(oid, doc["group"], node, action, app, float(at), after)
 
 
 def _result(doc: dict[str, Any]) -> Result:

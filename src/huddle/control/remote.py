@@ -19,11 +19,18 @@ answered but a stale order's (the sender learns why).  The result is recorded
 ``reboot``) is answered first, then the node stops (its apps, then itself) after
 :data:`STOP_GRACE`, time for the result and its record to leave; shutdown and reboot then
 run the configured command (:meth:`OrderDesk.after_stop`).
+
+Two asks only read, and are not recorded (reads are no operator's action, not audit data):
+``apps`` (the target's app list) and ``logs`` (a chunk of an app's output after an offset, at
+most :data:`LOGS_CHUNK` octets, fewer when its JSON would not fit a result's
+:data:`~huddle.control.orders.MAX_PAYLOAD`; ``huddle app logs NAME --node N --follow`` asks
+again from ``next``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import secrets
 import time
@@ -36,14 +43,14 @@ from ..counters import Counters
 from ..errors import HuddleError
 from ..ids import NodeId
 from .carrier import OrderPayload, OrdersPeer
-from .orders import LIST, NODE_ACTIONS, Order, Refused, Result, decode, encode
+from .orders import LIST, LOGS, MAX_PAYLOAD, NODE_ACTIONS, Order, Refused, Result, decode, encode
 from .settings import ControlSection
 
 if TYPE_CHECKING:
     from ..ports import FeatureHost
     from .supervisor import Supervisor
 
-__all__ = ["ORDER_KIND", "REMEMBERED", "RESULT_KIND", "STOP_GRACE", "WINDOW", "OrderDesk", "OrdersCounters"]
+__all__ = ["LOGS_CHUNK", "ORDER_KIND", "REMEMBERED", "RESULT_KIND", "STOP_GRACE", "WINDOW", "OrderDesk", "OrdersCounters"]
 
 log = logging.getLogger("huddle.control")
 
@@ -54,6 +61,8 @@ REMEMBERED: Final = 4096  # order ids kept against replays
 STOP_GRACE: Final = 0.5  # seconds between answering a node order and stopping
 _POLL: Final = 0.1  # seconds between two looks at whether a target went, while waiting
 _COMMAND_TIMEOUT: Final = 60.0  # seconds a shutdown or reboot command may take
+LOGS_CHUNK: Final = 4096  # octets of an app's output one logs read answers at most (halved until the result fits)
+_ANSWER_ROOM: Final = MAX_PAYLOAD - 512  # octets of a result's answer, leaving room for its head, id and group
 
 
 @dataclass(slots=True)
@@ -97,12 +106,14 @@ class OrderDesk:
         """The admitted peers: the members an order to all goes to (besides this node)."""
         return self._host.mesh.alive_peers()
 
-    async def ask(self, target: NodeId, action: str, app: str = "", timeout: float = 10.0) -> tuple[int, dict[str, Any]]:
-        """Order ``action`` (of ``app``, or of the node) on ``target``: the HTTP status and answer."""
+    async def ask(self, target: NodeId, action: str, app: str = "", timeout: float = 10.0,
+                  after: int | None = None) -> tuple[int, dict[str, Any]]:
+        """Order ``action`` (of ``app``, or of the node) on ``target``: the HTTP status and answer
+        (``after``: where a ``logs`` read starts)."""
         host = self._host
-        order = Order(secrets.token_hex(16), host.config.group, target, action, app, host.mesh_time())
+        order = Order(secrets.token_hex(16), host.config.group, target, action, app, host.mesh_time(), after)
         label = host.name_of(target)
-        recorded = action != LIST  # reading the list is no order
+        recorded = action not in (LIST, LOGS)  # reading the list or the output is no order: not audit data
         if target == self.me:  # this node: run here, recorded alike
             if recorded:
                 self._record(ORDER_KIND, order, self.me)
@@ -198,15 +209,32 @@ class OrderDesk:
         supervisor = self._supervisor()
         if order.action == LIST:
             return 200, {"apps": [] if supervisor is None else supervisor.statuses()}
+        if order.action == LOGS:
+            return self._output(order, supervisor)
         status, answer = self._carry_out(order, supervisor)
         self._record(RESULT_KIND, order, sender, status, answer)
         return status, answer
 
+    def _output(self, order: Order, supervisor: Supervisor | None) -> tuple[int, dict[str, Any]]:
+        """A chunk of an app's output: at most :data:`LOGS_CHUNK` octets, fewer when its JSON
+        (escapes and all) would not fit a result; ``more`` when some is left for the next read."""
+        if supervisor is None or order.app not in supervisor.apps:
+            return self._unknown(order, supervisor)
+        limit = LOGS_CHUNK
+        while True:
+            answer = {"name": order.app} | supervisor.output(order.app, order.after, limit)
+            if limit <= 64 or len(json.dumps(answer, ensure_ascii=False).encode()) <= _ANSWER_ROOM:
+                return 200, answer
+            limit //= 2
+
+    def _unknown(self, order: Order, supervisor: Supervisor | None) -> tuple[int, dict[str, Any]]:
+        known = ", ".join(supervisor.apps) if supervisor is not None else ""
+        return 404, {"error": f"no app {order.app!r} on {self._host.config.name} (apps: {known or 'none'})"}
+
     def _carry_out(self, order: Order, supervisor: Supervisor | None) -> tuple[int, dict[str, Any]]:
         if order.app:
             if supervisor is None or order.app not in supervisor.apps:
-                known = ", ".join(supervisor.apps) if supervisor is not None else ""
-                return 404, {"error": f"no app {order.app!r} on {self._host.config.name} (apps: {known or 'none'})"}
+                return self._unknown(order, supervisor)
             return 200, supervisor.order(order.app, order.action)
         assert order.action in NODE_ACTIONS
         command: tuple[str, ...] = ()

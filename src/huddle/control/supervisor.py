@@ -21,6 +21,7 @@ actions and tells it what happened (docs/control.md, "How an app runs"):
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
 import ctypes
 import json
@@ -135,21 +136,29 @@ class _Output:
                 newer.replace(older)
         self.path.unlink(missing_ok=True)
 
-    def read(self, after: int | None) -> dict[str, Any]:
+    def read(self, after: int | None, limit: int | None = None) -> dict[str, Any]:
         """After offset ``after`` (from memory; ``lost`` if some fell out), or, with none, the
-        log file's tail; ``next`` is the offset to ask for next."""
+        log file's tail; ``next`` is the offset to ask for next.  ``limit``: at most that many
+        octets (a character it would cut waits for the next read), and ``more`` says whether
+        some was left for the next read."""
+        more = {} if limit is None else {"more": False}
         if after is None:
             try:
                 with self.path.open("rb") as fh:
-                    fh.seek(max(0, fh.seek(0, os.SEEK_END) - _TAIL))
+                    fh.seek(max(0, fh.seek(0, os.SEEK_END) - min(_TAIL, limit or _TAIL)))
                     data = fh.read()
             except OSError:
                 data = b""
-            return {"text": data.decode(errors="replace"), "next": self.total, "lost": False}
+            return {"text": data.decode(errors="replace"), "next": self.total, "lost": False} | more
         start = self.total - len(self.ring)
         lost = after < start
         data = bytes(self.ring[max(0, after - start):]) if after < self.total else b""
-        return {"text": data.decode(errors="replace"), "next": self.total, "lost": lost}
+        if limit is None or len(data) <= limit:
+            return {"text": data.decode(errors="replace"), "next": self.total, "lost": lost} | more
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        text = decoder.decode(data[:limit], final=False)  # a character cut at the end waits for the next read
+        return {"text": text, "next": max(after, start) + limit - len(decoder.getstate()[0]), "lost": lost,
+                "more": True}
 
 
 class _App:
@@ -340,11 +349,11 @@ class Supervisor:
         self._poke.set()
         return self.status(app, now)
 
-    def output(self, name: str, after: int | None) -> dict[str, Any]:
+    def output(self, name: str, after: int | None, limit: int | None = None) -> dict[str, Any]:
         app = self.apps.get(name)
         if app is None:
             raise UnknownApp(f"no app {name!r} on this node (apps: {', '.join(self.apps) or 'none'})")
-        return app.output.read(after)
+        return app.output.read(after, limit)
 
     def statuses(self) -> list[dict[str, Any]]:
         now = self._clock()
