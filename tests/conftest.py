@@ -3,8 +3,10 @@ a ZeroMQ context for raw sockets, and loading a bench module."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib.util
+import inspect
 import json
 import os
 import signal
@@ -52,6 +54,23 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
         time.sleep(interval)
+
+
+async def wait_for_async(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.02) -> Any:
+    """:func:`wait_for` inside an event loop: the loop runs between polls; ``predicate`` may be a
+    coroutine function."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    last: Any = None
+    while True:
+        last = predicate()
+        if inspect.isawaitable(last):
+            last = await last
+        if last:
+            return last
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
+        await asyncio.sleep(interval)
 
 
 def http(api: str, path: str, body: Any = None, method: str | None = None, raw: bytes | None = None) -> tuple[int, Any]:

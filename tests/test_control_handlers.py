@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Cluster, get, http, wait_for
+from conftest import Cluster, get, http, wait_for, wait_for_async
 from test_control_processes import alive
 
 from huddle.config import load_config
@@ -128,11 +128,7 @@ def handler(tmp: Path, name: str, body: str) -> str:
     return str(path)
 
 
-async def until(predicate: Any, timeout: float, what: str) -> None:
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.02)
-    assert predicate(), what
+until = wait_for_async  # within the event loop: the runner's tasks run between polls
 
 
 def runner(tmp: Path, specs: list[HandlerSpec], running: int = 4, queued: int = 8) -> HandlerRunner:

@@ -17,7 +17,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from conftest import group_key
+from conftest import group_key, wait_for_async
 
 from huddle.config import NodeConfig
 from huddle.control.orders import MAX_PAYLOAD, PREFIX, Order, encode
@@ -34,13 +34,7 @@ def _config(name: str, tmp: Path, seeds: tuple[str, ...] = (), apps: tuple[AppSp
                       apps=apps).with_overrides(api="127.0.0.1:0", beacon=False, interface="lo", seeds=seeds)
 
 
-async def _until(predicate: Any, timeout: float, what: str) -> Any:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not (value := await predicate() if asyncio.iscoroutinefunction(predicate) else predicate()):
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        await asyncio.sleep(0.02)
-    return value
+_until = wait_for_async  # within the event loop: the nodes run between polls
 
 
 @pytest.mark.timeout(120)

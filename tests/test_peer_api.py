@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import pyre
 import pytest
 import zmq
-from conftest import group_key, load_group_file
+from conftest import group_key, load_group_file, wait_for_async
 from hypothesis import given
 from hypothesis import strategies as st
 from pyre import zbeacon
@@ -208,16 +208,7 @@ async def next_event(peer: huddle.Peer, kind: EventType, timeout: float = 20.0,
         raise AssertionError(f"{peer.name}: no {kind.value} within {timeout} s") from None
 
 
-async def until(predicate: Callable[[], T | None], timeout: float, what: str) -> T:
-    """Poll a condition (a pyre node's events: its own threads) until a deadline."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while loop.time() < deadline:
-        found = predicate()
-        if found:
-            return found
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
+until = wait_for_async  # a condition (a pyre node's events: its own threads) polled until a deadline
 
 
 def run(main: Callable[[], Awaitable[None]], timeout: float = 90.0) -> None:

@@ -19,8 +19,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("pyspark", reason="the pipeline extra: pip install -e '.[pipeline]'")
-
 from huddle.log.export import write_tables
 from huddle.pipeline.session import SparkSetupError, require_java
 

@@ -62,7 +62,7 @@ class OrdersPeer:
         self._actions.append(Notify(OrderPayload(peer, payload)))
 
     def tick(self, now: float) -> None:
-        pass
+        """Nothing on a timer: the addressed channel resends an order until it is acknowledged."""
 
     def next_deadline(self, now: float) -> float:
         return math.inf
