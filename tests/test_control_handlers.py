@@ -37,6 +37,28 @@ def test_handlers_are_read_from_the_config(tmp_path: Path) -> None:
     assert cfg.handlers == (HandlerSpec("peer-up", ("notify", "up")), HandlerSpec("event:score", ("x",), 2.0, (("A", "b"),)),
                             HandlerSpec("app:*:failed", ("page",)))
     assert (cfg.limits.handlers.running, cfg.limits.handlers.queued) == (2, 5)
+    assert cfg.node_handlers() == cfg.handlers  # a node of a type with no handlers: its own alone
+
+
+def test_a_type_gives_its_nodes_handlers_before_their_own(tmp_path: Path) -> None:
+    path = tmp_path / "node.toml"
+    path.write_text('[types.display]\nbase = "standard"\n'
+                    '[[types.display.handlers]]\non = "peer-gone"\ncommand = ["announce"]\n'
+                    '[[handlers]]\non = "peer-up"\ncommand = ["mine"]\n')
+    cfg = load_config(path)
+    assert cfg.with_overrides(node_type="display").node_handlers() == (HandlerSpec("peer-gone", ("announce",)),
+                                                                      HandlerSpec("peer-up", ("mine",)))
+    assert cfg.node_handlers() == (HandlerSpec("peer-up", ("mine",)),)  # a standard node: not the display's
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[types.display]\n[[types.display.handlers]]\non = "peer-sad"\ncommand = ["x"]\n')
+    with pytest.raises(ConfigError, match=r"\[\[types.display.handlers\]\] #1: .*expected peer-up"):
+        load_config(bad)
+    many = tmp_path / "many.toml"
+    one = '{on = "peer-up", command = ["x"]}'
+    many.write_text(f'handlers = [{", ".join([one] * 40)}]\n[types.display]\nhandlers = [{", ".join([one] * 40)}]\n')
+    assert len(load_config(many).node_handlers()) == 40
+    with pytest.raises(ConfigError, match="at most 64 handlers, this one would run 80"):
+        load_config(many).with_overrides(node_type="display").node_handlers()
 
 
 @pytest.mark.parametrize(("table", "message"), [
@@ -263,16 +285,17 @@ def test_a_node_runs_its_handlers_on_records_peers_and_apps_without_waiting(clus
     sleeper = handler(tmp_path, "sleeper", "import time\ntime.sleep(60)\n")
     idle = handler(tmp_path, "idle", "import time\nwhile True:\n    time.sleep(1)\n")
 
-    def on(trigger: str, name: str, command: list[str] | None = None) -> str:
+    def on(trigger: str, name: str, command: list[str] | None = None, table: str = "handlers") -> str:
         cmd = command or [sys.executable, rec]
-        return (f'[[handlers]]\non = {json.dumps(trigger)}\ncommand = {json.dumps(cmd)}\n'
+        return (f'[[{table}]]\non = {json.dumps(trigger)}\ncommand = {json.dumps(cmd)}\n'
                 f'env = {{ OUT = {json.dumps(str(tmp_path / name))} }}\n')
 
     config = tmp_path / "a.toml"
     config.write_text(on("event:score", "score.json") + on("event:score", "-", [sys.executable, sleeper])
-                      + on("peer-up", "up.json") + on("app:board:running", "app.json")
-                      + f'[[apps]]\nname = "board"\ncommand = {json.dumps([sys.executable, idle])}\nstartsecs = 0.2\n')
-    a = cluster.start("a", "--config", str(config))
+                      + on("app:board:running", "app.json")
+                      + f'[[apps]]\nname = "board"\ncommand = {json.dumps([sys.executable, idle])}\nstartsecs = 0.2\n'
+                      + '[types.desk]\n' + on("peer-up", "up.json", table="types.desk.handlers"))  # its type's
+    a = cluster.start("a", "--config", str(config), "--type", "desk")
     wait_for((tmp_path / "app.json").exists, 20, "the handler on the board running")
     app = json.loads((tmp_path / "app.json").read_text())
     assert app["env"]["HUDDLE_EVENT"] == "app" and app["env"]["HUDDLE_APP"] == "board"

@@ -83,6 +83,13 @@ def apps_of(node: NodeProcess) -> dict[str, dict[str, Any]]:
     return {a["name"]: a for a in get(node.api, "/api/v1/apps")["apps"]}
 
 
+def cli(node: NodeProcess, *args: str) -> Any:
+    """``huddle ARGS --api NODE`` (its JSON answer)."""
+    out = subprocess.run([sys.executable, "-m", "huddle", *args, "--api", node.api], capture_output=True, text=True,
+                         timeout=30, check=True)
+    return json.loads(out.stdout)
+
+
 def state(node: NodeProcess, app: str) -> str:
     return str(apps_of(node)[app]["state"])
 
@@ -146,10 +153,22 @@ def test_every_node_shows_each_change_of_another_nodes_apps(cluster: Cluster, tm
         return members["a"]["ext"].get("apps") if "a" in members else None
 
     wait_for(lambda: on_b() == {"board": "running"}, 20, "b showing a's app running")
+    # Its details too (the apps-info facts): the pid a gives, and a start time in the group's time.
+    pid = apps_of(a)["board"]["pid"]
+    system = get(b.api, "/api/v1/system")
+    info = {m["name"]: m for m in system["members"]}["a"]["ext"]["apps-info"]["board"]
+    words = dict(w.split("=") for w in info.split())
+    assert words["pid"] == str(pid) and "restarts" not in words and "exit" not in words, info
+    assert 0 <= system["time"] - float(words["since"]) < 30, (system["time"], info)
+    listed = cli(b, "apps", "--json")["nodes"]["a"]["board"]  # `huddle apps` on b: a's app with its details
+    assert (listed["state"], listed["pid"], listed["restarts"], listed["last_exit"]) == ("running", pid, 0, None)
+    assert 0 <= listed["uptime"] < 30
     assert http(a.api, "/api/v1/apps/board/stop", method="POST")[0] == 200
     wait_for(lambda: on_b() == {"board": "stopped"}, 20, "b showing a's app stopped")
     members = {m["name"]: m for m in get(b.api, "/api/v1/system")["members"]}
-    assert "apps" not in members["b"]["ext"]  # a node that runs no app says nothing of apps
+    assert members["a"]["ext"]["apps-info"] == {"board": f"exit={apps_of(a)['board']['last_exit']}"}  # no pid now
+    assert apps_of(a)["board"]["last_exit"] == -signal.SIGTERM
+    assert "apps" not in members["b"]["ext"] and "apps-info" not in members["b"]["ext"]  # b runs no app
 
 
 def test_a_crash_loop_is_restarted_with_growing_back_off_then_failed(cluster: Cluster, tmp_path: Path) -> None:

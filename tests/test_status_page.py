@@ -185,9 +185,10 @@ def test_the_apps_show_per_node_with_their_orders(cluster: Cluster, browser: Any
 
     a = cluster.start("solo", beacon=False)
     ids = [c * 32 for c in "12"]
-    exts = [{"apps": {"scoreboard": "running", "clock": "exited (0)"}}, {"posts": {"posts": 1}}]
+    exts = [{"apps": {"scoreboard": "running", "clock": "exited (0)"},
+             "apps-info": {"scoreboard": "pid=4242 restarts=2 since=880.0 exit=3 one-of-type"}}, {"posts": {"posts": 1}}]
     picture = {
-        "node": ids[0], "digest": "f" * 64, "links": [],
+        "node": ids[0], "digest": "f" * 64, "links": [], "time": 1000.0,
         "members": [{"uuid": u, "name": n, "type": "standard", "health": "ok", "problems": [], "rtt_ms": 1.0,
                      "age": 0.5, "rates": {}, "ext": ext} for u, n, ext in zip(ids, ("x", "y"), exts, strict=True)],
     }
@@ -206,6 +207,11 @@ def test_the_apps_show_per_node_with_their_orders(cluster: Cluster, browser: Any
     expect(page.locator("#apps .app")).to_have_count(2)
     expect(page.locator("#apps .app[data-app=scoreboard] .badge")).to_have_class("badge a-running")
     expect(page.locator("#apps .app[data-app=clock] .badge")).to_have_class("badge a-exited")
+    # Its details from the apps-info facts, the uptime from the picture's mesh time (docs/control.md).
+    expect(page.locator("#apps .app[data-app=scoreboard] .info")).to_have_text(
+        "pid 4242 · up 2 min · 2 restarts · last exit 3 · one-of-type, runs on x")
+    expect(page.locator("#apps .app[data-app=clock] .info")).to_have_count(0)  # nothing to say of it
+    expect(page.locator("#features table[data-feature=apps-info]")).to_have_count(0)  # raw words: not shown
     page.locator("#apps .app[data-app=scoreboard] button[title^=stop]").click()
     expect(page.locator("#apps-said")).to_have_text("stop scoreboard on x: stopping", timeout=10_000)
     assert posted == [(f"/api/v1/apps/scoreboard/stop?node={ids[0]}", "{}")]

@@ -9,7 +9,7 @@ when they are used, so building the list costs ``huddle --help`` nothing.
 
 from __future__ import annotations
 
-from .control.feature import AppsFeature
+from .control.feature import AppInfoFeature, AppsFeature
 from .control.orders_feature import OrdersFeature
 from .doc.feature import DocumentFeature
 from .guests_feature import GuestsFeature
@@ -28,4 +28,4 @@ def default_features() -> list[Feature]:
     posts, zre = PostsFeature(), ZreFeature()  # Hydra's server reads posts' store, tells ZRE its header
     apps = AppsFeature()  # orders come before it: their closer (a shutdown command) runs after its
     return [posts, DocumentFeature(), GuestsFeature(), TrustFeature(), RotationFeature(),
-            OrdersFeature(apps), apps, PairingFeature(), HydraFeature(posts, zre), zre]
+            OrdersFeature(apps), apps, AppInfoFeature(apps), PairingFeature(), HydraFeature(posts, zre), zre]

@@ -75,6 +75,7 @@ def _read(raw: dict[str, Any], path: Path) -> NodeConfig:
     apps: tuple[AppSpec, ...] = ()
     handlers: tuple[HandlerSpec, ...] = ()
     type_apps: list[tuple[str, tuple[AppSpec, ...]]] = []
+    type_handlers: list[tuple[str, tuple[HandlerSpec, ...]]] = []
     limits = Limits()
     tags: dict[str, str] = {}
     for written, value in raw.items():
@@ -88,7 +89,7 @@ def _read(raw: dict[str, Any], path: Path) -> NodeConfig:
                                       f"{_closest(bare, _IN_TABLE[name])}")
                 _put(given, s, f"[{name}] {inner}", _coerce(s, item, f"{inner!r} in [{name}]", path), path)
         elif name == "types":
-            types = _types(value, path, type_apps)
+            types = _types(value, path, type_apps, type_handlers)
         elif name == "apps":
             apps = parse_apps(value, f"in {path}: [[apps]]", path.parent)
         elif name == "handlers":
@@ -120,7 +121,7 @@ def _read(raw: dict[str, Any], path: Path) -> NodeConfig:
     if values.get(GROUP_KEY) is not None:  # a group file's path is relative to the config file's directory
         values[GROUP_KEY] = path.parent / values[GROUP_KEY]
     return NodeConfig(types=types, limits=limits, apps=apps, type_apps=tuple(type_apps),
-                      handlers=handlers, tags=tags).with_settings(values)
+                      handlers=handlers, type_handlers=tuple(type_handlers), tags=tags).with_settings(values)
 
 
 def _put(given: dict[Setting, tuple[str, Any]], s: Setting, written: str, value: Any, path: Path) -> None:
@@ -192,9 +193,11 @@ def _tags(table: Any, path: Path) -> dict[str, str]:
 _TYPE_KEYS = {"base", "heartbeat_interval", "lost_heartbeats", "send_rate", "on_cut_off", "about"}
 
 
-def _types(tables: Any, path: Path, apps: list[tuple[str, tuple[AppSpec, ...]]]) -> tuple[NodeType, ...]:
+def _types(tables: Any, path: Path, apps: list[tuple[str, tuple[AppSpec, ...]]],
+           handlers: list[tuple[str, tuple[HandlerSpec, ...]]]) -> tuple[NodeType, ...]:
     """``[types.NAME]`` tables: each starts from ``base`` (a built-in, default
-    standard) and changes the keys it gives; its ``[[types.NAME.apps]]`` go to ``apps``."""
+    standard) and changes the keys it gives; its ``[[types.NAME.apps]]`` go to ``apps``, its
+    ``[[types.NAME.handlers]]`` to ``handlers``."""
     if not isinstance(tables, dict) or not all(isinstance(v, dict) for v in tables.values()):
         raise ConfigError(f"in {path}: node types are tables, e.g. [types.kiosk] with heartbeat-interval = 0.5")
     out = []
@@ -202,6 +205,8 @@ def _types(tables: Any, path: Path, apps: list[tuple[str, tuple[AppSpec, ...]]])
         spec = {k.replace("-", "_"): v for k, v in table.items()}
         if "apps" in spec:
             apps.append((name, parse_apps(spec.pop("apps"), f"in {path}: [[types.{name}.apps]]", path.parent)))
+        if "handlers" in spec:
+            handlers.append((name, parse_handlers(spec.pop("handlers"), f"in {path}: [[types.{name}.handlers]]")))
         unknown = sorted(k.replace("_", "-") for k in set(spec) - _TYPE_KEYS)
         if unknown:
             raise ConfigError(f"in {path}: [types.{name}] has unknown key(s) {', '.join(unknown)}"

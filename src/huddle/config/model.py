@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from ..control.handlers import HandlerSpec
+from ..control.handlers import MAX_HANDLERS, HandlerSpec
 from ..control.section import AppSpec, node_apps
 from ..control.settings import ControlSection
 from ..errors import ConfigError
@@ -73,6 +73,7 @@ class NodeConfig:
     apps: tuple[AppSpec, ...] = field(default=(), metadata={"setting": False})  # [[apps]] (docs/control.md)
     type_apps: tuple[tuple[str, tuple[AppSpec, ...]], ...] = field(default=(), metadata={"setting": False})  # a type's
     handlers: tuple[HandlerSpec, ...] = field(default=(), metadata={"setting": False})  # [[handlers]] (docs/control.md)
+    type_handlers: tuple[tuple[str, tuple[HandlerSpec, ...]], ...] = field(default=(), metadata={"setting": False})
     # What the node advertises of itself ([tags] KEY = "VALUE", or tag = KEY=VALUE; docs/configuration.md "Tags").
     tags: Mapping[str, str] = field(default_factory=dict, hash=False, metadata={"setting": False})
     mesh: MeshSection = field(default_factory=MeshSection)
@@ -138,6 +139,15 @@ class NodeConfig:
         """The apps this node runs: its type's ``[[types.NAME.apps]]`` and its own ``[[apps]]``,
         each after those it depends on (docs/control.md)."""
         return node_apps(dict(self.type_apps).get(self.node_type, ()), self.apps)
+
+    def node_handlers(self) -> tuple[HandlerSpec, ...]:
+        """The handlers this node runs: its type's ``[[types.NAME.handlers]]``, then its own
+        ``[[handlers]]`` (docs/control.md, "Handlers"); each fires on its own."""
+        merged = (*dict(self.type_handlers).get(self.node_type, ()), *self.handlers)
+        if len(merged) > MAX_HANDLERS:
+            raise ConfigError(f"a node runs at most {MAX_HANDLERS} handlers, this one would run {len(merged)} "
+                              f"(its type's and its own)")
+        return merged
 
     def mesh_timing(self) -> Timing:
         """The mesh's timers: ``[timing]``'s settings, else the node type's and the protocol's."""

@@ -9,6 +9,8 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
+from .details import holders, parse
+
 if TYPE_CHECKING:  # the client imports aiohttp, which `huddle --help` need not load
     from ..client import ApiClient
 
@@ -52,8 +54,9 @@ def _row(a: dict[str, Any]) -> str:
         state += f", retry in {a['retry_in']:.1f} s"
     pid = "-" if a.get("pid") is None else str(a["pid"])
     up = "-" if a.get("uptime") is None else f"{a['uptime']:.0f} s"
+    where = "" if "runs_on" not in a else "  one-of-type, runs on " + (", ".join(a["runs_on"]) or "no node")
     return f"{a['name']:<20} {state:<28} {pid:>7} {a['restarts']:>8} {up:>9}" + (
-        f"  {a['error']}" if a.get("error") else "")
+        f"  {a['error']}" if a.get("error") else "") + where
 
 
 def apps_text(info: dict[str, Any]) -> str:
@@ -64,15 +67,51 @@ def apps_text(info: dict[str, Any]) -> str:
     return "\n".join([head, *(_row(a) for a in apps)])
 
 
-def every_node_text(system: dict[str, Any]) -> str:
-    """The members' apps and their states, as the system picture shows them (their ``apps`` facts)."""
-    lines = [f"{'NODE':<20} {'APP':<20} STATE"]
-    for m in sorted(system.get("members") or [], key=lambda m: str(m.get("name"))):
-        apps = (m.get("ext") or {}).get("apps") or {}
-        for name, state in sorted(apps.items()):
-            lines.append(f"{str(m.get('name'))[:20]:<20} {name:<20} {state}" + (
-                "" if m.get("state") in (None, "alive") else f"  (node {m['state']})"))
+def every_node(system: dict[str, Any], skip: object = None) -> dict[str, dict[str, dict[str, Any]]]:
+    """Each member's apps as the picture shows them (its ``apps`` and ``apps-info`` facts): per
+    node name, per app, its ``state``, ``pid``, ``restarts``, ``uptime`` (from its start time and
+    the picture's mesh time), ``last_exit`` and, for a one-of-type app, ``runs_on`` (the names of
+    the members that show it running: one, but for a partition that has not healed).  The
+    member whose id is ``skip`` is not listed (it may still be where a one-of-type app runs)."""
+    members = list(system.get("members") or [])
+    now = system.get("time")
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for m in members:
+        if skip is not None and m.get("uuid") == skip:
+            continue
+        ext = m.get("ext") or {}
+        states, info = ext.get("apps") or {}, ext.get("apps-info") or {}
+        apps: dict[str, dict[str, Any]] = {}
+        for name, state in states.items():
+            d = parse(info.get(name))
+            since = d.get("since")
+            apps[name] = {"state": state, "pid": d.get("pid"), "restarts": d["restarts"],
+                          "uptime": None if since is None or not isinstance(now, (int, float)) else
+                          round(max(0.0, now - since), 1), "last_exit": d.get("exit")}
+            if d["one_of_type"]:
+                apps[name]["runs_on"] = holders(members, name)
+        out[str(m.get("name"))] = apps
+    return out
+
+
+def every_node_text(system: dict[str, Any], skip: object = None) -> str:
+    """The members' apps, as the system picture shows them (their ``apps`` and ``apps-info`` facts)."""
+    lines = [f"{'NODE':<20} {'APP':<20} {'STATE':<14} {'PID':>7} {'RESTARTS':>8} {'UPTIME':>9} {'EXIT':>5}  WHERE"]
+    members = {str(m.get("name")): m for m in system.get("members") or []}
+    for node, apps in sorted(every_node(system, skip).items()):
+        for name, a in sorted(apps.items()):
+            where = "" if "runs_on" not in a else "one-of-type, runs on " + (", ".join(a["runs_on"]) or "no node")
+            if members[node].get("state") not in (None, "alive"):
+                where = f"(node {members[node]['state']}) {where}".rstrip()
+            lines.append(f"{node[:20]:<20} {name:<20} {a['state']:<14} {_dash(a['pid']):>7} {a['restarts']:>8} "
+                         f"{_dash(a['uptime'], ' s'):>9} {_dash(a['last_exit']):>5}  {where}".rstrip())
     return "\n".join(lines) if len(lines) > 1 else "no other node of the group runs an app"
+
+
+def _dash(value: object, unit: str = "") -> str:
+    if value is None:
+        return "-"
+    return f"{value:.0f}{unit}" if isinstance(value, float) else f"{value}{unit}"
 
 
 async def run(api: ApiClient, args: argparse.Namespace) -> tuple[Any, str] | None:
@@ -80,9 +119,11 @@ async def run(api: ApiClient, args: argparse.Namespace) -> tuple[Any, str] | Non
     if args.command == "apps":
         if args.node is None:  # this node's details, then the others' states from the picture
             info, system = await api.apps(), await api.system()
-            others = [m for m in system.get("members") or [] if m.get("uuid") != system.get("node")]
-            return info | {"nodes": {str(m.get("name")): (m.get("ext") or {}).get("apps") or {} for m in others}}, \
-                apps_text(info) + "\n\n" + every_node_text({"members": others})
+            me = system.get("node")
+            for a in info.get("apps") or []:  # where this node's one-of-type apps run (here or elsewhere)
+                if a.get("placement") == "one-of-type":
+                    a["runs_on"] = holders(system.get("members") or [], a["name"])
+            return info | {"nodes": every_node(system, me)}, apps_text(info) + "\n\n" + every_node_text(system, me)
         info = await api.apps(args.node)
         return info, apps_text(info)
     if args.app_command != "logs":

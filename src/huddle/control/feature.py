@@ -5,12 +5,15 @@
   of an earlier run killed and the watchdog started at once, the apps started once the node
   serves (its spawned task runs then), stopped in reverse order as the node stops;
 * its routes (:mod:`huddle.api.apps_http`), its commands (:mod:`huddle.control.cli`);
-* its handlers (:class:`~huddle.control.handler_runner.HandlerRunner`, ``[[handlers]]``): the
+* its handlers (:class:`~huddle.control.handler_runner.HandlerRunner`, its type's
+  ``[[types.NAME.handlers]]`` and its own ``[[handlers]]``): the
   programs run on a peer up, suspect or gone, a record in the log, an app's change of state,
   fired from its event subscriptions and the supervisor's watch;
 * its facts: each app's state (``{"scoreboard": "running"}``), so every node's picture shows
-  every node's apps.  Never a pid or an uptime: those change without the state changing, and
-  a changed fact makes a report go to every member (docs/protocol.md 14).
+  every node's apps; and, as the facts of its companion :class:`AppInfoFeature` (``apps-info``),
+  each app's pid, restarts, start time and last exit (:mod:`huddle.control.details`).  Never an
+  uptime: it changes without the state changing, and a changed fact makes a report go to every
+  member (docs/protocol.md 14); the start time (mesh time) does not.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from ..ports import ApiHandler, ClientOptions, FeatureBase, FeatureHost, Spawn, 
 from ..protocol.events import LogAppended, PeerJoined, PeerLeft, PeerStateChanged
 from ..protocol.picture_compute import PictureTiming
 from .counters import AppsCounters
+from .details import Row, details_facts
 from .handlers import triggers
 from .section import AppSpec
 
@@ -34,7 +38,7 @@ if TYPE_CHECKING:  # the driver and the routes load when a node runs apps and se
     from .handler_runner import HandlerRunner
     from .supervisor import Supervisor
 
-__all__ = ["AppsFeature"]
+__all__ = ["AppInfoFeature", "AppsFeature"]
 
 
 class AppsFeature(FeatureBase):
@@ -47,6 +51,7 @@ class AppsFeature(FeatureBase):
         self.handlers: HandlerRunner | None = None  # None: the node has no handler
         self._host: FeatureHost | None = None
         self.counters = AppsCounters()  # what its routes refused
+        self._since: dict[tuple[str, int], float] = {}  # (app, pid) -> the mesh time it started
 
     async def start(self, stack: contextlib.AsyncExitStack, spawn: Spawn, host: FeatureHost) -> None:
         specs = host.config.node_apps()
@@ -57,10 +62,11 @@ class AppsFeature(FeatureBase):
             return {"HUDDLE_API": host.api_url or "", "HUDDLE_NODE_ID": str(host.uuid or ""),
                     "HUDDLE_NODE_NAME": cfg.name, "HUDDLE_GROUP": cfg.group, "HUDDLE_NODE_TYPE": cfg.node_type}
 
-        if cfg.handlers:
+        handlers = cfg.node_handlers()
+        if handlers:
             from .handler_runner import HandlerRunner  # noqa: PLC0415 - only a node with handlers loads it
 
-            self.handlers = HandlerRunner(cfg.handlers, cfg.data_dir / "apps", node_env,
+            self.handlers = HandlerRunner(handlers, cfg.data_dir / "apps", node_env,
                                           running=cfg.limits.handlers.running, queued=cfg.limits.handlers.queued)
         if not specs:
             self._close_handlers_first(stack)
@@ -154,3 +160,39 @@ class AppsFeature(FeatureBase):
     def facts(self) -> dict[str, object] | None:
         supervisor = self.supervisor
         return None if supervisor is None else dict(supervisor.labels())
+
+    def details(self) -> dict[str, object] | None:
+        """The ``apps-info`` facts (:mod:`huddle.control.details`): None when the node runs no app."""
+        supervisor, host = self.supervisor, self._host
+        if supervisor is None or host is None:
+            return None
+        rows: list[Row] = []
+        since_of: dict[tuple[str, int], float] = {}
+        for status in supervisor.statuses():
+            name, pid, uptime = status["name"], status["pid"], status["uptime"]
+            since = None
+            if pid is not None and uptime is not None:
+                # Read once per process: the mesh time it started, which then never changes (a
+                # fresh subtraction each time would drift with the clock's corrections).
+                since = self._since.get((name, pid))
+                if since is None:
+                    since = round(host.mesh_time() - uptime, 1)
+                since_of[(name, pid)] = since
+            rows.append((name, pid, status["restarts"], since, status["last_exit"],
+                         supervisor.apps[name].spec.placement == "one-of-type"))
+        self._since = since_of  # only the processes alive now
+        return details_facts(rows)
+
+
+class AppInfoFeature(FeatureBase):
+    """The apps' details in the picture (``apps-info`` facts), beside their states (``apps``):
+    a feature of its own because a feature's facts are one flat object, and placement reads the
+    states alone (docs/control.md, "In the system picture")."""
+
+    name: Final = "apps-info"
+
+    def __init__(self, apps: AppsFeature) -> None:
+        self._apps = apps
+
+    def facts(self) -> dict[str, object] | None:
+        return self._apps.details()

@@ -367,7 +367,7 @@ class Supervisor:
                 "restarts": m.restarts, "failures": m.failures, "last_exit": m.last_exit, "error": m.error or None,
                 "uptime": None if m.started_at is None else round(now - m.started_at, 3),
                 "retry_in": m.retry_in(now), "depends_on": list(app.spec.depends_on), "autostart": app.spec.autostart,
-                "restart": app.spec.restart}
+                "restart": app.spec.restart, "placement": app.spec.placement}
 
     def labels(self) -> dict[str, str]:
         """Each app's state as the system picture shows it."""
