@@ -163,6 +163,8 @@ def test_every_node_shows_each_change_of_another_nodes_apps(cluster: Cluster, tm
     listed = cli(b, "apps", "--json")["nodes"]["a"]["board"]  # `huddle apps` on b: a's app with its details
     assert (listed["state"], listed["pid"], listed["restarts"], listed["last_exit"]) == ("running", pid, 0, None)
     assert 0 <= listed["uptime"] < 30
+    wait_for(lambda: get(a.api, "/api/v1/system")["digest"] == get(b.api, "/api/v1/system")["digest"], 20,
+             "the digest agreeing on both nodes, details and all")
     assert http(a.api, "/api/v1/apps/board/stop", method="POST")[0] == 200
     wait_for(lambda: on_b() == {"board": "stopped"}, 20, "b showing a's app stopped")
     members = {m["name"]: m for m in get(b.api, "/api/v1/system")["members"]}
