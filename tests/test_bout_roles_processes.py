@@ -5,6 +5,8 @@ kept, and the cross-role write is listed as a conflict on both (docs/document.md
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.parse
@@ -13,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import wait_for
+from conftest import Cluster, wait_for
 from test_faults import Namespaces, NsNode, netns
 
 __all__ = ["netns"]  # the fixture, shared with test_faults
@@ -110,3 +112,26 @@ def test_two_roles_edit_one_jam_across_a_partition_that_heals(netns: Namespaces,
     finally:
         for n in nodes:
             n.stop()
+
+
+def huddle(api: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "huddle", *args, "--api", api], input=stdin,
+                          capture_output=True, text=True, timeout=30, check=False)
+
+
+def test_the_cli_writes_with_a_role_and_lists_the_conflicts(cluster: Cluster) -> None:
+    a = cluster.start("a")
+    trip = json.dumps(add("points", team="away", points="2"))
+    out = huddle(a.api, "doc", "apply", "--role", "scorekeeper-away", "-", stdin=trip)
+    assert out.returncode == 0 and "held" not in out.stdout, out.stderr
+    out = huddle(a.api, "doc", "apply", "--role", "penalty-tracker", "-", stdin=trip)
+    assert out.returncode == 0 and "held as a conflict: points is scorekeeper-away's" in out.stdout, out.stderr
+    out = huddle(a.api, "doc", "apply", "--role", "referee", "-", stdin=trip)
+    assert out.returncode != 0 and "invalid choice" in out.stderr
+    out = huddle(a.api, "doc", "conflicts")
+    assert out.returncode == 0 and "1 conflict(s), 0 resolved" in out.stdout
+    assert "penalty-tracker wrote points = 'points points=2 team=away'" in out.stdout, out.stdout
+    listed = json.loads(huddle(a.api, "doc", "conflicts", "--json").stdout)
+    assert [c["by"] for c in listed["conflicts"]] == ["penalty-tracker"]
+    summary = json.loads(urllib.request.urlopen(a.api + "/api/v1/bout/summary", timeout=10).read())
+    assert summary["teams"]["away"]["score"] == 2, "the held trip is not counted"
