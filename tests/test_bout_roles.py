@@ -59,6 +59,7 @@ FIELDS: list[tuple[str, str, dict[str, Any]]] = [
     ("officials", HEAD, add(OFFICIALS, "person", name="Zed", role="jam-timer")),
     ("sign-off", HEAD, set_(BOUT, "signed", "Nia")),
     ("remove a trip", "scorekeeper-home", {"op": "remove", "to": TRIP}),
+    ("the team of a home trip", "scorekeeper-home", set_(TRIP, "number", "")),
     ("insert a jam", "jam-timer", {"op": "insert-jam", "to": J1}),
     ("remove a jam", "jam-timer", {"op": "remove-jam", "to": J2}),
 ]
@@ -154,6 +155,12 @@ def test_each_scorekeeper_owns_its_teams_part_of_a_flag_and_a_claim_on_the_other
     assert answer["conflict"]["owner"] == "scorekeeper-home" and answer["conflict"]["team"] == "away"
     with pytest.raises(OperationError, match="yes or no"):
         write(log, {**flag("lead", "home", "toggle"), "role": "scorekeeper-home"})
+
+
+def test_moving_an_entry_to_the_other_team_is_both_teams_field() -> None:
+    log, eids = setup()
+    answer = write(log, {**set_({"eid": eids["@star"]}, "team", "away"), "role": "scorekeeper-home"})
+    assert answer["conflict"]["owner"] == "scorekeeper-away" and answer["conflict"]["field"] == "team"
 
 
 def test_a_write_with_no_role_is_nobodys_conflict() -> None:
@@ -327,3 +334,31 @@ def test_over_http_the_role_parameter_and_the_conflicts_endpoint() -> None:
 def records_roles(log: Log) -> list[str | None]:
     """The role each recorded operation names, in the log."""
     return [json.loads(r.body).get("role") for r in log.records]
+
+
+ROLE_BODY = st.builds(
+    lambda op, role: json.dumps({**op, "role": role}),
+    st.one_of(
+        st.builds(lambda j, name, v: set_({"period": 1, "jam": j}, name, v), st.integers(1, 3),
+                  st.sampled_from(["start", "duration", "lead", "lost", "called"]), st.sampled_from(["1", "home", "both", ""])),
+        st.builds(lambda j, tag, t: add({"period": 1, "jam": j}, tag, team=t), st.integers(1, 3),
+                  st.sampled_from(["points", "lineup", "penalty", "box", "note"]), st.sampled_from(["home", "away"])),
+    ),
+    st.sampled_from([*ROLES, "nobody"]))
+
+
+@given(st.lists(ROLE_BODY, min_size=1, max_size=12))
+@settings(max_examples=80, deadline=None)
+def test_the_short_path_gives_what_the_general_path_gives_for_writes_with_a_role(bodies: list[str]) -> None:
+    """An owner's common write takes the short path: the document and the conflicts are what the general
+    path gives (a body naming no known role is dropped on both)."""
+    from huddle.ids import NodeId
+    from huddle.wire import LogRecord
+
+    records = [LogRecord(NodeId(bytes([0xA] * 16)), i + 1, float(i + 1), "doc", body, 0) for i, body in enumerate(bodies)]
+    engines = [DocEngine(fast=fast) for fast in (True, False)]
+    for engine in engines:
+        engine.load(records)
+    fast, general = (e.document for e in engines)
+    assert (digest(fast.root), fast.conflicts, len(fast.dropped)) == (
+        digest(general.root), general.conflicts, len(general.dropped))

@@ -193,9 +193,10 @@ class BoutDocument:
         p, j = to.get("period"), to.get("jam")
         if type(p) is not int or type(j) is not int or not 1 <= p <= 2 or not 1 <= j <= MAX_JAM:
             return False
-        kind = op.get("op")
+        kind, role = op.get("op"), op.get("role")
+        size = 3 if role is None else 4  # an add's members (a set: one more); a role: its own fields only
         if kind == "add":
-            if len(op) != 3:
+            if len(op) != size:
                 return False
             children = op.get("children")
             if type(children) is not list or len(children) != 1:
@@ -229,6 +230,8 @@ class BoutDocument:
                 members += 1
             if len(node) != members:  # no eid, no children, nothing unknown
                 return False
+            if role is not None and owners_of_element(tag, attrs) != (role,):
+                return False
             jam = self._jams.get((p, j)) or self._make_jam(p, j, key)
             e = Element(tag, None, attrs, text, key, 1)  # attrs: the parsed body's own dict, used once
             e.parent = jam
@@ -240,8 +243,10 @@ class BoutDocument:
             payload: Any = e
         elif kind == "set":
             name, value = op.get("attribute"), op.get("value")
-            if (len(op) != 4 or type(name) is not str or name not in _JAM_SETTABLE
+            if (len(op) != size + 1 or type(name) is not str or name not in _JAM_SETTABLE
                     or type(value) is not str or len(value) > MAX_STRING):
+                return False
+            if role is not None and ((p, j) not in self._jams or owners(self._jams[(p, j)], name, value) != (role,)):
                 return False
             jam = self._jams.get((p, j)) or self._make_jam(p, j, key)
             jam.attrs[name] = value

@@ -85,7 +85,10 @@ def owners(target: Element, attribute: str | None, new: str | None = None) -> tu
     if target.tag == "jam" and attribute in TEAM_FLAGS and new is not None:
         changed = team_parts(target.attrs.get(attribute, "")) ^ team_parts(new)
         return tuple(f"scorekeeper-{t}" for t in ("home", "away") if t in changed)
-    return owners_of_element(target.tag, target.attrs)
+    mine = owners_of_element(target.tag, target.attrs)
+    if attribute == "team" and new is not None:  # moving a trip, a lineup... to a team: its owner's too
+        return tuple(dict.fromkeys(mine + owners_of_element(target.tag, {**target.attrs, "team": new})))
+    return mine
 
 
 class Conflicts:
