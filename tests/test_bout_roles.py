@@ -362,3 +362,23 @@ def test_the_short_path_gives_what_the_general_path_gives_for_writes_with_a_role
     fast, general = (e.document for e in engines)
     assert (digest(fast.root), fast.conflicts, len(fast.dropped)) == (
         digest(general.root), general.conflicts, len(general.dropped))
+
+
+def test_a_peers_event_with_a_bad_role_or_correction_is_dropped_and_recorded_not_fatal() -> None:
+    """Stored bodies are read again at replay: a role no official has, a per-team set of nonsense, a
+    correction with a payload or of no jam, an insert past the last jam: dropped, recorded, the rest applied."""
+    from huddle.ids import NodeId
+    from huddle.wire import LogRecord
+
+    bodies = [{**set_(J1, "start", "1"), "role": "referee"}, {**set_(J1, "start", "1"), "role": "x" * 100_000},
+              {**flag("lead", "home"), "value": "maybe"}, {**flag("lead", "purple")}, {**flag("start", "home")},
+              {"op": "insert-jam", "to": J1, "text": "x"}, {"op": "remove-jam", "to": {"period": 1}},
+              {"op": "insert-jam", "to": {"period": 1, "jam": 9}}, {"op": "remove-jam", "to": {"period": 1, "jam": 7}},
+              {"op": "remove-jam", "to": {"eid": "00000000-0000-5000-8000-000000000000"}},
+              {**set_(J1, "start", "5"), "role": "jam-timer"}]
+    engine = DocEngine()
+    engine.load([LogRecord(NodeId(bytes([0xC] * 16)), i + 1, float(i + 1), "doc", json.dumps(b), 0)
+                 for i, b in enumerate(bodies)])
+    doc = engine.document
+    assert len(doc.dropped) == len(bodies) - 1 and doc._jams[(1, 1)].attrs["start"] == "5"
+    assert "unusable operation" in doc.dropped[0]["reason"] and "at most" in doc.dropped[7]["reason"]
