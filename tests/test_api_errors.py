@@ -82,7 +82,7 @@ class FakeNode:
         self._maybe()
         return []
 
-    def start_jam(self) -> dict[str, Any]:
+    def start_jam(self, role: str | None = None) -> dict[str, Any]:
         self._maybe()
         return {}
 

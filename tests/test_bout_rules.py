@@ -180,7 +180,7 @@ def test_every_rule_refuses_with_its_reason_and_records_nothing(setup: list[dict
     assert log.records == held and log.digest == before, "nothing recorded, the document unchanged"
     # In a batch after a valid operation: the batch is refused whole, naming the operation.
     with pytest.raises(OperationError, match="operation 2: "):
-        log.apply(set_(J2, "start", "500"), _fill(bad, made))
+        log.apply(set_(J1, "start", "500"), _fill(bad, made))
     assert log.records == held and log.digest == before
 
 

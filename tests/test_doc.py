@@ -145,10 +145,12 @@ def test_permanent_elements_and_identifying_attributes_cannot_be_changed() -> No
     with pytest.raises(OperationError, match="cannot be removed"):
         doc.check({"op": "remove", "to": {"team": "away"}})
     with pytest.raises(OperationError, match="identifies it"):
-        doc.check({"op": "set", "to": {"period": 1, "jam": 2}, "attribute": "number", "value": "9"})
-    doc.check({"op": "set", "to": {"period": 1, "jam": 2}, "attribute": "start", "value": "9"})  # a new jam: fine
+        doc.check({"op": "set", "to": {"period": 1, "jam": 1}, "attribute": "number", "value": "9"})
+    doc.check({"op": "set", "to": {"period": 1, "jam": 1}, "attribute": "start", "value": "9"})  # a new jam: fine
     with pytest.raises(OperationError, match="nothing to remove"):
-        doc.check({"op": "remove", "to": {"period": 1, "jam": 2}})
+        doc.check({"op": "remove", "to": {"period": 1, "jam": 1}})
+    with pytest.raises(OperationError, match="the next is jam 1, not 2"):  # jam numbers leave no gap
+        doc.check({"op": "set", "to": {"period": 1, "jam": 2}, "attribute": "start", "value": "9"})
 
 
 def test_history_names_every_change_of_an_element() -> None:

@@ -127,7 +127,7 @@ def test_a_write_leaves_no_copy_of_the_document_behind() -> None:
         desk = DocumentDesk(Recording(writable=lambda: None, stamp=lambda: float(seq[0] + 1),
                                       origin=lambda: (bytes(A), seq[0] + 1), record=record))
         for i in range(40):
-            desk.apply_ops([{"op": "add", "to": {"period": 1 + i % 2, "jam": 1 + i % 5}, "children": [
+            desk.apply_ops([{"op": "add", "to": {"period": 1 + i % 2, "jam": 1 + i // 2 % 5}, "children": [
                 {"tag": "points", "attrs": {"team": "home", "number": str(i), "points": "1"}}]}])
             try:
                 desk.apply_ops([{"op": "set", "to": {"period": 1, "jam": 1}, "attribute": "nonsense", "value": "1"}])

@@ -31,7 +31,7 @@ SLACK_MIB = 2.0  # page-granular noise of RSS
 
 
 def _op(k: int) -> dict[str, Any]:
-    period, jam = 1 + k % 2, 1 + k % 15
+    period, jam = 1 + k % 2, 1  # the nodes write at once: a later jam could come before its predecessor
     return [
         {"op": "set", "to": {"period": period, "jam": jam}, "attribute": "duration", "value": str(k)},
         {"op": "add", "to": {"period": period, "jam": jam}, "children": [

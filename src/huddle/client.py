@@ -108,8 +108,13 @@ class ApiClient:
         result: dict[str, Any] = await self._request("GET", "/api/v1/doc?format=json" + ("&eids=1" if eids else ""))
         return result
 
-    async def doc_apply(self, text: str, content_type: str) -> dict[str, Any]:
-        result: dict[str, Any] = json.loads(await self._text("POST", "/api/v1/doc/ops", text, content_type))
+    async def doc_apply(self, text: str, content_type: str, role: str | None = None) -> dict[str, Any]:
+        path = "/api/v1/doc/ops" + ("" if role is None else f"?role={role}")  # a role is [a-z-]: no quoting
+        result: dict[str, Any] = json.loads(await self._text("POST", path, text, content_type))
+        return result
+
+    async def bout_conflicts(self) -> dict[str, Any]:
+        result: dict[str, Any] = await self._request("GET", "/api/v1/bout/conflicts")
         return result
 
     async def doc_history(self, eid: str) -> dict[str, Any]:

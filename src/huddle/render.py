@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 __all__ = [
+    "conflicts_text",
     "doc_apply_text", "doc_history_text", "event_text", "feature_tables", "fields_text", "guests_text", "info_text",
     "jams_text", "limits_text", "local_time", "log_summary_text", "log_text", "named", "peers_text", "posts_text",
     "simulate_text", "size_text", "system_text", "table", "tags_text", "tail_text", "types_text", "with_names",
@@ -283,7 +284,8 @@ def log_summary_text(summary: dict[str, Any], names: Names = _NONE) -> str:
 
 def doc_apply_text(result: dict[str, Any]) -> str:
     return "\n".join(f"recorded {o['source'][:8]}#{o['seq']}" + (f", new eids {', '.join(o['eids'])}" if o["eids"] else "")
-                     for o in result["ops"])
+                     + (f", held as a conflict: {o['conflict']['field']} is {o['conflict']['owner']}'s"
+                        if "conflict" in o else "") for o in result["ops"])
 
 
 def doc_history_text(h: dict[str, Any]) -> str:
@@ -297,6 +299,15 @@ def doc_history_text(h: dict[str, Any]) -> str:
 
 def _jam(j: dict[str, Any] | None) -> str:
     return "none" if j is None else f"period {j['period']} jam {j['jam']}"
+
+
+def conflicts_text(c: dict[str, Any]) -> str:
+    """The bout's conflicts: writes by a role that does not own the field (docs/document.md "Roles")."""
+    lines = [f"{len(c['conflicts'])} conflict(s), {len(c['resolved'])} resolved by the head NSO"]
+    for x in c["conflicts"]:
+        lines.append(f"  {x['time']:.3f}  {x['source'][:8]}#{x['seq']:<5} {x['by']} wrote {x['field']}"
+                     f"{' (' + x['team'] + ')' if 'team' in x else ''} = {x['value']!r} of {x['eid']}: {x['owner']}'s")
+    return "\n".join(lines)
 
 
 def jams_text(j: dict[str, Any]) -> str:

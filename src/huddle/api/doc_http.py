@@ -8,6 +8,10 @@ document feature (doc/feature.py).
     GET  /api/v1/bout/jams                   the active, just completed and upcoming jams
     GET  /api/v1/bout/summary                the score per jam, period and game, lineups, penalties, timeouts
     POST /api/v1/bout/{start|stop}           start the upcoming jam, stop the active one, now
+    GET  /api/v1/bout/conflicts              writes by a role that does not own the field, not yet resolved
+
+A write may name the role of the device that makes it (``?role=ROLE``, docs/document.md
+"Roles"): an unknown role is a 400 and nothing is recorded.
     GET  /bout                               the bout page
 
 A write waits for the node's start-up window as every write does (``HOLD_WRITES``);
@@ -23,6 +27,7 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from ..doc import DocEngine, OperationError, bout_summary, jams, parse_json_ops, parse_ops, to_json, to_xml
+from ..doc.ops import check_role
 from .common import HOLD_WRITES, NODE_KEY, STATE_KEY, page_response, parse_strict, read_body
 from .common import error_response as _error
 
@@ -40,9 +45,9 @@ class DocPort(Protocol):
 
     def apply_ops(self, ops: list[dict[str, Any]]) -> list[dict[str, Any]]: ...
 
-    def start_jam(self) -> dict[str, Any]: ...
+    def start_jam(self, role: str | None = None) -> dict[str, Any]: ...
 
-    def stop_jam(self) -> dict[str, Any]: ...
+    def stop_jam(self, role: str | None = None) -> dict[str, Any]: ...
 
 
 class DocsPort(Protocol):
@@ -69,8 +74,21 @@ def _flag(request: web.Request, name: str) -> bool:
     return value.lower() in ("", "1", "true", "yes")
 
 
+def _role(request: web.Request) -> str | None:
+    """The writing device's role (``?role=ROLE``), None if not named; an unknown one is a 400."""
+    role = request.query.get("role")
+    if role is None:
+        return None
+    try:
+        return check_role(role)
+    except OperationError as exc:
+        request.app[STATE_KEY].counters.bad_input += 1
+        raise web.HTTPBadRequest(text=str(exc)) from None
+
+
 async def _post_doc_ops(request: web.Request) -> web.Response:
     node = request.app[NODE_KEY]
+    role = _role(request)
     raw = await read_body(request, _DOC_TYPES)
     try:
         if request.content_type == "application/json":
@@ -82,6 +100,10 @@ async def _post_doc_ops(request: web.Request) -> web.Response:
                 request.app[STATE_KEY].counters.bad_input += 1
                 return _error(400, "request body is not UTF-8")
             ops = parse_ops(text, request.content_type)
+        if role is not None:
+            if any(op.get("role", role) != role for op in ops):
+                raise OperationError(f"an operation names another role than ?role={role}")
+            ops = [{**op, "role": role} for op in ops]
     except OperationError as exc:  # malformed: the request's input, as for JSON that is not
         raise web.HTTPBadRequest(text=str(exc)) from None
     await node.until_recording(HOLD_WRITES)
@@ -129,11 +151,17 @@ async def _get_summary(request: web.Request) -> web.Response:
     return web.json_response(bout_summary(_desk(request).engine.document.root))
 
 
+async def _get_conflicts(request: web.Request) -> web.Response:
+    doc = _desk(request).engine.document
+    return web.json_response({"conflicts": doc.conflicts, "resolved": doc.ledger.resolved})
+
+
 async def _post_jam(request: web.Request) -> web.Response:
     node = request.app[NODE_KEY]
+    role = _role(request)
     await node.until_recording(HOLD_WRITES)
     desk = _desk(request)
-    state = desk.start_jam() if request.match_info["action"] == "start" else desk.stop_jam()  # JamStateError: 409
+    state = desk.start_jam(role) if request.match_info["action"] == "start" else desk.stop_jam(role)  # JamStateError: 409
     return web.json_response(state, status=201)
 
 
@@ -150,5 +178,6 @@ def add_doc_routes(app: web.Application, doc: DocsPort) -> None:
     app.router.add_get("/api/v1/doc/dropped", _get_doc_dropped)
     app.router.add_get("/api/v1/bout/jams", _get_jams)
     app.router.add_get("/api/v1/bout/summary", _get_summary)
+    app.router.add_get("/api/v1/bout/conflicts", _get_conflicts)
     app.router.add_post("/api/v1/bout/{action:start|stop}", _post_jam)
     app.router.add_get("/bout", _get_bout_page)

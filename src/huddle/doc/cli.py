@@ -1,4 +1,4 @@
-"""``huddle doc show|apply|export|history|jams``: its parser, and its calls through
+"""``huddle doc show|apply|export|history|jams|conflicts``: its parser, and its calls through
 :class:`~huddle.client.ApiClient` (the document feature's command, doc/feature.py)."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import HuddleError
-from ..render import doc_apply_text, doc_history_text, jams_text
+from ..render import conflicts_text, doc_apply_text, doc_history_text, jams_text
+from .roles import ROLES
 
 if TYPE_CHECKING:  # the client imports aiohttp, which `huddle --help` need not load
     from ..client import ApiClient
@@ -22,7 +23,7 @@ __all__ = ["add_parser", "run"]
 
 def add_parser(sub: Any, client_options: ClientOptions, epilog: str) -> None:
     doc = sub.add_parser(
-        "doc", help="the shared bout document: show, apply operations, export, history, jams",
+        "doc", help="the shared bout document: show, apply operations, export, history, jams, conflicts",
         description="The bout document is made from the group's 'doc' events, in one order on every node. "
         "Operations are <add>, <remove> and <set> (XML, as in the source document) or their JSON form; "
         "docs/document.md has both.",
@@ -30,6 +31,8 @@ def add_parser(sub: Any, client_options: ClientOptions, epilog: str) -> None:
         "  echo '<set period=\"1\" jam=\"1\"><attribute name=\"start\">1700000000</attribute></set>' "
         "| huddle doc apply -\n"
         "  huddle doc apply lineup.xml\n"
+        "  huddle doc apply --role scorekeeper-home trip.json\n"
+        "  huddle doc conflicts\n"
         "  huddle doc show --eids\n"
         "  huddle doc export -o bout.xml\n"
         "  huddle doc jams\n\n" + epilog,
@@ -41,6 +44,8 @@ def add_parser(sub: Any, client_options: ClientOptions, epilog: str) -> None:
     d_apply = doc_sub.add_parser("apply", help="apply operations from a file (XML or JSON; - for stdin)")
     d_apply.add_argument("file", metavar="FILE", help="operations: <add>, <remove>, <set>, an <action> of them, "
                          "or JSON; '-' reads standard input")
+    d_apply.add_argument("--role", choices=ROLES, help="the role of the official writing: a write outside the "
+                         "role's fields is recorded but held as a conflict (docs/document.md \"Roles\")")
     d_export = doc_sub.add_parser("export", help="save the document to a file")
     d_export.add_argument("-o", "--out", required=True, type=Path, metavar="FILE", help="where to write it")
     d_export.add_argument("--eids", action="store_true", help="keep the eid attributes")
@@ -48,7 +53,8 @@ def add_parser(sub: Any, client_options: ClientOptions, epilog: str) -> None:
     d_hist = doc_sub.add_parser("history", help="who changed an element, when, with which event")
     d_hist.add_argument("eid", metavar="EID", help="the element's eid (see 'huddle doc show --eids')")
     doc_sub.add_parser("jams", help="what jam are we on: active, just completed, upcoming")
-    for p in (d_show, d_apply, d_export, d_hist, doc_sub.choices["jams"]):
+    doc_sub.add_parser("conflicts", help="writes by a role that does not own the field, for the head NSO")
+    for p in (d_show, d_apply, d_export, d_hist, doc_sub.choices["jams"], doc_sub.choices["conflicts"]):
         client_options(p)
 
 
@@ -72,7 +78,7 @@ async def run(api: ApiClient, args: argparse.Namespace) -> Shown:
     if action == "apply":
         text = await asyncio.to_thread(_read_ops, args.file)
         ctype = "application/xml" if text.lstrip().startswith("<") else "application/json"
-        result = await api.doc_apply(text, ctype)
+        result = await api.doc_apply(text, ctype, args.role)
         return result, doc_apply_text(result)
     if action == "export":
         out = (json.dumps(await api.doc_json(args.eids), indent=2, ensure_ascii=False) + "\n"
@@ -85,5 +91,8 @@ async def run(api: ApiClient, args: argparse.Namespace) -> Shown:
     if action == "history":
         h = await api.doc_history(args.eid)
         return h, doc_history_text(h)
+    if action == "conflicts":
+        c = await api.bout_conflicts()
+        return c, conflicts_text(c)
     j = await api.jams()
     return j, jams_text(j)

@@ -78,7 +78,9 @@ class DocumentDesk:
         ``doc`` events, after checking each against the document as it is now
         (and as the previous ones leave it).  Raises ``OperationError`` and
         records nothing if any does not fit.  Returns, per operation, its
-        source, sequence and the eids of the elements it adds."""
+        source, sequence and the eids of the elements it adds, and for a write
+        by a role that does not own its field, the conflict it is held as
+        (recorded, not applied: docs/document.md "Roles")."""
         rec = self.recording
         rec.writable()
         scratch = self.engine.document.clone()
@@ -86,6 +88,7 @@ class DocumentDesk:
             stamp = rec.stamp()
             author, next_seq = rec.origin()
             made: list[list[str]] = []
+            held: list[dict[str, Any] | None] = []
             for i, op in enumerate(ops):
                 try:
                     scratch.check(op)
@@ -94,8 +97,10 @@ class DocumentDesk:
                     raise OperationError(f"operation {i + 1}: {exc}" if len(ops) > 1 else str(exc)) from None
                 key: Key = (stamp, author, next_seq + i)
                 scratch.made = []
+                scratch.ledger.last = None
                 scratch.apply(op, key)
                 made.append([e.eid for e in scratch.made])
+                held.append(scratch.ledger.last)
         finally:
             scratch.discard()  # a copy of the whole document per write: freed now, not by a full collection
         try:
@@ -104,11 +109,12 @@ class DocumentDesk:
             raise
         except LocalProtocolError as exc:  # the log refused the ops' events: valid JSON by now, so their size
             raise TooLarge(str(exc)) from None
-        return [{"source": str(r.source), "seq": r.seq, "timestamp": r.timestamp, "eids": eids}
-                for r, eids in zip(records, made, strict=True)]
+        return [{"source": str(r.source), "seq": r.seq, "timestamp": r.timestamp, "eids": eids,
+                 **({} if conflict is None else {"conflict": conflict})}
+                for r, eids, conflict in zip(records, made, held, strict=True)]
 
-    def start_jam(self) -> dict[str, Any]:
-        """Start the upcoming jam now (its ``start`` is this node's mesh time)."""
+    def start_jam(self, role: str | None = None) -> dict[str, Any]:
+        """Start the upcoming jam now (its ``start`` is this node's mesh time), written by ``role``."""
         state = jams(self.engine.document.root)
         if state["active"] is not None:
             a = state["active"]
@@ -117,17 +123,17 @@ class DocumentDesk:
         if up is None:
             raise JamStateError("the bout is over: there is no jam to start")
         now = round(self.recording.stamp(), 3)
-        self.apply_ops([{"op": "set", "to": up, "attribute": "start", "value": repr(now)}])
+        self.apply_ops([_with_role({"op": "set", "to": up, "attribute": "start", "value": repr(now)}, role)])
         return jams(self.engine.document.root)
 
-    def stop_jam(self) -> dict[str, Any]:
-        """Stop the active jam now (its ``duration`` runs to this node's mesh time)."""
+    def stop_jam(self, role: str | None = None) -> dict[str, Any]:
+        """Stop the active jam now (its ``duration`` runs to this node's mesh time), written by ``role``."""
         active = jams(self.engine.document.root)["active"]
         if active is None:
             raise JamStateError("no jam is being skated")
         duration = round(max(0.0, self.recording.stamp() - active["start"]), 3)
         to = {"period": active["period"], "jam": active["jam"]}
-        self.apply_ops([{"op": "set", "to": to, "attribute": "duration", "value": repr(duration)}])
+        self.apply_ops([_with_role({"op": "set", "to": to, "attribute": "duration", "value": repr(duration)}, role)])
         return jams(self.engine.document.root)
 
     # ------------------------------------------------------- the statistics row
@@ -153,3 +159,7 @@ class DocumentDesk:
         self._row_of = state
         self._row_due = now + max(DOC_ROW_INTERVAL, cost / DOC_ROW_SHARE)
         return detail
+
+
+def _with_role(op: dict[str, Any], role: str | None) -> dict[str, Any]:
+    return op if role is None else {**op, "role": role}

@@ -23,6 +23,7 @@ from ..gcutil import paused_collections
 from ..wire import LogRecord
 from .model import FIXED, PERMANENT, SCHEMA, Element, default_bout, derived_eid
 from .ops import DOC_KIND, MAX_JAM, MAX_STRING, NOT_ADDED, OperationError, is_normal, normalise
+from .roles import HEAD, Conflicts, flag_value, owners, owners_of_element
 from .rules import fits
 
 __all__ = ["MAX_TEXT", "BoutDocument", "DocEngine", "Key", "jams"]
@@ -30,6 +31,7 @@ __all__ = ["MAX_TEXT", "BoutDocument", "DocEngine", "Key", "jams"]
 MAX_TEXT = 65_536  # characters of text in one element: appends beyond it are dropped
 
 Key = tuple[float, bytes, int]  # (timestamp, source, seq): the order of application
+_JAM_OPS = frozenset({"insert-jam", "remove-jam"})  # corrections that renumber a period's jams
 
 # The short path's vocabulary: what an add may put in a jam, what a set may change on one.
 # The tag with its attributes: the element takes this str, not the parsed body's copy.
@@ -67,7 +69,8 @@ class BoutDocument:
         self._teams = {e.attrs["type"]: e for e in self.root.children if e.tag == "team"}
         self._jams: dict[tuple[int, int], Element] = {}
         self.dropped: list[dict[str, Any]] = []
-        self.applied = 0
+        self.ledger = Conflicts()  # writes by a role that does not own the field (doc/roles.py)
+        self.applied = 0  # operations applied or recorded as conflicts (all but the dropped)
         self.made: list[Element] = []  # the elements the last add made by apply() (not apply_body's short path)
 
     @property
@@ -87,6 +90,7 @@ class BoutDocument:
         out.root = self.root.copy()
         out._index = {e.eid: e for e in out.root.walk()}
         out._unindexed, out._removed, out.dropped, out.applied, out.made = [], {}, [], self.applied, []
+        out.ledger = self.ledger.copy()
         out._periods = {e.attrs["number"]: e for e in out.root.children if e.tag == "period"}
         out._teams = {e.attrs["type"]: e for e in out.root.children if e.tag == "team"}
         out._jams = {(int(p.attrs["number"]), int(j.attrs["number"])): j
@@ -189,9 +193,10 @@ class BoutDocument:
         p, j = to.get("period"), to.get("jam")
         if type(p) is not int or type(j) is not int or not 1 <= p <= 2 or not 1 <= j <= MAX_JAM:
             return False
-        kind = op.get("op")
+        kind, role = op.get("op"), op.get("role")
+        size = 3 if role is None else 4  # an add's members (a set: one more); a role: its own fields only
         if kind == "add":
-            if len(op) != 3:
+            if len(op) != size:
                 return False
             children = op.get("children")
             if type(children) is not list or len(children) != 1:
@@ -225,6 +230,8 @@ class BoutDocument:
                 members += 1
             if len(node) != members:  # no eid, no children, nothing unknown
                 return False
+            if role is not None and owners_of_element(tag, attrs) != (role,):
+                return False
             jam = self._jams.get((p, j)) or self._make_jam(p, j, key)
             e = Element(tag, None, attrs, text, key, 1)  # attrs: the parsed body's own dict, used once
             e.parent = jam
@@ -236,8 +243,10 @@ class BoutDocument:
             payload: Any = e
         elif kind == "set":
             name, value = op.get("attribute"), op.get("value")
-            if (len(op) != 4 or type(name) is not str or name not in _JAM_SETTABLE
+            if (len(op) != size + 1 or type(name) is not str or name not in _JAM_SETTABLE
                     or type(value) is not str or len(value) > MAX_STRING):
+                return False
+            if role is not None and ((p, j) not in self._jams or owners(self._jams[(p, j)], name, value) != (role,)):
                 return False
             jam = self._jams.get((p, j)) or self._make_jam(p, j, key)
             jam.attrs[name] = value
@@ -254,18 +263,42 @@ class BoutDocument:
         self.applied += 1
         return True
 
+    @property
+    def conflicts(self) -> list[dict[str, Any]]:
+        """The cross-role writes the head NSO has not resolved, in the order (docs/document.md "Roles")."""
+        return self.ledger.listed()
+
     def check(self, op: dict[str, Any]) -> None:
         """Raise :class:`OperationError` if ``op`` cannot apply to the document as it is now."""
         key: Key = (0.0, bytes(16), 0)
+        to = op["to"]
         try:
+            if op["op"] in _JAM_OPS:
+                self._jam_op(op, key, check_only=True)
+                return
+            if op["op"] == "remove" and op.get("role") == HEAD and self._dismiss(to, key, check_only=True):
+                return
+            if "jam" in to and (to["period"], to["jam"]) not in self._jams:  # jam numbers: no gap at the door
+                last = self._last_jam(to["period"])
+                if to["jam"] > last + 1:
+                    raise _Unresolved(f"period {to['period']} has jams up to {last}: the next is jam {last + 1}, "
+                                      f"not {to['jam']} (insert-jam puts a jam between others)")
             self._apply(op, key, check_only=True)
-            target = self._resolve(op["to"], key, create=False)
+            target = self._resolve(to, key, create=False)
         except _Unresolved as exc:
             raise OperationError(exc.reason) from None
-        fits(self.root, op, target, _created_tag(op["to"]) if target is None else target.tag)  # the bout's rules
+        if "team" in op:  # one team's part of a flag: the rules check the value it leaves
+            current = "" if target is None else target.attrs.get(op["attribute"], "")
+            op = {**op, "value": flag_value(op["attribute"], current, op["team"], op["value"] == "yes")}
+        fits(self.root, op, target, _created_tag(to) if target is None else target.tag)  # the bout's rules
 
     def _apply(self, op: dict[str, Any], key: Key, *, check_only: bool) -> None:
         kind = op["op"]
+        if kind in _JAM_OPS:
+            self._jam_op(op, key, check_only=check_only)
+            return
+        if kind == "remove" and op.get("role") == HEAD and self._dismiss(op["to"], key, check_only=check_only):
+            return
         target = self._resolve(op["to"], key, create=not check_only)
         if target is None:  # check_only and the address would be created (a new jam, a path)
             if kind == "remove":
@@ -276,20 +309,9 @@ class BoutDocument:
         if kind == "remove":
             if target.tag in PERMANENT:
                 raise _Unresolved(f"<{target.tag}> is part of every bout and cannot be removed")
-            if check_only:
+            if check_only or self._held(op, target, key):
                 return
-            parent = target.parent
-            assert parent is not None
-            parent.remove(target)
-            index = self.index
-            for e in target.walk():
-                e.removed = True
-                eid = e.eid
-                index.pop(eid, None)
-                self._removed[eid] = e
-                if e.tag == "jam" and e.parent is not None and e.parent.tag == "period":
-                    self._jams.pop((int(e.parent.attrs["number"]), int(e.attrs["number"])), None)
-            _note(target, key, "remove", None)
+            self._remove(target, key)
             return
         if kind == "set":
             if "attribute" in op:
@@ -297,9 +319,14 @@ class BoutDocument:
                 self._check_attribute(target.tag, name)
                 if check_only:
                     return
+                if "team" in op:  # one team's part of a jam's flag: the value it leaves
+                    current = target.attrs.get(name, "")
+                    op = {**op, "value": flag_value(name, current, op["team"], op["value"] == "yes")}
+                if self._held(op, target, key):
+                    return
                 target.attrs[name] = op["value"]
             else:
-                if check_only:
+                if check_only or self._held(op, target, key):
                     return
                 target.text = op["text"]
             _note(target, key, "set", op)
@@ -316,7 +343,7 @@ class BoutDocument:
             clash = next((eid for i, eid in enumerate(given) if eid in index or eid in given[:i]), None)
             if clash is not None:
                 raise _Unresolved(f"eid {clash} is already in the document")
-        if check_only:
+        if check_only or self._held(op, target, key, new):
             return
         self.made = made
         for child in new:
@@ -331,6 +358,106 @@ class BoutDocument:
             target.text += text
         _note(target, key, "add", new[0] if len(new) == 1 and text is None else (new, text))
 
+    def _remove(self, target: Element, key: Key) -> None:
+        parent = target.parent
+        assert parent is not None
+        parent.remove(target)
+        index = self.index
+        for e in target.walk():
+            e.removed = True
+            eid = e.eid
+            index.pop(eid, None)
+            self._removed[eid] = e
+            if e.tag == "jam" and e.parent is not None and e.parent.tag == "period":
+                self._jams.pop((int(e.parent.attrs["number"]), int(e.attrs["number"])), None)
+        _note(target, key, "remove", None)
+
+    # ------------------------------------------------------- roles and conflicts
+
+    def _held(self, op: dict[str, Any], target: Element, key: Key, new: list[Element] | None = None) -> bool:
+        """True if ``op``, written by a role that does not own the field, is held as a conflict
+        (not applied: the document keeps the owner's value).  A head NSO's write resolves the
+        conflicts of the field it writes.  A write with no role is nobody's conflict."""
+        role = op.get("role")
+        if role is None:
+            return False
+        kind, name = op["op"], op.get("attribute")
+        if kind == "add" and new:  # the field is the element added (its eid: the one the add gives it)
+            first = new[0]
+            eid, fields, field = first.eid, None, first.tag
+            value = " ".join([first.tag, *(f"{k}={v}" for k, v in sorted(first.attrs.items()))])
+            who = {r for e in new for r in owners_of_element(e.tag, e.attrs)}
+        elif kind == "remove":
+            eid, fields, field, value, who = target.eid, None, target.tag, "", set(owners(target, None))
+        else:  # a set, or text added
+            field = name or "text"
+            eid, fields, value = target.eid, {field, target.tag}, op.get("value", op.get("text", ""))
+            who = set(owners(target, name, op.get("value")))
+        if role == HEAD:
+            for e in new or (target,):
+                self.ledger.settle(e.eid if new else eid, fields if not new else None, key)
+            return False
+        others = who - {role}  # the write must change no other role's field (a flag: its teams' parts)
+        if not others:
+            return False
+        conflict = self.ledger.hold(key, eid, field, owner=min(others), by=role, value=value)
+        if "team" in op:
+            conflict["team"] = op["team"]
+        return True
+
+    def _dismiss(self, to: dict[str, Any], key: Key, *, check_only: bool) -> bool:
+        """A head NSO's remove of an element a held add would have made: the conflict is dismissed."""
+        eid = to.get("eid")
+        if eid is None or eid not in self.ledger or eid in self.index:
+            return False
+        if not check_only:
+            self.ledger.settle(eid, None, key)
+        return True
+
+    # ------------------------------------------------------------ corrections
+
+    def _last_jam(self, period: int) -> int:
+        return max((j for p, j in self._jams if p == period), default=0)
+
+    def _jam_op(self, op: dict[str, Any], key: Key, *, check_only: bool) -> None:
+        """insert-jam: a jam numbered J, the jams from J on numbered one up; remove-jam: the jam
+        goes, the later ones numbered one down (docs/document.md "Corrections")."""
+        to = op["to"]
+        if "eid" in to:
+            jam = self.index.get(to["eid"])
+            if jam is None or jam.tag != "jam" or jam.parent is None:
+                raise _Unresolved(f"no jam has eid {to['eid']}")
+            p, j = int(jam.parent.attrs["number"]), int(jam.attrs["number"])
+        else:
+            p, j = to["period"], to["jam"]
+        period, last = self._periods[str(p)], self._last_jam(p)
+        inserting = op["op"] == "insert-jam"
+        if inserting and j > last + 1:
+            raise _Unresolved(f"period {p} has jams up to {last}: a jam is inserted at {last + 1} at most, not {j}")
+        if inserting and last >= MAX_JAM:
+            raise _Unresolved(f"period {p} has {MAX_JAM} jams: no more can be inserted")
+        if not inserting and (p, j) not in self._jams:
+            raise _Unresolved(f"period {p} has no jam {j} to remove")
+        if check_only:
+            return
+        role = op.get("role")
+        owner = owners_of_element("jam", {})[0]
+        if role is not None and role not in {HEAD, owner}:
+            self.ledger.hold(key, period.eid, "jams", owner=owner, by=role, value=f"{op['op']} {j}")
+            return
+        if role == HEAD:
+            self.ledger.settle(period.eid, {"jams"}, key)
+        if not inserting:
+            self._remove(self._jams[(p, j)], key)
+        step = 1 if inserting else -1
+        for n in sorted((n for q, n in self._jams if q == p and n >= j), reverse=inserting):
+            moved = self._jams.pop((p, n))
+            moved.attrs["number"] = str(n + step)
+            self._jams[(p, n + step)] = moved
+            _note(moved, key, "renumber", n + step)
+        if inserting:
+            self._make_jam(p, j, key)
+
     def _enter(self, e: Element) -> None:
         """Index an element whose eid may have been used before (a jam made
         again after a remove): its history continues the old one."""
@@ -341,8 +468,13 @@ class BoutDocument:
             e.before = old
 
     def _make_jam(self, period: int, number: int, key: Key) -> Element:
-        """A jam referred to for the first time (or again, after a remove)."""
-        jam = Element("jam", derived_eid(f"bout/period/{period}/jam/{number}"), {"number": str(number)})
+        """A jam referred to for the first time (or again, after a remove), or inserted.  Its eid
+        is derived from its place, unless a jam renumbered by a correction holds that one: then
+        from the event that made it (``SOURCE:SEQ:0``; an add's elements count from 1)."""
+        eid = derived_eid(f"bout/period/{period}/jam/{number}")
+        if eid in self._index:
+            eid = derived_eid(f"{key[1].hex()}:{key[2]}:0")
+        jam = Element("jam", eid, {"number": str(number)})
         parent = self._periods[str(period)]
         _insert_jam(parent, jam)
         self._enter(jam)
@@ -458,6 +590,8 @@ def _change(what: str, payload: Any) -> dict[str, Any]:
         return {"op": "set", "text": payload["text"]}
     if what == "create":
         return {"op": "create", "parent": payload[0].eid, "tag": payload[1]}
+    if what == "renumber":
+        return {"op": "renumber", "number": payload}
     if what == "add":  # children or text were added to it
         if isinstance(payload, Element):  # one child, no text
             return {"op": "add", "children": [payload.eid]}

@@ -7,7 +7,13 @@ Normal form (docs/document.md)::
     {"op": "remove", "to": ADDRESS}
     {"op": "set",    "to": ADDRESS, "attribute": NAME, "value": "..."}
     {"op": "set",    "to": ADDRESS, "text": "..."}
+    {"op": "set",    "to": JAM, "attribute": FLAG, "team": "home"|"away", "value": "yes"|"no"}  # one team's part
+    {"op": "insert-jam", "to": JAM}      # a jam before jam J (or after the last), later jams renumbered up
+    {"op": "remove-jam", "to": JAM}      # JAM or {"eid": E}: the jam goes, later jams renumbered down
 
+    Each may carry ``"role": ROLE``, the role of the device that wrote it (doc/roles.py).
+
+    JAM:     {"period": P, "jam": J}
     ADDRESS: {"eid": E} | {"period": P} | {"period": P, "jam": J} | {"team": T}
              | {"team": T, "person": NUMBER_OR_NAME} | {"path": "ruleset/halftime"}
     NODE:    {"tag": T, "attrs": {...}, "eid": E?, "text": "..."?, "children": [NODE, ...]?}
@@ -22,9 +28,10 @@ from typing import Any, Final
 
 from ..errors import HuddleError
 from .model import SCHEMA, TEAMS
+from .roles import FLAG_VALUES, ROLES, TEAM_FLAGS
 
 __all__ = [
-    "DOC_KIND", "JamStateError", "OperationError", "is_normal", "normalise", "parse_json_ops", "parse_ops",
+    "DOC_KIND", "JamStateError", "OperationError", "check_role", "is_normal", "normalise", "parse_json_ops", "parse_ops",
     "parse_xml_ops",
 ]
 
@@ -32,12 +39,20 @@ DOC_KIND: Final = "doc"  # the log event kind of a document operation
 MAX_DEPTH: Final = 16
 MAX_NODES: Final = 2000
 MAX_JAM: Final = 200
+KINDS: Final = ("add", "remove", "set", "insert-jam", "remove-jam")
 _UUID: Final = re.compile(r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$")
 _ADDRESS_KEYS: Final = ("eid", "period", "jam", "team", "person", "path")
 
 
 class OperationError(HuddleError):
     """An operation that is malformed or does not fit the document (a 4xx)."""
+
+
+def check_role(role: Any) -> str:
+    """``role`` if it is an official's role (doc/roles.py), else OperationError."""
+    if role not in ROLES:
+        raise OperationError(f"unknown role {role!r}: one of {', '.join(ROLES)}")
+    return str(role)
 
 
 class JamStateError(OperationError):
@@ -75,17 +90,34 @@ def normalise(op: Any) -> dict[str, Any]:
     if not isinstance(op, dict):
         raise OperationError("an operation is a JSON object")
     kind = op.get("op")
-    if kind not in ("add", "remove", "set"):
-        raise OperationError(f"unknown operation {kind!r}: use add, remove or set")
-    unknown = set(op) - {"op", "to", "children", "text", "attribute", "value", "xml"}
-    if unknown:
-        raise OperationError(f"unknown member(s) in a {kind} operation: {', '.join(sorted(unknown))}")
+    if kind not in KINDS:
+        raise OperationError(f"unknown operation {kind!r}: use add, remove, set, insert-jam or remove-jam")
+    unknown = set(op) - {"op", "to", "children", "text", "attribute", "value", "xml", "team", "role"}
+    if unknown or ("team" in op and kind != "set"):
+        raise OperationError(f"unknown member(s) in a {kind} operation: {', '.join(sorted(unknown or {'team'}))}")
     out: dict[str, Any] = {"op": kind, "to": _address(op.get("to"))}
-    if kind == "remove":
+    if "role" in op:
+        out["role"] = check_role(op["role"])
+    if kind in ("remove", "insert-jam", "remove-jam"):
         if any(k in op for k in ("children", "text", "attribute", "value", "xml")):
-            raise OperationError("remove takes no payload")
+            raise OperationError(f"{kind} takes no payload")
+        if kind != "remove" and "jam" not in out["to"] and not (kind == "remove-jam" and "eid" in out["to"]):
+            raise OperationError(f"{kind} addresses a jam: period and jam" + (" (or its eid)" if kind == "remove-jam"
+                                                                              else ""))
         return out
     if kind == "set":
+        if "team" in op:  # one team's part of a jam's flag: an explicit yes or no
+            name, team, value = op.get("attribute"), op["team"], op.get("value")
+            if name not in TEAM_FLAGS or "jam" not in out["to"]:
+                raise OperationError(f"set: a team's part is set of a jam's {', '.join(TEAM_FLAGS)}")
+            if team not in ("home", "away"):
+                raise OperationError(f"set: team must be home or away, not {team!r}")
+            if isinstance(value, bool):
+                value = "yes" if value else "no"
+            if value not in FLAG_VALUES:
+                raise OperationError(f"set: a team's {name} is yes or no, not {value!r}")
+            out["attribute"], out["team"], out["value"] = name, team, value
+            return out
         if "attribute" in op:
             name, value = op["attribute"], op.get("value")
             if not isinstance(name, str) or not name:
@@ -263,9 +295,16 @@ def is_normal(op: Any) -> bool:
         return False
     kind = op.get("op")
     n = len(op)
-    if kind == "remove":
-        return n == 2
+    if "role" in op:
+        if op["role"] not in ROLES:
+            return False
+        n -= 1
+    if kind in ("remove", "insert-jam", "remove-jam"):
+        return n == 2 and (kind == "remove" or "jam" in op["to"] or (kind == "remove-jam" and "eid" in op["to"]))
     if kind == "set":
+        if "team" in op:
+            return (n == 5 and op.get("attribute") in TEAM_FLAGS and op["team"] in ("home", "away")
+                    and op.get("value") in FLAG_VALUES and "jam" in op["to"])
         if n == 4:
             name, value = op.get("attribute"), op.get("value")
             return (type(name) is str and name not in {"eid", ""} and type(value) is str and len(value) <= MAX_STRING)
@@ -382,13 +421,13 @@ def parse_xml_ops(text: str) -> list[dict[str, Any]]:
 
 
 def _op_from_xml(e: ET.Element) -> dict[str, Any]:
-    if e.tag not in ("add", "remove", "set"):
-        raise OperationError(f"<{e.tag}> is not an operation: use <add>, <remove> or <set>")
+    if e.tag not in KINDS:
+        raise OperationError(f"<{e.tag}> is not an operation: use <add>, <remove>, <set>, <insert-jam> or <remove-jam>")
     to: dict[str, Any] = dict(e.attrib)
     op: dict[str, Any] = {"op": e.tag, "to": to}
-    if e.tag == "remove":
+    if e.tag in ("remove", "insert-jam", "remove-jam"):
         if len(e) or (e.text or "").strip():
-            raise OperationError("<remove> takes no payload")
+            raise OperationError(f"<{e.tag}> takes no payload")
     elif e.tag == "set":
         attribute = e.find("attribute")
         if attribute is not None:
