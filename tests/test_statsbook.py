@@ -101,7 +101,11 @@ def test_the_statsbook_holds_the_score_penalties_and_lineups_at_the_statsbooks_c
 def test_the_writer_takes_the_document_as_its_json_tree_too() -> None:
     root = bout().desk.engine.document.root
     summary = bout_summary(root)
-    assert statsbook_cells(to_json(root, eids=False), summary) == statsbook_cells(root, summary)
+    cells = statsbook_cells(root, summary)
+    assert statsbook_cells(to_json(root, eids=False), summary) == cells and cells["Score", "P7"] == "=3+2"
+    assert statsbook_cells({"document": to_json(root), "events": 9}, summary) == cells  # the API's answer
+    with pytest.raises(ValueError, match="not a bout document"):
+        statsbook_cells({"events": 9}, summary)
 
 
 def _template(path: Path) -> None:

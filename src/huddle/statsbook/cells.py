@@ -34,13 +34,23 @@ _EVENT: Final = {"team": "TO", "review": "OR", "official": "OFF"}
 
 
 def element_of(document: Element | Mapping[str, Any]) -> Element:
-    """The document's root: as given, or made from its JSON tree (``GET /api/v1/doc?format=json``)."""
+    """The document's root: as given, or made from its JSON tree (``doc.to_json``), or from the answer
+    of ``GET /api/v1/doc?format=json`` that holds the tree as ``document``."""
     if isinstance(document, Element):
         return document
+    tree: Mapping[str, Any] = document
+    if "tag" not in tree and isinstance(tree.get("document"), Mapping):
+        tree = tree["document"]
+    if tree.get("tag") != "bout":
+        raise ValueError(f"not a bout document: its root is {tree.get('tag')!r}, not 'bout'")
+    return _element(tree)
+
+
+def _element(document: Mapping[str, Any]) -> Element:
     e = Element(str(document.get("tag", "")), str(document.get("eid", "")),
                 {str(k): str(v) for k, v in dict(document.get("attrs") or {}).items()}, str(document.get("text", "")))
     for child in document.get("children") or ():
-        e.append(element_of(child))
+        e.append(_element(child))
     return e
 
 

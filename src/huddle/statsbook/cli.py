@@ -61,7 +61,7 @@ async def _export_statsbook(api: ApiClient, args: argparse.Namespace) -> Shown:
     check_output(args.statsbook)  # refused before the node is asked
     if args.template is not None:
         await asyncio.to_thread(check_xlsx, args.template)
-    document, summary = await api.doc_json(), await api.bout_summary()
+    document, summary = (await api.doc_json())["document"], await api.bout_summary()
     result = await asyncio.to_thread(write_statsbook, document, summary, args.statsbook, args.template)
     into = f" (filled in {args.template})" if args.template is not None else ""
     left = f"; {len(result['skipped'])} map cells not in the template" if result["skipped"] else ""
