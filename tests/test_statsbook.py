@@ -19,7 +19,7 @@ from huddle.cli import main
 from huddle.doc import OperationError, bout_summary, to_json
 from huddle.statsbook import StatsbookInputError, StatsbookOutputError, read_igrf, statsbook_cells, write_statsbook
 from huddle.statsbook.cellmap import SHEETS
-from huddle.statsbook.workbook import MAX_FILE, MAX_UNPACKED
+from huddle.statsbook.workbook import MAX_FILE, MAX_PARTS, MAX_UNPACKED
 
 J3, P2J1 = {"period": 1, "jam": 3}, {"period": 2, "jam": 1}
 
@@ -232,6 +232,9 @@ def test_files_that_are_no_statsbook_are_refused_in_one_line(tmp_path: Path) -> 
     assert bomb.stat().st_size < MAX_FILE
     with pytest.raises(StatsbookInputError, match="unpacks to"):
         read_igrf(bomb)
+    many = {"xl/workbook.xml": b"<workbook/>", **{f"xl/media/{i}.bin": b"" for i in range(MAX_PARTS)}}
+    with pytest.raises(StatsbookInputError, match=f"unpacks to {MAX_PARTS + 1} parts"):
+        read_igrf(_zip(tmp_path / "many.xlsx", many))
     no_igrf = tmp_path / "score-only.xlsx"
     wb = openpyxl.Workbook()
     wb.active.title = "Score"  # type: ignore[union-attr]

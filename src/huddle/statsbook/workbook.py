@@ -35,7 +35,7 @@ __all__ = ["MAX_FILE", "MAX_PARTS", "MAX_UNPACKED", "StatsbookInputError", "Stat
            "check_xlsx", "read_igrf", "write_statsbook"]
 
 MAX_FILE: Final = 16 * 1024 * 1024  # a filled statsbook is about 1 MiB
-MAX_UNPACKED: Final = 128 * 1024 * 1024
+MAX_UNPACKED: Final = 64 * 1024 * 1024  # a blank statsbook unpacks to about 10 MiB
 MAX_PARTS: Final = 4096
 
 
