@@ -113,8 +113,8 @@ class Probe(FeatureBase):
 
 def test_the_probe_and_posts_satisfy_the_contract() -> None:
     features: list[Feature] = [Probe(), *default_features()]  # mypy checks each against the protocol
-    assert [f.name for f in features] == ["probe", "posts", "doc", "guests", "trust", "rotation", "control", "apps",
-                                          "apps-info", "pairing", "hydra", "zre"]
+    assert [f.name for f in features] == ["probe", "posts", "doc", "statsbook", "guests", "trust", "rotation",
+                                          "control", "apps", "apps-info", "pairing", "hydra", "zre"]
 
 
 class _SecuredHost:
@@ -204,8 +204,8 @@ def test_a_feature_removed_takes_its_commands_with_it() -> None:
     everything = commands(build_parser())
     assert {"post", "posts", "guests", "trust", "pair", "node", "peers", "doc", "group"} <= everything
     without = commands(build_parser(features=[]))
-    assert everything - without == {"post", "posts", "doc", "guests", "trust", "control", "apps", "app", "pair",
-                                     "zre"}
+    assert everything - without == {"post", "posts", "doc", "bout", "guests", "trust", "control", "apps", "app",
+                                     "pair", "zre"}
     probe = Probe()
     parser = build_parser(features=[probe])
     assert commands(parser) == without | {"probe"}

@@ -71,6 +71,9 @@ LAYER_OF: dict[str, str] = {
     "huddle.posts.cli": "features",
     "huddle.doc.feature": "features",  # the bout document: its desk's driver, routes, command and facts
     "huddle.doc.cli": "features",
+    "huddle.statsbook": "statsbook",  # the WFTDA statsbook: the document's cells, the xlsx read and written (openpyxl)
+    "huddle.statsbook.feature": "features",  # its command, huddle bout
+    "huddle.statsbook.cli": "features",
     "huddle.guests_feature": "features",  # beside the guests package: that loads only with --guests
     "huddle.security.features": "features",  # trust and rotation: their routes, command and facts
     "huddle.control.feature": "features",  # apps: the driver, routes, commands and facts
@@ -109,6 +112,7 @@ ALLOWED: dict[str, set[str]] = {
     "wire": {"base"},
     "log": {"base", "wire"},
     "doc": {"base", "wire"},
+    "statsbook": {"base", "doc"},  # pure apart from its files: the document and its summary in
     "protocol": {"base", "wire", "log", "security"},
     "guests": {"base", "security"},
     "control": {"base"},  # processes and files only: nothing of the mesh
@@ -139,7 +143,7 @@ ALLOWED: dict[str, set[str]] = {
     # Each feature (its package's feature.py and commands) and the default list: a feature plugs
     # its routes (api) and its commands (through the client, rendered) into the node.
     "features": {"base", "wire", "log", "doc", "protocol", "posts", "guests", "config", "security", "ports", "api",
-                 "clients", "render", "control", "pairing", "zre", "hydra", "orders"},
+                 "clients", "render", "control", "pairing", "zre", "hydra", "orders", "statsbook"},
     # The node names no feature package: it loops over the features it is given (the default list).
     "node": {"base", "wire", "log", "protocol", "transport", "discovery", "config", "api", "security",
              "driver", "finders", "host", "ports", "features"},

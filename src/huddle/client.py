@@ -125,6 +125,10 @@ class ApiClient:
         result: dict[str, Any] = await self._request("GET", "/api/v1/bout/jams")
         return result
 
+    async def bout_summary(self) -> dict[str, Any]:
+        result: dict[str, Any] = await self._request("GET", "/api/v1/bout/summary")
+        return result
+
     async def zre_peers(self) -> dict[str, Any]:
         result: dict[str, Any] = await self._request("GET", "/api/v1/zre/peers")
         return result

@@ -18,6 +18,7 @@ from .pairing.feature import PairingFeature
 from .ports import Feature
 from .posts.feature import PostsFeature
 from .security.features import RotationFeature, TrustFeature
+from .statsbook.feature import StatsbookFeature
 from .zre.feature import ZreFeature
 
 __all__ = ["default_features"]
@@ -27,5 +28,5 @@ def default_features() -> list[Feature]:
     """A new list of new features, in the order the node starts them (each node its own)."""
     posts, zre = PostsFeature(), ZreFeature()  # Hydra's server reads posts' store, tells ZRE its header
     apps = AppsFeature()  # orders come before it: their closer (a shutdown command) runs after its
-    return [posts, DocumentFeature(), GuestsFeature(), TrustFeature(), RotationFeature(),
+    return [posts, DocumentFeature(), StatsbookFeature(), GuestsFeature(), TrustFeature(), RotationFeature(),
             OrdersFeature(apps), apps, AppInfoFeature(apps), PairingFeature(), HydraFeature(posts, zre), zre]

@@ -24,7 +24,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return handler_of(args)(args)
     except HuddleError as exc:
         print(f"huddle {args.command}: {exc}", file=sys.stderr)
-        return 2 if isinstance(exc, ConfigError) else 1
+        return 2 if isinstance(exc, ConfigError) else getattr(exc, "exit_status", 1)  # e.g. 4 bad input, 5 bad output
     except BrokenPipeError:  # e.g. `huddle log | head`: the reader left, which is fine
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
