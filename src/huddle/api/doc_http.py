@@ -7,8 +7,10 @@ document feature (doc/feature.py).
     GET  /api/v1/doc/dropped                 the operations that did not fit, as they arrived
     GET  /api/v1/bout/jams                   the active, just completed and upcoming jams
     GET  /api/v1/bout/summary                the score per jam, period and game, lineups, penalties, timeouts
+    GET  /api/v1/bout/clocks                 period, jam, lineup, timeout and intermission clocks at mesh time now
     POST /api/v1/bout/{start|stop}           start the upcoming jam, stop the active one, now
     GET  /bout                               the bout page
+    GET  /bout/{role/ROLE|scoreboard|head}   a role's page, the scoreboard for a display, the head NSO's view
 
 A write waits for the node's start-up window as every write does (``HOLD_WRITES``);
 what does not fit the document is a 422, a jam that cannot start or stop a 409
@@ -23,6 +25,7 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from ..doc import DocEngine, OperationError, bout_summary, jams, parse_json_ops, parse_ops, to_json, to_xml
+from ..doc.clocks import clocks
 from .common import HOLD_WRITES, NODE_KEY, STATE_KEY, page_response, parse_strict, read_body
 from .common import error_response as _error
 
@@ -43,6 +46,8 @@ class DocPort(Protocol):
     def start_jam(self) -> dict[str, Any]: ...
 
     def stop_jam(self) -> dict[str, Any]: ...
+
+    def mesh_time(self) -> float: ...
 
 
 class DocsPort(Protocol):
@@ -129,6 +134,11 @@ async def _get_summary(request: web.Request) -> web.Response:
     return web.json_response(bout_summary(_desk(request).engine.document.root))
 
 
+async def _get_clocks(request: web.Request) -> web.Response:
+    desk = _desk(request)
+    return web.json_response(clocks(desk.engine.document.root, desk.mesh_time()))
+
+
 async def _post_jam(request: web.Request) -> web.Response:
     node = request.app[NODE_KEY]
     await node.until_recording(HOLD_WRITES)
@@ -150,5 +160,6 @@ def add_doc_routes(app: web.Application, doc: DocsPort) -> None:
     app.router.add_get("/api/v1/doc/dropped", _get_doc_dropped)
     app.router.add_get("/api/v1/bout/jams", _get_jams)
     app.router.add_get("/api/v1/bout/summary", _get_summary)
+    app.router.add_get("/api/v1/bout/clocks", _get_clocks)
     app.router.add_post("/api/v1/bout/{action:start|stop}", _post_jam)
     app.router.add_get("/bout", _get_bout_page)
