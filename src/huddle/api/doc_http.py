@@ -151,6 +151,24 @@ async def _get_bout_page(request: web.Request) -> web.StreamResponse:
     return page_response(request, _STATIC / "bout.html", "text/html")
 
 
+# The bout's pages (docs/document.md "The pages"): a role's page (without a role, or an unknown
+# one, it offers the roles), the scoreboard, the head NSO's view, and the script they share.
+_PAGES = {"role": "role.html", "scoreboard": "scoreboard.html", "head": "head.html"}
+
+
+async def _get_bout_view(request: web.Request) -> web.StreamResponse:
+    return page_response(request, _STATIC / _PAGES[request.match_info["view"]], "text/html")
+
+
+async def _get_role_page(request: web.Request) -> web.StreamResponse:
+    page = "head.html" if request.match_info["role"] == "head-nso" else "role.html"  # the head NSO's is the head view
+    return page_response(request, _STATIC / page, "text/html")
+
+
+async def _get_bout_js(request: web.Request) -> web.StreamResponse:
+    return page_response(request, _STATIC / "bout.js", "text/javascript")
+
+
 def add_doc_routes(app: web.Application, doc: DocsPort) -> None:
     """Add the document's routes, reading ``doc``'s desk."""
     app[DOC_KEY] = doc
@@ -163,3 +181,6 @@ def add_doc_routes(app: web.Application, doc: DocsPort) -> None:
     app.router.add_get("/api/v1/bout/clocks", _get_clocks)
     app.router.add_post("/api/v1/bout/{action:start|stop}", _post_jam)
     app.router.add_get("/bout", _get_bout_page)
+    app.router.add_get("/bout/{view:role|scoreboard|head}", _get_bout_view)
+    app.router.add_get("/bout/role/{role:[a-z-]{1,40}}", _get_role_page)
+    app.router.add_get("/bout/bout.js", _get_bout_js)
