@@ -8,11 +8,17 @@ lost its peers keeps recording and says so; its entries reach the peer when it r
 
 from __future__ import annotations
 
+import re
 import signal
+import urllib.error
+import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import Cluster, NodeProcess, get, http, wait_for
+
+from huddle.config.file import load_config
 
 pytestmark = pytest.mark.processes
 
@@ -227,3 +233,37 @@ def test_a_device_alone_keeps_recording_and_its_entries_reach_the_peer_when_it_r
     wait_for(lambda: get(bob.api, "/api/v1/bout/summary")["teams"]["home"]["score"] == 2, 20,
              "the entry made alone on bob")
     assert pages.errors == []
+
+
+def test_the_display_node_of_the_docs_runs_the_scoreboard_in_kiosk_mode(tmp_path: Path) -> None:
+    text = (Path(__file__).resolve().parent.parent / "docs" / "document.md").read_text()
+    block = re.search(r"```toml\n(type = \"display\".*?)```", text, re.DOTALL)
+    assert block is not None
+    path = tmp_path / "display.toml"
+    path.write_text(block.group(1))
+    config = load_config(path)
+    kind = config.type_spec()
+    assert (kind.name, kind.on_cut_off) == ("display", "empty")  # the built-in display, apps added
+    ((of, (app,)),) = config.type_apps
+    assert of == "display" and app.name == "scoreboard"
+    assert "--kiosk" in app.command[-1] and '"$HUDDLE_API/bout/scoreboard"' in app.command[-1]
+
+
+def test_the_pages_addresses_refuse_what_is_not_a_page_and_the_node_stays_up(cluster: Cluster) -> None:
+    a = cluster.start("alice")
+
+    def status(path: str) -> int:
+        try:
+            with urllib.request.urlopen(a.api + path, timeout=10) as r:
+                return int(r.status)
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    for path in ("/bout/role/" + "x" * 41, "/bout/role/%3Cscript%3E", "/bout/role/../../etc/passwd",
+                 "/bout/role/jam-timer/more", "/bout/nothing", "/bout/bout.js/x"):
+        assert status(path) == 404, path
+    assert status("/bout/role/no-such-role") == 200  # the page offers the roles
+    for path in ("/bout/role", "/bout/scoreboard", "/bout/head", "/bout/bout.js", "/bout"):
+        assert status(path) == 200, path
+    assert get(a.api, "/api/v1/bout/clocks")["jam"] == {"number": 0, "running": False, "elapsed": 0.0,
+                                                        "remaining": 120.0}
