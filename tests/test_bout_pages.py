@@ -64,6 +64,19 @@ def without_missing_conflicts(errors: list[str], listed: bool) -> list[str]:
     return errors if listed else [e for e in errors if "/api/v1/bout/conflicts" not in e]
 
 
+def roles_recorded(api: str) -> dict[str, set[str]]:
+    """Per thing a page wrote (an added element's tag, a set attribute), the roles the log's
+    ``doc`` operations name for it."""
+    out: dict[str, set[str]] = {}
+    for e in get(api, "/api/v1/log?limit=10000")["events"]:
+        if e["kind"] != "doc":
+            continue
+        op = e["body"] if isinstance(e["body"], dict) else {}
+        what = op.get("attribute") or ",".join(c.get("tag", "") for c in op.get("children", []))
+        out.setdefault(what, set()).add(str(op.get("role")))
+    return out
+
+
 def jam_1(api: str) -> dict[str, Any]:
     rows = get(api, "/api/v1/bout/summary")["jams"]
     return next(r for r in rows if (r["period"], r["jam"]) == (1, 1))
@@ -150,6 +163,12 @@ def test_each_role_records_what_it_should_and_the_scoreboard_on_another_node_sho
 
     # Both nodes hold the same document; no page logged an error or scrolls sideways.
     wait_for(lambda: get(a.api, "/api/v1/bout/summary") == get(b.api, "/api/v1/bout/summary"), 10, "one bout")
+    if conflicts_listed(a.api):  # a node that records roles: each operation names the page's role
+        assert roles_recorded(b.api) == {
+            "name": {"None"}, "start": {"jam-timer"}, "duration": {"jam-timer"}, "timeout": {"jam-timer"},
+            "lineup": {"lineup-tracker-home"}, "points": {"scorekeeper-home"}, "lead": {"scorekeeper-home"},
+            "starpass": {"scorekeeper-home"}, "penalty": {"penalty-tracker"}, "box": {"penalty-box-timer"},
+            "out": {"penalty-box-timer"}}
     pages.legible()
     assert pages.errors == []
 
