@@ -29,14 +29,16 @@ SRC = b"\x01" * 16
 class Bout:
     """A document and the operations a jam timer's device records, by mesh time."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, door: bool = True) -> None:
         self.doc = BoutDocument()
         self.seq = 0
+        self.door = door  # False: as a replay applies the log's events, without the API's check
 
     def op(self, op: dict[str, Any]) -> Bout:
         self.seq += 1
         (op,) = parse_json_ops(op)  # as the API has it: normalised
-        self.doc.check(op)
+        if self.door:
+            self.doc.check(op)
         self.doc.apply(op, (T0 + self.seq, SRC, self.seq))
         return self
 
@@ -181,9 +183,9 @@ def test_the_bout_over_stops_every_clock() -> None:
 
 
 def test_the_same_document_and_mesh_time_give_the_same_clocks() -> None:
-    # Two documents from the same operations applied in another order: the clocks agree.
-    a = Bout().jam(1, 1, 0, duration=30).timeout(35, "team", "away").jam(1, 2, 120)
-    b = Bout().jam(1, 2, 120).timeout(35, "team", "away").jam(1, 1, 0, duration=30)
+    # Two documents from the same operations applied in another order (as replays): the clocks agree.
+    a = Bout(door=False).jam(1, 1, 0, duration=30).timeout(35, "team", "away").jam(1, 2, 120)
+    b = Bout(door=False).jam(1, 2, 120).timeout(35, "team", "away").jam(1, 1, 0, duration=30)
     for t in (10, 50, 100, 125, 300):
         assert a.at(t) == b.at(t)
 
