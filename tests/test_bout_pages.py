@@ -173,6 +173,33 @@ def test_each_role_records_what_it_should_and_the_scoreboard_on_another_node_sho
     assert pages.errors == []
 
 
+def test_once_the_clocks_end_period_1_the_jam_timer_starts_period_2(cluster: Cluster, browser: Any) -> None:
+    from playwright.sync_api import expect
+
+    a = cluster.start("alice")
+    now = get(a.api, "/api/v1/bout/clocks")["now"]
+    # Jam 1 skated, then period 1's end recorded after it: halftime, though the node's next jam is jam 2.
+    assert http(a.api, "/api/v1/doc/ops", [
+        {"op": "set", "to": {"period": 1}, "attribute": "start", "value": repr(now - 100)},
+        {"op": "set", "to": {"period": 1, "jam": 1}, "attribute": "start", "value": repr(now - 100)},
+        {"op": "set", "to": {"period": 1, "jam": 1}, "attribute": "duration", "value": "30"},
+        {"op": "set", "to": {"period": 1}, "attribute": "duration", "value": "60"},
+    ])[0] == 201
+    assert get(a.api, "/api/v1/bout/jams")["upcoming"] == {"period": 1, "jam": 2}
+    pages = Pages(browser)
+    board = pages.open(a.api + "/bout/scoreboard", LAPTOP)
+    expect(board.locator("#jam-label")).to_have_text("Halftime", timeout=5_000)
+    jt = pages.open(a.api + "/bout/role/jam-timer", PHONE)
+    expect(jt.locator("#jam")).to_have_text("Up next: Period 2 · Jam 1", timeout=5_000)
+    jt.keyboard.press("s")
+    expect(jt.locator("#jam")).to_have_text("Period 2 · Jam 1 — LIVE", timeout=5_000)
+    expect(board.locator("#period")).to_have_text("Period 2", timeout=5_000)
+    clocks = get(a.api, "/api/v1/bout/clocks")
+    assert clocks["period"]["number"] == 2 and clocks["period"]["running"] and clocks["jam"]["running"]
+    assert not clocks["intermission"]["running"]
+    assert pages.errors == []
+
+
 def _jam_children(api: str) -> list[dict[str, Any]]:
     doc = get(api, "/api/v1/doc?format=json")["document"]
     period = next(e for e in doc["children"] if e["tag"] == "period" and e["attrs"]["number"] == "1")
