@@ -137,6 +137,7 @@ def test_each_role_records_what_it_should_and_the_scoreboard_on_another_node_sho
     pt.select_option("#penalty-code", "B")
     pt.locator("#penalty-form button[type=submit]").click()
     expect(pt.locator("#ok")).to_have_text("recorded: away #7 B", timeout=5_000)
+    expect(pt.locator("#entries li")).to_have_text(["away #7 penalty B"])  # its own entries, not the trips
     assert get(a.api, "/api/v1/bout/summary")["penalties"]["away"] == {"7": [{"period": 1, "jam": 1, "code": "B"}]}
 
     # The penalty box timer: away #7 in (Enter), then out (its button).
