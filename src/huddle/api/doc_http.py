@@ -7,12 +7,14 @@ document feature (doc/feature.py).
     GET  /api/v1/doc/dropped                 the operations that did not fit, as they arrived
     GET  /api/v1/bout/jams                   the active, just completed and upcoming jams
     GET  /api/v1/bout/summary                the score per jam, period and game, lineups, penalties, timeouts
+    GET  /api/v1/bout/clocks                 period, jam, lineup, timeout and intermission clocks at mesh time now
     POST /api/v1/bout/{start|stop}           start the upcoming jam, stop the active one, now
     GET  /api/v1/bout/conflicts              writes by a role that does not own the field, not yet resolved
+    GET  /bout                               the bout page
+    GET  /bout/{role/ROLE|scoreboard|head}   a role's page, the scoreboard for a display, the head NSO's view
 
 A write may name the role of the device that makes it (``?role=ROLE``, docs/document.md
 "Roles"): an unknown role is a 400 and nothing is recorded.
-    GET  /bout                               the bout page
 
 A write waits for the node's start-up window as every write does (``HOLD_WRITES``);
 what does not fit the document is a 422, a jam that cannot start or stop a 409
@@ -28,6 +30,7 @@ from aiohttp import web
 
 from ..doc import DocEngine, OperationError, bout_summary, jams, parse_json_ops, parse_ops, to_json, to_xml
 from ..doc.ops import check_role
+from ..doc.clocks import clocks
 from .common import HOLD_WRITES, NODE_KEY, STATE_KEY, page_response, parse_strict, read_body
 from .common import error_response as _error
 
@@ -48,6 +51,8 @@ class DocPort(Protocol):
     def start_jam(self, role: str | None = None) -> dict[str, Any]: ...
 
     def stop_jam(self, role: str | None = None) -> dict[str, Any]: ...
+
+    def mesh_time(self) -> float: ...
 
 
 class DocsPort(Protocol):
@@ -156,6 +161,11 @@ async def _get_conflicts(request: web.Request) -> web.Response:
     return web.json_response({"conflicts": doc.conflicts, "resolved": doc.ledger.resolved})
 
 
+async def _get_clocks(request: web.Request) -> web.Response:
+    desk = _desk(request)
+    return web.json_response(clocks(desk.engine.document.root, desk.mesh_time()))
+
+
 async def _post_jam(request: web.Request) -> web.Response:
     node = request.app[NODE_KEY]
     role = _role(request)
@@ -169,6 +179,24 @@ async def _get_bout_page(request: web.Request) -> web.StreamResponse:
     return page_response(request, _STATIC / "bout.html", "text/html")
 
 
+# The bout's pages (docs/document.md "The pages"): a role's page (without a role, or an unknown
+# one, it offers the roles), the scoreboard, the head NSO's view, and the script they share.
+_PAGES = {"role": "role.html", "scoreboard": "scoreboard.html", "head": "head.html"}
+
+
+async def _get_bout_view(request: web.Request) -> web.StreamResponse:
+    return page_response(request, _STATIC / _PAGES[request.match_info["view"]], "text/html")
+
+
+async def _get_role_page(request: web.Request) -> web.StreamResponse:
+    page = "head.html" if request.match_info["role"] == "head-nso" else "role.html"  # the head NSO's is the head view
+    return page_response(request, _STATIC / page, "text/html")
+
+
+async def _get_bout_js(request: web.Request) -> web.StreamResponse:
+    return page_response(request, _STATIC / "bout.js", "text/javascript")
+
+
 def add_doc_routes(app: web.Application, doc: DocsPort) -> None:
     """Add the document's routes, reading ``doc``'s desk."""
     app[DOC_KEY] = doc
@@ -179,5 +207,9 @@ def add_doc_routes(app: web.Application, doc: DocsPort) -> None:
     app.router.add_get("/api/v1/bout/jams", _get_jams)
     app.router.add_get("/api/v1/bout/summary", _get_summary)
     app.router.add_get("/api/v1/bout/conflicts", _get_conflicts)
+    app.router.add_get("/api/v1/bout/clocks", _get_clocks)
     app.router.add_post("/api/v1/bout/{action:start|stop}", _post_jam)
     app.router.add_get("/bout", _get_bout_page)
+    app.router.add_get("/bout/{view:role|scoreboard|head}", _get_bout_view)
+    app.router.add_get("/bout/role/{role:[a-z-]{1,40}}", _get_role_page)
+    app.router.add_get("/bout/bout.js", _get_bout_js)

@@ -71,6 +71,10 @@ class DocumentDesk:
             if record.kind == DOC_KIND:
                 engine.add(record)
 
+    def mesh_time(self) -> float:
+        """The group's time now, as this node keeps it: what the clocks are read at."""
+        return self.recording.stamp()
+
     # ----------------------------------------------------------------- writing
 
     def apply_ops(self, ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
