@@ -29,8 +29,8 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from ..doc import DocEngine, OperationError, bout_summary, jams, parse_json_ops, parse_ops, to_json, to_xml
-from ..doc.ops import check_role
 from ..doc.clocks import clocks
+from ..doc.ops import check_role
 from .common import HOLD_WRITES, NODE_KEY, STATE_KEY, page_response, parse_strict, read_body
 from .common import error_response as _error
 
