@@ -114,7 +114,7 @@ class Probe(FeatureBase):
 def test_the_probe_and_posts_satisfy_the_contract() -> None:
     features: list[Feature] = [Probe(), *default_features()]  # mypy checks each against the protocol
     assert [f.name for f in features] == ["probe", "posts", "doc", "guests", "trust", "rotation", "control", "apps",
-                                          "pairing", "hydra", "zre"]
+                                          "pairing", "hydra", "zre", "crg"]
 
 
 class _SecuredHost:
@@ -205,7 +205,7 @@ def test_a_feature_removed_takes_its_commands_with_it() -> None:
     assert {"post", "posts", "guests", "trust", "pair", "node", "peers", "doc", "group"} <= everything
     without = commands(build_parser(features=[]))
     assert everything - without == {"post", "posts", "doc", "guests", "trust", "control", "apps", "app", "pair",
-                                     "zre"}
+                                     "zre", "bout"}
     probe = Probe()
     parser = build_parser(features=[probe])
     assert commands(parser) == without | {"probe"}
