@@ -1,0 +1,232 @@
+"""CRG ScoreBoard's WebSocket at ``/WS`` (crg/ws_http.py, crg/state.py) and ``huddle bout
+export|import --crg`` (crg/cli.py), on two in-process nodes of a secured group on loopback.
+
+A CRG client on one node registers paths and gets the state they cover, then the changes an
+official makes on the OTHER node, pushed; Ping is answered Pong; Set is refused (read-only);
+hostile frames (not JSON, binary, oversized, a flood of registrations, connections past the
+bound) are refused and counted, and the node carries on.  The bout exported from one node
+as a game file and imported into a third, fresh node is the same bout there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from conftest import group_key, wait_for_async
+
+from huddle.cli.parse import build_parser
+from huddle.client import ApiClient
+from huddle.config import NodeConfig
+from huddle.crg.state import Paths, changed, clock_keys
+from huddle.crg.ws_http import MAX_CONNECTIONS, MAX_MESSAGE, MAX_PATHS
+from huddle.node import Node
+from huddle.security import load_group_file
+
+CURRENT = "ScoreBoard.CurrentGame"
+
+
+def _config(name: str, tmp_path: Path, seeds: tuple[str, ...] = ()) -> NodeConfig:
+    return NodeConfig(name=name, group="test", data_dir=tmp_path / name, log_level="warning",
+                      group_secret=load_group_file(group_key())).with_overrides(
+        api="127.0.0.1:0", beacon=False, interface="lo", seeds=seeds)
+
+
+class Screen:
+    """A CRG client: what the node sent it, merged as CRG's WS.js merges pushes into its state."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        self.ws = ws
+        self.state: dict[str, Any] = {}
+        self.others: list[dict[str, Any]] = []  # the messages that were not state pushes
+
+    async def read(self, until: Any, what: str, timeout: float = 10.0) -> None:
+        """Read messages until ``until(self)`` holds."""
+        async with asyncio.timeout(timeout):
+            while not until(self):
+                msg = await self.ws.receive()
+                assert msg.type == aiohttp.WSMsgType.TEXT, (what, msg)
+                data = json.loads(msg.data)
+                if set(data) == {"state"}:
+                    self.state.update(data["state"])
+                else:
+                    self.others.append(data)
+
+    async def ask(self, message: Any) -> dict[str, Any]:
+        """Send a message; the next answer that is not a state push."""
+        n = len(self.others)
+        await (self.ws.send_str(message) if isinstance(message, str) else self.ws.send_json(message))
+        await self.read(lambda s: len(s.others) > n, f"an answer to {message!r:.60}")
+        return self.others[n]
+
+
+@pytest.mark.timeout(180)
+def test_crg_screens_follow_the_bout_and_cannot_write_it(tmp_path: Path) -> None:
+    async def main() -> None:
+        a = Node(_config("a", tmp_path))
+        runs = [asyncio.create_task(a.run())]
+        await asyncio.wait_for(a.wait_ready(), 30)
+        b = Node(_config("b", tmp_path, seeds=(a.mesh.endpoint.removeprefix("tcp://"),)))
+        runs.append(asyncio.create_task(b.run()))
+        try:
+            await asyncio.wait_for(b.wait_ready(), 30)
+            await wait_for_async(lambda: a.mesh.alive_peers() and b.mesh.alive_peers(), 30, "the two nodes to mesh")
+            await a.until_recording(30)
+            assert a.api_url is not None and b.api_url is not None
+            async with aiohttp.ClientSession() as http:
+                await _follow(http, a.api_url, b.api_url)
+                await _hostile(http, b.api_url)
+                await _game_file(http, tmp_path, a)
+        finally:
+            for node in (a, b):
+                node.stop()
+            await asyncio.wait_for(asyncio.gather(*runs), 30)
+
+    asyncio.run(main())
+
+
+async def _post(http: aiohttp.ClientSession, api: str, ops: list[dict[str, Any]]) -> None:
+    async with http.post(api + "/api/v1/doc/ops", json=ops) as resp:
+        assert resp.status == 201, await resp.text()
+
+
+async def _follow(http: aiohttp.ClientSession, api_a: str, api_b: str) -> None:
+    async with http.ws_connect(api_b + "/WS") as ws:
+        screen = Screen(ws)
+        await screen.read(lambda s: "WS.Device.Id" in s.state, "the greeting")  # as CRG's onOpen
+        await ws.send_json({"action": "Register", "paths": [f"{CURRENT}.Team(1)", f"{CURRENT}.Clock(Jam)",
+                                                            f"{CURRENT}.Period(*).Jam(*).TeamJam(1).Lead"]})
+        await screen.read(lambda s: f"{CURRENT}.Team(1).Score" in s.state, "the registered paths' state")
+        assert screen.state[f"{CURRENT}.Team(1).Score"] == 0 and screen.state[f"{CURRENT}.Clock(Jam).Running"] is False
+        assert not any(k.startswith(f"{CURRENT}.Team(2)") for k in screen.state)  # what it did not register
+        # An official on the OTHER node: the team's name, a trip of 4, lead; the jam starts.
+        jam = {"period": 1, "jam": 1}
+        await _post(http, api_a, [
+            {"op": "set", "to": {"team": "home"}, "attribute": "name", "value": "Rollers"},
+            {"op": "add", "to": jam, "children": [{"tag": "points", "attrs": {"team": "home", "points": "4", "pass": "2"}}]},
+            {"op": "set", "to": jam, "attribute": "lead", "value": "home"}])
+        async with http.post(api_a + "/api/v1/bout/start") as resp:
+            assert resp.status == 201
+        await screen.read(lambda s: s.state.get(f"{CURRENT}.Team(1).Score") == 4
+                          and s.state.get(f"{CURRENT}.Clock(Jam).Running") is True, "the change pushed from node a")
+        assert screen.state[f"{CURRENT}.Team(1).TeamName"] == "Rollers"
+        assert screen.state[f"{CURRENT}.Period(1).Jam(1).TeamJam(1).Lead"] is True
+        assert screen.state[f"{CURRENT}.Clock(Jam).Number"] == 1
+        assert await screen.ask({"action": "Ping"}) == {"Pong": ""}
+        # Set, read-only: refused as CRG refuses a device that may not write; nothing recorded.
+        async with http.get(api_b + "/api/v1/node") as resp:
+            events = (await resp.json())["features"]["doc"]["events"]
+        key = f"{CURRENT}.Team(1).TeamName"
+        assert await screen.ask({"action": "Set", "key": key, "value": "Hackers"}) == {
+            "authorization": "Not authorized for Set"}
+        async with http.get(api_b + "/api/v1/doc?format=json") as resp:
+            assert (await resp.json())["events"] == events
+        assert screen.state[key] == "Rollers"
+
+
+async def _hostile(http: aiohttp.ClientSession, api: str) -> None:
+    async with http.ws_connect(api + "/WS") as ws:
+        screen = Screen(ws)
+        assert "error" in await screen.ask("{not json")
+        assert "error" in await screen.ask({"paths": ["x"]})  # no action
+        assert "Unknown Action" in (await screen.ask({"action": "Explode"}))["error"]
+        assert "error" in await screen.ask({"action": "Register", "paths": [1, 2]})
+        await ws.send_bytes(b"\x00\x01binary")
+        await screen.read(lambda s: "binary" in str(s.others[-1:]), "the binary frame refused")
+        # A flood of registrations: past MAX_PATHS on this connection, refused; the connection carries on.
+        flood = [f"{CURRENT}.Team(1).Skater(x{i})" for i in range(MAX_PATHS)]
+        await ws.send_json({"action": "Register", "paths": flood})  # covers nothing yet: no answer
+        assert await screen.ask({"action": "Ping"}) == {"Pong": ""}
+        answer = await screen.ask({"action": "Register", "paths": ["ScoreBoard.Version"]})
+        assert f"at most {MAX_PATHS} paths" in answer["error"]
+        assert await screen.ask({"action": "Ping"}) == {"Pong": ""}
+    async with http.ws_connect(api + "/WS") as ws:  # oversized: the connection is closed (1009), the node stays
+        await ws.receive()  # the greeting
+        await ws.send_str(json.dumps({"action": "Register", "paths": ["x" * MAX_MESSAGE]}))
+        msg = await asyncio.wait_for(ws.receive(), 10)
+        assert msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSING)
+        assert ws.close_code == aiohttp.WSCloseCode.MESSAGE_TOO_BIG
+    # Connections past the bound: refused (503), counted; those open work on.
+    opened = [await http.ws_connect(api + "/WS") for _ in range(MAX_CONNECTIONS)]
+    try:
+        with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+            await http.ws_connect(api + "/WS")
+        assert refused.value.status == 503
+        await opened[-1].send_json({"action": "Ping"})
+        await Screen(opened[-1]).read(lambda s: {"Pong": ""} in s.others, "a Pong on the last connection")
+    finally:
+        for ws in opened:
+            await ws.close()
+    async with http.get(api + "/api/v1/crg") as resp:
+        counts = await resp.json()
+    assert counts["refused"] == {"malformed": 4, "oversized": 1, "binary": 1, "paths": 1, "connections": 1, "set": 1,
+                                 "slow": 0}
+    async with http.get(api + "/api/v1/node") as resp:
+        assert resp.status == 200
+        assert (await resp.json())["features"]["crg"]["ws_refused"] == 9
+
+
+async def _summary(http: aiohttp.ClientSession, api: str) -> dict[str, Any]:
+    async with http.get(api + "/api/v1/bout/summary") as resp:
+        result: dict[str, Any] = await resp.json()
+        return result
+
+
+async def _game_file(http: aiohttp.ClientSession, tmp_path: Path, a: Node) -> None:
+    """``huddle bout export --crg`` on node a, ``import --crg`` on a fresh node c: the same bout."""
+    parser = build_parser()
+    path = tmp_path / "game.json"
+    assert a.api_url is not None
+    args = parser.parse_args(["bout", "export", "--crg", str(path), "--api", a.api_url])
+    async with ApiClient(a.api_url) as api:
+        shown = await args.api_handler(api, args)
+    summary = await _summary(http, a.api_url)
+    assert shown is not None and shown[0]["out"] == str(path)
+    assert "ScoreBoard.Version(release)" in json.loads(path.read_text())["state"]
+    c = Node(_config("c", tmp_path))  # no seeds, no beacons: it meets neither a nor b
+    run = asyncio.create_task(c.run())
+    try:
+        await asyncio.wait_for(c.wait_ready(), 30)
+        await c.until_recording(30)
+        assert c.api_url is not None
+        args = parser.parse_args(["bout", "import", "--crg", str(path), "--api", c.api_url])
+        async with ApiClient(c.api_url) as api:
+            shown = await args.api_handler(api, args)
+        assert shown is not None and shown[0]["ops"] > 0
+        again = await _summary(http, c.api_url)
+        assert summary["teams"]["home"]["score"] == 4 and again["teams"] == summary["teams"] and again["jams"] == summary["jams"]
+    finally:
+        c.stop()
+        await asyncio.wait_for(run, 30)
+
+
+def test_registered_paths_cover_as_crg_paths_do() -> None:
+    paths = Paths()
+    paths.add("ScoreBoard.Game(g).Team(1).Score")
+    paths.add("ScoreBoard.Game(*).Rule(*).Value")
+    assert paths.covers("ScoreBoard.Game(g).Team(1).Score")
+    assert not paths.covers("ScoreBoard.Game(g).Team(1).ScoreX")  # a prefix of tokens, not of characters
+    assert not paths.covers("ScoreBoard.Game(g).Team(2).Score")
+    assert paths.covers("ScoreBoard.Game(h).Rule(Period.Number).Value")  # an id holding a dot, under (*)
+    assert not paths.covers("ScoreBoard.Game(h).Rule(Period.Number).Name")
+    everything = Paths()
+    everything.add("ScoreBoard")
+    assert everything.covers("ScoreBoard.Version(release)") and not everything.covers("ScoreBoardX")
+    assert Paths().select({"a": 1}) == {}
+
+
+def test_what_changed_and_the_clocks() -> None:
+    assert changed({"a": 1, "b": True, "c": 0}, {"a": 2, "b": 1, "c": 0, "d": "x"}) == {"a": 2, "b": 1, "d": "x"}
+    assert changed({"gone": 1}, {}) == {"gone": None}  # as CRG says a key is gone
+    clocks = {"now": 5.0, "period": {"number": 2, "running": True, "remaining": 1234.5},
+              "jam": {"number": 7, "running": True, "elapsed": 10, "remaining": 110},
+              "lineup": {"running": False, "elapsed": 0}, "timeout": {"running": False, "kind": None, "elapsed": 0},
+              "intermission": {"running": False, "remaining": 0}}
+    keys = clock_keys(clocks)
+    assert keys["Clock(Period).Number"] == 2 and keys["Clock(Period).Time"] == 1234500
+    assert keys["Clock(Jam).Time"] == 110000 and keys["Clock(Jam).Running"] is True
+    assert keys["Clock(Lineup).Running"] is False and keys["Clock(Intermission).Time"] == 0
