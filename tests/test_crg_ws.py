@@ -2,7 +2,8 @@
 export|import --crg`` (crg/cli.py), on two in-process nodes of a secured group on loopback.
 
 A CRG client on one node registers paths and gets the state they cover, then the changes an
-official makes on the OTHER node, pushed; Ping is answered Pong; Set is refused (read-only);
+official makes on the OTHER node, pushed; Ping is answered Pong; Set is refused (read-only;
+where ``[crg] ws-writable`` is on, it is recorded, checked by the bout's rules);
 hostile frames (not JSON, binary, oversized, a flood of registrations, connections past the
 bound) are refused and counted, and the node carries on.  The bout exported from one node
 as a game file and imported into a third, fresh node is the same bout there.
@@ -22,18 +23,21 @@ from conftest import group_key, wait_for_async
 from huddle.cli.parse import build_parser
 from huddle.client import ApiClient
 from huddle.config import NodeConfig
+from huddle.crg import CrgError
 from huddle.crg.state import Paths, changed, clock_keys
+from huddle.crg.writes import ops_of_set
 from huddle.crg.ws_http import MAX_CONNECTIONS, MAX_MESSAGE, MAX_PATHS
+from huddle.doc import BoutDocument, parse_json_ops
 from huddle.node import Node
 from huddle.security import load_group_file
 
 CURRENT = "ScoreBoard.CurrentGame"
 
 
-def _config(name: str, tmp_path: Path, seeds: tuple[str, ...] = ()) -> NodeConfig:
+def _config(name: str, tmp_path: Path, seeds: tuple[str, ...] = (), *, writable: bool = False) -> NodeConfig:
     return NodeConfig(name=name, group="test", data_dir=tmp_path / name, log_level="warning",
                       group_secret=load_group_file(group_key())).with_overrides(
-        api="127.0.0.1:0", beacon=False, interface="lo", seeds=seeds)
+        api="127.0.0.1:0", beacon=False, interface="lo", seeds=seeds, crg_ws_writable=writable)
 
 
 class Screen:
@@ -67,7 +71,7 @@ class Screen:
 @pytest.mark.timeout(180)
 def test_crg_screens_follow_the_bout_and_cannot_write_it(tmp_path: Path) -> None:
     async def main() -> None:
-        a = Node(_config("a", tmp_path))
+        a = Node(_config("a", tmp_path, writable=True))  # [crg] ws-writable: its /WS takes Set
         runs = [asyncio.create_task(a.run())]
         await asyncio.wait_for(a.wait_ready(), 30)
         b = Node(_config("b", tmp_path, seeds=(a.mesh.endpoint.removeprefix("tcp://"),)))
@@ -80,6 +84,7 @@ def test_crg_screens_follow_the_bout_and_cannot_write_it(tmp_path: Path) -> None
             async with aiohttp.ClientSession() as http:
                 await _follow(http, a.api_url, b.api_url)
                 await _hostile(http, b.api_url)
+                await _writes(http, a.api_url, b.api_url)
                 await _game_file(http, tmp_path, a)
         finally:
             for node in (a, b):
@@ -170,6 +175,29 @@ async def _hostile(http: aiohttp.ClientSession, api: str) -> None:
         assert (await resp.json())["features"]["crg"]["ws_refused"] == 9
 
 
+async def _writes(http: aiohttp.ClientSession, api_a: str, api_b: str) -> None:
+    """Node a takes Set: recorded as operations (they reach node b), checked by the bout's rules."""
+    async with http.ws_connect(api_a + "/WS") as ws:
+        screen = Screen(ws)
+        await ws.send_json({"action": "Set", "key": f"{CURRENT}.Team(2).TeamName", "value": "Bruisers"})
+        await ws.send_json({"action": "Set", "key": f"{CURRENT}.Period(1).Jam(1).TeamJam(2).ScoringTrip(2).Score",
+                            "value": 3})
+        deadline = asyncio.get_running_loop().time() + 10
+        while (s := await _summary(http, api_b))["teams"]["away"] != {**s["teams"]["away"], "name": "Bruisers",
+                                                                        "score": 3}:
+            assert asyncio.get_running_loop().time() < deadline, "a's Sets to reach node b"
+            await asyncio.sleep(0.05)
+        before = await _summary(http, api_a)
+        answer = await screen.ask({"action": "Set", "key": f"{CURRENT}.Period(1).Jam(1).TeamJam(2).ScoringTrip(3).Score",
+                                   "value": 9})
+        assert "must be a whole number from 0 to 4" in answer["error"]  # the bout's rules: 0 to 4 a trip
+        answer = await screen.ask({"action": "Set", "key": f"{CURRENT}.Clock(Jam).Time", "value": 0})
+        assert "cannot be set here" in answer["error"]
+        assert (await _summary(http, api_a)) == before  # nothing recorded
+    async with http.get(api_a + "/api/v1/crg") as resp:
+        assert (await resp.json())["refused"]["set"] == 2
+
+
 async def _summary(http: aiohttp.ClientSession, api: str) -> dict[str, Any]:
     async with http.get(api + "/api/v1/bout/summary") as resp:
         result: dict[str, Any] = await resp.json()
@@ -230,3 +258,41 @@ def test_what_changed_and_the_clocks() -> None:
     assert keys["Clock(Period).Number"] == 2 and keys["Clock(Period).Time"] == 1234500
     assert keys["Clock(Jam).Time"] == 110000 and keys["Clock(Jam).Running"] is True
     assert keys["Clock(Lineup).Running"] is False and keys["Clock(Intermission).Time"] == 0
+
+
+def test_a_set_means_explicit_operations_never_a_toggle() -> None:
+    doc = BoutDocument()
+    for i, op in enumerate(parse_json_ops([
+            {"op": "set", "to": {"period": 1, "jam": 1}, "attribute": "lead", "value": "away"},
+            {"op": "set", "to": {"period": 1, "jam": 1}, "attribute": "lost", "value": "home"},
+            {"op": "add", "to": {"period": 1, "jam": 1}, "children": [
+                {"tag": "points", "attrs": {"team": "home", "points": "2", "pass": "2"}}]}])):
+        doc.apply(op, (1.0, bytes(16), i + 1))
+    root, gid = doc.root, doc.root.eid
+    tj = f"{CURRENT}.Period(1).Jam(1).TeamJam"
+    to = {"period": 1, "jam": 1}
+    trip = root.find("period", number="1").find("jam", number="1").find("points")  # type: ignore[union-attr]
+    assert trip is not None
+    assert ops_of_set(root, f"ScoreBoard.Game({gid}).Team(1).TeamName", "Rollers") == [
+        {"op": "set", "to": {"team": "home"}, "attribute": "name", "value": "Rollers"}]
+    assert ops_of_set(root, f"{tj}(1).Lead", True) == [{"op": "set", "to": to, "attribute": "lead", "value": "home"}]
+    assert ops_of_set(root, f"{tj}(1).Lead", False) == []  # away leads: home's "not lead" changes nothing
+    assert ops_of_set(root, f"{tj}(2).Lead", "false") == [{"op": "set", "to": to, "attribute": "lead", "value": ""}]
+    assert ops_of_set(root, f"{tj}(2).Lost", True) == [{"op": "set", "to": to, "attribute": "lost", "value": "both"}]
+    assert ops_of_set(root, f"{tj}(1).Lost", True) == []  # already: a Set says the value, not "flip it"
+    assert ops_of_set(root, f"{tj}(1).Lost", False) == [{"op": "set", "to": to, "attribute": "lost", "value": ""}]
+    assert ops_of_set(root, f"{tj}(1).ScoringTrip(2).Score", 4) == [
+        {"op": "set", "to": {"eid": trip.eid}, "attribute": "points", "value": "4"}]
+    assert ops_of_set(root, f"{tj}(1).ScoringTrip(3).Score", 1) == [{"op": "add", "to": to, "children": [
+        {"tag": "points", "attrs": {"team": "home", "points": "1", "pass": "3"}}]}]
+    assert ops_of_set(root, f"{tj}(1).ScoringTrip(2).Score", None) == [{"op": "remove", "to": {"eid": trip.eid}}]
+    for key, value, flag, reason in (
+            ("ScoreBoard.Game(other).Team(1).TeamName", "x", None, "this bout's game"),
+            (f"{CURRENT}.Team(3).TeamName", "x", None, "a team is 1 or 2"),
+            (f"{CURRENT}.Clock(Jam).Running", True, None, "cannot be set here"),
+            (f"{tj}(1).ScoringTrip(2).Score", "lots", None, "a whole number"),
+            (f"{tj}(1).ScoringTrip(2).Score", 1, "change", "flag"),
+            (f"{CURRENT}.Period(9).Jam(1).TeamJam(1).Lead", True, None, "1..2"),
+            (7, "x", None, "'key' must be"), (f"{CURRENT}.Team(1", "x", None, "not a state key")):
+        with pytest.raises(CrgError, match=reason):
+            ops_of_set(root, key, value, flag)

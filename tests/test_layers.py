@@ -92,6 +92,7 @@ LAYER_OF: dict[str, str] = {
     "huddle.hydra": "hydra",  # Hydra on its own wire: codec and session machine (pure), its ROUTER (pyzmq)
     "huddle.hydra.feature": "features",
     "huddle.crg": "crg",  # CRG ScoreBoard's game file and WebSocket state (pure: the document in, paths out)
+    "huddle.crg.section": "sections",  # [crg]: read by the configuration, loaded by every node
     "huddle.crg.feature": "features",  # /WS, its pusher, `huddle bout --crg`
     "huddle.crg.ws_http": "features",
     "huddle.crg.cli": "features",

@@ -54,6 +54,8 @@ class CrgFeature(FeatureBase):
     async def start(self, stack: contextlib.AsyncExitStack, spawn: Spawn, host: FeatureHost) -> None:
         hub = self.hub
         hub.source = self._source
+        if host.config.crg.ws_writable:
+            hub.write = self._doc.desk.apply_ops  # the document started before this feature (the list's order)
         spawn(hub.run())
 
     def subscriptions(self) -> Sequence[tuple[tuple[type, ...], Subscriber]]:

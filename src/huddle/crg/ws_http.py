@@ -6,7 +6,9 @@ per message, ``{"action": "Register", "paths": [...]}`` answers with the state t
 cover at once and pushes their changes after; ``{"action": "Ping"}`` answers
 ``{"Pong": ""}``; ``{"action": "Set", ...}`` (and CRG's ``StartNewGame``) answers
 ``{"authorization": "Not authorized for Set"}``: the bout is written by its officials'
-devices, and this door is read-only; anything else, ``{"error": reason}``.
+devices, and this door is read-only, unless ``[crg] ws-writable`` is on: then a Set of what
+the document holds is recorded as operations (crg/writes.py), checked by the bout's rules,
+and one that does not fit is answered ``{"error": reason}``; anything else, ``{"error": reason}``.
 
 Its bounds (docs/limits.md, "CRG's WebSocket"): a message's size, the paths one connection
 registers, the connections at once, the replies waiting for a client that does not read.
@@ -29,8 +31,10 @@ from aiohttp import WSMsgType, web
 from ..api.common import STATE_KEY, error_response
 from ..doc import bout_summary
 from ..doc.model import Element
+from ..errors import HuddleError
 from .paths import MAX_KEY
 from .state import Paths, changed, ws_state
+from .writes import ops_of_set
 
 __all__ = ["CRG_KEY", "MAX_CONNECTIONS", "MAX_MESSAGE", "MAX_PATHS", "MAX_REPLIES", "PUSH_INTERVAL", "CrgHub",
            "add_crg_routes"]
@@ -80,6 +84,8 @@ class CrgHub:
 
     def __init__(self) -> None:
         self.source: Callable[[], tuple[Element, object]] | None = None
+        # With [crg] ws-writable: records operations as the API's writes do (the desk's apply_ops).
+        self.write: Callable[[list[dict[str, Any]]], object] | None = None
         self.clients: set[_Client] = set()
         self.refused: dict[str, int] = dict.fromkeys(REFUSALS, 0)
         self.pushes = 0  # state pushes made (a push goes to every client whose paths it touches)
@@ -129,11 +135,24 @@ class CrgHub:
             client.send({"Pong": ""})
         elif action == "Register":
             self._register(client, message.get("paths"))
+        elif action == "Set" and self.write is not None:
+            self._set(client, message)
         elif action in ("Set", "StartNewGame"):
             self.refused["set"] += 1
             client.send({"authorization": f"Not authorized for {action}"})
         else:
             self._error(client, "malformed", f"Unknown Action '{action[:40]}'")
+
+    def _set(self, client: _Client, message: dict[str, Any]) -> None:
+        """A Set, writable: its operations recorded, or the reason they are not (CRG answers a
+        Set that worked with nothing but the state's change)."""
+        assert self.write is not None and self.source is not None
+        try:
+            ops = ops_of_set(self.source()[0], message.get("key"), message.get("value"), message.get("flag"))
+            if ops:
+                self.write(ops)
+        except HuddleError as exc:  # CrgError: not a path it takes; OperationError: the rules; read-only, ...
+            self._error(client, "set", str(exc))
 
     def _register(self, client: _Client, paths: Any) -> None:
         if paths is None:
