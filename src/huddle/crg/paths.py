@@ -27,6 +27,7 @@ __all__ = ["FLAG_OF_ROLE", "MAX_KEY", "OFFICIAL_ROLE_NAMES", "ROLE_OF_FLAG", "Cr
 MAX_KEY: Final = 1000  # characters in one state key; CRG's are well under 200
 
 _NAME: Final = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+_SEGMENT: Final = re.compile(r"([A-Za-z][A-Za-z0-9_]*)(?:\(([^()]*)\))?")  # an id without parentheses in it
 
 # The huddle officials' roles (doc/rules.py OFFICIAL_ROLES) as CRG names them (its Official.java,
 # the statsbook IGRF's words); a referee is one of CRG's `Ref`, the others `Nso`.
@@ -56,6 +57,15 @@ def split_key(key: str) -> list[tuple[str, str | None]]:
     out: list[tuple[str, str | None]] = []
     i, n = 0, len(key)
     while True:
+        m = _SEGMENT.match(key, i)  # the common segment, in one step
+        if m is not None and (m.end() == n or key[m.end()] == "."):
+            out.append((m[1], m[2]))
+            if m.end() == n:
+                return out
+            if m.end() + 1 == n:
+                raise CrgError(f"not a state key: {key[:80]!r}")
+            i = m.end() + 1
+            continue
         m = _NAME.match(key, i)
         if m is None:
             raise CrgError(f"not a state key: {key[:80]!r}")

@@ -26,7 +26,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Final
 
-from aiohttp import WSMsgType, web
+from aiohttp import WSCloseCode, WSMsgType, web
 
 from ..api.common import STATE_KEY, error_response
 from ..doc import bout_summary
@@ -203,23 +203,25 @@ async def _ws(request: web.Request) -> web.StreamResponse:
     if len(hub.clients) >= MAX_CONNECTIONS:
         hub.refused["connections"] += 1
         return error_response(503, f"this node already serves {len(hub.clients)} CRG WebSocket clients")
-    await ws.prepare(request)
     client = _Client(ws)
-    hub.clients.add(client)
-    if request.transport is not None:  # closed with the API's other WebSockets as it stops
-        api.sockets[ws] = request.transport
-    client.send({"state": {"WS.Device.Id": str(uuid.uuid4()), "WS.Device.Name": "huddle",
-                           "WS.Client.Id": str(uuid.uuid4()), "WS.Client.RemoteAddress": request.remote or ""}})
-    sender = asyncio.create_task(_sender(client))
+    hub.clients.add(client)  # before the handshake's await: two arriving together cannot both take the last place
+    sender: asyncio.Task[None] | None = None
     try:
+        await ws.prepare(request)
+        if request.transport is not None:  # closed with the API's other WebSockets as it stops
+            api.sockets[ws] = request.transport
+        client.send({"state": {"WS.Device.Id": str(uuid.uuid4()), "WS.Device.Name": "huddle",
+                               "WS.Client.Id": str(uuid.uuid4()), "WS.Client.RemoteAddress": request.remote or ""}})
+        sender = asyncio.create_task(_sender(client))
         async for msg in ws:
             if msg.type == WSMsgType.TEXT:
                 hub.handle(client, msg.data)
             elif msg.type == WSMsgType.BINARY:
                 hub.refused["binary"] += 1
                 client.send({"error": "CRG's WebSocket speaks JSON text, not binary frames"})
-            elif msg.type == WSMsgType.ERROR:  # a message over MAX_MESSAGE: aiohttp closes with 1009
-                hub.refused["oversized"] += 1
+            elif msg.type == WSMsgType.ERROR:  # aiohttp closes: 1009 for a message over MAX_MESSAGE
+                too_big = getattr(msg.data, "code", None) == WSCloseCode.MESSAGE_TOO_BIG
+                hub.refused["oversized" if too_big else "malformed"] += 1
                 break
             if len(client.outbox) >= MAX_REPLIES:  # it sends and does not read: cut off
                 hub.refused["slow"] += 1
@@ -228,9 +230,10 @@ async def _ws(request: web.Request) -> web.StreamResponse:
     finally:
         hub.clients.discard(client)
         api.sockets.pop(ws, None)
-        sender.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await sender
+        if sender is not None:
+            sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await sender
     return ws
 
 
