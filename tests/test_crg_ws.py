@@ -26,7 +26,7 @@ from huddle.config import NodeConfig
 from huddle.crg import CrgError
 from huddle.crg.state import Paths, changed, clock_keys
 from huddle.crg.writes import ops_of_set
-from huddle.crg.ws_http import MAX_CONNECTIONS, MAX_MESSAGE, MAX_PATHS
+from huddle.crg.ws_http import MAX_CONNECTIONS, MAX_MESSAGE, MAX_PATHS, CrgHub
 from huddle.doc import BoutDocument, parse_json_ops
 from huddle.node import Node
 from huddle.security import load_group_file
@@ -296,3 +296,19 @@ def test_a_set_means_explicit_operations_never_a_toggle() -> None:
             (7, "x", None, "'key' must be"), (f"{CURRENT}.Team(1", "x", None, "not a state key")):
         with pytest.raises(CrgError, match=reason):
             ops_of_set(root, key, value, flag)
+
+
+def test_the_hub_makes_its_state_again_only_when_the_document_changed_and_takes_the_clocks_given() -> None:
+    doc = BoutDocument()
+    hub = CrgHub()
+    token = [1]
+    hub.source = lambda: (doc.root, token[0])
+    first = hub.state()
+    assert first[f"{CURRENT}.Clock(Jam).Running"] is False and f"{CURRENT}.Clock(Jam).Time" not in first
+    assert hub.state() is first  # the same document: not made again
+    hub.clocks = lambda root: {"period": {"number": 1, "running": True, "remaining": 1799.5},
+                               "jam": {"number": 1, "running": True, "elapsed": 1.0, "remaining": 119.0}}
+    token[0] = 2
+    again = hub.state()
+    assert again[f"{CURRENT}.Clock(Period).Time"] == 1799500 and again[f"{CURRENT}.Clock(Jam).Running"] is True
+    assert changed(first, again)[f"{CURRENT}.Clock(Jam).Time"] == 119000

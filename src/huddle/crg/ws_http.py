@@ -86,6 +86,9 @@ class CrgHub:
         self.source: Callable[[], tuple[Element, object]] | None = None
         # With [crg] ws-writable: records operations as the API's writes do (the desk's apply_ops).
         self.write: Callable[[list[dict[str, Any]]], object] | None = None
+        # The clocks' seam: the document -> GET /api/v1/bout/clocks's answer (doc/clocks.py's
+        # clocks(document, now) at the node's mesh time); None: what the jams say (clocks_of_jams).
+        self.clocks: Callable[[Element], dict[str, Any]] | None = None
         self.clients: set[_Client] = set()
         self.refused: dict[str, int] = dict.fromkeys(REFUSALS, 0)
         self.pushes = 0  # state pushes made (a push goes to every client whose paths it touches)
@@ -98,7 +101,8 @@ class CrgHub:
         if self.source is not None:
             root, token = self.source()
             if token != self._token:
-                self._state, self._token = ws_state(root, bout_summary(root)), token
+                clocks = None if self.clocks is None else self.clocks(root)
+                self._state, self._token = ws_state(root, bout_summary(root), clocks), token
         return self._state
 
     def changed(self) -> None:
