@@ -100,7 +100,7 @@ async def _post(http: aiohttp.ClientSession, api: str, ops: list[dict[str, Any]]
 
 
 async def _follow(http: aiohttp.ClientSession, api_a: str, api_b: str) -> None:
-    async with http.ws_connect(api_b + "/WS") as ws:
+    async with http.ws_connect(api_b + "/WS/?source=/views/standard/index.html&platform=test") as ws:  # as CRG's WS.js
         screen = Screen(ws)
         await screen.read(lambda s: "WS.Device.Id" in s.state, "the greeting")  # as CRG's onOpen
         await ws.send_json({"action": "Register", "paths": [f"{CURRENT}.Team(1)", f"{CURRENT}.Clock(Jam)",

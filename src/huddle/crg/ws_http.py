@@ -248,7 +248,8 @@ async def _get_crg(request: web.Request) -> web.Response:
 
 
 def add_crg_routes(app: web.Application, hub: CrgHub) -> None:
-    """``/WS`` and ``GET /api/v1/crg`` (its connections and refusals)."""
+    """``/WS`` (and ``/WS/``) and ``GET /api/v1/crg`` (its connections and refusals)."""
     app[CRG_KEY] = hub
     app.router.add_get("/WS", _ws)
+    app.router.add_get("/WS/", _ws)  # where CRG's own pages connect (its WS.js: /WS/?source=...&platform=...)
     app.router.add_get("/api/v1/crg", _get_crg)
