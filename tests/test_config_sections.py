@@ -46,6 +46,7 @@ SAMPLES: dict[str, Any] = {
     "guests": True, "guest-marco-port": 1031, "guest-port": 40000, "guest-ws-port": 0, "guest-max-message": 1000,
     "zre": True, "zre-port": 5671, "zre-interface": "lo",
     "control-shutdown-command": ["sudo", "poweroff"], "control-reboot-command": ["sudo", "reboot"],
+    "crg-ws-writable": True,
 }
 NO_KEY = {"config"}  # the flag that names the file itself
 # join gives the group secret as group-key does, and not with it; open runs without a secret

@@ -114,7 +114,7 @@ class Probe(FeatureBase):
 def test_the_probe_and_posts_satisfy_the_contract() -> None:
     features: list[Feature] = [Probe(), *default_features()]  # mypy checks each against the protocol
     assert [f.name for f in features] == ["probe", "posts", "doc", "statsbook", "guests", "trust", "rotation",
-                                          "control", "apps", "apps-info", "pairing", "hydra", "zre"]
+                                          "control", "apps", "apps-info", "pairing", "hydra", "zre", "crg"]
 
 
 class _SecuredHost:

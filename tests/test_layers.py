@@ -94,6 +94,11 @@ LAYER_OF: dict[str, str] = {
     "huddle.zre.feature": "features",
     "huddle.hydra": "hydra",  # Hydra on its own wire: codec and session machine (pure), its ROUTER (pyzmq)
     "huddle.hydra.feature": "features",
+    "huddle.crg": "crg",  # CRG ScoreBoard's game file and WebSocket state (pure: the document in, paths out)
+    "huddle.crg.section": "sections",  # [crg]: read by the configuration, loaded by every node
+    "huddle.crg.feature": "features",  # /WS, its pusher, `huddle bout --crg`
+    "huddle.crg.ws_http": "features",
+    "huddle.crg.cli": "features",
     "huddle.embed": "embed",  # huddle.Peer: a Zyre-style peer in-process, on its own node or on ZRE's driver
     "huddle.__main__": "entry",
     "huddle.pipeline.submit": "entry",
@@ -143,7 +148,7 @@ ALLOWED: dict[str, set[str]] = {
     # Each feature (its package's feature.py and commands) and the default list: a feature plugs
     # its routes (api) and its commands (through the client, rendered) into the node.
     "features": {"base", "wire", "log", "doc", "protocol", "posts", "guests", "config", "security", "ports", "api",
-                 "clients", "render", "control", "pairing", "zre", "hydra", "orders", "statsbook"},
+                 "clients", "render", "control", "pairing", "zre", "hydra", "orders", "statsbook", "crg"},
     # The node names no feature package: it loops over the features it is given (the default list).
     "node": {"base", "wire", "log", "protocol", "transport", "discovery", "config", "api", "security",
              "driver", "finders", "host", "ports", "features"},
@@ -151,6 +156,7 @@ ALLOWED: dict[str, set[str]] = {
     "embed": {"base", "protocol", "config", "ports", "features", "node", "zre", "sections"},
     "facade": {"base", "wire", "protocol", "config", "node", "embed"},
     "clients": {"base", "guests", "facade"},
+    "crg": {"base", "wire", "doc"},
     "pipeline": {"base", "wire", "doc"},  # reads exported logs; never the runtime
     "render": set(),  # the API's answers as text: JSON in, text out
     "cli": {"base", "wire", "log", "protocol", "transport", "config", "sim", "node", "facade", "clients",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from .control.feature import AppInfoFeature, AppsFeature
 from .control.orders_feature import OrdersFeature
+from .crg.feature import CrgFeature
 from .doc.feature import DocumentFeature
 from .guests_feature import GuestsFeature
 from .hydra.feature import HydraFeature
@@ -28,5 +29,7 @@ def default_features() -> list[Feature]:
     """A new list of new features, in the order the node starts them (each node its own)."""
     posts, zre = PostsFeature(), ZreFeature()  # Hydra's server reads posts' store, tells ZRE its header
     apps = AppsFeature()  # orders come before it: their closer (a shutdown command) runs after its
-    return [posts, DocumentFeature(), StatsbookFeature(), GuestsFeature(), TrustFeature(), RotationFeature(),
-            OrdersFeature(apps), apps, AppInfoFeature(apps), PairingFeature(), HydraFeature(posts, zre), zre]
+    doc = DocumentFeature()  # CRG's WebSocket and game files read the bout document
+    return [posts, doc, StatsbookFeature(), GuestsFeature(), TrustFeature(), RotationFeature(),
+            OrdersFeature(apps), apps, AppInfoFeature(apps), PairingFeature(), HydraFeature(posts, zre), zre,
+            CrgFeature(doc)]

@@ -246,6 +246,9 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
                          help="the command a shutdown order runs once the node stopped, one argument per flag")
     control.add_argument("--control-reboot-command", action="append", metavar="ARG",
                          help="the command a reboot order runs once the node stopped, one argument per flag")
+    node.add_argument("--crg-ws-writable", action="store_true", default=None,
+                      help="let CRG ScoreBoard's WebSocket (/WS) take Set: team names, a jam's flags, a trip's "
+                      "points, each checked by the bout's rules (docs/crg.md; default: read-only)")
     node.add_argument("--limit", action="append", default=[], metavar="AREA.KEY=VALUE",
                       help="change one of the bounds on what peers, guests and web pages can make this node hold, "
                            "e.g. api.max-connections=512 (repeatable; 'huddle limits' lists them all)")

@@ -22,6 +22,7 @@ from typing import Any
 from ..control.handlers import MAX_HANDLERS, HandlerSpec
 from ..control.section import AppSpec, node_apps
 from ..control.settings import ControlSection
+from ..crg.section import CrgSection
 from ..errors import ConfigError
 from ..guests.section import GuestsSection
 from ..limits import LimitError, Limits, parse_assignment
@@ -41,7 +42,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 # The sections, each a NodeConfig attribute named as its TOML table; a feature's among them.
 SECTIONS: dict[str, type[Any]] = {s.TABLE: s for s in (
     MeshSection, DiscoverySection, ApiSection, TimingSection, PostsSection, GuestsSection, PairingSection,
-    ZreSection, ControlSection)}
+    ZreSection, ControlSection, CrgSection)}
 
 
 def _default_data_dir() -> Path:
@@ -85,6 +86,7 @@ class NodeConfig:
     pairing: PairingSection = field(default_factory=PairingSection)
     zre: ZreSection = field(default_factory=ZreSection)
     control: ControlSection = field(default_factory=ControlSection)
+    crg: CrgSection = field(default_factory=CrgSection)
 
     def __post_init__(self) -> None:
         if not self.name or len(self.name.encode()) > MAX_NAME:

@@ -1,8 +1,10 @@
 """``huddle bout export|import``: the bout to and from the files the sport uses, through a node's API.
 
 Each subcommand takes exactly one format, a mutually exclusive group of options
-(``--statsbook`` to export, ``--igrf`` to import): another format adds its option to the
-group (:data:`EXPORT_FORMATS`, :data:`IMPORT_FORMATS`) and its runner to the table beside it.
+(``--statsbook`` or ``--crg`` to export, ``--igrf`` or ``--crg`` to import): a format adds its
+option to the group and its runner to the table beside it (:data:`EXPORTERS`,
+:data:`IMPORTERS`).  CRG ScoreBoard's game file is the crg feature's (:mod:`huddle.crg.cli`),
+loaded when it runs.
 """
 
 from __future__ import annotations
@@ -23,34 +25,39 @@ if TYPE_CHECKING:  # the client imports aiohttp, which `huddle --help` need not 
 __all__ = ["EXPORTERS", "IMPORTERS", "add_parser", "run"]
 
 Runner = Callable[["ApiClient", argparse.Namespace], Awaitable["Shown"]]
+CRG_HELP = "CRG ScoreBoard's game file (JSON, as CRG 4.x/5.x saves it; docs/crg.md)"
 
 
 def add_parser(sub: Any, client_options: ClientOptions, epilog: str) -> None:
     bout = sub.add_parser(
-        "bout", help="the bout to and from the sport's files: the WFTDA statsbook, its IGRF",
+        "bout", help="the bout to and from the sport's files: the WFTDA statsbook, its IGRF, CRG's game file",
         description="Export the node's bout (its document and summary) as the files a sanctioned bout hands in, "
         "or set a bout up from one. docs/statsbook.md has the sheets and the cell map.",
         epilog="examples:\n"
         "  huddle bout export --statsbook bout.xlsx\n"
         "  huddle bout export --statsbook bout.xlsx --template wftda-statsbook-blank.xlsx\n"
-        "  huddle bout import --igrf filled-statsbook.xlsx\n\n"
+        "  huddle bout import --igrf filled-statsbook.xlsx\n"
+        "  huddle bout export --crg game.json         # CRG ScoreBoard's game file (docs/crg.md)\n"
+        "  huddle bout import --crg game.json\n\n"
         "exit status: 0 done, 1 the node refused or failed, 2 bad usage, 4 bad input file, 5 the output "
         "cannot be written\n\n" + epilog,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     bout_sub = bout.add_subparsers(dest="bout_command", metavar="ACTION", required=True)
-    export = bout_sub.add_parser("export", help="write the bout to a file (--statsbook)")
+    export = bout_sub.add_parser("export", help="write the bout to a file (--statsbook, --crg)")
     formats = export.add_mutually_exclusive_group(required=True)  # one format; another adds its option here
     formats.add_argument("--statsbook", type=Path, metavar="FILE.xlsx",
                          help="the WFTDA statsbook: IGRF, Score, Penalties, Lineups, Game Clock, Penalty Box, "
                          "Official Reviews")
+    formats.add_argument("--crg", type=Path, metavar="FILE.json", help=CRG_HELP)
     export.add_argument("--template", type=Path, metavar="BLANK.xlsx",
                         help="with --statsbook: fill this blank statsbook in place, only the cell map's cells")
-    imp = bout_sub.add_parser("import", help="set the bout up from a file (--igrf)")
+    imp = bout_sub.add_parser("import", help="set the bout up from a file (--igrf, --crg)")
     formats = imp.add_mutually_exclusive_group(required=True)
     formats.add_argument("--igrf", type=Path, metavar="FILE.xlsx",
                          help="a filled statsbook's IGRF sheet: the event, teams, rosters and officials, "
                          "recorded as one batch of operations")
+    formats.add_argument("--crg", type=Path, metavar="FILE.json", help=CRG_HELP)
     for p in (export, imp):
         client_options(p)
 
@@ -79,9 +86,21 @@ async def _import_igrf(api: ApiClient, args: argparse.Namespace) -> Shown:
     return result, f"set the bout up from {args.igrf}: {len(ops)} operations, {people} people"
 
 
+async def _export_crg(api: ApiClient, args: argparse.Namespace) -> Shown:
+    from ..crg.cli import run_crg_export  # noqa: PLC0415 - the crg feature's: when used
+
+    return await run_crg_export(args, api)
+
+
+async def _import_crg(api: ApiClient, args: argparse.Namespace) -> Shown:
+    from ..crg.cli import run_crg_import  # noqa: PLC0415 - the crg feature's: when used
+
+    return await run_crg_import(args, api)
+
+
 # format option (its dest) -> what runs it
-EXPORTERS: dict[str, Runner] = {"statsbook": _export_statsbook}
-IMPORTERS: dict[str, Runner] = {"igrf": _import_igrf}
+EXPORTERS: dict[str, Runner] = {"statsbook": _export_statsbook, "crg": _export_crg}
+IMPORTERS: dict[str, Runner] = {"igrf": _import_igrf, "crg": _import_crg}
 
 
 async def run(api: ApiClient, args: argparse.Namespace) -> Shown:
