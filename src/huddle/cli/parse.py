@@ -217,6 +217,10 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
                         help="WebSocket port for guests such as browsers; 0 picks one (default: 8089)")
     guests.add_argument("--guest-max-message", type=int, metavar="OCTETS",
                         help="longest message a guest may send; more gets it an error and a disconnect (default: 999999)")
+    guests.add_argument("--guest-keyless", action="store_true", default=None,
+                        help="a secured group's room takes guests that give no room key too (Noam lemmas as written "
+                        "send none), each marked keyless in the room and in the log: anyone on the network can "
+                        "then speak in the group's log (docs/guests.md, \"Keyless guests\")")
     zre = node.add_argument_group("ZRE (Zyre and pyre peers; docs/zre.md)")
     zre.add_argument("--zre", action="store_true", default=None,
                      help="speak ZRE: beacon, greet Zyre and pyre peers, bridge SHOUTs to the group into its log")
