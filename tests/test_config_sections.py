@@ -45,7 +45,7 @@ SAMPLES: dict[str, Any] = {
     "pair-port": 40001, "pair-request-ttl": 60.0, "pair-listen": 1.0, "pair-with": ["127.0.0.1:40002"],
     "guests": True, "guest-marco-port": 1031, "guest-port": 40000, "guest-ws-port": 0, "guest-max-message": 1000,
     "guest-keyless": True,
-    "zre": True, "zre-port": 5671, "zre-interface": "lo",
+    "zre": True, "zre-port": 5671, "zre-interface": "lo", "zre-plain": True,
     "control-shutdown-command": ["sudo", "poweroff"], "control-reboot-command": ["sudo", "reboot"],
 }
 NO_KEY = {"config"}  # the flag that names the file itself

@@ -86,8 +86,10 @@ def pyres() -> Iterator[list[PyrePeer]]:
 
 
 def start_zre_node(cluster: Cluster, name: str, port: int) -> NodeProcess:
-    """A huddle node speaking ZRE on ``port`` (its beacons pinned to lo by the cluster's --interface lo)."""
-    return cluster.start(name, "--zre", "--zre-port", str(port))
+    """A huddle node speaking ZRE on ``port`` (its beacons pinned to lo by the cluster's --interface lo),
+    in clear (--zre-plain): pyre has no CURVE and dies on a v3 beacon; ZRE over CURVE, a secured
+    node's default, is tests/test_zre_curve.py."""
+    return cluster.start(name, "--zre", "--zre-port", str(port), "--zre-plain")
 
 
 def zre_peers(node: NodeProcess) -> list[dict[str, Any]]:
@@ -116,7 +118,7 @@ def test_pyre_and_huddle_enter_join_and_shout_both_ways(tmp_path: Path, zre_port
         shown = subprocess.run([sys.executable, "-m", "huddle", "zre", "peers", "--api", node.api], capture_output=True,
                                text=True, timeout=30, check=True).stdout
         assert "py1" in shown and "ready" in shown and GROUP in shown
-        assert get(node.api, "/api/v1/node")["features"]["zre"] == {"port": zre_port, "peers": 1}
+        assert get(node.api, "/api/v1/node")["features"]["zre"] == {"port": zre_port, "peers": 1, "curve": False}
         # pyre -> huddle: a SHOUT to the group becomes an event of the group's log.
         py.node.shout(GROUP, b"hello from pyre")
         shout = wait_for(lambda: shouts_in_log(node), 20, "the SHOUT in the node's log")[0]

@@ -227,6 +227,10 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
     zre.add_argument("--zre-port", type=int, metavar="PORT", help="UDP port of the ZRE beacons (default: 5670)")
     zre.add_argument("--zre-interface", metavar="NAME|IP",
                      help="interface whose broadcast address the ZRE beacons use (default: the node's --interface)")
+    zre.add_argument("--zre-plain", action="store_true", default=None,
+                     help="in a secured group, speak ZRE without CURVE, in clear, with v2 beacons (for pyre and Zyre "
+                     "nodes without keys); by default a secured group's node speaks CURVE with v3 beacons as Zyre "
+                     "does with a key (docs/zre.md, \"CURVE\")")
     posts_g = node.add_argument_group("sharing posts (Hydra)")
     posts_g.add_argument("--posts-policy", metavar="POLICY",
                          help="what to fetch from peers: all, newest:N (each peer's N newest) "
