@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 import zmq
 from conftest import Cluster, get, http, wait_for, wait_for_async
+from test_zre_interop import zre_event
 from zmq.utils import z85
 from zre.node import ZreNode
 
@@ -201,16 +203,7 @@ def test_the_zre_package_with_curve_and_a_secured_node_talk_over_curve(tmp_path:
         loop = asyncio.create_task(z.run())
         events: list[dict[str, Any]] = []
 
-        async def until(match: Any, what: str, timeout: float = 20.0) -> dict[str, Any]:
-            deadline = asyncio.get_running_loop().time() + timeout
-            while asyncio.get_running_loop().time() < deadline:
-                found = next((e for e in events if match(e)), None)
-                if found is not None:
-                    return found
-                event = await z.recv(0.1)
-                if event is not None:
-                    events.append(event)
-            raise AssertionError(f"timed out waiting for {what}: {events}")
+        until = functools.partial(zre_event, z, events)
 
         def peers() -> list[dict[str, Any]]:
             found: list[dict[str, Any]] = get(node.api, "/api/v1/zre/peers")["peers"]
