@@ -57,7 +57,7 @@ from ..errors import DecodeError
 from .codec import BEACON_V2, BEACON_V3, Beacon, Bounds, MsgId, ZreMessage, decode, decode_beacon, encode, encode_beacon
 from .peer import Heard, PeerState, Timeouts, ZrePeer
 
-__all__ = ["PUBLIC_KEY_HEADER", "CurveKeys", "PeerChange", "Shout", "Whisper", "ZreDriver", "ZreLimits"]
+__all__ = ["PUBLIC_KEY_HEADER", "CurveKeys", "PeerChange", "Shout", "Whisper", "ZreDriver", "ZreLimits", "key_from_header"]
 
 log = logging.getLogger("huddle.zre")
 

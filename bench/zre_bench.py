@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """ZRE and Hydra against code nobody on this team wrote (docs/zre.md, docs/hydra.md).
 
+(Named zre_bench, not zre: the tests put bench/ on the import path, where a ``zre`` module would
+hide the ``zre`` package from PyPI that they speak to.)
+
 SHOUT throughput, three processes on 127.0.0.1, beacons to 127.255.255.255 only (pyre's
 interface lookup pinned to loopback, as the tests pin it):
 
