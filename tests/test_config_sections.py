@@ -44,7 +44,8 @@ SAMPLES: dict[str, Any] = {
     "posts-policy": "newest:5", "posts-chunk": 65536, "posts-interval": 1.0,
     "pair-port": 40001, "pair-request-ttl": 60.0, "pair-listen": 1.0, "pair-with": ["127.0.0.1:40002"],
     "guests": True, "guest-marco-port": 1031, "guest-port": 40000, "guest-ws-port": 0, "guest-max-message": 1000,
-    "zre": True, "zre-port": 5671, "zre-interface": "lo",
+    "guest-keyless": True,
+    "zre": True, "zre-port": 5671, "zre-interface": "lo", "zre-plain": True,
     "control-shutdown-command": ["sudo", "poweroff"], "control-reboot-command": ["sudo", "reboot"],
     "crg-ws-writable": True,
 }

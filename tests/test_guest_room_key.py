@@ -132,3 +132,33 @@ def test_a_browser_guest_joins_a_keyed_room_with_its_key_only(cluster: Cluster, 
     assert get(node.api, "/api/v1/guests")["stats"]["room_key_refused"] >= 1
     page.evaluate("stranger.close(); member.close()")
     assert not errors, errors
+
+
+def test_a_keyless_room_takes_a_guest_that_gives_no_key_and_marks_it() -> None:
+    room = Room(GROUP, room_key=KEY, keyless=True)
+    assert room.is_keyless
+    assert Changed("g", True) in register(room, {"heartbeat": 3.003})  # the Arduino lemma's options: no key
+    assert room.keyless_guest("g") and room.guests["g"].as_dict(0.0)["keyless"] is True
+    assert room.counters.keyless_admitted == 1 and room.counters.room_key_refused == 0
+    # Registering again on its own connection updates the guest, not the count.
+    assert Changed("g", True) in list(room.received(1, Register("g", 0, ("t",), (), "py", "1"), 0.0))
+    assert room.counters.keyless_admitted == 1
+    # A guest that gives the key is a member as in a keyed room: not marked.
+    room.opened(2, "127.0.0.1", 0.0)
+    assert Changed("m", True) in list(room.received(2, Register("m", 0, (), (), "py", "1", options={"room_key": KEY}),
+                                                    0.0))
+    assert not room.keyless_guest("m") and room.counters.keyless_admitted == 1
+
+
+def test_a_keyless_room_still_refuses_a_wrong_key() -> None:
+    room = Room(GROUP, room_key=KEY, keyless=True)
+    actions = register(room, {"room_key": "AAAA-AAAA-AAAA-AAAA-AAAA-AAAA"})
+    assert any(isinstance(a, Close) and a.error and "room key" in a.reason for a in actions), actions
+    assert room.guests == {} and room.counters.room_key_refused == 1 and room.counters.keyless_admitted == 0
+
+
+def test_keyless_marks_nothing_in_an_open_room() -> None:
+    room = Room(GROUP, keyless=True)  # an open group's room takes any guest: none is "keyless" there
+    assert not room.is_keyless
+    assert Changed("g", True) in register(room, {})
+    assert not room.keyless_guest("g") and room.counters.keyless_admitted == 0

@@ -10,7 +10,7 @@ import pytest
 from posts_kit import FakeSource
 
 from huddle.errors import LocalProtocolError
-from huddle.hydra.server import TRANSITIONS, HydraServer, Session, SessionState
+from huddle.hydra.server import TRANSITIONS, HydraServer, Session, SessionState, hydra_id
 from huddle.hydra.wire import HydraMsg, MsgId, decode, encode
 from huddle.posts.model import post_id
 
@@ -49,20 +49,27 @@ def test_a_client_walks_the_posts_newest_first_with_ids_as_hydra_writes_them(sou
     server = HydraServer(source, "ID", "us")
     hello(server)
     old, new = (p for p, _ in source.posts)
+    assert new.digest == new.digest.lower() and hydra_id(new) != new.id  # huddle writes its digests in lowercase
     first = ask(server, A, HydraMsg(MsgId.NEXT_OLDER, ident="HEAD"))
-    assert first == HydraMsg(MsgId.NEXT_OK, ident=new.id.upper())  # czmq's zdigest_string: uppercase
+    # A Hydra client gets Hydra's view: the id Hydra gives the post once it holds it, in uppercase
+    # (czmq's zdigest_string), and the digest as Hydra recomputes it from the content (uppercase).
+    assert first == HydraMsg(MsgId.NEXT_OK, ident=hydra_id(new).upper())
     meta = ask(server, A, HydraMsg(MsgId.META))
-    assert (meta.subject, meta.digest, meta.content_size, meta.seal) == ("new", new.digest, 11, b"")
-    # The id is SHA1 over the metadata as META-OK carries it (hydra_post.c, hydra_post_ident).
-    assert post_id(meta.subject, meta.timestamp, meta.parent_id, meta.mime_type, meta.digest) == new.id
+    assert (meta.subject, meta.digest, meta.content_size, meta.seal) == ("new", new.digest.upper(), 11, b"")
+    # The id is SHA1 over the metadata as META-OK carries it (hydra_post.c, hydra_post_ident), and
+    # over the digest hydra_post_set_data computes from the content: Hydra files it under that id.
+    assert post_id(meta.subject, meta.timestamp, meta.parent_id, meta.mime_type, meta.digest) == hydra_id(new)
+    digest = hashlib.sha1(b"second post").hexdigest().upper()  # zchunk_digest of what CHUNK-OK carries
+    assert post_id(meta.subject, meta.timestamp, meta.parent_id, meta.mime_type, digest).upper() == first.ident
     assert ask(server, A, HydraMsg(MsgId.CHUNK, offset=0, octets=10 * 1024 * 1024)) == HydraMsg(
         MsgId.CHUNK_OK, offset=0, content=b"second post")
     assert ask(server, A, HydraMsg(MsgId.CHUNK, offset=7, octets=2)).content == b"po"
     assert ask(server, A, HydraMsg(MsgId.CHUNK, offset=11, octets=5)).content == b""  # the end: nothing more
     # NEXT-OLDER from the id, in either case; then nothing older.
-    assert ask(server, A, HydraMsg(MsgId.NEXT_OLDER, ident=first.ident)).ident == old.id.upper()
-    assert ask(server, A, HydraMsg(MsgId.NEXT_OLDER, ident=old.id)) == HydraMsg(MsgId.NEXT_EMPTY)
-    assert ask(server, A, HydraMsg(MsgId.NEXT_NEWER, ident="TAIL")).ident == old.id.upper()
+    assert ask(server, A, HydraMsg(MsgId.NEXT_OLDER, ident=first.ident)).ident == hydra_id(old).upper()
+    assert ask(server, A, HydraMsg(MsgId.NEXT_OLDER, ident=hydra_id(old))) == HydraMsg(MsgId.NEXT_EMPTY)
+    assert ask(server, A, HydraMsg(MsgId.NEXT_OLDER, ident=old.id)) == HydraMsg(MsgId.NEXT_EMPTY)  # huddle's: too
+    assert ask(server, A, HydraMsg(MsgId.NEXT_NEWER, ident="TAIL")).ident == hydra_id(old).upper()
     # An id it does not hold: NEXT-EMPTY, as Hydra's server answers (hydra_ledger_index -1).
     assert ask(server, A, HydraMsg(MsgId.NEXT_OLDER, ident="F" * 40)) == HydraMsg(MsgId.NEXT_EMPTY)
     assert ask(server, A, HydraMsg(MsgId.PING)) == HydraMsg(MsgId.PING_OK)
@@ -148,3 +155,29 @@ def test_chunks_are_capped_whatever_is_asked() -> None:
     assert len(ask(server, A, HydraMsg(MsgId.CHUNK, offset=0, octets=0)).content) == 30  # 0: the rest, capped
     assert len(ask(server, A, HydraMsg(MsgId.CHUNK, offset=90, octets=4096)).content) == 10
     assert hashlib.sha1(b"x" * 100).hexdigest() == src.posts[0][0].digest
+
+
+def test_a_huddle_client_gets_the_posts_as_huddle_holds_them(source: FakeSource) -> None:
+    """A HELLO with huddle's mark (a huddle node's client): huddle's ids, digests as written, seals."""
+    server = HydraServer(source, "ID", "us")
+    assert ask(server, A, HydraMsg(MsgId.HELLO, identity="C" * 32, nickname="them", huddle=True)).id is MsgId.HELLO_OK
+    old, new = (p for p, _ in source.posts)
+    assert ask(server, A, HydraMsg(MsgId.NEXT_OLDER, ident="HEAD")).ident == new.id.upper()
+    meta = ask(server, A, HydraMsg(MsgId.META))
+    assert post_id(meta.subject, meta.timestamp, meta.parent_id, meta.mime_type, meta.digest) == new.id
+    assert ask(server, A, HydraMsg(MsgId.NEXT_OLDER, ident=new.id)).ident == old.id.upper()
+    assert "hydra_ids_indexed" not in server.counters
+
+
+def test_a_hydra_id_never_named_here_is_found_by_one_walk_of_the_store_a_minute(source: FakeSource) -> None:
+    """Hydra's client asks from a post it holds, maybe named by an earlier run of this server."""
+    server = HydraServer(source, "ID", "us")
+    hello(server)
+    old, new = (p for p, _ in source.posts)
+    assert ask(server, A, HydraMsg(MsgId.NEXT_NEWER, ident=hydra_id(old).upper())).ident == hydra_id(new).upper()
+    assert server.counters["hydra_ids_indexed"] == 1
+    for _ in range(100):  # ids nobody gave out: NEXT-EMPTY, and no walk until a minute has passed
+        assert ask(server, A, HydraMsg(MsgId.NEXT_OLDER, ident="A" * 40), now=30.0).id is MsgId.NEXT_EMPTY
+    assert server.counters["hydra_ids_indexed"] == 1
+    assert ask(server, A, HydraMsg(MsgId.NEXT_OLDER, ident="A" * 40), now=61.0).id is MsgId.NEXT_EMPTY
+    assert server.counters["hydra_ids_indexed"] == 2

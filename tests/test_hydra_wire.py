@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from huddle.errors import DecodeError
-from huddle.hydra.wire import SEAL_OCTETS, HydraMsg, MsgId, decode, encode
+from huddle.hydra.wire import HUDDLE_MARK, SEAL_OCTETS, HydraMsg, MsgId, decode, encode
 
 LIFE = b"Life is short but Now lasts for ever"
 S = bytes([len(LIFE)]) + LIFE  # a string field of hydra_proto.c
@@ -70,6 +70,16 @@ def test_a_meta_ok_may_carry_huddles_seal_after_its_fields() -> None:
         encode(HydraMsg(MsgId.NEXT_OK, ident="x", seal=seal))
 
 
+def test_a_hello_may_carry_huddles_mark_after_its_fields() -> None:
+    msg = HydraMsg(MsgId.HELLO, identity="C" * 32, nickname="them", huddle=True)
+    octets = encode(msg)
+    assert octets.endswith(HUDDLE_MARK) and decode(octets) == msg
+    # What hydra_proto.c reads of it: a HELLO as any client's (the mark is past its fields).
+    assert decode(octets[:-len(HUDDLE_MARK)]) == HydraMsg(MsgId.HELLO, identity="C" * 32, nickname="them")
+    with pytest.raises(ValueError, match="mark"):
+        encode(HydraMsg(MsgId.NEXT_OK, ident="x", huddle=True))
+
+
 @pytest.mark.parametrize("octets", [
     b"",
     b"\xaa",
@@ -87,6 +97,8 @@ def test_a_meta_ok_may_carry_huddles_seal_after_its_fields() -> None:
     b"\xaa\xa0\x03\x02\xff\xfe",  # not UTF-8
     b"\xaa\xa0\x07\x00",  # an octet after META
     b"\xaa\xa0\x03\x04HEADx",  # an octet after NEXT-OLDER's ident
+    b"\xaa\xa0\x01\x00\x00" + b"\x00huddle/2",  # a HELLO with a mark that is not huddle's
+    b"\xaa\xa0\x02\x00\x00" + HUDDLE_MARK,  # huddle's mark after a HELLO-OK
 ])
 def test_malformed_frames_are_refused(octets: bytes) -> None:
     with pytest.raises(DecodeError):

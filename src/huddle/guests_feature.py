@@ -90,8 +90,15 @@ class GuestsFeature(FeatureBase):
         await bridge.start(
             BridgeSettings(group=cfg.group, me=me, marco_port=cfg.guests.marco_port, tcp_port=cfg.guests.port,
                            ws_port=cfg.guests.ws_port, max_frame=cfg.guests.max_message,
-                           limits=cfg.limits.guests, room_key=room_key_of(cfg.group_secret)),
+                           limits=cfg.limits.guests, room_key=room_key_of(cfg.group_secret),
+                           keyless=cfg.guests.keyless),
             host.address, host.mesh, emit=host.record_soon, clock=host.local_now)
+        if bridge.server is not None and bridge.server.room.is_keyless:
+            log.warning("the guests' room is KEYLESS (--guest-keyless): a guest that gives no room key joins "
+                        "too, and anyone on this network can speak in the group's log; its events are marked "
+                        "keyless (docs/guests.md, \"Keyless guests\")")
+        elif cfg.guests.keyless:
+            log.warning("--guest-keyless does nothing in an open group: its room takes any guest")
         host.follow_address(self._moved)
         host.watch_keys(self._keys_changed)
 
@@ -138,4 +145,7 @@ class GuestsFeature(FeatureBase):
 
     def facts(self) -> dict[str, object] | None:
         guests = self.server
-        return None if guests is None else dict(guests.ports())
+        if guests is None:
+            return None
+        facts: dict[str, object] = {**guests.ports(), "keyless": guests.room.is_keyless}  # docs/guests.md
+        return facts

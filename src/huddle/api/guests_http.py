@@ -48,7 +48,7 @@ async def _get_guests(request: web.Request) -> web.Response:
     room = guests.room
     now = node.local_now()
     return web.json_response({
-        "room": room.room, **guests.ports(),
+        "room": room.room, **guests.ports(), "keyless": room.is_keyless,
         "guests": [g.as_dict(now) for g in room.guests.values()],
         "free": [x.as_dict(now) for x in room.free.values()],
         "others": [x.as_dict(now) for x in room.others.values()],

@@ -217,12 +217,20 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
                         help="WebSocket port for guests such as browsers; 0 picks one (default: 8089)")
     guests.add_argument("--guest-max-message", type=int, metavar="OCTETS",
                         help="longest message a guest may send; more gets it an error and a disconnect (default: 999999)")
+    guests.add_argument("--guest-keyless", action="store_true", default=None,
+                        help="a secured group's room takes guests that give no room key too (Noam lemmas as written "
+                        "send none), each marked keyless in the room and in the log: anyone on the network can "
+                        "then speak in the group's log (docs/guests.md, \"Keyless guests\")")
     zre = node.add_argument_group("ZRE (Zyre and pyre peers; docs/zre.md)")
     zre.add_argument("--zre", action="store_true", default=None,
                      help="speak ZRE: beacon, greet Zyre and pyre peers, bridge SHOUTs to the group into its log")
     zre.add_argument("--zre-port", type=int, metavar="PORT", help="UDP port of the ZRE beacons (default: 5670)")
     zre.add_argument("--zre-interface", metavar="NAME|IP",
                      help="interface whose broadcast address the ZRE beacons use (default: the node's --interface)")
+    zre.add_argument("--zre-plain", action="store_true", default=None,
+                     help="in a secured group, speak ZRE without CURVE, in clear, with v2 beacons (for pyre and Zyre "
+                     "nodes without keys); by default a secured group's node speaks CURVE with v3 beacons as Zyre "
+                     "does with a key (docs/zre.md, \"CURVE\")")
     posts_g = node.add_argument_group("sharing posts (Hydra)")
     posts_g.add_argument("--posts-policy", metavar="POLICY",
                          help="what to fetch from peers: all, newest:N (each peer's N newest) "

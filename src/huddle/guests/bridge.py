@@ -1,7 +1,8 @@
 """The guest bridge: between a node's Noam guests and the group's event log.
 
 - What a guest of this node says becomes the group's event (kind = the topic,
-  body ``{"noam_guest": name, "value": value}``, GUEST_KEY).
+  body ``{"noam_guest": name, "value": value}``, GUEST_KEY; with ``"keyless": true``
+  beside them when the guest was taken into a keyed room without its key, KEYLESS_KEY).
 - Every event new in the log that the room hears is spoken to the guests: a
   guest's event under the guest's name, a node's own event under the node's.
 - One host per guest (docs/guests.md): the hosts are the mesh's live guest
@@ -29,9 +30,10 @@ from .room import Room, room_key_for
 if TYPE_CHECKING:
     from .server import GuestServer
 
-__all__ = ["GUEST_KEY", "BridgeSettings", "GuestBridge", "GuestHosts", "Spoken", "room_key_of"]
+__all__ = ["GUEST_KEY", "KEYLESS_KEY", "BridgeSettings", "GuestBridge", "GuestHosts", "Spoken", "room_key_of"]
 
 GUEST_KEY = "noam_guest"  # a guest's event in the log: {"noam_guest": name, "value": value}
+KEYLESS_KEY = "keyless"  # ... and "keyless": true beside them when its guest gave no room key (Room.keyless)
 
 
 def room_key_of(group: GroupSecret | None) -> str:
@@ -72,6 +74,7 @@ class BridgeSettings:
     max_frame: int
     limits: GuestLimits
     room_key: str = ""  # a secured group's room key (room.room_key_for): guests must give it
+    keyless: bool = False  # ... or not, in a room then marked keyless (docs/guests.md, "Keyless guests")
 
 
 class GuestBridge:
@@ -88,7 +91,7 @@ class GuestBridge:
 
         links = self.links
         s = settings
-        room = Room(s.group, me=s.me, limits=s.limits, room_key=s.room_key)
+        room = Room(s.group, me=s.me, limits=s.limits, room_key=s.room_key, keyless=s.keyless)
 
         def hosts() -> list[bytes]:  # one host per guest (docs/guests.md): ALIVE and still connected,
             live = links.live((p, mesh.conn_of(p)) for p in mesh.guest_hosts())  # a few per address
@@ -96,7 +99,8 @@ class GuestBridge:
             return per_address(((h, mesh.source_of(NodeId(h))) for h in live), s.limits.max_hosts_per_address, own)
 
         def said(guest: str, topic: str, value: Any) -> None:  # a guest of ours spoke: the group's event
-            emit(topic, {GUEST_KEY: guest, "value": value})
+            body = {GUEST_KEY: guest, "value": value}
+            emit(topic, (body | {KEYLESS_KEY: True}) if room.keyless_guest(guest) else body)
 
         server = GuestServer(
             room,
@@ -132,7 +136,8 @@ class GuestBridge:
             if not room.hears(record.kind):
                 continue
             body = json.loads(record.body)
-            if isinstance(body, dict) and set(body) == {GUEST_KEY, "value"} and isinstance(body[GUEST_KEY], str):
+            if isinstance(body, dict) and set(body) - {KEYLESS_KEY} == {GUEST_KEY, "value"} \
+                    and isinstance(body[GUEST_KEY], str):
                 server.deliver(body[GUEST_KEY], record.kind, body["value"], local_speaker=record.source == me)
             else:  # a node's own event: the node speaks it, under its name
                 server.deliver(name_of(record.source), record.kind, body, local_speaker=False)

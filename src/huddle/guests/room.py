@@ -51,7 +51,10 @@ Rules (the Noam document, and what it leaves open):
   ``register`` only when its options carry the room's key (``"room_key"``,
   compared in constant time, case, spaces and dashes aside); otherwise the
   guest gets an ``error``, its connection is closed, nothing of it is
-  recorded (counted in ``room_key_refused``).
+  recorded (counted in ``room_key_refused``).  A keyed room that is also
+  ``keyless`` (docs/guests.md, "Keyless guests") takes a ``register`` that
+  gives no key at all too, its guest marked ``keyless`` (counted in
+  ``keyless_admitted``); a key given and wrong is refused as before.
 - Bad input (not a Noam message, a message before ``register``, a
   guest_name that is not the registered one) gets an ``error`` message and
   the connection is closed; other guests are not affected.
@@ -124,6 +127,8 @@ class GuestInfo:
     last_heard: float
     received: int = 0
     sent: int = 0
+    keyless: bool = False  # taken into a keyed room without its key (Room.keyless): its events say so
+
 
     def as_dict(self, now: float) -> dict[str, Any]:
         return {
@@ -131,7 +136,7 @@ class GuestInfo:
             "hears": sorted(self.hears), "speaks": sorted(self.speaks), "dialect": self.dialect,
             "version": self.version, "heartbeat": self.heartbeat, "heartbeat_ack": self.ack,
             "connected_for": round(now - self.registered_at, 3), "silent_for": round(now - self.last_heard, 3),
-            "events_in": self.received, "events_out": self.sent,
+            "events_in": self.received, "events_out": self.sent, "keyless": self.keyless,
         }
 
 
@@ -182,6 +187,7 @@ class RoomCounters(Counters):
     marcos_left_to_others: int = 0  # marcos for this room not answered: another host of the group is chosen
     closed_address_changed: int = 0  # connections closed because the host's address changed (moved)
     room_key_refused: int = 0  # registrations refused: a keyed room, and not its key in register's options
+    keyless_admitted: int = 0  # registrations taken into a keyed, keyless room without a key (marked keyless)
     marcos_unanswered: int = 0  # a guest's marco came again within marco_retry: its host's turn went unanswered
 
 
@@ -212,6 +218,7 @@ class Room:
     me: bytes = b""  # this node's UUID: its rendezvous weight decides which guests it answers
     spotted_for: float = 60.0  # a free or other guest unheard this long is dropped from the lists
     room_key: str = ""  # a keyed room's key (room_key_for): register must carry it ("": any guest is taken)
+    keyless: bool = False  # a keyed room takes a register giving no key too, its guest marked keyless
     marco_retry: float = 10.0  # a guest's marco heard again within this many s: its last went unanswered
     missed_for: float = 300.0  # a host that left a marco unanswered ranks last this long, for every guest
     guests: dict[str, GuestInfo] = field(default_factory=dict)
@@ -228,6 +235,16 @@ class Room:
     _missed: dict[bytes, float] = field(default_factory=dict)  # host -> when it last left a marco unanswered
     fired: int = 0
     errors: int = 0
+
+    @property
+    def is_keyless(self) -> bool:
+        """A keyed room that takes guests without its key too (an open room is not keyed at all)."""
+        return self.keyless and self.room_key != ""
+
+    def keyless_guest(self, name: str) -> bool:
+        """Is ``name`` a guest here that was taken without the room key?"""
+        g = self.guests.get(name)
+        return g is not None and g.keyless
 
     # ---------------------------------------------------------------- discovery
 
@@ -444,7 +461,8 @@ class Room:
         known = self._conns.get(conn)
         if known is not None and known != m.guest:
             return self.bad(conn, f"this connection is guest {known!r}; register {m.guest!r} on its own connection")
-        if self.room_key and not room_key_matches(m.options.get(ROOM_KEY_OPTION), self.room_key):
+        keyless = self.is_keyless and ROOM_KEY_OPTION not in m.options
+        if self.room_key and not keyless and not room_key_matches(m.options.get(ROOM_KEY_OPTION), self.room_key):
             self.counters.room_key_refused += 1
             return self._refuse(conn, "this room is keyed: give its room key in register's options as "
                                       f"{ROOM_KEY_OPTION!r} (the group's organiser has it); nothing was recorded")
@@ -457,8 +475,10 @@ class Room:
             name=m.guest, conn=conn, transport=transport, address=address,
             port=m.port if transport == "tcp" else 0, hears=frozenset(m.hears), speaks=set(m.speaks),
             dialect=m.dialect, version=m.version, heartbeat=m.heartbeat, ack=m.heartbeat_ack,
-            registered_at=now, last_heard=now,
+            registered_at=now, last_heard=now, keyless=keyless,
         )
+        if keyless and known is None:
+            self.counters.keyless_admitted += 1
         self._conns[conn] = m.guest
         self.free.pop(m.guest, None)
         self.others.pop(m.guest, None)

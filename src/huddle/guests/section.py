@@ -28,6 +28,9 @@ class GuestsSection:
     port: int = 0  # TCP port guests connect to; 0: a free one
     ws_port: int = 8089  # WebSocket port for guests (browsers); 0: a free one
     max_message: int = 999_999  # octets; a longer length prefix gets the guest an error and a disconnect
+    # A secured group's room takes guests that give no room key too (Noam lemmas as written send
+    # none), each marked keyless in the room and in the log (docs/guests.md, "Keyless guests").
+    keyless: bool = False
 
     def __post_init__(self) -> None:
         if not 1 <= self.marco_port <= 65535:

@@ -6,7 +6,8 @@ module carries its messages over Hydra's wire and back.  Its FETCH goes out as H
 (offset, octets); Hydra's server answers each CHUNK with a CHUNK-OK, in order, on the one
 connection, so :class:`Carrier` pairs each CHUNK-OK with the oldest CHUNK not yet answered and
 gives the client the CONTENT of that FETCH's token.  Post ids go out in uppercase (Hydra's
-server looks them up as it wrote them) and come in lowercased.
+server looks them up as it wrote them) and come in lowercased.  Its HELLO carries huddle's
+mark (wire.HUDDLE_MARK): a huddle node's server then serves its posts as huddle holds them.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ class Carrier:
     def out(self, msg: HydraMessage) -> HydraMsg:
         """A message of huddle's client as the Hydra message to send."""
         if isinstance(msg, Hello):
-            return HydraMsg(MsgId.HELLO, identity=msg.identity, nickname=msg.nickname[:255])
+            return HydraMsg(MsgId.HELLO, identity=msg.identity, nickname=msg.nickname[:255], huddle=True)
         if isinstance(msg, NextOlder):
             return HydraMsg(MsgId.NEXT_OLDER, ident=_ident(msg.ident))
         if isinstance(msg, NextNewer):

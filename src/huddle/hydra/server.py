@@ -16,6 +16,14 @@ does not decode gets ERROR 500 and changes nothing (Hydra's server leaves its lo
 CHUNK with no current post gets ERROR 500 and closes (Hydra's asserts); a post gone or
 corrupt meanwhile, ERROR 404 or 502, and closes.  Post ids go out as Hydra writes them
 (czmq's ``zdigest_string``: 40 uppercase hex digits) and are taken in either case.
+
+Two views of a post (docs/hydra.md, "Post ids"): a Hydra node recomputes a post's digest from
+its content, in uppercase, and with it its id, so a post huddle made (its digest in lowercase)
+is filed there under another id.  So a client that is not a huddle node gets **Hydra's view**:
+each post under its Hydra id (:func:`hydra_id`, the id Hydra will give it), its digest in
+uppercase, no seal (which signs the digest as written); NEXT-OLDER / NEXT-NEWER take that id
+and map it back.  A huddle client (its HELLO carries huddle's mark, wire.HUDDLE_MARK) gets
+the posts as huddle holds them, seals and all.
 """
 
 from __future__ import annotations
@@ -27,16 +35,17 @@ from enum import Enum
 from typing import Final
 
 from ..errors import DecodeError, LocalProtocolError
-from ..posts.model import HEAD, TAIL, CorruptContent, Post, UnknownPost, is_post_id
+from ..posts.model import HEAD, TAIL, CorruptContent, Post, UnknownPost, is_post_id, post_id
 from ..posts.sync import Source
 from .wire import HydraMsg, MsgId, Status, decode
 
-__all__ = ["MAX_CHUNK", "TRANSITIONS", "HydraServer", "Session", "SessionState", "meta_ok"]
+__all__ = ["MAX_CHUNK", "TRANSITIONS", "HydraServer", "Session", "SessionState", "hydra_id", "meta_ok"]
 
 # The most content one CHUNK-OK carries, whatever is asked: Hydra's own client asks for a
 # post's whole content in one CHUNK of this size (CHUNK_SIZE in src/hydra_client.c); a longer
 # post is fetched in several by a client that asks again.
 MAX_CHUNK: Final = 10 * 1024 * 1024
+WALK_EVERY: Final = 60.0  # seconds between two walks of the store for a Hydra id not known (HydraServer._huddle_id)
 
 
 class SessionState(Enum):
@@ -57,6 +66,7 @@ class Session:
     heard_at: float
     state: SessionState = SessionState.START
     current: str | None = None  # the post NEXT-OK named (lowercase id)
+    hydra_view: bool = True  # a client that is not a huddle node: Hydra's ids and digests (the module docstring)
 
     def move(self, to: SessionState) -> None:
         if (self.state, to) not in TRANSITIONS:
@@ -64,13 +74,22 @@ class Session:
         self.state = to
 
 
-def meta_ok(post: Post) -> HydraMsg:
-    """A post's META-OK: its metadata as it was hashed into its id, and its seal if it has one."""
+def hydra_id(post: Post) -> str:
+    """The id a Hydra node gives ``post`` once it holds it (lowercase here): SHA1 over its
+    metadata with the digest in uppercase, as ``hydra_post_set_data`` recomputes it from the
+    content (czmq's ``zdigest_string``).  A post whose digest is in uppercase keeps its id."""
+    return post_id(post.subject, post.timestamp, post.parent_id, post.mime_type, post.digest.upper())
+
+
+def meta_ok(post: Post, *, hydra_view: bool = False) -> HydraMsg:
+    """A post's META-OK: its metadata as it was hashed into its id, and its seal if it has one;
+    in Hydra's view, its digest in uppercase (hashed into :func:`hydra_id`) and no seal."""
     seal = b""
-    if post.sealed:
+    if post.sealed and not hydra_view:
         seal = bytes.fromhex(post.sha256) + bytes.fromhex(post.author) + post.public_key + post.signature
     return HydraMsg(MsgId.META_OK, subject=post.subject, timestamp=post.timestamp, parent_id=post.parent_id,
-                    digest=post.digest, mime_type=post.mime_type, content_size=post.size, seal=seal)
+                    digest=post.digest.upper() if hydra_view else post.digest, mime_type=post.mime_type,
+                    content_size=post.size, seal=seal)
 
 
 def _error(status: Status, reason: str) -> HydraMsg:
@@ -84,6 +103,8 @@ class HydraServer:
                  idle: float = 60.0, max_chunk: int = MAX_CHUNK) -> None:
         self.source, self.identity, self.nickname = source, identity, nickname[:255]
         self.max_sessions, self.idle, self.max_chunk = max_sessions, idle, max_chunk
+        self._local: dict[str, str] = {}  # Hydra id -> huddle's, of the posts whose two ids differ
+        self._walked_at = -math.inf  # when the store was last walked to learn them all
         self.sessions: dict[bytes, Session] = {}
         self.counters: Counter[str] = Counter()
 
@@ -107,7 +128,7 @@ class HydraServer:
             if len(self.sessions) >= self.max_sessions:
                 self.counters["sessions_full"] += 1
                 return _error(Status.RESOURCE_LOCKED, "too many Hydra sessions: try again later")
-            session = self.sessions[client] = Session(now)
+            session = self.sessions[client] = Session(now, hydra_view=not msg.huddle)
             session.move(SessionState.CONNECTED)
             self.counters["sessions"] += 1
             return HydraMsg(MsgId.HELLO_OK, identity=self.identity, nickname=self.nickname)
@@ -123,14 +144,17 @@ class HydraServer:
             ident = msg.ident if msg.ident in (HEAD, TAIL) else msg.ident.lower()
             if ident not in (HEAD, TAIL) and not is_post_id(ident):
                 return HydraMsg(MsgId.NEXT_EMPTY)  # no such post: Hydra's server says the same
+            if session.hydra_view and ident not in (HEAD, TAIL):
+                ident = self._huddle_id(ident, session.heard_at)
             try:
                 pid = self.source.older(ident) if msg.id is MsgId.NEXT_OLDER else self.source.newer(ident)
+                named = self._hydra_id(pid) if session.hydra_view and pid is not None else pid
             except UnknownPost:
-                pid = None
-            if pid is None:
+                pid = named = None
+            if pid is None or named is None:
                 return HydraMsg(MsgId.NEXT_EMPTY)
             session.current = pid
-            return HydraMsg(MsgId.NEXT_OK, ident=pid.upper())
+            return HydraMsg(MsgId.NEXT_OK, ident=named.upper())
         if msg.id is MsgId.PING:
             return HydraMsg(MsgId.PING_OK)
         if msg.id is MsgId.GOODBYE:
@@ -146,7 +170,7 @@ class HydraServer:
             post = self.source.meta(pid)
             if msg.id is MsgId.META:
                 self.counters["posts_served"] += 1
-                return meta_ok(post)
+                return meta_ok(post, hydra_view=session.hydra_view)
             octets = min(msg.octets or self.max_chunk, self.max_chunk)  # 0: the rest (Hydra's hydra_post_fetch)
             data = self.source.read(pid, msg.offset, octets) if msg.offset < post.size else b""
         except UnknownPost:
@@ -158,6 +182,35 @@ class HydraServer:
         self.counters["chunks_served"] += 1
         self.counters["octets_served"] += len(data)
         return HydraMsg(MsgId.CHUNK_OK, offset=msg.offset, content=data)
+
+    def _hydra_id(self, pid: str) -> str:
+        """The Hydra id of the post ``pid`` (remembered when it differs); UnknownPost."""
+        hid = hydra_id(self.source.meta(pid))
+        if hid != pid:
+            self._local[hid] = pid
+        return hid
+
+    def _huddle_id(self, ident: str, now: float) -> str:
+        """The post a Hydra client names ``ident``: huddle's id of it.  An id not named in a
+        NEXT-OK since this server started may still be a Hydra id (Hydra's client asks from
+        the post it holds): the store is walked to learn them all, at most once a
+        :data:`WALK_EVERY` seconds (ids nobody gave out cost nothing more)."""
+        if ident in self._local:
+            return self._local[ident]
+        try:
+            self.source.meta(ident)
+            return ident  # huddle's own id (a post whose two ids agree, or a huddle client)
+        except UnknownPost:
+            pass
+        if now - self._walked_at < WALK_EVERY:
+            return ident
+        self._walked_at = now
+        self.counters["hydra_ids_indexed"] += 1
+        pid = self.source.older(HEAD)
+        while pid is not None:
+            self._hydra_id(pid)
+            pid = self.source.older(pid)
+        return self._local.get(ident, ident)
 
     def _close(self, client: bytes, why: str) -> None:
         session = self.sessions.pop(client, None)

@@ -8,11 +8,12 @@ otherwise and has no PING: the code wins.  Field types are zproto's: ``string`` 
 length and text, ``longstr`` a 4-octet length and text, ``chunk`` a 4-octet length and
 octets, numbers unsigned big-endian.
 
-huddle's one addition rides where Hydra's reader does not look: a META-OK may end with a
+huddle's two additions ride where Hydra's reader does not look: a META-OK may end with a
 post's seal (docs/security.md, "Sealed posts": 32 + 16 + 32 + 64 octets) after its last
-field; ``hydra_proto.c`` reads the fields it knows and ignores the rest of the frame, so a
-Hydra node reads such a META-OK as its own.  Anything else after the last field, a cut
-field, a text that is not UTF-8, an unknown id: :class:`~huddle.errors.DecodeError`.
+field, and a HELLO with :data:`HUDDLE_MARK` (a huddle client: it gets huddle's view of the
+posts, hydra/server.py); ``hydra_proto.c`` reads the fields it knows and ignores the rest of
+the frame, so a Hydra node reads such messages as its own.  Anything else after the last
+field, a cut field, a text that is not UTF-8, an unknown id: :class:`~huddle.errors.DecodeError`.
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ from typing import Any, Final
 
 from ..errors import DecodeError
 
-__all__ = ["HYDRA_HEADER", "SEAL_OCTETS", "SIGNATURE", "SPEC", "HydraMsg", "MsgId", "Status", "decode", "encode"]
+__all__ = ["HUDDLE_MARK", "HYDRA_HEADER", "SEAL_OCTETS", "SIGNATURE", "SPEC", "HydraMsg", "MsgId", "Status", "decode", "encode"]
 
 SIGNATURE: Final = b"\xaa\xa0"
 HYDRA_HEADER: Final = "X-HYDRA"  # the ZRE header a Hydra node names its server's endpoint in (src/hydra.c)
 SEAL_OCTETS: Final = (32, 16, 32, 64)  # huddle's seal after a META-OK: sha256, author, public key, signature
+HUDDLE_MARK: Final = b"\x00huddle/1"  # after a HELLO's last field: the client is a huddle node
 _N1, _N2, _N4, _N8 = (struct.Struct(f">{c}") for c in "BHIQ")
 _NUMBERS: Final = {"number1": _N1, "number2": _N2, "number4": _N4, "number8": _N8}
 
@@ -87,7 +89,8 @@ SPEC: Final[dict[MsgId, tuple[tuple[str, str], ...]]] = {
 @dataclass(frozen=True, slots=True)
 class HydraMsg:
     """One message: its id and the fields its id has (the others keep their defaults).
-    ``seal`` is huddle's addition to a META-OK (empty, or the four parts of SEAL_OCTETS joined)."""
+    ``seal`` is huddle's addition to a META-OK (empty, or the four parts of SEAL_OCTETS joined),
+    ``huddle`` to a HELLO (HUDDLE_MARK after it)."""
 
     id: MsgId
     identity: str = ""
@@ -105,6 +108,7 @@ class HydraMsg:
     status: int = 0
     reason: str = ""
     seal: bytes = b""
+    huddle: bool = False
 
 
 def _text(text: str, size: struct.Struct) -> bytes:
@@ -131,6 +135,10 @@ def encode(msg: HydraMsg) -> bytes:
         if msg.id is not MsgId.META_OK or len(msg.seal) != sum(SEAL_OCTETS):
             raise ValueError(f"a seal of {sum(SEAL_OCTETS)} octets follows a META-OK alone")
         out.append(msg.seal)
+    if msg.huddle:
+        if msg.id is not MsgId.HELLO:
+            raise ValueError("huddle's mark follows a HELLO alone")
+        out.append(HUDDLE_MARK)
     return b"".join(out)
 
 
@@ -178,6 +186,8 @@ def decode(frame: bytes) -> HydraMsg:
     rest = len(frame) - r.pos
     if mid is MsgId.META_OK and rest == sum(SEAL_OCTETS):
         fields["seal"] = r.take(rest, "seal")
+    elif mid is MsgId.HELLO and rest == len(HUDDLE_MARK) and r.take(rest, "mark") == HUDDLE_MARK:
+        fields["huddle"] = True
     elif rest:
         raise DecodeError(f"{rest} octet(s) after Hydra's {mid.name}")
     return dataclasses.replace(HydraMsg(mid), **fields)

@@ -9,7 +9,10 @@ records (any kind but ``zre.*``) goes out as a SHOUT of two frames, its kind and
 (``GET /api/v1/zre/peers``: 409 without ``--zre``), its command (``huddle zre peers``)
 and its facts (the beacon port and the number of ZRE peers, with ``--zre``).  A WHISPER
 from a ZRE peer is an event of the API's stream (``zre_whisper``), not of the log;
-``POST /api/v1/zre/whisper`` WHISPERs to one.
+``POST /api/v1/zre/whisper`` WHISPERs to one.  In a group with a secret it speaks CURVE
+with v3 beacons, as Zyre does with a key, its keypair the node's own (its identity's, whose
+public half the node shows anyway: the mesh's group-derived keys never travel); ``[zre] plain``
+(``--zre-plain``) speaks in clear instead, for pyre and Zyre nodes without keys.
 """
 
 from __future__ import annotations
@@ -102,10 +105,16 @@ class ZreFeature(FeatureBase):
 
         assert host.uuid is not None  # the node's id is set before its features start
         self._host = host
+        identity, secured = host.identity, cfg.group_secret is not None
+        curve = identity.curve() if secured and identity is not None and not cfg.zre.plain else None
         driver = ZreDriver(uuid=bytes(host.uuid), name=cfg.name, group=cfg.group,
                            headers={"X-HUDDLE": host.mesh.endpoint, **self.headers},
                            interface=cfg.zre.interface or cfg.discovery.interface,
-                           port=cfg.zre.port, on_shout=self._shouted, on_whisper=self._whispered)
+                           port=cfg.zre.port, on_shout=self._shouted, on_whisper=self._whispered, curve=curve)
+        if secured and curve is None:
+            log.warning("ZRE in clear in a secured group (--zre-plain): what ZRE peers and this node say to each "
+                        "other, the SHOUTs of the group's events among it, crosses the network unencrypted "
+                        "(docs/zre.md, \"CURVE\")")
         await driver.start()
         stack.callback(driver.close)
         self.driver = driver
@@ -185,4 +194,5 @@ class ZreFeature(FeatureBase):
 
     def facts(self) -> dict[str, object] | None:
         driver = self.driver
-        return None if driver is None else {"port": driver.port, "peers": len(driver.links)}
+        return None if driver is None else {"port": driver.port, "peers": len(driver.links),
+                                            "curve": driver.curve is not None}

@@ -27,6 +27,9 @@ class ZreSection:
     enabled: bool = field(default=False, metadata={"flag": "zre"})
     port: int = DEFAULT_ZRE_PORT  # UDP port of the beacons
     interface: str | None = None  # None: the node's own interface (--interface)
+    # A secured group's node speaks ZRE over CURVE with v3 beacons (docs/zre.md, "CURVE"); plain:
+    # without, in clear, v2 beacons (what pyre and a Zyre node without a key speak).
+    plain: bool = False
 
     def __post_init__(self) -> None:
         if not 1 <= self.port <= 65535:
