@@ -45,7 +45,7 @@ CASES = [
     ("rt_timeline", "rt_timeline", ["--pings", "100"], "round trip (t0 -> alice's listener)"),
     ("start_cpu", "start_cpu", ["--runs", "1", "src"], "node CPU ms"),
     ("control", "control", ["--orders", "2"], "RESULT control order effect"),
-    ("zre_bench", "zre_bench", ["--shouts", "300", "--reps", "1", "--size-mb", "2"], "RESULT Hydra post transfer"),
+    ("zre", "zre", ["--shouts", "300", "--reps", "1", "--size-mb", "2"], "RESULT Hydra post transfer"),
 ]
 
 
