@@ -118,7 +118,7 @@ class _Planner:
         self.writes: list[tuple[float, int, Write]] = []
         self.rosters: dict[str, list[str]] = {}
         self.timeouts = dict.fromkeys(_TEAMS, 0)
-        self.penalties: list[tuple[str, int, int]] = []  # eid, period, jam
+        self.penalties: list[tuple[str, str]] = []  # eid, code
         self.trips_of: dict[tuple[int, int, str], list[tuple[str, int]]] = {}  # (period, jam, team) -> eid, points
 
     def eid(self) -> str:
@@ -266,7 +266,7 @@ class _Planner:
         self.write(at, "penalty-tracker", f"{team} {skater} penalty {code}",
                    {"op": "add", "to": _jam(jam), "children": [{"tag": "penalty", "eid": eid, "attrs": {
                        "team": team, "number": skater, "code": code, "time": self.stamp(at)}}]})
-        self.penalties.append((eid, jam.period, jam.number))
+        self.penalties.append((eid, code))
         box, seated = self.eid(), at + self.rng.uniform(3.0, 8.0)
         self.write(seated, "penalty-box-timer", f"{team} {skater} in the box",
                    {"op": "add", "to": _jam(jam), "children": [{"tag": "box", "eid": box, "attrs": {
@@ -303,8 +303,9 @@ class _Planner:
     def fix_penalty(self, at: float) -> None:
         """The head NSO fixes the code of a penalty the penalty tracker recorded."""
         if self.penalties:
-            eid, _, _ = self.rng.choice(self.penalties)
-            self.write(at, "head-nso", "a penalty's code fixed", _set({"eid": eid}, "code", "X"))
+            eid, code = self.rng.choice(self.penalties)
+            fixed = self.rng.choice(sorted(set(_CODES) - {code}))
+            self.write(at, "head-nso", f"a penalty's code fixed: {code} -> {fixed}", _set({"eid": eid}, "code", fixed))
 
     def sign(self, at: float) -> None:
         self.write(at, "head-nso", "the head NSO signs the result: final",
