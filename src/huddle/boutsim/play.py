@@ -39,10 +39,10 @@ class Played:
 
 def assign(apis: Sequence[str]) -> dict[str, str]:
     """Each device's node: the devices in turn over ``apis``, all but the last when there are
-    three or more (the last node writes nothing: it shows what the others recorded)."""
+    two or more (the last node writes nothing: it shows what the others recorded)."""
     if not apis:
         raise ValueError("a bout needs at least one node")
-    writers = list(apis[:-1]) if len(apis) >= 3 else list(apis)
+    writers = list(apis[:-1]) if len(apis) >= 2 else list(apis)
     return {d.name: writers[i % len(writers)] for i, d in enumerate(DEVICES)}
 
 
