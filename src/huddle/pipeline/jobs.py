@@ -281,8 +281,8 @@ BoutWriter = Callable[[str, Element, dict[str, Any]], None]
 
 
 class _Steps:
-    """The progress lines of a run: ``job 2/5 convergence …`` as a job starts,
-    ``job 2/5 convergence done in 1.4 s`` as it ends (when the next starts)."""
+    """The progress lines of a run: ``job 2/6 convergence …`` as a job starts,
+    ``job 2/6 convergence done in 1.4 s`` as it ends (when the next starts)."""
 
     def __init__(self, progress: Progress | None, jobs: Sequence[str]) -> None:
         self.progress, self.jobs = progress, list(jobs)
