@@ -853,3 +853,87 @@ def test_a_run_of_the_bout_job_writes_the_final_bout_and_tells_it(spark: SparkSe
     page = (tmp_path / "audit" / "report.html").read_text()
     assert "The bout" in page and 'data-plot="bout-score"' in page and "Who recorded what" in page
     assert {"bout", "bout_penalties", "bout_writers", "bout_corrections"} <= set(summary.details)
+
+
+def test_the_bout_job_reads_a_hostile_members_doc_events_without_failing() -> None:
+    """Events a buggy or hostile peer recorded (not JSON, not an operation, an address that does not
+    resolve, a role that is not text) are dropped or taken as the engine takes them: the bout is
+    still made, and only real changes count as corrections."""
+    from huddle.pipeline.bout import replay_bout
+
+    person = {"op": "add", "to": {"team": "home"}, "children": [
+        {"tag": "person", "eid": "6f1c0d7e-2a43-4e0b-9a8e-0d5f2f1b7c11", "attrs": {"number": "7"}}]}
+    rows = [
+        (A, 1, 1.0, json.dumps(person)),
+        (B, 1, 2.0, "not json"),
+        (B, 2, 3.0, json.dumps({"op": "explode"})),
+        (B, 3, 4.0, json.dumps({"op": "set", "to": {"eid": "00000000-0000-4000-8000-000000000000"},
+                                "attribute": "number", "value": "9"})),
+        (B, 4, 5.0, json.dumps([1, 2, 3])),
+        (B, 5, 6.0, json.dumps({"op": "remove", "to": {"period": 2, "jam": 40}})),
+        (B, 6, 7.0, json.dumps({"op": "set", "to": {"eid": "6f1c0d7e-2a43-4e0b-9a8e-0d5f2f1b7c11"},
+                                "attribute": "number", "value": "7"})),  # the same value again: no correction
+        (C, 1, 8.0, json.dumps({"op": "set", "to": {"eid": "6f1c0d7e-2a43-4e0b-9a8e-0d5f2f1b7c11"},
+                                "attribute": "number", "value": "77"})),
+        (C, 1, 8.0, json.dumps({"op": "set", "to": {"path": "bout"}, "attribute": "name", "value": "x"})),  # a duplicate
+    ]
+    got = replay_bout(rows)
+    assert got.events == 8 and len(got.document.dropped) == 4
+    assert got.summary()["teams"]["home"]["skaters"] == [{"number": "77"}]
+    assert [(c["source"], c["before"], c["after"], c["wrote_source"], c["own"]) for c in got.corrections] == [
+        (C, "7", "77", A, False)]
+    assert got.writers == {(A, "", "add person"): 1, (B, "", "remove jam"): 1, (B, "", "set person.number"): 1,
+                           (C, "", "set person.number"): 1}
+
+
+@pytest.mark.processes
+def test_the_bout_job_on_the_exported_logs_of_a_bout_over_three_node_processes(spark: SparkSession,
+                                                                                 tmp_path: Path) -> None:
+    """A short simulated bout over three real nodes, their logs exported, and a fourth log made from c's
+    without the last of b's events (a device that missed them): the bout job's score is the nodes'
+    summary, a scorekeeper's correction is b's, the head NSO's fix of b's penalty is a's, and the
+    fourth node is named as disagreeing."""
+    import asyncio
+
+    from conftest import Cluster, get, wait_for
+
+    from huddle.boutsim.play import play
+    from huddle.log.export import export
+
+    cluster = Cluster(tmp_path)
+    try:
+        a, b, c = (cluster.start(n) for n in ("a", "b", "c"))
+        wait_for(lambda: cluster.mesh_complete([a, b, c]), 30, "three nodes to mesh")
+        plan = plan_bout(8, jams=2, t0=get(a.api, "/api/v1/node")["time"])
+        devices = {"jam-timer": a.api, "scorekeeper-home": b.api, "scorekeeper-away": b.api,
+                   "penalty-tracker": b.api, "lineup-tracker": a.api}
+        played = asyncio.run(play(plan, devices, speed=500.0))
+        assert played.refused == []
+        wait_for(lambda: len({json.dumps(get(n.api, "/api/v1/bout/summary")) for n in (a, b, c)}) == 1, 20,
+                 "the three summaries to agree")
+        summary = get(c.api, "/api/v1/bout/summary")
+        ids = {n.name: (tmp_path / n.name / "node-id").read_text().strip() for n in (a, b, c)}
+        for n in (a, b, c):
+            n.signal(15)
+            assert n.wait(10) == 0
+            export(tmp_path / n.name, tmp_path / "export" / n.name, "jsonl")
+    finally:
+        cluster.close()
+    lines = (tmp_path / "export" / "c" / "events.jsonl").read_text().splitlines()
+    b_docs = sorted(json.loads(x)["seq"] for x in lines if json.loads(x)["source"] == ids["b"]
+                    and json.loads(x)["kind"] == "doc")
+    cut, missed = "d" * 32, set(b_docs[-5:])
+    (tmp_path / "export" / "d").mkdir()
+    (tmp_path / "export" / "d" / "events.jsonl").write_text("".join(
+        json.dumps(row | {"node": cut}) + "\n" for row in map(json.loads, lines)
+        if not (row["source"] == ids["b"] and row["seq"] in missed)))
+    got = jobs.run(spark, [str(tmp_path / "export")], str(tmp_path / "audit"), jobs=["bout"])
+    assert got.bouts is not None and len(got.bouts) == 1
+    bout = got.bouts[0]
+    assert (bout["home"], bout["away"]) == (summary["teams"]["home"]["score"], summary["teams"]["away"]["score"])
+    assert bout["status"] == "final" and got.bout_disagree == [cut]
+    fixes = [r.asDict() for r in spark.read.parquet(str(tmp_path / "audit" / "bout_corrections")).collect()]
+    assert any(f["attribute"] == "points" and f["source"] == ids["b"] and f["own"] for f in fixes)
+    assert [(f["source"], f["wrote_source"]) for f in fixes if f["attribute"] == "code"] == [(ids["a"], ids["b"])]
+    line = next(x for x in got.lines() if x.startswith("bout: 1 node(s)"))
+    assert cut[:8] in line

@@ -76,7 +76,7 @@ def replay_bout(rows: Iterable[Row]) -> BoutReplay:
         if doc.apply(op, key) is not None:
             continue  # dropped: it changed nothing
         target = target if target is not None else _target(doc.root, doc, op["to"])
-        tag = "" if target is None else target.tag
+        tag = _tag_of(op["to"]) if target is None else target.tag
         what = (f"add {' '.join(sorted({e.tag for e in doc.made if e.parent is target})) or 'text'}" if kind == "add"
                 else f"set {tag}.{attribute or 'text'}" if kind == "set" else f"remove {tag}")
         out.writers[(source, role, what)] = out.writers.get((source, role, what), 0) + 1
@@ -92,7 +92,7 @@ def replay_bout(rows: Iterable[Row]) -> BoutReplay:
                 was = wrote.get((target.eid, attribute or ""), ("", ""))
                 out.corrections.append(_correction(key, (source, role), target, was, op="set", attribute=attribute,
                                                    before=before, after=after))
-            if after == _new_value(op):
+            if after == _new_value(op) and after != before:  # a value set again keeps its first author
                 wrote[(target.eid, attribute or "")] = (source, role)
         elif kind == "remove" and target.removed:
             was = wrote.get((target.eid, ""), ("", ""))
@@ -127,6 +127,14 @@ def _value(e: Element, attribute: str | None, op: dict[str, Any]) -> str | None:
     if "attribute" in op:
         return e.attrs.get(str(attribute))
     return e.text or None
+
+
+def _tag_of(to: dict[str, Any]) -> str:
+    """The tag an address names when its element is gone (a remove of a jam no one made)."""
+    for key in ("person", "jam", "period", "team"):
+        if key in to:
+            return key
+    return str(to.get("path", "")).rsplit("/", 1)[-1] or "element"
 
 
 def _target(root: Element, doc: BoutDocument, to: dict[str, Any]) -> Element | None:
