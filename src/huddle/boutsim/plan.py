@@ -31,6 +31,7 @@ driver's speed) still records jams of realistic length.
 
 from __future__ import annotations
 
+import math
 import random
 import uuid
 from dataclasses import dataclass, field
@@ -312,7 +313,7 @@ class _Planner:
                    _set({"path": "bout"}, "signed", HEAD_NSO), _set({"path": "bout"}, "status", "final"), settle=True)
 
     def _poisson(self, mean: float) -> int:
-        n, p, limit = 0, 1.0, 2.718281828459045 ** -mean
+        n, p, limit = 0, 1.0, math.exp(-mean)  # Knuth's: multiply uniforms until below e^-mean
         while True:
             p *= self.rng.random()
             if p < limit:

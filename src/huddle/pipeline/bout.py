@@ -70,15 +70,17 @@ def replay_bout(rows: Iterable[Row]) -> BoutReplay:
             doc.apply_body(body, key, fast=False)
             continue
         kind, attribute = op["op"], op.get("attribute")
-        target = _target(doc.root, doc, op["to"])
+        address = op.get("to")
+        to: dict[str, Any] = address if isinstance(address, dict) else {}  # an operation of another shape has none
+        target = _target(doc.root, doc, to)
         before = None if target is None else _value(target, attribute, op)
         doc.made = []
         if doc.apply(op, key) is not None:
             continue  # dropped: it changed nothing
-        target = target if target is not None else _target(doc.root, doc, op["to"])
-        tag = _tag_of(op["to"]) if target is None else target.tag
+        target = target if target is not None else _target(doc.root, doc, to)
+        tag = _tag_of(to) if target is None else target.tag
         what = (f"add {' '.join(sorted({e.tag for e in doc.made if e.parent is target})) or 'text'}" if kind == "add"
-                else f"set {tag}.{attribute or 'text'}" if kind == "set" else f"remove {tag}")
+                else f"set {tag}.{attribute or 'text'}" if kind == "set" else f"{kind} {tag}")
         out.writers[(source, role, what)] = out.writers.get((source, role, what), 0) + 1
         for e in doc.made:
             for name in e.attrs:

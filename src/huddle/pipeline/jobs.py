@@ -36,6 +36,7 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from ..doc.model import Element
+from ..doc.ops import DOC_KIND
 from ..errors import ConfigError
 from . import schemas
 from . import transforms as T
@@ -542,7 +543,7 @@ def _bout_job(spark: SparkSession, events: DataFrame, output: str, *, summary: S
         write_text(spark, stem + ".json", json.dumps(got, indent=2, sort_keys=True) + "\n")
         summary.bout_files += [stem + ".xml", stem + ".json"]
         if bout_writer is not None:  # the document itself, made again here from the group's events: a bout is small
-            group = events.filter((F.col("group") == r["group"]) & (F.col("kind") == "doc")).transform(T.consolidate)
+            group = events.filter((F.col("group") == r["group"]) & (F.col("kind") == DOC_KIND)).transform(T.consolidate)
             replayed = replay_bout((x["source"], x["seq"], x["timestamp"], x["body"]) for x in group.select(
                 "source", "seq", "timestamp", "body").toLocalIterator())
             bout_writer(str(r["group"]), replayed.root, replayed.summary())
