@@ -157,9 +157,7 @@ class _Planner:
         self.write(start, "jam-timer", f"period {number} starts",
                    _set({"period": number}, "start", self.stamp(start)))
         clock = 0.0  # the period clock: runs in lineups and jams, not in timeouts
-        now = start
-        j = 0
-        end = start
+        now, end, j = start, start, 0
         while True:
             j += 1
             remaining = PERIOD_SECONDS - clock
@@ -216,7 +214,7 @@ class _Planner:
             self.penalty(jam, self.rng.uniform(start, end))
 
     def trips(self, jam: _Jam, team: str, first: float, end: float) -> None:
-        """The team's scoring trips: one every 12 to 20 s after the initial trip (which scores nothing)."""
+        """The team's scoring trips: one every 14 to 24 s after the initial trip (which scores nothing)."""
         jammer, pivot = jam.lineups[team][0], jam.lineups[team][1]
         scorer = jammer
         star = self.rng.random() < 0.05

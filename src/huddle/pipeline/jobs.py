@@ -516,7 +516,11 @@ def run(spark: SparkSession, inputs: Sequence[str], output: str, *, jobs: Sequen
 def _bout_job(spark: SparkSession, events: DataFrame, output: str, *, summary: Summary, data: ReportData,
               write: Callable[..., DataFrame], bout_writer: BoutWriter | None) -> None:
     """The bout job's part of :func:`run`: its four tables, each group's final bout as files
-    beside them (and to ``bout_writer``), the findings' numbers."""
+    beside them (and to ``bout_writer``), the findings' numbers.  Inputs with no ``doc``
+    event hold no bout: nothing is written (one look at the events, not a Spark job a table)."""
+    summary.bouts = []
+    if not events.filter(F.col("kind") == DOC_KIND).limit(1).collect():
+        return
     tables = bout(events)
     rows = [r.asDict() for r in write("bout", tables.bout).orderBy("group", "node").collect()]  # a row a node: few
     penalties = write("bout_penalties", tables.bout_penalties)
@@ -528,7 +532,7 @@ def _bout_job(spark: SparkSession, events: DataFrame, output: str, *, summary: S
     data.bout_writers = [r.asDict() for r in writers.orderBy("group", "source", "role", "what").limit(1000).collect()]
     data.bout_corrections = [r.asDict() for r in fixes.orderBy("group", "timestamp", "source", "seq").limit(
         REPORT_ROWS).collect()]
-    summary.bouts, summary.bout_disagree = [], [str(r["node"]) for r in rows if not r["same"]]
+    summary.bout_disagree = [str(r["node"]) for r in rows if not r["same"]]
     for r in rows:
         if r["node"] != T.GROUP_DOCUMENT or not r["doc_events"]:
             continue

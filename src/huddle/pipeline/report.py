@@ -178,6 +178,8 @@ def _bout(d: ReportData) -> str:
     """The bout section: each node's bout against its group's, the score jam by jam, penalties,
     who recorded what, the corrections."""
     names = d.names
+    if not d.bout:
+        return "<h2>The bout</h2><p class=note>the inputs hold no <code>doc</code> events: no bout</p>"
     parts = ["<h2>The bout</h2><p class=note>The roller-derby bout each node's <code>doc</code> events make "
              "(node <code>*</code>: its group's, from every node's events), added up as "
              "<code>GET /api/v1/bout/summary</code> does. <code>same</code>: false means this node's bout differs "
