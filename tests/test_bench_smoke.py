@@ -46,6 +46,7 @@ CASES = [
     ("start_cpu", "start_cpu", ["--runs", "1", "src"], "node CPU ms"),
     ("control", "control", ["--orders", "2"], "RESULT control order effect"),
     ("zre", "zre", ["--shouts", "300", "--reps", "1", "--size-mb", "2"], "RESULT Hydra post transfer"),
+    ("bout", "bout", ["--jams", "1", "--entries", "2", "--reps", "1"], "RESULT bout entry -> summary"),
 ]
 
 

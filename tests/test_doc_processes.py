@@ -129,6 +129,13 @@ def test_the_demo_shows_the_mesh_chat_document_posts_guests_picture_and_audit(tm
     assert "<alice> hello from alice" in out.stdout
     assert '<penalty code="B" number="7" team="away"/>' in out.stdout
     assert "what jam are we on? active: period 1 jam 1" in out.stdout
+    # the simulated bout: five devices on alice and bob, the final score read at carol, then the audit's bout job
+    assert "scorekeeper-home on bob" in out.stdout and "0 refused by the bout's rules" in out.stdout
+    final = re.search(r"final score, from GET /api/v1/bout/summary at carol \(it recorded nothing\): "
+                      r"Rainy City Rollers (\d+) - (\d+) Steel Valley Vixens; 6 jams, \d+ penalties; final, signed by Nia Soh",
+                      out.stdout)
+    assert final, out.stdout
+    assert "the same summary on all 3 nodes" in out.stdout
     assert "carol's copy is byte for byte the same" in out.stdout
     assert 'scoreboard heard scorekeeper say \'score\': {"points": 4, "team": "home"}' in out.stdout
     assert "the same digest on all 3 nodes" in out.stdout
@@ -144,6 +151,10 @@ def test_the_demo_shows_the_mesh_chat_document_posts_guests_picture_and_audit(tm
     assert re.search(r"input: \d+ rows from 3 node\(s\) in 1 group\(s\), \d+ distinct events", audit)
     report = tmp_path / "audit" / "report.html"
     assert f"report: {report}" in audit and "Converged" in report.read_text()
+    assert f"bout (demo): Rainy City Rollers {final[1]} - {final[2]} Steel Valley Vixens, 6 jams" in audit
+    bout = json.loads((tmp_path / "audit" / "bout-demo.json").read_text())
+    assert (bout["teams"]["home"]["score"], bout["teams"]["away"]["score"]) == (int(final[1]), int(final[2]))
+    assert f"the bout's final document: {tmp_path / 'audit' / 'bout-demo.xml'}" in audit
 
 
 @pytest.mark.timeout(300)

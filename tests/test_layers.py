@@ -62,6 +62,8 @@ LAYER_OF: dict[str, str] = {
     "huddle.render": "render",
     "huddle.guest_client": "clients",
     "huddle.pipeline": "pipeline",
+    "huddle.boutsim": "boutsim",  # the simulated bout: its plan (pure)
+    "huddle.boutsim.play": "cli",  # ... played over nodes' APIs
     "huddle": "facade",
     "huddle.cli": "cli",
     "huddle.demo": "cli",
@@ -159,8 +161,9 @@ ALLOWED: dict[str, set[str]] = {
     "crg": {"base", "wire", "doc"},
     "pipeline": {"base", "wire", "doc"},  # reads exported logs; never the runtime
     "render": set(),  # the API's answers as text: JSON in, text out
+    "boutsim": {"base", "doc"},  # a bout's writes, planned from a seed: no I/O
     "cli": {"base", "wire", "log", "protocol", "transport", "config", "sim", "node", "facade", "clients",
-            "pipeline", "security", "render", "ports", "features", "pairing"},
+            "pipeline", "security", "render", "ports", "features", "pairing", "boutsim"},
     "entry": {"cli"},
 }
 

@@ -23,6 +23,7 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from huddle import cli
+from huddle.boutsim import plan_bout
 from huddle.errors import ConfigError
 from huddle.pipeline import jobs, schemas
 from huddle.pipeline import transforms as T
@@ -714,7 +715,8 @@ def test_the_command_tells_each_job_as_it_goes_and_prints_the_findings_as_json(s
                            "--conf", "spark.driver.memory=1g"], capture_output=True, text=True, timeout=300, check=False)
     lines = proc.stderr.strip().splitlines()
     assert lines[:1] == ["spark local[1] starting …"] and re.fullmatch(r"spark local\[1\] up in \d+\.\d s", lines[1]), lines
-    want = [f"job {i}/5 {name} " + end for i, name in enumerate(jobs.JOBS, 1) for end in ("…", r"done in \d+\.\d s")]
+    want = [f"job {i}/{len(jobs.JOBS)} {name} " + end for i, name in enumerate(jobs.JOBS, 1)
+            for end in ("…", r"done in \d+\.\d s")]
     assert len(lines) == 2 + len(want), proc.stderr[-4000:]
     for line, pattern in zip(lines[2:], want, strict=True):
         assert re.fullmatch(pattern, line), (line, pattern)
@@ -768,3 +770,170 @@ def test_three_node_processes_end_to_end(spark: SparkSession, tmp_path: Path) ->
     assert "Converged" in page and "Bo" in page and "peer_joined" in page
     replayed = spark.read.parquet(str(tmp_path / "audit" / "replay")).collect()
     assert sorted((r["doc_events"], r["shown_doc_events"], r["shown"]) for r in replayed) == [(1, 1, "same")] * 3
+
+
+# ---------------------------------------------------------------- the bout job
+
+
+def bout_rows(plan: list[Any], devices: dict[str, str], holders: dict[str, set[str]]) -> list[tuple[Any, ...]]:
+    """Export rows of a planned bout as the nodes would hold it: each device writes through its
+    node (the source); ``holders``: node -> the sources whose events it holds."""
+    seqs: dict[str, int] = {}
+    made = []
+    for w in plan:
+        source = devices[w.device]
+        for op in w.ops:
+            seqs[source] = seqs.get(source, 0) + 1
+            made.append((source, seqs[source], 1.8e9 + w.at, json.dumps(op)))
+    return [ev(node, source, seq, ts=ts, kind="doc", body=body, at=ts + 0.01)
+            for node, held in holders.items() for source, seq, ts, body in made if source in held]
+
+
+def test_the_bout_job_scores_attributes_corrections_and_finds_a_node_that_disagrees(spark: SparkSession) -> None:
+    plan = plan_bout(3, jams=3)
+    # the jam timer (and head NSO) writes through A, the scorekeepers and the penalty tracker through B,
+    # the lineup tracker through C; C misses B's events after its first 40
+    devices = {"jam-timer": A, "scorekeeper-home": B, "scorekeeper-away": B, "penalty-tracker": B, "lineup-tracker": C}
+    rows = bout_rows(plan, devices, {A: {A, B, C}, B: {A, B, C}, C: {A, C}})
+    rows += [r for r in bout_rows(plan, devices, {C: {B}}) if r[3] <= 40]
+    tables = jobs.bout(events(spark, *rows))
+    by_node = {r["node"]: r.asDict() for r in tables.bout.collect()}
+    assert set(by_node) == {A, B, C, T.GROUP_DOCUMENT}
+    whole = by_node[T.GROUP_DOCUMENT]
+    score = {"home": 0, "away": 0}
+    trips: dict[str, tuple[str, int]] = {}
+    for w in plan:  # the score from the plan's own trips and fixes
+        for op in w.ops:
+            for c in op.get("children", ()):
+                if c["tag"] == "points":
+                    trips[c["eid"]] = (c["attrs"]["team"], int(c["attrs"]["points"]))
+            if op["op"] == "set" and op["attribute"] == "points":
+                trips[op["to"]["eid"]] = (trips[op["to"]["eid"]][0], int(op["value"]))
+    for team, points in trips.values():
+        score[team] += points
+    assert (whole["home"], whole["away"]) == (score["home"], score["away"])
+    assert (whole["status"], whole["jams"]) == ("final", 6)
+    assert json.loads(whole["summary"])["teams"]["home"]["score"] == score["home"]
+    assert by_node[A]["same"] and by_node[B]["same"] and whole["same"]
+    assert not by_node[C]["same"] and by_node[C]["doc_events"] < whole["doc_events"]
+    fixes = [r.asDict() for r in tables.bout_corrections.collect()]
+    points = [f for f in fixes if (f["tag"], f["attribute"]) == ("points", "points")]
+    assert points and all(f["source"] == B and f["own"] and f["before"] != f["after"] for f in points)
+    code = [f for f in fixes if f["attribute"] == "code"]
+    assert [(f["source"], f["wrote_source"], f["own"]) for f in code] == [(A, B, False)]
+    writers = {(r["source"], r["what"]): r["ops"] for r in tables.bout_writers.collect()}
+    assert writers[(C, "add lineup")] == 60 and writers[(A, "set jam.start")] == 6
+    assert (B, "add points") in writers and (A, "add lineup") not in writers
+    penalties = tables.bout_penalties.collect()
+    assert sum(r["penalties"] for r in penalties) == whole["penalties"] > 0
+
+
+def test_a_run_of_the_bout_job_writes_the_final_bout_and_tells_it(spark: SparkSession, tmp_path: Path) -> None:
+    plan = plan_bout(5, jams=2)
+    devices = dict.fromkeys(("jam-timer", "scorekeeper-home", "scorekeeper-away", "penalty-tracker", "lineup-tracker"), A)
+    export = tmp_path / "export" / "events.jsonl"
+    export.parent.mkdir()
+    names = [f.name for f in schemas.EVENTS.fields]
+    export.write_text("".join(json.dumps(dict(zip(names, r, strict=True))) + "\n"
+                              for r in bout_rows(plan, devices, {A: {A}, B: {A}})))
+    given: list[tuple[str, Any, dict[str, Any]]] = []
+    summary = jobs.run(spark, [str(export.parent)], str(tmp_path / "audit"), jobs=["bout"],
+                       bout_writer=lambda group, root, got: given.append((group, root, got)))
+    assert summary.bouts is not None and len(summary.bouts) == 1 and summary.bout_disagree == []
+    bout = summary.bouts[0]
+    assert bout["status"] == "final" and bout["home_name"] == "Rainy City Rollers"
+    line = next(x for x in summary.lines() if x.startswith("bout (bout): "))
+    assert f"Rainy City Rollers {bout['home']} - {bout['away']} Steel Valley Vixens" in line
+    xml, js = (tmp_path / "audit" / "bout-bout.xml"), (tmp_path / "audit" / "bout-bout.json")
+    assert summary.bout_files == [str(xml), str(js)]
+    assert json.loads(js.read_text())["teams"]["away"]["score"] == bout["away"]
+    [(group, root, got)] = given
+    assert group == G and root.tag == "bout" and got == json.loads(js.read_text())
+    assert 'status="final"' in xml.read_text()
+    page = (tmp_path / "audit" / "report.html").read_text()
+    assert "The bout" in page and 'data-plot="bout-score"' in page and "Who recorded what" in page
+    assert {"bout", "bout_penalties", "bout_writers", "bout_corrections"} <= set(summary.details)
+
+
+def test_the_bout_job_reads_a_hostile_members_doc_events_without_failing() -> None:
+    """Events a buggy or hostile peer recorded (not JSON, not an operation, an address that does not
+    resolve, a role that is not text) are dropped or taken as the engine takes them: the bout is
+    still made, and only real changes count as corrections."""
+    from huddle.pipeline.bout import replay_bout
+
+    person = {"op": "add", "to": {"team": "home"}, "children": [
+        {"tag": "person", "eid": "6f1c0d7e-2a43-4e0b-9a8e-0d5f2f1b7c11", "attrs": {"number": "7"}}]}
+    rows = [
+        (A, 1, 1.0, json.dumps(person)),
+        (B, 1, 2.0, "not json"),
+        (B, 2, 3.0, json.dumps({"op": "explode"})),
+        (B, 3, 4.0, json.dumps({"op": "set", "to": {"eid": "00000000-0000-4000-8000-000000000000"},
+                                "attribute": "number", "value": "9"})),
+        (B, 4, 5.0, json.dumps([1, 2, 3])),
+        (B, 5, 6.0, json.dumps({"op": "remove", "to": {"period": 2, "jam": 40}})),
+        (B, 6, 7.0, json.dumps({"op": "set", "to": {"eid": "6f1c0d7e-2a43-4e0b-9a8e-0d5f2f1b7c11"},
+                                "attribute": "number", "value": "7"})),  # the same value again: no correction
+        (C, 1, 8.0, json.dumps({"op": "set", "to": {"eid": "6f1c0d7e-2a43-4e0b-9a8e-0d5f2f1b7c11"},
+                                "attribute": "number", "value": "77"})),
+        (C, 1, 8.0, json.dumps({"op": "set", "to": {"path": "bout"}, "attribute": "name", "value": "x"})),  # a duplicate
+    ]
+    got = replay_bout(rows)
+    assert got.events == 8 and len(got.document.dropped) == 4
+    assert got.summary()["teams"]["home"]["skaters"] == [{"number": "77"}]
+    assert [(c["source"], c["before"], c["after"], c["wrote_source"], c["own"]) for c in got.corrections] == [
+        (C, "7", "77", A, False)]
+    assert got.writers == {(A, "", "add person"): 1, (B, "", "remove jam"): 1, (B, "", "set person.number"): 1,
+                           (C, "", "set person.number"): 1}
+
+
+@pytest.mark.processes
+def test_the_bout_job_on_the_exported_logs_of_a_bout_over_three_node_processes(spark: SparkSession,
+                                                                                 tmp_path: Path) -> None:
+    """A short simulated bout over three real nodes, their logs exported, and a fourth log made from c's
+    without the last of b's events (a device that missed them): the bout job's score is the nodes'
+    summary, a scorekeeper's correction is b's, the head NSO's fix of b's penalty is a's, and the
+    fourth node is named as disagreeing."""
+    import asyncio
+
+    from conftest import Cluster, get, wait_for
+
+    from huddle.boutsim.play import play
+    from huddle.log.export import export
+
+    cluster = Cluster(tmp_path)
+    try:
+        a, b, c = (cluster.start(n) for n in ("a", "b", "c"))
+        wait_for(lambda: cluster.mesh_complete([a, b, c]), 30, "three nodes to mesh")
+        plan = plan_bout(8, jams=2, t0=get(a.api, "/api/v1/node")["time"])
+        devices = {"jam-timer": a.api, "scorekeeper-home": b.api, "scorekeeper-away": b.api,
+                   "penalty-tracker": b.api, "lineup-tracker": a.api}
+        played = asyncio.run(play(plan, devices, speed=500.0))
+        assert played.refused == []
+        wait_for(lambda: len({json.dumps(get(n.api, "/api/v1/bout/summary")) for n in (a, b, c)}) == 1, 20,
+                 "the three summaries to agree")
+        summary = get(c.api, "/api/v1/bout/summary")
+        ids = {n.name: (tmp_path / n.name / "node-id").read_text().strip() for n in (a, b, c)}
+        for n in (a, b, c):
+            n.signal(15)
+            assert n.wait(10) == 0
+            export(tmp_path / n.name, tmp_path / "export" / n.name, "jsonl")
+    finally:
+        cluster.close()
+    lines = (tmp_path / "export" / "c" / "events.jsonl").read_text().splitlines()
+    b_docs = sorted(json.loads(x)["seq"] for x in lines if json.loads(x)["source"] == ids["b"]
+                    and json.loads(x)["kind"] == "doc")
+    cut, missed = "d" * 32, set(b_docs[-5:])
+    (tmp_path / "export" / "d").mkdir()
+    (tmp_path / "export" / "d" / "events.jsonl").write_text("".join(
+        json.dumps(row | {"node": cut}) + "\n" for row in map(json.loads, lines)
+        if not (row["source"] == ids["b"] and row["seq"] in missed)))
+    got = jobs.run(spark, [str(tmp_path / "export")], str(tmp_path / "audit"), jobs=["bout"])
+    assert got.bouts is not None and len(got.bouts) == 1
+    bout = got.bouts[0]
+    assert (bout["home"], bout["away"]) == (summary["teams"]["home"]["score"], summary["teams"]["away"]["score"])
+    assert bout["status"] == "final" and got.bout_disagree == [cut]
+    fixes = [r.asDict() for r in spark.read.parquet(str(tmp_path / "audit" / "bout_corrections")).collect()]
+    assert any(f["attribute"] == "points" and f["source"] == ids["b"] and f["own"] for f in fixes)
+    assert [(f["source"], f["wrote_source"]) for f in fixes if f["attribute"] == "code"] == [(ids["a"], ids["b"])]
+    line = next(x for x in got.lines() if x.startswith("bout: 1 node(s)"))
+    assert cut[:8] in line

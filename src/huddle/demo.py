@@ -1,6 +1,7 @@
-"""``huddle demo``: start nodes on loopback, chat, show each one's peers, supervise apps on
-one of them (one crashes and is restarted, one is stopped from another node), stop them,
-and audit their logs with the pipeline on Spark ``local[*]``.
+"""``huddle demo``: start nodes on loopback, chat, show each one's peers, record a simulated
+roller-derby bout on them (five officials' devices), supervise apps on one of them (one
+crashes and is restarted, one is stopped from another node), stop them, and audit their logs
+with the pipeline on Spark ``local[*]``.
 
 It drives real ``huddle node`` processes through their HTTP API exactly as a
 user would, and uses only 127.0.0.1.
@@ -19,6 +20,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
+from .boutsim import Write
+from .boutsim.play import assign, simulate, summaries_agree
 from .client import ApiClient
 from .errors import HuddleError
 from .guest_client import Guest
@@ -70,7 +75,7 @@ async def _wait_mesh(nodes: list[NodeProcess], timeout: float) -> None:
         await asyncio.sleep(0.1)
 
 
-async def _demo(nodes: list[NodeProcess]) -> None:
+async def _demo(nodes: list[NodeProcess], bout: tuple[int, float]) -> None:
     print(f"waiting for {len(nodes)} nodes to find each other (UDP beacons on 127.255.255.255)...")
     await _wait_mesh(nodes, 20.0)
     async with ApiClient(nodes[0].api) as api:
@@ -106,6 +111,7 @@ async def _demo(nodes: list[NodeProcess]) -> None:
         print("\n".join("     " + line for line in peers_text(peers).splitlines()))
         print()
     await _demo_document(nodes)
+    await _demo_bout(nodes, *bout)
     await _demo_posts(nodes)
     await _demo_guests(nodes)
     await _demo_system(nodes)
@@ -192,6 +198,51 @@ async def _demo_document(nodes: list[NodeProcess]) -> None:
     print("   " + xml.strip().splitlines()[-1])
     active = jams["active"]
     print(f"   what jam are we on? active: period {active['period']} jam {active['jam']}\n")
+
+
+async def _demo_bout(nodes: list[NodeProcess], jams: int, speed: float) -> None:
+    """A simulated bout (docs/demo.md): five officials' devices write through the nodes but the
+    last, which shows the result; the score as each jam ends, then the final from the last node."""
+    by_api = {n.api: n.name for n in nodes}
+    devices = assign([n.api for n in nodes])
+    print(f"== a simulated bout (docs/demo.md): {jams} jams a period at {speed:g}x, five officials' devices: "
+          + ", ".join(f"{device} on {by_api[api]}" for device, api in devices.items()))
+    async with ApiClient(nodes[0].api) as api:  # a fresh bout: the document step above recorded a jam
+        await api.doc_apply('{"op": "remove", "to": {"period": 1, "jam": 1}}', "application/json")
+    trips: dict[str, tuple[str, int]] = {}
+
+    def said(w: Write) -> None:
+        for op in w.ops:
+            for c in op.get("children", ()):
+                if c["tag"] == "points":
+                    trips[c["eid"]] = (c["attrs"]["team"], int(c["attrs"]["points"]))
+            if op["op"] == "set" and op.get("attribute") == "points":
+                trips[op["to"]["eid"]] = (trips[op["to"]["eid"]][0], int(op["value"]))
+        if w.what.endswith(" ends") or w.settle:
+            home = sum(p for team, p in trips.values() if team == "home")
+            print(f"   {w.device:<16} {w.what}: home {home} - away {sum(p for _, p in trips.values()) - home}")
+
+    _, played = await simulate([n.api for n in nodes], seed=random.randrange(1 << 30), jams=jams, speed=speed,
+                               said=said)
+    last = nodes[-1]
+    async with aiohttp.ClientSession() as session:
+        await summaries_agree(session, [n.api for n in nodes])
+        summary = await summaries_agree(session, [last.api])  # the last node's own answer
+        async with session.get(f"{last.api}/api/v1/bout/conflicts") as resp:  # 404: a node without roles
+            conflicts = (await resp.json())["conflicts"] if resp.status == 200 else None
+    teams = summary["teams"]
+    penalties = sum(len(p) for by in summary["penalties"].values() for p in by.values())
+    print(f"   {played.writes} writes ({played.ops} operations) in {played.seconds:.1f} s, "
+          f"{len(played.refused)} refused by the bout's rules")
+    print(f"   final score, from GET /api/v1/bout/summary at {last.name} (it recorded nothing): "
+          f"{teams['home']['name']} {teams['home']['score']} - {teams['away']['score']} {teams['away']['name']}; "
+          f"{len(summary['jams'])} jams, {penalties} penalties; {summary['status']}, signed by {summary['signed']}")
+    if conflicts is not None:
+        print(f"   cross-role conflicts flagged to the head NSO (GET /api/v1/bout/conflicts): {len(conflicts)}")
+    print(f"   the same summary on all {len(nodes)} nodes; the audit below writes the final document and "
+          "summary (bout-GROUP.xml, .json)\n")
+    if played.refused:
+        raise RuntimeError(f"the nodes refused {len(played.refused)} of the bout's writes: {played.refused[0][1]}")
 
 
 def _huddle(*args: str) -> str:
@@ -283,7 +334,11 @@ def _audit(nodes: list[NodeProcess], exports: Path, report_dir: Path | None) -> 
     summary = run_session([str(exports)], str(out), master="local[*]")
     for line in summary.lines():
         print("   " + line)
-    print(f"   report: {out.resolve() / 'report.html'} (open it in a browser; the tables are beside it)\n")
+    print(f"   report: {out.resolve() / 'report.html'} (open it in a browser; the tables are beside it)")
+    for path in summary.bout_files:
+        print(f"   the bout's final {'document' if path.endswith('.xml') else 'summary'}: {path}")
+    print("   the statsbook: not written (the bout job's bout_writer writes one where a statsbook writer is given)")
+    print()
     return summary.converged is not False
 
 
@@ -297,9 +352,11 @@ def _group_secret(tmp: Path) -> Path:
     return key
 
 
-def run_demo(count: int = 3, report_dir: Path | None = None) -> int:
+def run_demo(count: int = 3, report_dir: Path | None = None, bout: tuple[int, float] = (3, 300.0)) -> int:
+    """The demo on ``count`` nodes; ``bout``: the simulated bout's jams a period and speed."""
     names = ["alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi"]
     count = max(2, min(count, len(names)))
+    bout = (max(1, bout[0]), bout[1])
     port = random.randint(20000, 40000)
     with tempfile.TemporaryDirectory(prefix="huddle-demo-") as tmp:
         key = _group_secret(Path(tmp))
@@ -314,7 +371,7 @@ def run_demo(count: int = 3, report_dir: Path | None = None) -> int:
         try:
             for n in nodes:
                 n.wait_api()
-            asyncio.run(_demo(nodes))
+            asyncio.run(_demo(nodes, bout))
             ok = True
         except Exception as exc:
             print(f"demo failed: {exc}", file=sys.stderr)

@@ -141,7 +141,7 @@ def _node_types(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from ..demo import run_demo  # deferred on purpose: the demo loads aiohttp (the client)  # noqa: PLC0415
 
-    return run_demo(args.nodes, args.report_dir)
+    return run_demo(args.nodes, args.report_dir, (args.bout_jams, args.bout_speed))
 
 
 def _broker(args: argparse.Namespace) -> int:

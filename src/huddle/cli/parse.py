@@ -420,11 +420,14 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
         "  convergence  per node and source, the ranges it lacks that another node holds; gaps no node holds\n"
         "  propagation  delay origin -> receiver (p50/p90/p99 by source, receiver, hops, link); throughput\n"
         "  replay       each node's document from its doc events, by huddle's own engine, vs the group's\n"
+        "  bout         the roller-derby bout per node vs the group's: score, jams, penalties per skater, who\n"
+        "               recorded what (source, role), corrections and by whom; bout-GROUP.xml / .json written\n"
         "  system       membership changes, heartbeat loss, exclusions, counters from the statistics rows",
         epilog="examples:\n"
         "  huddle simulate --nodes 3 --events 10000 --loss 0.05 --export /tmp/sim\n"
         "  huddle pipeline run --input /tmp/sim --output /tmp/audit      # then open /tmp/audit/report.html\n"
         "  huddle pipeline run --input a/ b/ c/ --output out --jobs convergence,propagation\n"
+        "  huddle pipeline run --input a/ b/ c/ --output out --jobs bout   # score, who recorded what, corrections\n"
         "  huddle pipeline run --input hdfs:///logs/day1 --output hdfs:///audit/day1 --master yarn\n\n"
         "An input is a file (events.parquet, events.jsonl) or a directory searched at any depth for them; "
         "stats.parquet / stats.jsonl beside them feed the system job.\n\n"
@@ -540,10 +543,15 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
 
     demo = sub.add_parser("demo", help="start 3 nodes on loopback, chat, show the mesh, stop them, audit their logs",
                           description="Start nodes on 127.0.0.1 and drive them through their API: chat, the bout "
-                          "document, a shared file, two guests, the system picture. Then stop them, export their "
+                          "document, a simulated bout (five officials' devices on all nodes but the last, which shows "
+                          "the final score), a shared file, two guests, the system picture. Then stop them, export their "
                           "logs and run the audit pipeline over them on Apache Spark (local[*]; needs Java 17+, "
                           "skipped with a note when there is none).")
     demo.add_argument("--nodes", type=int, default=3, help="how many nodes (default: 3)")
+    demo.add_argument("--bout-jams", type=int, default=3, metavar="N",
+                      help="the simulated bout's jams a period (default: 3; docs/demo.md)")
+    demo.add_argument("--bout-speed", type=_positive, default=300.0, metavar="X",
+                      help="how many times faster than life the bout is played (default: 300)")
     demo.add_argument("--report-dir", type=Path, metavar="DIR",
                       help="where the audit writes its tables and report.html (default: a new directory "
                       "huddle-demo-audit-* in the system's temporary directory, kept)")

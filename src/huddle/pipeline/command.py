@@ -64,9 +64,12 @@ def _run(args: argparse.Namespace) -> int:
     chosen = list(jobs.JOBS) if args.jobs is None else jobs.parse_jobs(args.jobs, flag="--jobs")
     if not args.debug:  # Py4J logs a lost JVM at length; the failure is told in one line anyway
         logging.getLogger("py4j").setLevel(logging.CRITICAL)
+    # The bout job gives each group's final bout (document and summary, as Python values) to bout_writer:
+    # the place for `--statsbook FILE.xlsx` (a statsbook writer taking the document and the summary).
+    bout_writer = None
     summary = jobs.run_session(args.input, args.output, jobs=chosen, master=args.master, conf=conf,
                                window_seconds=args.window, progress=None if args.quiet else _progress,
-                               log_level="WARN" if args.debug else "OFF", stacks=args.debug)
+                               log_level="WARN" if args.debug else "OFF", stacks=args.debug, bout_writer=bout_writer)
     if args.json:  # the findings whole: headline numbers, the lines, the rows behind them (None: job not run)
         found = asdict(summary) | {"converged": summary.converged, "findings": summary.lines(), "output": args.output}
         print(json.dumps(found, indent=2, default=str))
@@ -74,4 +77,6 @@ def _run(args: argparse.Namespace) -> int:
         for line in summary.lines():
             print(line)
         print(f"tables and report.html in {args.output}: {', '.join(summary.tables)}")
+        if summary.bout_files:
+            print(f"the final bout (document, summary): {', '.join(summary.bout_files)}")
     return 0 if summary.converged is not False else EXIT_NOT_CONVERGED

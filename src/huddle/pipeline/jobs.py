@@ -1,7 +1,7 @@
 """The pipeline's jobs: read, transform, write.  :func:`run` takes a session;
 :func:`run_session` makes one for the CLI.  Each job is also a function of
 DataFrames (:func:`consolidate`, :func:`convergence`, :func:`propagation`,
-:func:`replay`, :func:`system`, :func:`names`), for a notebook or another
+:func:`replay`, :func:`bout`, :func:`system`, :func:`names`), for a notebook or another
 Spark job with its own session: nothing written, every table a plan to show,
 join or write (docs/pipeline.md, "In a notebook").
 
@@ -11,6 +11,8 @@ Each job writes Parquet directories under the output path (docs/pipeline.md):
 - ``convergence``: ``held_ranges``, ``missing``, ``gaps``
 - ``propagation``: ``delays``, ``delay_histogram``, ``throughput``
 - ``replay``: ``documents``, ``replay``
+- ``bout``: ``bout``, ``bout_penalties``, ``bout_writers``, ``bout_corrections``, and the group's
+  final bout as ``bout-GROUP.xml`` (the document) and ``bout-GROUP.json`` (its summary)
 - ``system``: ``membership``, ``node_health``, ``snapshots``
 
 and, where the inputs have statistics rows, ``names`` (the name each node went by),
@@ -21,6 +23,8 @@ and every run writes ``summary`` (one row of headline numbers) and
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,21 +35,24 @@ from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
+from ..doc.model import Element
+from ..doc.ops import DOC_KIND
 from ..errors import ConfigError
 from . import schemas
 from . import transforms as T
+from .bout import replay_bout
 from .errors import InputError, first_line
 from .io import check_local, check_output, count_from_footers, find_bad_line, read_events, read_stats, write_table, write_text
 from .report import ReportData, render
 from .session import launched_by_spark_submit, start_session
 
 __all__ = [
-    "JOBS", "Consolidated", "Convergence", "Propagation", "Replay", "Summary", "System", "check_jobs", "consolidate",
-    "convergence", "names", "parse_jobs", "propagation", "read_events", "read_stats", "replay", "run", "run_session",
-    "system",
+    "JOBS", "Bout", "BoutWriter", "Consolidated", "Convergence", "Propagation", "Replay", "Summary", "System", "bout",
+    "check_jobs", "consolidate", "convergence", "names", "parse_jobs", "propagation", "read_events", "read_stats",
+    "replay", "run", "run_session", "system",
 ]
 
-JOBS = ("consolidate", "convergence", "propagation", "replay", "system")
+JOBS = ("consolidate", "convergence", "propagation", "replay", "bout", "system")
 
 # Rows of each detail table the report shows (the Parquet tables have them all).
 REPORT_ROWS = 50
@@ -53,7 +60,8 @@ REPORT_ROWS = 50
 SMALL_ROWS = 10_000
 # The report's rows that go into Summary.details (`huddle pipeline run --json`): the findings'
 # evidence, not the plots' series (histogram, throughput, snapshots) nor the documents' XML.
-DETAIL_TABLES = ("conflicts", "missing", "missing_by_node", "gaps", "delays", "replay", "health")
+DETAIL_TABLES = ("conflicts", "missing", "missing_by_node", "gaps", "delays", "replay", "bout", "bout_penalties",
+                 "bout_writers", "bout_corrections", "health")
 
 
 @dataclass
@@ -76,6 +84,10 @@ class Summary:
     timeouts: int | None = None
     suspects: int | None = None
     exclusions: int | None = None
+    # per group with a bout: its final score, jams, penalties, corrections, status and sign-off (the bout job)
+    bouts: list[dict[str, Any]] | None = None
+    bout_disagree: list[str] = field(default_factory=list)  # nodes whose bout is not their group's
+    bout_files: list[str] = field(default_factory=list)  # the groups' final bouts: document (XML), summary (JSON)
     tables: list[str] = field(default_factory=list)
     names: dict[str, str] = field(default_factory=dict)  # node id -> the name it went by (table names)
     # The rows behind the findings, as the report shows them: table name -> its first rows (DETAIL_TABLES).
@@ -113,6 +125,14 @@ class Summary:
         if differ:
             out.append(f"documents: {len(differ)} node(s) differ from their group's document: "
                        f"{', '.join(self.who(n) for n in differ[:10])} (table replay)")
+        for b in self.bouts or []:
+            out.append(f"bout ({b['group']}): {b['home_name'] or 'home'} {b['home']} - {b['away']} "
+                       f"{b['away_name'] or 'away'}, {b['jams']} jams, {b['penalties']} penalties, {b['corrections']} "
+                       f"correction(s), {b['status'] or 'not final'}" + (f", signed by {b['signed']}" if b["signed"] else "")
+                       + " (tables bout, bout_penalties, bout_writers, bout_corrections)")
+        if self.bout_disagree:
+            out.append(f"bout: {len(self.bout_disagree)} node(s) record another bout than their group's: "
+                       f"{', '.join(self.who(n) for n in self.bout_disagree[:10])} (table bout)")
         if self.worst_p99 is not None:
             out.append(f"worst lag: receiver {self.who(self.worst_receiver)}, p99 delay {self.worst_p99 * 1000:.1f} ms "
                        "(table delays)")
@@ -190,6 +210,15 @@ class Replay(NamedTuple):
     replay: DataFrame  # per node: its document against the group's, and against the one it showed
 
 
+class Bout(NamedTuple):
+    """bout's tables."""
+
+    bout: DataFrame  # each node's bout and its group's (node "*"): score, jams, penalties, same
+    bout_penalties: DataFrame  # the group's bout: penalties per team and skater
+    bout_writers: DataFrame  # the group's bout: operations per source, role and kind
+    bout_corrections: DataFrame  # the group's bout: every correction, by whom, of whose value
+
+
 class System(NamedTuple):
     """system's tables."""
 
@@ -228,6 +257,12 @@ def replay(events: DataFrame, stats: DataFrame) -> Replay:
     return Replay(docs, T.replay(events, docs, last_shown, T.shown_documents(events, last_shown)))
 
 
+def bout(events: DataFrame) -> Bout:
+    """The roller-derby bout the ``doc`` events make, per node and per group, and the group's
+    in detail: penalties, who recorded what, corrections (docs/pipeline.md, "bout")."""
+    return Bout(T.bouts(events), T.bout_penalties(events), T.bout_writers(events), T.bout_corrections(events))
+
+
 def system(stats: DataFrame) -> System:
     """Membership changes, each node's health and its counter snapshots."""
     return System(stats.transform(T.membership), stats.transform(T.node_health), stats.transform(T.snapshots))
@@ -241,11 +276,14 @@ def names(stats: DataFrame) -> DataFrame:
 # ------------------------------------------------------------------ running the jobs
 
 Progress = Callable[[str], None]  # told a line as each job starts and ends (the CLI prints them on stderr)
+# Given each group's final bout as Python values: the group, the document's root, its summary
+# (doc/summary.py), e.g. to write a statsbook from them.
+BoutWriter = Callable[[str, Element, dict[str, Any]], None]
 
 
 class _Steps:
-    """The progress lines of a run: ``job 2/5 convergence …`` as a job starts,
-    ``job 2/5 convergence done in 1.4 s`` as it ends (when the next starts)."""
+    """The progress lines of a run: ``job 2/6 convergence …`` as a job starts,
+    ``job 2/6 convergence done in 1.4 s`` as it ends (when the next starts)."""
 
     def __init__(self, progress: Progress | None, jobs: Sequence[str]) -> None:
         self.progress, self.jobs = progress, list(jobs)
@@ -268,7 +306,7 @@ class _Steps:
 
 def run_session(inputs: Sequence[str], output: str, *, jobs: Sequence[str] = JOBS, master: str | None = None,
                 conf: Mapping[str, str] | None = None, window_seconds: float = 1.0, progress: Progress | None = None,
-                log_level: str = "WARN", stacks: bool = True) -> Summary:
+                log_level: str = "WARN", stacks: bool = True, bout_writer: BoutWriter | None = None) -> Summary:
     """:func:`run` in a session of its own, stopped at the end (the CLI's entry).
     The local inputs and output are checked before Spark starts (its seconds
     are not spent on a typo); ``log_level`` and ``stacks`` go to :func:`start_session`."""
@@ -284,7 +322,8 @@ def run_session(inputs: Sequence[str], output: str, *, jobs: Sequence[str] = JOB
     if progress is not None:
         progress(f"spark {spark.sparkContext.master} up in {time.perf_counter() - started:.1f} s")
     try:
-        return run(spark, inputs, output, jobs=jobs, window_seconds=window_seconds, progress=progress)
+        return run(spark, inputs, output, jobs=jobs, window_seconds=window_seconds, progress=progress,
+                   bout_writer=bout_writer)
     finally:
         spark.stop()
 
@@ -318,11 +357,12 @@ def _check_events(events: DataFrame, inputs: Sequence[str]) -> tuple[int, int, i
 
 
 def run(spark: SparkSession, inputs: Sequence[str], output: str, *, jobs: Sequence[str] = JOBS,
-        window_seconds: float = 1.0, progress: Progress | None = None) -> Summary:
+        window_seconds: float = 1.0, progress: Progress | None = None, bout_writer: BoutWriter | None = None) -> Summary:
     """Run ``jobs`` (a subset of :data:`JOBS`, in any order) over the exports
     under ``inputs``, writing tables and ``report.html`` under ``output``.
     ``progress``: told a line as each job starts and ends (propagation needs
-    the consolidated events: with it, consolidate is counted as run too)."""
+    the consolidated events: with it, consolidate is counted as run too).
+    ``bout_writer``: with the bout job, given each group's final bout (:data:`BoutWriter`)."""
     check_jobs(jobs)
     if window_seconds <= 0:
         raise ConfigError(f"the throughput window must be positive, got {window_seconds}")
@@ -436,6 +476,9 @@ def run(spark: SparkSession, inputs: Sequence[str], output: str, *, jobs: Sequen
         data.documents = rows_of(docs.filter(F.col("node") == T.GROUP_DOCUMENT), "group", limit=20)
         summary.misshown = [str(r["node"]) for r in data.replay if r["shown"] == "differs"]
         summary.divergent = [str(r["node"]) for r in data.replay if not r["same"] or r["shown"] == "differs"]
+    if "bout" in jobs:
+        steps.start("bout")
+        _bout_job(spark, events, output, summary=summary, data=data, write=write, bout_writer=bout_writer)
     if "system" in jobs:
         steps.start("system")
         stats = read_stats(spark, inputs)
@@ -468,3 +511,43 @@ def run(spark: SparkSession, inputs: Sequence[str], output: str, *, jobs: Sequen
     write_text(spark, _join(output, "report.html"), render(data))
     summary.tables.append("report.html")
     return summary
+
+
+def _bout_job(spark: SparkSession, events: DataFrame, output: str, *, summary: Summary, data: ReportData,
+              write: Callable[..., DataFrame], bout_writer: BoutWriter | None) -> None:
+    """The bout job's part of :func:`run`: its four tables, each group's final bout as files
+    beside them (and to ``bout_writer``), the findings' numbers.  Inputs with no ``doc``
+    event hold no bout: nothing is written (one look at the events, not a Spark job a table)."""
+    summary.bouts = []
+    if not events.filter(F.col("kind") == DOC_KIND).limit(1).collect():
+        return
+    tables = bout(events)
+    rows = [r.asDict() for r in write("bout", tables.bout).orderBy("group", "node").collect()]  # a row a node: few
+    penalties = write("bout_penalties", tables.bout_penalties)
+    writers = write("bout_writers", tables.bout_writers)
+    fixes = write("bout_corrections", tables.bout_corrections)
+    data.bout = [{k: v for k, v in r.items() if k not in ("summary", "xml")} for r in rows]
+    data.bout_penalties = [r.asDict() for r in penalties.orderBy(F.desc("penalties"), "team", "number").limit(
+        REPORT_ROWS).collect()]
+    data.bout_writers = [r.asDict() for r in writers.orderBy("group", "source", "role", "what").limit(1000).collect()]
+    data.bout_corrections = [r.asDict() for r in fixes.orderBy("group", "timestamp", "source", "seq").limit(
+        REPORT_ROWS).collect()]
+    summary.bout_disagree = [str(r["node"]) for r in rows if not r["same"]]
+    for r in rows:
+        if r["node"] != T.GROUP_DOCUMENT or not r["doc_events"]:
+            continue
+        got = json.loads(r["summary"])
+        named = {f"{t}_name": got["teams"][t]["name"] for t in ("home", "away")}
+        data.bout_jams.extend({"group": r["group"], **j} for j in got["jams"])
+        data.bout = [x | named if (x["group"], x["node"]) == (r["group"], r["node"]) else x for x in data.bout]
+        summary.bouts.append({k: r[k] for k in ("group", "home", "away", "jams", "penalties", "corrections", "status",
+                                                "signed")} | named)
+        stem = _join(output, "bout-" + (re.sub(r"[^A-Za-z0-9_.-]", "_", str(r["group"])) or "_"))
+        write_text(spark, stem + ".xml", str(r["xml"]))
+        write_text(spark, stem + ".json", json.dumps(got, indent=2, sort_keys=True) + "\n")
+        summary.bout_files += [stem + ".xml", stem + ".json"]
+        if bout_writer is not None:  # the document itself, made again here from the group's events: a bout is small
+            group = events.filter((F.col("group") == r["group"]) & (F.col("kind") == DOC_KIND)).transform(T.consolidate)
+            replayed = replay_bout((x["source"], x["seq"], x["timestamp"], x["body"]) for x in group.select(
+                "source", "seq", "timestamp", "body").toLocalIterator())
+            bout_writer(str(r["group"]), replayed.root, replayed.summary())

@@ -22,7 +22,10 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
-__all__ = ["FLOOR_MS", "delay_histogram", "library", "link_matrix", "num", "peers_alive", "percentiles", "throughput"]
+__all__ = [
+    "FLOOR_MS", "bout_score", "delay_histogram", "library", "link_matrix", "num", "peers_alive", "percentiles",
+    "throughput",
+]
 
 Rows = list[dict[str, Any]]
 Label = Callable[[Any], str]
@@ -186,6 +189,26 @@ def peers_alive(series: Sequence[tuple[str, list[tuple[float, float]]]]) -> str:
     fig.update_layout(_layout("Peers alive, by node", "seconds from the first snapshot", "peers alive"))
     fig.update_yaxes(rangemode="tozero", tickformat=",~f")
     return _div(fig, "peers")
+
+
+def bout_score(group: str, jams: Rows, names: tuple[str, str]) -> str:
+    """A bout's score after each jam, a line per team (the bout summary's jam rows, in order)."""
+    if not jams:
+        return ""
+    labels = [f"P{j['period']} J{j['jam']}" for j in jams]
+    fig = go.Figure()
+    for k, (team, name) in enumerate(zip(("home", "away"), names, strict=True)):
+        total, ys = 0, []
+        for j in jams:
+            total += int(j[team]["points"])
+            ys.append(total)
+        fig.add_trace(go.Scatter(x=labels, y=ys, mode="lines+markers" if len(jams) <= 60 else "lines",
+                                 name=escape(name or team), line={"shape": "hv", "color": COLORS[k]},
+                                 hovertemplate=escape(name or team) + " after %{x}: %{y:,}<extra></extra>"))
+    fig.update_layout(_layout(f"Group {group}: the score after each jam", "period and jam", "points"))
+    fig.update_xaxes(type="category", showgrid=False)
+    fig.update_yaxes(rangemode="tozero", tickformat=",~f")
+    return _div(fig, "bout-score")
 
 
 def num(value: float) -> str:

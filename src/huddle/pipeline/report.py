@@ -39,6 +39,11 @@ class ReportData:
     window_seconds: float = 1.0
     replay: Rows = field(default_factory=list)
     documents: Rows = field(default_factory=list)
+    bout: Rows = field(default_factory=list)  # each node's bout and its group's (node "*")
+    bout_jams: Rows = field(default_factory=list)  # the groups' bouts, jam by jam (the summary's jam rows)
+    bout_penalties: Rows = field(default_factory=list)
+    bout_writers: Rows = field(default_factory=list)
+    bout_corrections: Rows = field(default_factory=list)
     health: Rows = field(default_factory=list)
     membership: Rows = field(default_factory=list)
     snapshots: Rows = field(default_factory=list)
@@ -169,6 +174,37 @@ def _clock_note(clocks: Rows, histogram: Rows) -> str:
     return f"<p class=note>{escape(text)}</p>"
 
 
+def _bout(d: ReportData) -> str:
+    """The bout section: each node's bout against its group's, the score jam by jam, penalties,
+    who recorded what, the corrections."""
+    names = d.names
+    if not d.bout:
+        return "<h2>The bout</h2><p class=note>the inputs hold no <code>doc</code> events: no bout</p>"
+    parts = ["<h2>The bout</h2><p class=note>The roller-derby bout each node's <code>doc</code> events make "
+             "(node <code>*</code>: its group's, from every node's events), added up as "
+             "<code>GET /api/v1/bout/summary</code> does. <code>same</code>: false means this node's bout differs "
+             "from its group's (its devices disagree with the others': it lacks or holds other events). "
+             "A correction is a set that changed a recorded value, or a remove; <code>own</code>: the corrector "
+             "wrote the value it replaced.</p>"]
+    parts.append(_table(_named(d.bout, names, "node"), ["group", "node", "doc_events", "home", "away", "jams",
+                                                        "penalties", "corrections", "status", "signed", "same"]))
+    for group in sorted({str(r["group"]) for r in d.bout_jams}):
+        jams = [r for r in d.bout_jams if str(r["group"]) == group]
+        teams = next((r for r in d.bout if str(r["group"]) == group and r["node"] == "*"), {})
+        parts.append(plots.bout_score(group, jams, (str(teams.get("home_name", "home")),
+                                                    str(teams.get("away_name", "away")))))
+    parts.append("<h3>Penalties per skater</h3>")
+    parts.append(_table(d.bout_penalties, ["group", "team", "number", "penalties", "codes"], "most first (table bout_penalties)"))
+    parts.append("<h3>Who recorded what</h3>")
+    parts.append(_table(_named(d.bout_writers, names, "source"), ["group", "source", "role", "what", "ops"],
+                        "operations per source (the node a device wrote through), role and kind (table bout_writers)"))
+    parts.append("<h3>Corrections</h3>")
+    parts.append(_table(_named(d.bout_corrections, names, "source", "wrote_source"),
+                        ["group", "timestamp", "source", "role", "op", "tag", "attribute", "before", "after",
+                         "wrote_source", "wrote_role", "own"], "in the bout's order (table bout_corrections)"))
+    return "\n".join(parts)
+
+
 # ------------------------------------------------------------------ page
 
 
@@ -221,6 +257,8 @@ def render(d: ReportData) -> str:
             parts.append(f"<details><summary>group {escape(str(doc['group']))}: the final document "
                          f"({doc['doc_events']} doc events, {doc['dropped']} dropped)</summary>"
                          f"<pre>{escape(str(doc['xml']))}</pre></details>")
+    if "bout" in d.jobs:
+        parts.append(_bout(d))
     if "propagation" in d.jobs:
         parts.append("<h2>Propagation</h2>")
         parts.append(_clock_note(d.clocks, d.histogram))

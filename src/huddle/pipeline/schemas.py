@@ -22,6 +22,11 @@ from pyspark.sql.types import (
 )
 
 __all__ = [
+    "BOUT",
+    "BOUT_CORRECTIONS",
+    "BOUT_PENALTIES",
+    "BOUT_ROWS",
+    "BOUT_WRITERS",
     "CONFLICTS",
     "CONSOLIDATED",
     "DELAYS",
@@ -121,6 +126,19 @@ REPLAY = StructType([
 SHOWN = StructType([*_text("group", "node"), _f("ts", DoubleType()), _f("doc_events", LongType()),
                     _f("digest", StringType())])
 DOCUMENT_DETAIL = StructType([_f("doc_events", LongType(), True), _f("digest", StringType(), True)])
+
+# ---- bout: the bout each node's doc events make (node "*": the group's), and the group's bout in detail
+_BOUT = [*_text("group", "node"), *_long("doc_events", "home", "away", "jams", "penalties", "corrections"),
+         *_text("status", "signed", "digest", "summary", "xml")]
+BOUT_ROWS = StructType(_BOUT)
+BOUT = StructType([*_BOUT, _f("same", BooleanType())])  # same: the node's bout is its group's
+BOUT_PENALTIES = StructType([*_text("group", "team", "number"), _f("penalties", LongType()), _f("codes", StringType())])
+BOUT_WRITERS = StructType([*_text("group", "source", "role", "what"), _f("ops", LongType())])
+BOUT_CORRECTIONS = StructType([
+    *_text("group", "source", "role"), _f("seq", LongType()), _f("timestamp", DoubleType()),
+    *_text("op", "tag", "eid", "attribute"), *_many(StringType(), "before", "after", nullable=True),
+    *_text("wrote_source", "wrote_role"), _f("own", BooleanType()),
+])
 
 # ---- system picture, from the statistics rows
 MEMBERSHIP = StructType([

@@ -10,6 +10,7 @@ events lacks one range, and no step crosses nodes' rows with each other.
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import Column, DataFrame, Window
@@ -20,12 +21,17 @@ from ..doc.ops import DOC_KIND
 from ..ids import NodeId
 from ..wire import LogRecord
 from . import schemas
+from .bout import BoutReplay, replay_bout
 
 if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = [
     "KEY",
+    "bout_corrections",
+    "bout_penalties",
+    "bout_writers",
+    "bouts",
     "conflicts",
     "consolidate",
     "consolidate_from_sources",
@@ -528,6 +534,98 @@ def replay(events: DataFrame, docs: DataFrame, last_shown: DataFrame | None = No
 
 def _empty_engine() -> DocEngine:
     return DocEngine()
+
+
+# ---------------------------------------------------------------- bout
+
+def _replayed(pdf: pd.DataFrame) -> BoutReplay:
+    return replay_bout(zip(pdf["source"], pdf["seq"], pdf["timestamp"], pdf["body"], strict=True))
+
+
+def _bout_facts(r: BoutReplay) -> dict[str, Any]:
+    """A bout's row in :data:`.schemas.BOUT_ROWS` but for group and node."""
+    s = r.summary()
+    return {
+        "doc_events": r.events, "home": s["teams"]["home"]["score"], "away": s["teams"]["away"]["score"],
+        "jams": len(s["jams"]), "penalties": sum(len(p) for by in s["penalties"].values() for p in by.values()),
+        "corrections": len(r.corrections), "status": s["status"], "signed": s["signed"], "digest": r.digest(),
+        "summary": json.dumps(s, sort_keys=True), "xml": to_xml(r.root),
+    }
+
+
+def _bout_of(pdf: pd.DataFrame) -> pd.DataFrame:
+    import pandas as pd  # noqa: PLC0415 - pandas: deferred, only the Python workers need it
+
+    return pd.DataFrame([{"group": pdf["group"].iloc[0], "node": pdf["node"].iloc[0], **_bout_facts(_replayed(pdf))}])
+
+
+def _bout_penalties_of(pdf: pd.DataFrame) -> pd.DataFrame:
+    import pandas as pd  # noqa: PLC0415 - as above
+
+    penalties = _replayed(pdf).summary()["penalties"]
+    return pd.DataFrame([
+        {"group": pdf["group"].iloc[0], "team": team, "number": number, "penalties": len(got),
+         "codes": " ".join(p["code"] for p in got)}
+        for team, by in penalties.items() for number, got in by.items()], columns=schemas.BOUT_PENALTIES.names)
+
+
+def _bout_writers_of(pdf: pd.DataFrame) -> pd.DataFrame:
+    import pandas as pd  # noqa: PLC0415 - as above
+
+    writers = _replayed(pdf).writers
+    return pd.DataFrame([{"group": pdf["group"].iloc[0], "source": source, "role": role, "what": what, "ops": n}
+                         for (source, role, what), n in writers.items()], columns=schemas.BOUT_WRITERS.names)
+
+
+def _bout_corrections_of(pdf: pd.DataFrame) -> pd.DataFrame:
+    import pandas as pd  # noqa: PLC0415 - as above
+
+    fixes = _replayed(pdf).corrections
+    return pd.DataFrame([{"group": pdf["group"].iloc[0], **c} for c in fixes], columns=schemas.BOUT_CORRECTIONS.names)
+
+
+def _doc_rows(events: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """Each node's ``doc`` events, and each group's consolidated (node ``*``): group, node,
+    source, seq, timestamp, body."""
+    docs = events.filter(F.col("kind") == DOC_KIND)
+    whole = docs.transform(consolidate).select(
+        "group", F.lit(GROUP_DOCUMENT).alias("node"), "source", "seq", "timestamp", "body")
+    return docs.select("group", "node", "source", "seq", "timestamp", "body"), whole
+
+
+def bouts(events: DataFrame) -> DataFrame:
+    """The bout each node's ``doc`` events make, and its group's (node ``*``), by huddle's own
+    engine (:mod:`.bout`), in :data:`.schemas.BOUT`: the score, jams, penalties, corrections,
+    status and sign-off, the digest, the summary (JSON, as ``GET /api/v1/bout/summary`` gives
+    it), and ``same``: the node's bout is its group's (false: this node's devices disagree
+    with the others', it lacks or holds other events).  A node with no ``doc`` event counts as
+    the empty bout."""
+    mine, whole = _doc_rows(events)
+    rows = mine.unionByName(whole).groupBy("group", "node").applyInPandas(_bout_of, schema=schemas.BOUT_ROWS)
+    empty = _bout_facts(replay_bout(()))
+    nodes = events.select("group", "node").distinct().unionByName(whole.select("group", "node").distinct())
+    filled = nodes.join(rows, ["group", "node"], "left").select(
+        "group", "node", *(F.coalesce(c, F.lit(empty[c])).alias(c) for c in schemas.BOUT_ROWS.names[2:]))
+    theirs = filled.filter(F.col("node") == GROUP_DOCUMENT).select("group", F.col("digest").alias("group_digest"))
+    return filled.join(theirs, "group", "left").select(
+        *schemas.BOUT_ROWS.names, (F.col("digest") == F.coalesce("group_digest", F.lit(empty["digest"]))).alias("same"))
+
+
+def bout_penalties(events: DataFrame) -> DataFrame:
+    """Each group's bout: penalties per team and skater (:data:`.schemas.BOUT_PENALTIES`)."""
+    return _doc_rows(events)[1].groupBy("group").applyInPandas(_bout_penalties_of, schema=schemas.BOUT_PENALTIES)
+
+
+def bout_writers(events: DataFrame) -> DataFrame:
+    """Each group's bout: who recorded what, operations per source, role and kind (``add
+    points``, ``set jam.start``, ``remove jam``; :data:`.schemas.BOUT_WRITERS`)."""
+    return _doc_rows(events)[1].groupBy("group").applyInPandas(_bout_writers_of, schema=schemas.BOUT_WRITERS)
+
+
+def bout_corrections(events: DataFrame) -> DataFrame:
+    """Each group's bout: every correction (a set that changed a recorded value, a remove),
+    by whom, and who wrote what it replaced (:data:`.schemas.BOUT_CORRECTIONS`)."""
+    return _doc_rows(events)[1].groupBy("group").applyInPandas(_bout_corrections_of, schema=schemas.BOUT_CORRECTIONS)
 
 
 # ---------------------------------------------------------------- system picture
