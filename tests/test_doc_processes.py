@@ -155,6 +155,11 @@ def test_the_demo_shows_the_mesh_chat_document_posts_guests_picture_and_audit(tm
     bout = json.loads((tmp_path / "audit" / "bout-demo.json").read_text())
     assert (bout["teams"]["home"]["score"], bout["teams"]["away"]["score"]) == (int(final[1]), int(final[2]))
     assert f"the bout's final document: {tmp_path / 'audit' / 'bout-demo.xml'}" in audit
+    book = tmp_path / "audit" / "statsbook.xlsx"  # the WFTDA statsbook from the replayed logs
+    assert f"the statsbook: {book}" in audit
+    import openpyxl
+
+    assert openpyxl.load_workbook(book)["IGRF"]["B11"].value == "Rainy City Rollers"
 
 
 @pytest.mark.timeout(300)

@@ -159,11 +159,11 @@ ALLOWED: dict[str, set[str]] = {
     "facade": {"base", "wire", "protocol", "config", "node", "embed"},
     "clients": {"base", "guests", "facade"},
     "crg": {"base", "wire", "doc"},
-    "pipeline": {"base", "wire", "doc"},  # reads exported logs; never the runtime
+    "pipeline": {"base", "wire", "doc", "statsbook"},  # reads exported logs; never the runtime; statsbook: --statsbook
     "render": set(),  # the API's answers as text: JSON in, text out
     "boutsim": {"base", "doc"},  # a bout's writes, planned from a seed: no I/O
     "cli": {"base", "wire", "log", "protocol", "transport", "config", "sim", "node", "facade", "clients",
-            "pipeline", "security", "render", "ports", "features", "pairing", "boutsim"},
+            "pipeline", "security", "render", "ports", "features", "pairing", "boutsim", "statsbook"},
     "entry": {"cli"},
 }
 

@@ -937,3 +937,16 @@ def test_the_bout_job_on_the_exported_logs_of_a_bout_over_three_node_processes(s
     assert [(f["source"], f["wrote_source"]) for f in fixes if f["attribute"] == "code"] == [(ids["a"], ids["b"])]
     line = next(x for x in got.lines() if x.startswith("bout: 1 node(s)"))
     assert cut[:8] in line
+    # The statsbook straight from the exported logs, as a user asks for it (a Spark of its own, cold).
+    import openpyxl
+
+    book = tmp_path / "bout.xlsx"
+    proc = subprocess.run([sys.executable, "-m", "huddle", "pipeline", "run", "--input",
+                           *(str(tmp_path / "export" / n) for n in "abc"), "--output", str(tmp_path / "audit2"),
+                           "--jobs", "bout", "--statsbook", str(book), "--master", "local[1]", "--quiet"],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0 and f"the statsbook: {book}" in proc.stdout, proc.stdout + proc.stderr[-3000:]
+    wb = openpyxl.load_workbook(book)
+    assert wb["IGRF"]["B11"].value == summary["teams"]["home"]["name"]  # the home team's name (from a's summary)
+    jam_totals = [c.value for c in wb["Score"]["Q"][3:] if isinstance(c.value, int)]  # home's points per jam
+    assert jam_totals and sum(jam_totals) == summary["teams"]["home"]["score"]

@@ -331,13 +331,20 @@ def _audit(nodes: list[NodeProcess], exports: Path, report_dir: Path | None) -> 
         export(n.data_dir, exports / n.name, "parquet")
     out = report_dir or Path(tempfile.mkdtemp(prefix="huddle-demo-audit-"))
     print("   starting Spark (some seconds)...", flush=True)
-    summary = run_session([str(exports)], str(out), master="local[*]")
+    bouts: list[tuple[str, Any, dict[str, Any]]] = []
+    summary = run_session([str(exports)], str(out), master="local[*]",
+                          bout_writer=lambda group, root, bout: bouts.append((group, root, bout)))
     for line in summary.lines():
         print("   " + line)
     print(f"   report: {out.resolve() / 'report.html'} (open it in a browser; the tables are beside it)")
     for path in summary.bout_files:
         print(f"   the bout's final {'document' if path.endswith('.xml') else 'summary'}: {path}")
-    print("   the statsbook: not written (the bout job's bout_writer writes one where a statsbook writer is given)")
+    for group, root, bout in bouts:  # the WFTDA statsbook, from the logs as the audit replayed them
+        from .statsbook.workbook import write_statsbook  # noqa: PLC0415 - openpyxl: only here
+
+        book = out.resolve() / (f"statsbook-{group}.xlsx" if len(bouts) > 1 else "statsbook.xlsx")
+        write_statsbook(root, bout, book)
+        print(f"   the statsbook: {book} (the WFTDA sheets; docs/statsbook.md)")
     print()
     return summary.converged is not False
 

@@ -428,6 +428,7 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
         "  huddle pipeline run --input /tmp/sim --output /tmp/audit      # then open /tmp/audit/report.html\n"
         "  huddle pipeline run --input a/ b/ c/ --output out --jobs convergence,propagation\n"
         "  huddle pipeline run --input a/ b/ c/ --output out --jobs bout   # score, who recorded what, corrections\n"
+        "  huddle pipeline run --input a/ b/ c/ --output out --jobs bout --statsbook bout.xlsx\n"
         "  huddle pipeline run --input hdfs:///logs/day1 --output hdfs:///audit/day1 --master yarn\n\n"
         "An input is a file (events.parquet, events.jsonl) or a directory searched at any depth for them; "
         "stats.parquet / stats.jsonl beside them feed the system job.\n\n"
@@ -452,6 +453,9 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
                        help="extra Spark setting, repeatable (e.g. --conf spark.driver.memory=8g)")
     p_run.add_argument("--json", action="store_true",
                        help="print the findings as one JSON document (headline numbers, the lines, the rows behind them)")
+    p_run.add_argument("--statsbook", type=Path, metavar="FILE.xlsx",
+                       help="with the bout job: each group's final bout as the WFTDA statsbook (docs/statsbook.md); "
+                       "several groups: FILE-GROUP.xlsx each")
     p_run.add_argument("--quiet", action="store_true", help="no progress lines on stderr (errors still)")
     p_run.add_argument("--debug", action="store_true",
                        help="on an error, the Python and Java stacks too; the JVM's warnings kept")

@@ -17,9 +17,20 @@ import logging
 import sys
 import traceback
 from dataclasses import asdict
+from pathlib import Path
+from typing import Any
 
 from ..errors import ConfigError
-from .errors import EXIT_FAILED, EXIT_NOT_CONVERGED, INSTALL, PipelineError, SparkSetupError, first_line, missing_modules
+from .errors import (
+    EXIT_FAILED,
+    EXIT_NOT_CONVERGED,
+    INSTALL,
+    OutputError,
+    PipelineError,
+    SparkSetupError,
+    first_line,
+    missing_modules,
+)
 
 __all__ = ["run_command"]
 
@@ -64,14 +75,24 @@ def _run(args: argparse.Namespace) -> int:
     chosen = list(jobs.JOBS) if args.jobs is None else jobs.parse_jobs(args.jobs, flag="--jobs")
     if not args.debug:  # Py4J logs a lost JVM at length; the failure is told in one line anyway
         logging.getLogger("py4j").setLevel(logging.CRITICAL)
-    # The bout job gives each group's final bout (document and summary, as Python values) to bout_writer:
-    # the place for `--statsbook FILE.xlsx` (a statsbook writer taking the document and the summary).
+    # The bout job gives each group's final bout (document and summary, as Python values) to bout_writer;
+    # with --statsbook they are kept, and each group's statsbook written once the run is done.
+    bouts: list[tuple[str, Any, dict[str, Any]]] = []
     bout_writer = None
+    if args.statsbook is not None:
+        if "bout" not in chosen:
+            raise ConfigError("--statsbook needs the bout job (--jobs bout, or every job)")
+        _statsbook_place(args.statsbook)  # refused before Spark starts
+
+        def bout_writer(group: str, root: Any, bout: dict[str, Any]) -> None:
+            bouts.append((group, root, bout))
     summary = jobs.run_session(args.input, args.output, jobs=chosen, master=args.master, conf=conf,
                                window_seconds=args.window, progress=None if args.quiet else _progress,
                                log_level="WARN" if args.debug else "OFF", stacks=args.debug, bout_writer=bout_writer)
+    books = _write_statsbooks(args.statsbook, bouts) if args.statsbook is not None else []
     if args.json:  # the findings whole: headline numbers, the lines, the rows behind them (None: job not run)
-        found = asdict(summary) | {"converged": summary.converged, "findings": summary.lines(), "output": args.output}
+        found = asdict(summary) | {"converged": summary.converged, "findings": summary.lines(), "output": args.output,
+                                   "statsbooks": books}
         print(json.dumps(found, indent=2, default=str))
     else:
         for line in summary.lines():
@@ -79,4 +100,32 @@ def _run(args: argparse.Namespace) -> int:
         print(f"tables and report.html in {args.output}: {', '.join(summary.tables)}")
         if summary.bout_files:
             print(f"the final bout (document, summary): {', '.join(summary.bout_files)}")
+        if args.statsbook is not None:
+            print(f"the statsbook: {', '.join(books)}" if books else "the statsbook: not written (no bout in the logs)")
     return 0 if summary.converged is not False else EXIT_NOT_CONVERGED
+
+
+def _statsbook_place(path: Path) -> None:
+    """``--statsbook``'s file can be written (else an output error, before Spark starts)."""
+    from ..statsbook.workbook import StatsbookOutputError, check_output  # noqa: PLC0415 - openpyxl: when asked
+
+    try:
+        check_output(path)
+    except StatsbookOutputError as exc:
+        raise OutputError(str(exc)) from None
+
+
+def _write_statsbooks(path: Path, bouts: list[tuple[str, Any, dict[str, Any]]]) -> list[str]:
+    """Each group's statsbook (docs/statsbook.md): ``path`` for one group; with several,
+    ``STEM-GROUP.xlsx`` beside it for each.  The files written."""
+    from ..statsbook.workbook import StatsbookOutputError, write_statsbook  # noqa: PLC0415 - openpyxl: when asked
+
+    written = []
+    for group, root, bout in bouts:
+        target = path if len(bouts) == 1 else path.with_name(f"{path.stem}-{group}{path.suffix or '.xlsx'}")
+        try:
+            write_statsbook(root, bout, target)
+        except StatsbookOutputError as exc:
+            raise OutputError(str(exc)) from None
+        written.append(str(target))
+    return written
