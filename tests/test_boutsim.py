@@ -137,6 +137,7 @@ def test_a_short_bout_over_four_nodes_ends_with_the_same_summary_everywhere(clus
     assert get(nodes[-1].api, "/api/v1/node")["features"]["doc"]["refused"] == 0
     xml = [doc_xml(n.api) for n in nodes]
     assert all(x == xml[0] for x in xml)
+    assert get(nodes[-1].api, "/api/v1/bout/conflicts")["conflicts"] == []  # each device wrote its role's fields
 
 
 def doc_xml(api: str) -> str:

@@ -136,6 +136,7 @@ def test_the_demo_shows_the_mesh_chat_document_posts_guests_picture_and_audit(tm
                       out.stdout)
     assert final, out.stdout
     assert "the same summary on all 3 nodes" in out.stdout
+    assert "cross-role conflicts flagged to the head NSO (GET /api/v1/bout/conflicts): 0" in out.stdout  # roles kept
     assert "carol's copy is byte for byte the same" in out.stdout
     assert 'scoreboard heard scorekeeper say \'score\': {"points": 4, "team": "home"}' in out.stdout
     assert "the same digest on all 3 nodes" in out.stdout
