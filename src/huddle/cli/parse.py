@@ -340,6 +340,12 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
     export.add_argument("--data-dir", type=Path, required=True, metavar="DIR", help="the node's data directory")
     export.add_argument("--out", type=Path, required=True, metavar="PATH", help="output file (or directory for parquet)")
     export.add_argument("--format", choices=["parquet", "jsonl"], default="parquet", help="default: parquet")
+    export.add_argument("--follow", action="store_true",
+                        help="keep the export growing as the log grows: the rows it lacks every --interval, each "
+                        "batch a new part (OUT/events/NNNNNN/events.parquet) renamed into place whole, until Ctrl-C "
+                        "or SIGTERM; a restart continues after the parts there (docs/export.md, Following a node)")
+    export.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
+                        help="with --follow: how often to look for new rows (default: 1 s)")
     export.add_argument("--json", action="store_true", help="print JSON instead of text")
 
     repair = sub.add_parser(
