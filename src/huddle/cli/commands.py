@@ -156,6 +156,10 @@ def _broker(args: argparse.Namespace) -> int:
 
 
 def _pipeline(args: argparse.Namespace) -> int:
+    if args.pipeline_command == "live":
+        from ..pipeline.live import live_command  # noqa: PLC0415 - deferred: the pipeline (PySpark once it runs)
+
+        return live_command(args)
     from ..pipeline.command import run_command  # noqa: PLC0415 - deferred: the pipeline (PySpark once it runs)
 
     return run_command(args)

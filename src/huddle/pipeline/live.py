@@ -1,0 +1,211 @@
+"""``huddle pipeline live``: the audit as Spark Structured Streaming over growing exports.
+
+Each input is a directory ``huddle export --follow`` writes into (or one
+holding several): its ``events`` part files are read by Spark's file-stream
+source, each new file once, in micro-batches every ``--trigger`` seconds
+(a batch only when new files came).  Each micro-batch is turned by batch
+transforms that are safe on a slice of the rows into small facts (runs of
+held numbers, delay counts, newest times: a few rows per node and source),
+collected, and merged on the driver into a :class:`~.livestate.LiveState`,
+from which the update (convergence, missing ranges, lag) is made.  Why the
+state is bounded: :mod:`.livestate`.
+
+The stream keeps no checkpoint across runs: the state lives in this process,
+so a new ``pipeline live`` reads the exports from their first part again.
+A part file that is not Parquet (or is truncated) is skipped
+(``ignoreCorruptFiles``); a JSON line that does not parse, or lacks a key
+column, is left out and counted (``refused_rows``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from functools import reduce
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from .errors import EXIT_FAILED, INSTALL, InputError, PipelineError, SparkSetupError, first_line, missing_modules
+from .livestate import LiveState, line
+
+__all__ = ["live_command"]
+
+MAX_FILES_PER_TRIGGER = 1000  # files a micro-batch reads at most: a backlog is worked through in bounded steps
+_REQUIRED = ("node", "group", "source", "seq", "timestamp", "received_at")  # a row without one of these is refused
+
+
+def _format_of(path: Path) -> str:
+    """``jsonl`` if the export under ``path`` is JSON Lines, else ``parquet`` (the export's default)."""
+    return "jsonl" if next(path.rglob("events.jsonl"), None) is not None else "parquet"
+
+
+def check_live_inputs(inputs: Sequence[str]) -> list[tuple[str, str]]:
+    """Each input as (directory, format), checked before Spark starts."""
+    found = []
+    for given in inputs:
+        path = Path(given)
+        if not path.is_dir():
+            raise InputError(f"input {given} is not a directory (give the directories huddle export --follow "
+                             "writes into)")
+        found.append((str(path.resolve()), _format_of(path)))
+    if not found:
+        raise InputError("no input directories")
+    return found
+
+
+def _stream(spark: Any, inputs: Sequence[tuple[str, str]]) -> Any:
+    """The events of every input as one streaming DataFrame."""
+    from . import schemas  # noqa: PLC0415 - deferred: PySpark
+
+    parts = []
+    for path, fmt in inputs:
+        reader = (spark.readStream.schema(schemas.EVENTS).option("recursiveFileLookup", "true")
+                  .option("pathGlobFilter", f"events.{fmt}").option("maxFilesPerTrigger", MAX_FILES_PER_TRIGGER)
+                  .option("ignoreCorruptFiles", "true"))
+        parts.append(reader.json(path) if fmt == "jsonl" else reader.parquet(path))
+    return reduce(lambda a, b: a.unionByName(b), parts)
+
+
+def facts(batch: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]], int, int]:
+    """One micro-batch's facts (see :mod:`.livestate`): held ranges, delay
+    counts, newest times, the rows read and the rows refused."""
+    from pyspark.sql import functions as F  # noqa: PLC0415 - deferred: PySpark
+
+    from . import transforms  # noqa: PLC0415 - as above
+
+    batch.persist()
+    try:
+        good = batch.dropna(subset=list(_REQUIRED))
+        newest = [r.asDict() for r in good.groupBy("node", "group", "source").agg(
+            F.max("timestamp").alias("timestamp"), F.max("received_at").alias("received_at"),
+            F.count(F.lit(1)).alias("rows")).collect()]
+        if not newest:
+            return [], [], [], batch.count(), batch.count()
+        held = [r.asDict() for r in transforms.held_ranges(good).collect()]
+        counts = [r.asDict() for r in transforms.delay_counts(good).collect()]
+        kept = sum(r["rows"] for r in newest)
+        total = batch.count()
+        return held, counts, newest, total, total - kept
+    finally:
+        batch.unpersist()
+
+
+class Live:
+    """The streaming query and the state it feeds; ``on_update`` gets each update's document."""
+
+    def __init__(self, spark: Any, inputs: Sequence[tuple[str, str]], on_update: Callable[[dict[str, Any]], None], *,
+                 trigger: float = 2.0, recent: float = 60.0) -> None:
+        self.state = LiveState(recent=recent)
+        self.refused_rows = 0
+        self.on_update = on_update
+        self.checkpoint = tempfile.mkdtemp(prefix="huddle-live-")
+        self.query = (_stream(spark, inputs).writeStream.foreachBatch(self._batch)
+                      .option("checkpointLocation", self.checkpoint)
+                      .trigger(processingTime=f"{trigger} seconds").start())
+
+    def _batch(self, batch: Any, batch_id: int) -> None:
+        held, counts, newest, rows, refused = facts(batch)
+        self.refused_rows += refused
+        self.state.merge(held, counts, newest, rows)
+        doc = self.state.report(batch_rows=rows) | {"batch": batch_id, "refused_rows": self.refused_rows}
+        self.on_update(doc)
+
+    def stop(self) -> None:
+        try:
+            self.query.stop()
+        finally:
+            shutil.rmtree(self.checkpoint, ignore_errors=True)
+
+
+def live_command(args: argparse.Namespace) -> int:
+    """The exit status of ``huddle pipeline live`` with ``args``: 0 once stopped
+    by Ctrl-C or SIGTERM (or after ``--updates``), else a failure's status."""
+    try:
+        return _live(args)
+    except PipelineError as exc:
+        if args.debug:
+            traceback.print_exc()
+        print(f"huddle pipeline: {exc}", file=sys.stderr)
+        return exc.exit_status
+    except ConfigError:
+        raise
+    except Exception as exc:  # a Spark failure no check foresaw: its cause, not its stack
+        if args.debug:
+            raise
+        print(f"huddle pipeline: the live audit failed: {first_line(exc)} (--debug shows the stacks)", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _live(args: argparse.Namespace) -> int:
+    if args.trigger <= 0:
+        raise ConfigError(f"--trigger must be positive, got {args.trigger}")
+    if args.recent <= 0:
+        raise ConfigError(f"--recent must be positive, got {args.recent}")
+    inputs = check_live_inputs(args.input)
+    missing = missing_modules()
+    if missing:
+        raise SparkSetupError(f"the pipeline needs the 'pipeline' extra, not installed here (no {', '.join(missing)}): "
+                              f"{INSTALL}")
+    from .livepage import LivePage  # noqa: PLC0415 - deferred: only --serve serves
+    from .session import start_session  # noqa: PLC0415 - deferred: PySpark
+
+    page = None
+    if args.serve is not None:
+        try:
+            page = LivePage(args.bind, args.serve)
+        except OSError as exc:
+            raise ConfigError(f"--serve {args.serve}: cannot listen on {args.bind}: {exc.strerror}") from None
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    if not args.debug:
+        logging.getLogger("py4j").setLevel(logging.CRITICAL)
+    started = time.perf_counter()
+    _say(args, f"spark {args.master} starting …")
+    spark = start_session(args.master, {"spark.sql.streaming.forceDeleteTempCheckpointLocation": "true"},
+                          log_level="WARN" if args.debug else "OFF", stacks=args.debug)
+    _say(args, f"spark {spark.sparkContext.master} up in {time.perf_counter() - started:.1f} s; "
+               f"watching {len(inputs)} inputs, a micro-batch every {args.trigger:g} s")
+    if page is not None:
+        page.start()
+        _say(args, f"live page at http://{args.bind}:{page.port}/")
+    updates = 0
+
+    def told(doc: dict[str, Any]) -> None:
+        nonlocal updates
+        updates += 1
+        print(json.dumps(doc, default=str) if args.json else line(doc), flush=True)
+        if page is not None:
+            page.publish(doc)
+        if args.updates and updates >= args.updates:
+            stop.set()
+
+    live = Live(spark, inputs, told, trigger=args.trigger, recent=args.recent)
+    try:
+        while not stop.wait(0.2):
+            if not live.query.isActive:
+                break
+        failed = live.query.exception()
+    finally:
+        live.stop()
+        if page is not None:
+            page.close()
+        spark.stop()
+    if failed is not None:
+        raise PipelineError(f"the stream stopped: {first_line(failed)}")
+    return 0
+
+
+def _say(args: argparse.Namespace, text: str) -> None:
+    if not args.quiet:
+        print(text, file=sys.stderr, flush=True)
