@@ -45,6 +45,7 @@ CASES = [
     ("rt_timeline", "rt_timeline", ["--pings", "100"], "round trip (t0 -> alice's listener)"),
     ("start_cpu", "start_cpu", ["--runs", "1", "src"], "node CPU ms"),
     ("control", "control", ["--orders", "2"], "RESULT control order effect"),
+    ("pipeline_live", "pipeline_live", ["--probes", "1", "--trigger", "1"], "TARGET pipeline live reports an event"),
 ]
 
 

@@ -336,3 +336,24 @@ def test_live_over_three_nodes_reports_new_events_within_10_s_and_a_healed_range
         for f in followers:
             f.wait(20)
     assert live.returncode == 0, live.stderr.read() if live.stderr else ""
+
+
+@pytest.mark.parametrize(("argv", "status", "said"), [
+    (["--input", "/nonexistent/live"], 4, "input /nonexistent/live is not a directory"),
+    (["--input", ".", "--trigger", "0"], 2, "--trigger must be positive"),
+    (["--input", ".", "--recent", "-1"], 2, "--recent must be positive"),
+])
+def test_bad_flags_and_inputs_are_one_line_before_spark_starts(argv: list[str], status: int, said: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "huddle", "pipeline", "live", *argv], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert proc.returncode == status and said in proc.stderr and len(proc.stderr.splitlines()) == 1, proc.stderr
+
+
+def test_serving_on_a_port_in_use_is_one_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run([sys.executable, "-m", "huddle", "pipeline", "live", "--input", str(tmp_path), "--serve",
+                               str(port)], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2 and f"--serve {port}: cannot listen on 127.0.0.1" in proc.stderr, proc.stderr

@@ -85,16 +85,22 @@ def facts(batch: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[
 
     batch.persist()
     try:
-        good = batch.dropna(subset=list(_REQUIRED))
-        newest = [r.asDict() for r in good.groupBy("node", "group", "source").agg(
-            F.max("timestamp").alias("timestamp"), F.max("received_at").alias("received_at"),
-            F.count(F.lit(1)).alias("rows")).collect()]
-        if not newest:
-            return [], [], [], batch.count(), batch.count()
+        whole = F.lit(True)
+        for column in _REQUIRED:
+            whole = whole & F.col(column).isNotNull()
+        # One pass counts the rows read and those kept, and finds the kept rows' newest times
+        # (the refused rows fall in groups of their own, with nothing kept).
+        per = batch.groupBy("node", "group", "source").agg(
+            F.count(F.lit(1)).alias("rows"), F.count_if(whole).alias("kept"),
+            F.max(F.when(whole, F.col("timestamp"))).alias("timestamp"),
+            F.max(F.when(whole, F.col("received_at"))).alias("received_at")).collect()
+        total, kept = sum(r["rows"] for r in per), sum(r["kept"] for r in per)
+        newest = [r.asDict() for r in per if r["kept"]]
+        if not kept:
+            return [], [], [], total, total
+        good = batch.filter(whole)
         held = [r.asDict() for r in transforms.held_ranges(good).collect()]
         counts = [r.asDict() for r in transforms.delay_counts(good).collect()]
-        kept = sum(r["rows"] for r in newest)
-        total = batch.count()
         return held, counts, newest, total, total - kept
     finally:
         batch.unpersist()
@@ -114,10 +120,12 @@ class Live:
                       .trigger(processingTime=f"{trigger} seconds").start())
 
     def _batch(self, batch: Any, batch_id: int) -> None:
+        started = time.perf_counter()
         held, counts, newest, rows, refused = facts(batch)
         self.refused_rows += refused
         self.state.merge(held, counts, newest, rows)
-        doc = self.state.report(batch_rows=rows) | {"batch": batch_id, "refused_rows": self.refused_rows}
+        doc = self.state.report(batch_rows=rows) | {"batch": batch_id, "refused_rows": self.refused_rows,
+                                                    "batch_seconds": round(time.perf_counter() - started, 3)}
         self.on_update(doc)
 
     def stop(self) -> None:
