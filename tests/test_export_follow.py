@@ -89,6 +89,8 @@ def test_a_restart_resumes_after_the_parts_there(tmp_path: Path) -> None:
     assert len(keys) == len(set(keys)) == 60
     with pytest.raises(HuddleError, match="is not jsonl: follow this export with --format parquet"):
         Followed(tmp_path / "out", "jsonl")
+    with pytest.raises(HuddleError, match=f"is the export of node {ME}, not of {OTHER}: give each node an --out"):
+        Followed(tmp_path / "out", "parquet", str(OTHER))
     store.close()
 
 

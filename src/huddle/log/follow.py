@@ -73,18 +73,21 @@ def parts(out: Path, table: str) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def _exported_keys(file: Path) -> Iterator[tuple[str, str, int]]:
-    """The ``(group, source, seq)`` of every row of an event part."""
+_KEY = ("node", "group", "source", "seq")
+
+
+def _exported_keys(file: Path) -> Iterator[tuple[str, str, str, int]]:
+    """The ``(node, group, source, seq)`` of every row of an event part."""
     if file.suffix == ".jsonl":
         with file.open(encoding="utf-8") as fh:
             for line in fh:
                 row = json.loads(line)
-                yield row["group"], row["source"], int(row["seq"])
+                yield row["node"], row["group"], row["source"], int(row["seq"])
         return
     import pyarrow.parquet as pq  # noqa: PLC0415 - pyarrow: deferred, only Parquet needs it
 
-    table = pq.read_table(file, columns=["group", "source", "seq"])
-    yield from zip(*(table.column(c).to_pylist() for c in ("group", "source", "seq")), strict=True)
+    table = pq.read_table(file, columns=list(_KEY))
+    yield from zip(*(table.column(c).to_pylist() for c in _KEY), strict=True)
 
 
 def _rows(file: Path) -> int:
@@ -100,9 +103,10 @@ class Followed:
     """What an export directory holds, and the next part to write to it.
 
     ``held[(group, source)]``: the exported sequence numbers of each source;
-    ``stats``: how many statistics rows are exported."""
+    ``stats``: how many statistics rows are exported.  ``node``: the node
+    whose log is followed (an export of another node's log is refused)."""
 
-    def __init__(self, out: Path, fmt: str) -> None:
+    def __init__(self, out: Path, fmt: str, node: str | None = None) -> None:
         if fmt not in ("parquet", "jsonl"):
             raise HuddleError(f"unknown export format {fmt!r}: use parquet or jsonl")
         self.out, self.fmt = out, fmt
@@ -121,7 +125,10 @@ class Followed:
         try:
             for _, file in event_parts:
                 runs: dict[tuple[str, str], list[int]] = {}
-                for group, source, seq in _exported_keys(file):
+                for holder, group, source, seq in _exported_keys(file):
+                    if node is not None and holder != node:
+                        raise HuddleError(f"{out} is the export of node {holder}, not of {node}: "
+                                          "give each node an --out of its own")
                     runs.setdefault((group, source), []).append(seq)
                 for pair, seqs in runs.items():
                     self.add(pair, sorted(seqs))
@@ -244,7 +251,7 @@ def follow(data_dir: Path, out: Path, fmt: str = "parquet", *, interval: float =
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise HuddleError(f"cannot create {out}: {exc.strerror}") from None
-    done = Followed(out, fmt)
+    done = Followed(out, fmt, log.node)
     for stem in _TABLES:  # there from the start, for a reader watching them
         (out / stem).mkdir(exist_ok=True)
     try:
