@@ -168,6 +168,12 @@ class Node:
         self.store.commit()
         follow(self.dir, self.out)  # one poll: a part with the new rows
 
+    def heard(self, peer: NodeId, name: str) -> None:
+        """A statistics row naming ``peer``, as a node writes when a peer joins."""
+        self.store.add_stat(1000.0, "peer_joined", peer, json.dumps({"name": name, "endpoint": "tcp://127.0.0.1:1"}))
+        self.store.commit()
+        follow(self.dir, self.out)
+
 
 def test_a_stream_shows_a_missing_range_then_its_healing_and_skips_a_corrupt_part(
         spark: SparkSession, tmp_path: Path) -> None:
@@ -183,12 +189,15 @@ def test_a_stream_shows_a_missing_range_then_its_healing_and_skips_a_corrupt_par
 
         wait_for(lambda: lacking() == [(NODES[1], 11, 20)], 60, "b lacking a's 11..20")
         assert "NOT converged: bbbbbbbb lacks 11-20 of aaaaaaaa" in line(docs[-1])
+        b.heard(a_id, "alice")  # the statistics stream: a name learnt is an update of its own
+        wait_for(lambda: docs[-1]["names"] == {NODES[0]: "alice"}, 60, "a's name")
+        assert "NOT converged: bbbbbbbb lacks 11-20 of alice (aaaaaaaa)" in line(docs[-1])
         corrupt = tmp_path / "exports" / "intruder" / "events" / "000001"  # in the watched tree, no follower's
         corrupt.mkdir(parents=True)
         (corrupt / "events.parquet").write_bytes(b"PAR1 not really")
         b.add(a_id, range(11, 21), at=1040.0)
         wait_for(lambda: docs[-1]["converged"], 60, "the range healed")
-        assert live.query.isActive  # the corrupt part was skipped, not the end of the stream
+        assert live.failed() is None  # the corrupt part was skipped, not the end of the stream
         link = {r["key"]: r for r in docs[-1]["lag"]["link"]}[f"{NODES[0]}>{NODES[1]}"]
         assert link["receipts"] == 20 and link["max"] == 29.0  # #11: recorded at 1011, received at 1040
         held = {(h["node"], h["source"]): h for h in docs[-1]["held"]}
@@ -241,6 +250,7 @@ def test_the_page_draws_an_update_in_chromium_without_error(browser: Any, width:
                       "fine": 400, "receipts": 4, "low": 0.01, "high": 0.0123}],
                     [{"node": n, "group": G, "source": NODES[0], "timestamp": 1000.0, "received_at": 1000.5}
                      for n in NODES[:3]], 13)
+        state.names[NODES[2]] = "<b>carol</b>"  # a name is text, whatever it holds
         page.publish(state.report())
         tab = browser.new_page(viewport={"width": width, "height": 844})
         problems: list[str] = []
@@ -250,7 +260,7 @@ def test_the_page_draws_an_update_in_chromium_without_error(browser: Any, width:
         # Selectors, not scripts: the page's CSP forbids the eval a script from the test would need.
         tab.wait_for_selector("#verdict.bad", timeout=15_000)
         assert tab.inner_text("#verdict") == "NOT converged: 2 events missing in 1 ranges"
-        assert "cccccccc" in tab.inner_text("#missing") and "0.0123 s" in tab.inner_text("#links")
+        assert "<b>carol</b> (cccccccc)" in tab.inner_text("#missing") and "0.0123 s" in tab.inner_text("#links")
         state.merge([{"node": NODES[2], "group": G, "source": NODES[0], "first_seq": 4, "last_seq": 5}], [], [], 2)
         page.publish(state.report())  # the page asks again by itself and shows the healing
         tab.wait_for_selector("#verdict.ok", timeout=15_000)

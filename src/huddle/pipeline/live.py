@@ -1,8 +1,8 @@
 """``huddle pipeline live``: the audit as Spark Structured Streaming over growing exports.
 
 Each input is a directory ``huddle export --follow`` writes into (or one
-holding several): its ``events`` part files are read by Spark's file-stream
-source, each new file once, in micro-batches every ``--trigger`` seconds
+holding several): its ``events`` part files (and ``stats`` ones, for the
+nodes' names) are read by Spark's file-stream source, each new file once, in micro-batches every ``--trigger`` seconds
 (a batch only when new files came).  Each micro-batch is turned by batch
 transforms that are safe on a slice of the rows into small facts (runs of
 held numbers, delay counts, newest times: a few rows per node and source),
@@ -63,14 +63,15 @@ def check_live_inputs(inputs: Sequence[str]) -> list[tuple[str, str]]:
     return found
 
 
-def _stream(spark: Any, inputs: Sequence[tuple[str, str]]) -> Any:
-    """The events of every input as one streaming DataFrame."""
+def _stream(spark: Any, inputs: Sequence[tuple[str, str]], stem: str = "events") -> Any:
+    """The ``stem`` table (``events`` or ``stats``) of every input as one streaming DataFrame."""
     from . import schemas  # noqa: PLC0415 - deferred: PySpark
 
     parts = []
     for path, fmt in inputs:
-        reader = (spark.readStream.schema(schemas.EVENTS).option("recursiveFileLookup", "true")
-                  .option("pathGlobFilter", f"events.{fmt}").option("maxFilesPerTrigger", MAX_FILES_PER_TRIGGER)
+        reader = (spark.readStream.schema(schemas.EVENTS if stem == "events" else schemas.STATS)
+                  .option("recursiveFileLookup", "true")
+                  .option("pathGlobFilter", f"{stem}.{fmt}").option("maxFilesPerTrigger", MAX_FILES_PER_TRIGGER)
                   .option("ignoreCorruptFiles", "true"))
         parts.append(reader.json(path) if fmt == "jsonl" else reader.parquet(path))
     return reduce(lambda a, b: a.unionByName(b), parts)
@@ -107,30 +108,61 @@ def facts(batch: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[
 
 
 class Live:
-    """The streaming query and the state it feeds; ``on_update`` gets each update's document."""
+    """The streaming queries and the state they feed; ``on_update`` gets each update's document.
+
+    Two queries: the events (each micro-batch an update), and the statistics
+    rows, whose micro-batches only learn the names the nodes go by
+    (:func:`.transforms.node_names`), shown beside their ids from the next update on."""
 
     def __init__(self, spark: Any, inputs: Sequence[tuple[str, str]], on_update: Callable[[dict[str, Any]], None], *,
                  trigger: float = 2.0, recent: float = 60.0) -> None:
         self.state = LiveState(recent=recent)
         self.refused_rows = 0
         self.on_update = on_update
+        self._lock = threading.Lock()  # the two queries' micro-batches run in threads of their own
         self.checkpoint = tempfile.mkdtemp(prefix="huddle-live-")
-        self.query = (_stream(spark, inputs).writeStream.foreachBatch(self._batch)
-                      .option("checkpointLocation", self.checkpoint)
-                      .trigger(processingTime=f"{trigger} seconds").start())
+        self.queries = [
+            (_stream(spark, inputs, stem).writeStream.foreachBatch(self._batch if stem == "events" else self._names)
+             .option("checkpointLocation", f"{self.checkpoint}/{stem}")
+             .trigger(processingTime=f"{trigger} seconds").start())
+            for stem in ("events", "stats")]
+        self.query = self.queries[0]
 
     def _batch(self, batch: Any, batch_id: int) -> None:
         started = time.perf_counter()
         held, counts, newest, rows, refused = facts(batch)
-        self.refused_rows += refused
-        self.state.merge(held, counts, newest, rows)
-        doc = self.state.report(batch_rows=rows) | {"batch": batch_id, "refused_rows": self.refused_rows,
-                                                    "batch_seconds": round(time.perf_counter() - started, 3)}
+        with self._lock:
+            self.refused_rows += refused
+            self.state.merge(held, counts, newest, rows)
+            doc = self.state.report(batch_rows=rows) | {"batch": batch_id, "refused_rows": self.refused_rows,
+                                                        "batch_seconds": round(time.perf_counter() - started, 3)}
         self.on_update(doc)
+
+    def _names(self, batch: Any, batch_id: int) -> None:
+        from . import transforms  # noqa: PLC0415 - deferred: PySpark
+
+        started = time.perf_counter()
+        named = {r["node"]: r["name"] for r in transforms.node_names(
+            batch.dropna(subset=["node", "group", "ts", "event"])).collect()}
+        with self._lock:
+            if all(self.state.names.get(node) == name for node, name in named.items()):
+                return  # nothing new to show
+            self.state.names.update(named)
+            doc = self.state.report() | {"batch": batch_id, "refused_rows": self.refused_rows,
+                                         "batch_seconds": round(time.perf_counter() - started, 3)}
+        self.on_update(doc)  # a name learnt is an update too
+
+    def failed(self) -> BaseException | None:
+        """Why a query stopped by itself, if one did (None while both run)."""
+        for query in self.queries:
+            if not query.isActive:
+                return query.exception() or PipelineError("a streaming query stopped")
+        return None
 
     def stop(self) -> None:
         try:
-            self.query.stop()
+            for query in self.queries:
+                query.stop()
         finally:
             shutil.rmtree(self.checkpoint, ignore_errors=True)
 
@@ -199,11 +231,12 @@ def _live(args: argparse.Namespace) -> int:
             stop.set()
 
     live = Live(spark, inputs, told, trigger=args.trigger, recent=args.recent)
+    failed = None
     try:
         while not stop.wait(0.2):
-            if not live.query.isActive:
+            failed = live.failed()
+            if failed is not None:
                 break
-        failed = live.query.exception()
     finally:
         live.stop()
         if page is not None:

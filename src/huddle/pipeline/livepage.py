@@ -108,7 +108,8 @@ td.n{text-align:right} .muted{color:#666;font-size:.9em}
 <h2>Held per node and source</h2><div class=box><table id=held></table></div>
 <script>
 "use strict";
-const short = id => String(id).slice(0, 8);
+let names = {};
+const short = id => Object.hasOwn(names, id) ? `${names[id]} (${String(id).slice(0, 8)})` : String(id).slice(0, 8);
 const num = v => typeof v === "number" ? v.toLocaleString("en-US") : String(v);
 const sec = v => typeof v === "number" && isFinite(v) ? v.toPrecision(3) + " s" : "-";
 function table(id, heads, rows) {
@@ -125,6 +126,7 @@ function table(id, heads, rows) {
 function draw(d) {
   const v = document.getElementById("verdict");
   if (d.waiting) { v.textContent = "waiting for the first update…"; return; }
+  names = d.names || {};
   const lacking = d.missing.reduce((a, m) => a + m.events, 0);
   v.className = d.converged ? "ok" : "bad";
   v.textContent = d.converged ? `converged: ${d.nodes.length} nodes hold every event of ${d.sources} sources`

@@ -159,6 +159,7 @@ class LiveState:
     counts: dict[CountKey, Count] = field(default_factory=dict)
     newest: dict[tuple[str, str, str], tuple[float, float]] = field(default_factory=dict)  # timestamp, received_at
     window: deque[tuple[float, dict[CountKey, Count]]] = field(default_factory=deque)
+    names: dict[str, str] = field(default_factory=dict)  # node -> the name its peers know it by (one per node)
     updates: int = 0
     rows: int = 0
 
@@ -224,15 +225,17 @@ class LiveState:
             "sources": len({(g, s) for _, g, s in self.held}), "held": held, "missing": missing, "gaps": gaps,
             "lag": {by: percentiles(self.counts, by) for by in ("source", "link")},
             "recent_lag": {by: percentiles(recent, by) for by in ("source", "link")}, "recent_seconds": self.recent,
+            "names": dict(sorted(self.names.items())),
         }
 
 
-def _short(node: str) -> str:
-    return node[:8]
-
-
 def line(doc: Mapping[str, Any]) -> str:
-    """An update as one line for a person."""
+    """An update as one line for a person (nodes by name where known: ``bob (35c9e1d4)``)."""
+    names = doc.get("names", {})
+
+    def _short(node: str) -> str:
+        return f"{names[node]} ({node[:8]})" if node in names else node[:8]
+
     stamp = time.strftime("%H:%M:%S", time.gmtime(doc["at"]))
     events = sum(n["events"] for n in doc["nodes"])
     head = (f"{stamp} update {doc['update']} (+{doc['rows']} rows): {len(doc['nodes'])} nodes, "
