@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import signal
 import subprocess
@@ -156,7 +157,7 @@ def main() -> int:
                     at = _holds(doc, ids[n.name], source, seq)
                     if at is not None and at["top"] == seq:  # its newest event is the probe: received_at is its arrival
                         arrival_s.append(first - at["newest_received_at"])
-                rows.append([i, node.name, seq, f"{origin_s[-1]:.2f}", f"{every_s[-1]:.2f}", f"{doc['batch_seconds']:.2f}"])
+                rows.append([i, node.name, seq, f"{origin_s[-1]:.2f}", f"{every_s[-1]:.2f}", f"{doc.get('batch_seconds', math.nan):.2f}"])
                 print(f"   probe {i} on {node.name}: origin {origin_s[-1]:.2f} s, every node {every_s[-1]:.2f} s",
                       flush=True)
         finally:
@@ -169,7 +170,7 @@ def main() -> int:
                 except subprocess.TimeoutExpired:
                     p.kill()
             benchlib.kill_all(nodes)
-        batches = sorted(d["batch_seconds"] for _, d in updates.since(warm))
+        batches = sorted(d["batch_seconds"] for _, d in updates.since(warm) if "batch_seconds" in d)  # not names
     benchlib.print_table(["probe", "on", "seq", "origin s", "every node s", "its micro-batch s"], rows)
     pct = benchlib.percentile
     so, se, sa = sorted(origin_s), sorted(every_s), sorted(arrival_s)

@@ -130,7 +130,6 @@ class Live:
              .option("checkpointLocation", f"{self.checkpoint}/{stem}")
              .trigger(processingTime=f"{every[stem]} seconds").start())
             for stem in ("events", "stats")]
-        self.query = self.queries[0]
 
     def _batch(self, batch: Any, batch_id: int) -> None:
         started = time.perf_counter()
@@ -140,21 +139,18 @@ class Live:
             self.state.merge(held, counts, newest, rows)
             doc = self.state.report(batch_rows=rows) | {"batch": batch_id, "refused_rows": self.refused_rows,
                                                         "batch_seconds": round(time.perf_counter() - started, 3)}
-        self.on_update(doc)
+            self.on_update(doc)  # under the lock: the two queries' updates come out in order
 
     def _names(self, batch: Any, batch_id: int) -> None:
         from . import transforms  # noqa: PLC0415 - deferred: PySpark
 
-        started = time.perf_counter()
         named = {r["node"]: r["name"] for r in transforms.node_names(
             batch.dropna(subset=["node", "group", "ts", "event"])).collect()}
         with self._lock:
             if all(self.state.names.get(node) == name for node, name in named.items()):
                 return  # nothing new to show
             self.state.names.update(named)
-            doc = self.state.report() | {"batch": batch_id, "refused_rows": self.refused_rows,
-                                         "batch_seconds": round(time.perf_counter() - started, 3)}
-        self.on_update(doc)  # a name learnt is an update too
+            self.on_update(self.state.report() | {"refused_rows": self.refused_rows})  # a name learnt is an update
 
     def failed(self) -> BaseException | None:
         """Why a query stopped by itself, if one did (None while both run)."""
