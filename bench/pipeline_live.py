@@ -157,7 +157,8 @@ def main() -> int:
                     at = _holds(doc, ids[n.name], source, seq)
                     if at is not None and at["top"] == seq:  # its newest event is the probe: received_at is its arrival
                         arrival_s.append(first - at["newest_received_at"])
-                rows.append([i, node.name, seq, f"{origin_s[-1]:.2f}", f"{every_s[-1]:.2f}", f"{doc.get('batch_seconds', math.nan):.2f}"])
+                rows.append([i, node.name, seq, f"{origin_s[-1]:.2f}", f"{every_s[-1]:.2f}",
+                             f"{doc.get('batch_seconds', math.nan):.2f}"])
                 print(f"   probe {i} on {node.name}: origin {origin_s[-1]:.2f} s, every node {every_s[-1]:.2f} s",
                       flush=True)
         finally:
