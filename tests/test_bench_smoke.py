@@ -49,7 +49,11 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("script", "args", "expect"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+SLOW = {"pipeline_live": 400}  # seconds a case may take beyond the suite's timeout: Spark starts in it
+
+
+@pytest.mark.parametrize(("script", "args", "expect"), [
+    pytest.param(*c[1:], id=c[0], marks=[pytest.mark.timeout(SLOW[c[0]])] if c[0] in SLOW else []) for c in CASES])
 def test_the_benchmark_runs(script: str, args: list[str], expect: str, tmp_path: Path) -> None:
     env = dict(os.environ, TMPDIR=str(tmp_path))
     proc = subprocess.run([sys.executable, str(BENCH / f"{script}.py"), *args], capture_output=True, text=True,
