@@ -47,10 +47,15 @@ CASES = [
     ("control", "control", ["--orders", "2"], "RESULT control order effect"),
     ("zre", "zre", ["--shouts", "300", "--reps", "1", "--size-mb", "2"], "RESULT Hydra post transfer"),
     ("bout", "bout", ["--jams", "1", "--entries", "2", "--reps", "1"], "RESULT bout entry -> summary"),
+    ("pipeline_live", "pipeline_live", ["--probes", "1", "--trigger", "1"], "TARGET pipeline live reports an event"),
 ]
 
 
-@pytest.mark.parametrize(("script", "args", "expect"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+SLOW = {"pipeline_live": 400}  # seconds a case may take beyond the suite's timeout: Spark starts in it
+
+
+@pytest.mark.parametrize(("script", "args", "expect"), [
+    pytest.param(*c[1:], id=c[0], marks=[pytest.mark.timeout(SLOW[c[0]])] if c[0] in SLOW else []) for c in CASES])
 def test_the_benchmark_runs(script: str, args: list[str], expect: str, tmp_path: Path) -> None:
     env = dict(os.environ, TMPDIR=str(tmp_path))
     proc = subprocess.run([sys.executable, str(BENCH / f"{script}.py"), *args], capture_output=True, text=True,

@@ -156,6 +156,10 @@ def _broker(args: argparse.Namespace) -> int:
 
 
 def _pipeline(args: argparse.Namespace) -> int:
+    if args.pipeline_command == "live":
+        from ..pipeline.live import live_command  # noqa: PLC0415 - deferred: the pipeline (PySpark once it runs)
+
+        return live_command(args)
     from ..pipeline.command import run_command  # noqa: PLC0415 - deferred: the pipeline (PySpark once it runs)
 
     return run_command(args)
@@ -259,11 +263,38 @@ def _group_on_nodes(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from ..log.export import export  # noqa: PLC0415 - deferred: only this command exports
 
+    if args.follow:
+        return _follow(args)
     count = export(args.data_dir, args.out, args.format)
     if args.json:
         print(json.dumps({"events": count, "out": str(args.out), "format": args.format}))
     else:
         print(f"exported {count} events to {args.out}")
+    return 0
+
+
+def _follow(args: argparse.Namespace) -> int:
+    """``huddle export --follow``: a part per poll with new rows, until Ctrl-C or SIGTERM."""
+    import signal  # noqa: PLC0415 - deferred: only this command waits for a signal
+    import threading  # noqa: PLC0415 - as above
+
+    from ..log.follow import Part, follow  # noqa: PLC0415 - deferred: only this command follows
+
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+
+    def told(part: Part) -> None:
+        if args.json:
+            print(json.dumps({"part": part.number, "events": part.events, "stats": part.stats}), flush=True)
+        else:
+            print(f"part {part.number:06d}: {part.events} events, {part.stats} statistics rows", flush=True)
+
+    done = follow(args.data_dir, args.out, args.format, interval=args.interval, stop=stop, on_part=told)
+    if args.json:
+        print(json.dumps({"events": done.events(), "stats": done.stats, "out": str(args.out), "format": args.format}))
+    else:
+        print(f"stopped: {done.events()} events and {done.stats} statistics rows in {args.out}")
     return 0
 
 

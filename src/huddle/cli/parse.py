@@ -351,6 +351,12 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
     export.add_argument("--data-dir", type=Path, required=True, metavar="DIR", help="the node's data directory")
     export.add_argument("--out", type=Path, required=True, metavar="PATH", help="output file (or directory for parquet)")
     export.add_argument("--format", choices=["parquet", "jsonl"], default="parquet", help="default: parquet")
+    export.add_argument("--follow", action="store_true",
+                        help="keep the export growing as the log grows: the rows it lacks every --interval, each "
+                        "batch a new part (OUT/events/NNNNNN/events.parquet) renamed into place whole, until Ctrl-C "
+                        "or SIGTERM; a restart continues after the parts there (docs/export.md, Following a node)")
+    export.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
+                        help="with --follow: how often to look for new rows (default: 1 s)")
     export.add_argument("--json", action="store_true", help="print JSON instead of text")
 
     repair = sub.add_parser(
@@ -459,6 +465,37 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
     p_run.add_argument("--quiet", action="store_true", help="no progress lines on stderr (errors still)")
     p_run.add_argument("--debug", action="store_true",
                        help="on an error, the Python and Java stacks too; the JVM's warnings kept")
+    p_live = pipe_sub.add_parser(
+        "live", help="the audit live, on Spark Structured Streaming over exports that grow (huddle export --follow)",
+        description="Watch the directories 'huddle export --follow' writes into and keep the audit up to date while "
+        "the nodes run: whether every node holds every source's events, the ranges each node lacks, and the lag per "
+        "link and per source (delay percentiles over the last --recent seconds, and how far each node is behind "
+        "each source). A micro-batch of the new part files every --trigger seconds; a line per update on stdout "
+        "(--json: one JSON document per line), and with --serve a page that updates itself. Runs until Ctrl-C "
+        "or SIGTERM. docs/pipeline.md, Live audit.",
+        epilog="examples:\n"
+        "  huddle export --data-dir a/ --out /tmp/live/a --follow &      # one per node\n"
+        "  huddle pipeline live --input /tmp/live --serve 8090            # then open http://127.0.0.1:8090/\n"
+        "  huddle pipeline live --input /tmp/live/a /tmp/live/b --json --trigger 1\n\n"
+        "exit status: 0 stopped (Ctrl-C, SIGTERM, --updates), 2 bad usage, 4 bad input, 6 Spark cannot start, "
+        "1 the stream failed",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p_live.add_argument("--input", nargs="+", required=True, metavar="DIR",
+                        help="directories huddle export --follow writes into, or directories holding several")
+    p_live.add_argument("--trigger", type=float, default=2.0, metavar="SECONDS",
+                        help="how often a micro-batch reads the new part files (default: 2 s)")
+    p_live.add_argument("--recent", type=float, default=60.0, metavar="SECONDS",
+                        help="the lag is measured over the receipts read in the last SECONDS (default: 60)")
+    p_live.add_argument("--serve", type=int, metavar="PORT",
+                        help="serve a page showing the latest update at http://127.0.0.1:PORT/ (0: a free port)")
+    p_live.add_argument("--bind", default="127.0.0.1", metavar="HOST",
+                        help="with --serve: the address to listen on (default 127.0.0.1, this machine only)")
+    p_live.add_argument("--master", default="local[*]", help="Spark master (default: local[*])")
+    p_live.add_argument("--updates", type=int, default=0, metavar="N", help="stop after N updates (default: never)")
+    p_live.add_argument("--json", action="store_true", help="one JSON document per update instead of a line")
+    p_live.add_argument("--quiet", action="store_true", help="no progress lines on stderr (errors still)")
+    p_live.add_argument("--debug", action="store_true", help="on an error, the Python and Java stacks too")
 
     broker = sub.add_parser(
         "broker", help="run a naming broker: nodes find each other through it, data goes peer to peer",
