@@ -104,7 +104,7 @@ def _serve(args: argparse.Namespace) -> int:
     def say(line: str) -> None:
         print(line, flush=True)
 
-    return serve(host=args.host, port=args.port or settings.get("port", 15002),
+    return serve(host=args.host, port=settings.get("port", 15002) if args.port is None else args.port,
                  master=args.master or settings.get("master", "local[*]"), conf=conf, stacks=args.debug, say=say)
 
 
