@@ -253,6 +253,13 @@ def test_serve_then_run_remote_finds_what_a_local_run_finds(server: _Server, tmp
                       "--remote", remote, *jobs, timeout=300)
     local = _pipeline("run", "--quiet", "--input", str(sim), "--output", str(tmp_path / "local"), "--json",
                       "--master", "local[1]", "--conf", "spark.driver.memory=1g", *jobs, timeout=300)
+    # A setting only a start can change is refused (it belongs to serve --conf); the server stays up.
+    start_only = _pipeline("run", "--quiet", "--input", str(sim), "--output", str(tmp_path / "o"), "--remote", remote,
+                           "--conf", "spark.driver.memory=2g")
+    assert start_only.returncode == 2, start_only.stderr
+    assert start_only.stderr.strip().splitlines() == [
+        f"huddle pipeline: --conf spark.driver.memory: the server at {remote} cannot change it now ([CANNOT_MODIFY_CONFIG] "
+        'Cannot modify the value of the Spark config: "spark.driver.memory".); give it to huddle pipeline serve --conf']
     want = _findings(local)
     assert (want["missing_ranges"], want["missing_events"]) == (1, 7)
     assert _findings(through) == want and _findings(again) == want
