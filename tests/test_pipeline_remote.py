@@ -227,7 +227,7 @@ def _findings(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
 
 @pytest.mark.spark
 @pytest.mark.processes
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)  # four runs and a JVM's start: a few minutes on a loaded 2-core machine
 def test_serve_then_run_remote_finds_what_a_local_run_finds(server: _Server, tmp_path: Path) -> None:
     sim = _export(tmp_path)
     first = server.lines.get(timeout=240)  # the JVM's start, under a loaded machine
@@ -250,7 +250,7 @@ def test_serve_then_run_remote_finds_what_a_local_run_finds(server: _Server, tmp
             except OSError:
                 pass  # the server may close on it: that is a refusal
     again = _pipeline("run", "--quiet", "--input", str(sim), "--output", str(tmp_path / "again"), "--json",
-                      "--remote", remote, *jobs, timeout=300)
+                      "--remote", remote, "--jobs", "convergence", timeout=300)
     local = _pipeline("run", "--quiet", "--input", str(sim), "--output", str(tmp_path / "local"), "--json",
                       "--master", "local[1]", "--conf", "spark.driver.memory=1g", *jobs, timeout=300)
     # A setting only a start can change is refused (it belongs to serve --conf); the server stays up.
@@ -262,7 +262,10 @@ def test_serve_then_run_remote_finds_what_a_local_run_finds(server: _Server, tmp
         'Cannot modify the value of the Spark config: "spark.driver.memory".); give it to huddle pipeline serve --conf']
     want = _findings(local)
     assert (want["missing_ranges"], want["missing_events"]) == (1, 7)
-    assert _findings(through) == want and _findings(again) == want
+    assert _findings(through) == want
+    assert {k: v for k, v in _findings(again).items() if k in ("rows", "missing_ranges", "missing_events", "details")} \
+        == {"rows": want["rows"], "missing_ranges": 1, "missing_events": 7,
+            "details": {k: v for k, v in want["details"].items() if k in ("missing", "missing_by_node")}}
     for table in ("consolidated", "missing", "delays", "replay", "node_health", "summary"):
         assert (tmp_path / "remote" / table).is_dir(), table
     assert (tmp_path / "remote" / "report.html").read_text().count("missing:") >= 1
@@ -275,3 +278,27 @@ def test_serve_then_run_remote_finds_what_a_local_run_finds(server: _Server, tmp
         assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", server.port), timeout=2).close()
+
+
+@pytest.mark.spark
+@pytest.mark.processes
+@pytest.mark.timeout(600)
+def test_the_same_jobs_run_through_spark_submit(tmp_path: Path) -> None:
+    """The third way the jobs run (README, "On a cluster"): spark-submit with submit.py, here on local[1]."""
+    try:
+        require_java()
+    except SparkSetupError as exc:
+        pytest.skip(str(exc))
+    from huddle.pipeline import submit
+    from huddle.pipeline.serve import spark_submit
+
+    sim = _export(tmp_path)
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    done = subprocess.run([str(spark_submit()), "--master", "local[1]", "--conf", "spark.driver.memory=1g",
+                           "--conf", "spark.ui.enabled=false", "--conf", "spark.driver.bindAddress=127.0.0.1",
+                           str(submit.__file__), "--quiet", "--json", "--input", str(sim),
+                           "--output", str(tmp_path / "submitted")],
+                          capture_output=True, text=True, timeout=420, env=env, stdin=subprocess.DEVNULL, check=False)
+    found = _findings(done)
+    assert (found["nodes"], found["events"], found["missing_ranges"], found["missing_events"]) == (3, 400, 1, 7)
+    assert (tmp_path / "submitted" / "report.html").is_file()
