@@ -61,7 +61,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -167,8 +166,8 @@ COLD_TARGET_S = {1_000_000: 12.0}  # issue 37: cold one-off (no server)
 E2E_JOBS = "consolidate,convergence,propagation"  # what the DuckDB queries cover
 
 
-def _tree_cpu(root: int) -> float:
-    """CPU seconds (user + system) used so far by ``root`` and every process below it (Linux /proc)."""
+def _tree_cpus(root: int) -> dict[int, float]:
+    """CPU seconds (user + system) used so far by ``root`` and each process below it (Linux /proc)."""
     parent: dict[int, int] = {}
     spent: dict[int, float] = {}
     tick = os.sysconf("SC_CLK_TCK")
@@ -186,28 +185,33 @@ def _tree_cpu(root: int) -> float:
         pid = todo.pop()
         tree.add(pid)
         todo += [c for c, p in parent.items() if p == pid and c not in tree]
-    return sum(spent.get(pid, 0.0) for pid in tree)
+    return {pid: spent[pid] for pid in tree if pid in spent}
 
 
 # CPU seconds of the last _timed run: its process tree's, plus the server's when one served it.
 # Wall time on a machine others load measures the load; CPU time measures the work.
 LAST_CPU = [0.0]
+SAMPLE_S = 0.1  # how often the process tree's CPU is read while it runs (a JVM PySpark starts is never reaped)
 
 
 def _timed(argv: list[str], what: str, server: int | None = None) -> float:
     """Seconds from the start of a process running ``argv`` to its exit (exit status 0 or 3);
-    its CPU seconds (and the ``server`` process tree's during it) in LAST_CPU."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    served = _tree_cpu(server) if server else 0.0
+    its CPU seconds (and the ``server`` process tree's during it) in LAST_CPU: each process's
+    last reading, sampled every SAMPLE_S (the last tenth of a second of each may be missed)."""
+    served = sum(_tree_cpus(server).values()) if server else 0.0
+    seen: dict[int, float] = {}
     t0 = time.perf_counter()
-    done = subprocess.run(argv, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
-    took = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    LAST_CPU[0] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    if server:
-        LAST_CPU[0] += _tree_cpu(server) - served
-    if done.returncode not in (0, 3):
-        sys.exit(f"{what} failed ({done.returncode}): {done.stderr[-2000:]}")
+    with tempfile.TemporaryFile("w+") as err:  # a file, not a pipe: nothing blocks while it is sampled
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)
+        while proc.poll() is None:
+            seen.update(_tree_cpus(proc.pid))
+            time.sleep(SAMPLE_S)
+        took = time.perf_counter() - t0
+        err.seek(0)
+        stderr = err.read()
+    LAST_CPU[0] = sum(seen.values()) + (sum(_tree_cpus(server).values()) - served if server else 0.0)
+    if proc.returncode not in (0, 3):
+        sys.exit(f"{what} failed ({proc.returncode}): {stderr[-2000:]}")
     return took
 
 
