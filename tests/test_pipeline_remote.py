@@ -302,3 +302,16 @@ def test_the_same_jobs_run_through_spark_submit(tmp_path: Path) -> None:
     found = _findings(done)
     assert (found["nodes"], found["events"], found["missing_ranges"], found["missing_events"]) == (3, 400, 1, 7)
     assert (tmp_path / "submitted" / "report.html").is_file()
+
+
+def test_the_docs_control_app_and_pipeline_table_parse(tmp_path: Path) -> None:
+    """docs/pipeline.md's snippets, as a server node's config reads them: the app runs serve."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "pipeline.md").read_text()
+    section = text.split("## A warm Spark", 1)[1].split("\n## ", 1)[0]
+    blocks = [b.split("```", 1)[0] for b in section.split("```toml\n")[1:]]
+    assert len(blocks) == 2
+    config = tmp_path / "server.toml"
+    config.write_text('type = "server"\nopen = true\n' + "\n".join(blocks))
+    apps = load_config(config).node_apps()
+    assert [(a.name, list(a.command)[:3]) for a in apps] == [("spark", ["huddle", "pipeline", "serve"])]
+    assert pipeline_config(config) == {"remote": "sc://127.0.0.1:15002", "master": "local[*]", "port": 15002}
