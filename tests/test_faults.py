@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import Cluster, get, http, security_flags, wait_for
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+sys.path.append(str(Path(__file__).resolve().parent.parent / "bench"))  # after the installed packages: bench/zre.py is no zre
 from netns import Namespaces, enter_netns  # bench/ is not a package: its kit is imported by path
 
 pytestmark = pytest.mark.processes

@@ -17,7 +17,7 @@ import pytest
 from conftest import Cluster, free_port, get, group_key, http, room_key, wait_for
 from test_faults import Namespaces, NsNode, netns
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+sys.path.append(str(Path(__file__).resolve().parent.parent / "bench"))  # after the installed packages: bench/zre.py is no zre
 from netns import ip  # bench/ is not a package: its kit is imported by path
 
 pytestmark = pytest.mark.processes

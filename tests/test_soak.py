@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+sys.path.append(str(Path(__file__).resolve().parent.parent / "bench"))  # after the installed packages: bench/zre.py is no zre
 import soak  # bench/ is not a package: its scripts import each other by path
 
 SEED = 20261125

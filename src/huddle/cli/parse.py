@@ -435,13 +435,15 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
         "  huddle pipeline run --input a/ b/ c/ --output out --jobs convergence,propagation\n"
         "  huddle pipeline run --input a/ b/ c/ --output out --jobs bout   # score, who recorded what, corrections\n"
         "  huddle pipeline run --input a/ b/ c/ --output out --jobs bout --statsbook bout.xlsx\n"
-        "  huddle pipeline run --input hdfs:///logs/day1 --output hdfs:///audit/day1 --master yarn\n\n"
+        "  huddle pipeline run --input hdfs:///logs/day1 --output hdfs:///audit/day1 --master yarn\n"
+        "  huddle pipeline run --input /tmp/sim --output /tmp/audit --remote sc://127.0.0.1:15002   # a warm Spark\n\n"
         "An input is a file (events.parquet, events.jsonl) or a directory searched at any depth for them; "
         "stats.parquet / stats.jsonl beside them feed the system job.\n\n"
         "A line per job goes to stderr as it starts and ends (--quiet: none); an error is one line naming the "
         "file or setting (--debug: with the Python and Java stacks).\n\n"
         "exit status: 0 done, 3 done and the nodes did NOT converge, 2 bad usage (a flag or setting), 4 bad input, "
-        "5 bad output, 6 Spark cannot start (no pipeline extra, no Java, bad --master), 1 any other failure",
+        "5 bad output, 6 Spark cannot start or be reached (no pipeline extra, no Java, bad --master or --remote), "
+        "1 any other failure",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p_run.add_argument("--input", nargs="+", required=True, metavar="PATH",
@@ -451,6 +453,11 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
     p_run.add_argument("--master", default=None,
                        help="Spark master: local[*] (the default: this machine's cores), local[2], yarn, "
                        "spark://HOST:7077; under spark-submit, the one it was given")
+    p_run.add_argument("--remote", metavar="sc://HOST:PORT",
+                       help="send the jobs to a running Spark Connect server (huddle pipeline serve): no Spark "
+                       "start here; the inputs and output are paths the server reads and writes")
+    p_run.add_argument("--config", type=Path, metavar="FILE.toml",
+                       help="read [pipeline] remote (and master) from a TOML file; flags win")
     p_run.add_argument("--jobs", metavar="LIST",
                        help="comma-separated subset of the jobs above, e.g. convergence,propagation (default: all)")
     p_run.add_argument("--window", type=float, default=1.0, metavar="SECONDS",
@@ -496,6 +503,33 @@ def build_parser(features: Sequence[Feature] | None = None) -> argparse.Argument
     p_live.add_argument("--json", action="store_true", help="one JSON document per update instead of a line")
     p_live.add_argument("--quiet", action="store_true", help="no progress lines on stderr (errors still)")
     p_live.add_argument("--debug", action="store_true", help="on an error, the Python and Java stacks too")
+    p_serve = pipe_sub.add_parser(
+        "serve", help="run a warm Spark: a Spark Connect server that 'pipeline run --remote' sends its jobs to",
+        description="Run a long-lived Spark Connect server (Spark's own, through the spark-submit PySpark ships) "
+        "with the settings a local run has; 'huddle pipeline run --remote sc://HOST:PORT' then costs the work on the "
+        "data, not Spark's start. Prints 'serving sc://HOST:PORT' once it accepts connections; stops on SIGTERM or "
+        "Ctrl-C. As a Control app of a server node: docs/pipeline.md, \"A warm Spark\".",
+        epilog="examples:\n"
+        "  huddle pipeline serve                          # sc://127.0.0.1:15002, local[*]\n"
+        "  huddle pipeline serve --port 15003 --master local[2] --conf spark.driver.memory=4g\n\n"
+        "exit status: 0 stopped by SIGTERM or Ctrl-C, 2 bad usage, 6 the server cannot start (port taken, no "
+        "pipeline extra, no Java, bad --master) or died",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p_serve.add_argument("--port", type=int, default=None, metavar="PORT",
+                         help="TCP port of the server (default: 15002, or [pipeline] port of --config)")
+    p_serve.add_argument("--host", default="127.0.0.1",
+                         help="address to listen on (default: 127.0.0.1, this machine only; the server runs any "
+                         "job it is sent, so open it only on a network you trust)")
+    p_serve.add_argument("--master", default=None,
+                         help="Spark master the server runs its jobs on: local[*] (the default), local[2], "
+                         "spark://HOST:7077")
+    p_serve.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                         help="extra Spark setting of the server, repeatable (e.g. --conf spark.driver.memory=8g)")
+    p_serve.add_argument("--config", type=Path, metavar="FILE.toml",
+                         help="read [pipeline] port and master from a TOML file; flags win")
+    p_serve.add_argument("--debug", action="store_true",
+                         help="the JVM's Java stacks and warnings kept; on an error, the Python stack too")
 
     broker = sub.add_parser(
         "broker", help="run a naming broker: nodes find each other through it, data goes peer to peer",

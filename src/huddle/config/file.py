@@ -25,8 +25,8 @@ from .sections import BUILTIN_TYPES, NodeType
 __all__ = ["TABLES", "load_config"]
 
 # The tables that are not sections: node types ([types.NAME]), limits ([limits.AREA]), apps ([[apps]])
-# and tags.
-TABLES = ("types", "limits", "apps", "handlers", "tags")
+# and tags; [pipeline] is huddle pipeline's (its --config reads it there; docs/pipeline.md).
+TABLES = ("types", "limits", "apps", "handlers", "tags", "pipeline")
 
 # Where a key may stand: a section's table, or the top level (its key, its flag, older spellings).
 _IN_TABLE: dict[str, dict[str, Setting]] = {table: {} for table in SECTIONS}
@@ -103,6 +103,8 @@ def _read(raw: dict[str, Any], path: Path) -> NodeConfig:
                 raise ConfigError(f"in {path}: {exc}") from None
         elif name == "tags":
             tags = _tags(value, path)
+        elif name == "pipeline":
+            pass  # huddle pipeline's settings: it checks them when it reads them
         elif name == "group-secret":
             raise ConfigError(f"in {path}: give the group secret as group-key = \"FILE\" (a group file), not inline")
         elif name in SECTIONS and name not in _TOP:

@@ -298,11 +298,16 @@ def write_table(df: DataFrame, path: str, files: int | None = 1, *, append: bool
 
 def write_text(spark: SparkSession, path: str, text: str) -> None:
     """Write one text file (the report) at ``path``: a local path directly,
-    any other URI through Hadoop's file system, as the tables are."""
+    any other URI through Hadoop's file system, as the tables are (on Spark
+    Connect, which has no JVM in this process: a directory holding it as one
+    part file)."""
     local = _local(path)
     if local is not None:
         local.parent.mkdir(parents=True, exist_ok=True)
         local.write_text(text, encoding="utf-8")
+        return
+    if type(spark).__module__.startswith("pyspark.sql.connect"):  # Spark Connect: no JVM here, a DataFrame writes it
+        spark.createDataFrame([(text,)], "value string").coalesce(1).write.mode("overwrite").text(path)
         return
     jvm: Any = spark.sparkContext._jvm  # Hadoop's FileSystem has no Python API
     hadoop_path = jvm.org.apache.hadoop.fs.Path(path)

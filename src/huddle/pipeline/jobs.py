@@ -43,6 +43,7 @@ from . import transforms as T
 from .bout import replay_bout
 from .errors import InputError, first_line
 from .io import check_local, check_output, count_from_footers, find_bad_line, read_events, read_stats, write_table, write_text
+from .remote import connect_session, parse_remote
 from .report import ReportData, render
 from .session import launched_by_spark_submit, start_session
 
@@ -304,18 +305,39 @@ class _Steps:
         self.name = None
 
 
+# A server on one of these names reads and writes this machine's files: a --remote there has
+# its inputs and output checked here first, as a local run has.
+_THIS_MACHINE = ("127.0.0.1", "localhost", "::1")
+
+
 def run_session(inputs: Sequence[str], output: str, *, jobs: Sequence[str] = JOBS, master: str | None = None,
-                conf: Mapping[str, str] | None = None, window_seconds: float = 1.0, progress: Progress | None = None,
-                log_level: str = "WARN", stacks: bool = True, bout_writer: BoutWriter | None = None) -> Summary:
+                remote: str | None = None, conf: Mapping[str, str] | None = None, window_seconds: float = 1.0,
+                progress: Progress | None = None, log_level: str = "WARN", stacks: bool = True,
+                bout_writer: BoutWriter | None = None) -> Summary:
     """:func:`run` in a session of its own, stopped at the end (the CLI's entry).
     The local inputs and output are checked before Spark starts (its seconds
-    are not spent on a typo); ``log_level`` and ``stacks`` go to :func:`start_session`."""
+    are not spent on a typo); ``log_level`` and ``stacks`` go to :func:`start_session`.
+    ``remote``: an ``sc://`` address, the session is on that Spark Connect
+    server (:mod:`.remote`; the paths are the server's, checked here when it
+    is on this machine)."""
     check_jobs(jobs)
     if window_seconds <= 0:
         raise ConfigError(f"the throughput window must be positive, got {window_seconds}")
-    check_local(inputs)
-    check_output(output)
+    if remote is None or parse_remote(remote)[0] in _THIS_MACHINE:
+        check_local(inputs)
+        check_output(output)
     started = time.perf_counter()
+    if remote is not None:
+        if progress is not None:
+            progress(f"spark {remote} connecting …")
+        spark = connect_session(remote, conf)
+        if progress is not None:
+            progress(f"spark {remote} connected in {time.perf_counter() - started:.1f} s")
+        try:
+            return run(spark, inputs, output, jobs=jobs, window_seconds=window_seconds, progress=progress,
+                       bout_writer=bout_writer)
+        finally:
+            spark.stop()  # the client's session; the server goes on
     if progress is not None:
         progress(f"spark {master or ('(spark-submit)' if launched_by_spark_submit() else 'local[*]')} starting …")
     spark = start_session(master, conf, log_level=log_level, stacks=stacks)
