@@ -37,6 +37,7 @@ LAYER_OF: dict[str, str] = {
     "huddle.mdnstype": "base",
     "huddle.gcutil": "base",
     "huddle.gated": "base",  # an aiohttp site whose connections pass a gate (the API, the guests' WebSocket port)
+    "huddle.deathguard": "base",  # a child process that dies with its parent (apps, handlers, the pipeline's server)
     "huddle.security": "security",
     "huddle.memtune": "base",
     "huddle.wire": "wire",

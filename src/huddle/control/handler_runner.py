@@ -34,8 +34,9 @@ from pathlib import Path
 from typing import Any, Final
 
 from ..counters import Counters
+from ..deathguard import death_guard
 from .handlers import Admission, HandlerSpec
-from .supervisor import _death_guard, _Output
+from .supervisor import _Output
 
 __all__ = ["HandlerCounters", "HandlerRunner", "Job"]
 
@@ -85,7 +86,7 @@ class HandlerRunner:
         self._tasks: set[asyncio.Task[None]] = set()
         self._groups: set[int] = set()  # the process groups of the handlers running now
         self.recent: collections.deque[dict[str, Any]] = collections.deque(maxlen=RECENT)
-        self._guard = _death_guard()
+        self._guard = death_guard()
         self._closed = False
 
     def wants(self, *ons: str) -> bool:

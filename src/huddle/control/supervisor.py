@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import codecs
 import contextlib
-import ctypes
 import json
 import logging
 import os
@@ -35,6 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from ..deathguard import death_guard
 from ..errors import LocalProtocolError
 from .machine import KILL, SPAWN, UP, Action, AppMachine, AppState, Signal
 from .placement import holder, may_start, remote_ready, split_dependency
@@ -46,7 +46,6 @@ log = logging.getLogger("huddle.control")
 
 RING: Final = 1 << 16  # octets of each app's latest output kept for the API (logs --follow)
 _TAIL: Final = 1 << 14  # octets of the log file a first read of the logs gives
-_PR_SET_PDEATHSIG: Final = 1
 _WATCHDOG: Final = Path(__file__).with_name("watchdog.py")
 
 
@@ -59,22 +58,6 @@ def _boot_id() -> str:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
         return ""
-
-
-def _death_guard() -> Callable[[], None] | None:
-    """The child's last step before exec: die with the thread that spawned it (Linux's
-    PR_SET_PDEATHSIG).  libc is looked up here, before any fork, so the child only calls."""
-    if not sys.platform.startswith("linux"):
-        return None
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-    parent = os.getpid()
-
-    def guard() -> None:
-        prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        if os.getppid() != parent:  # the node died before the guard was set
-            os._exit(1)
-
-    return guard
 
 
 def _members(pgid: int, marker: bytes) -> list[int]:
@@ -207,7 +190,7 @@ class Supervisor:
         self._noted = {name: app.machine.label() for name, app in self.apps.items()}
         self._poke = asyncio.Event()
         self._watchdog: subprocess.Popen[bytes] | None = None
-        self._guard = _death_guard()
+        self._guard = death_guard()
         self._boot = _boot_id()
         self.stale_killed = 0  # groups of an earlier run found alive and killed
 

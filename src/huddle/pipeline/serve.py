@@ -17,7 +17,6 @@ as ``run``'s are.  docs/pipeline.md, "A warm Spark".
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import socket
@@ -29,6 +28,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import FrameType
 
+from ..deathguard import death_guard
 from .errors import SparkSetupError
 from .remote import DEFAULT_PORT
 from .session import _Relay, check_master, default_conf, require_java
@@ -38,7 +38,6 @@ __all__ = ["CONNECT_SERVER", "START_SECONDS", "STOP_SECONDS", "serve", "server_c
 CONNECT_SERVER = "org.apache.spark.sql.connect.service.SparkConnectServer"
 START_SECONDS = 180.0  # a server not accepting connections after this long is given up on
 STOP_SECONDS = 30.0  # after SIGTERM, the JVM's shutdown (the SparkContext's stop) gets this long before SIGKILL
-_PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
 def spark_submit() -> Path:
@@ -59,23 +58,6 @@ def server_command(host: str, port: int, master: str, extra: Mapping[str, str] |
     for key, value in conf.items():
         argv += ["--conf", f"{key}={value}"]
     return argv
-
-
-def _death_guard() -> Callable[[], None] | None:
-    """The server's last step before it runs spark-submit: on Linux, SIGTERM when the
-    process that started it dies, even by SIGKILL (PR_SET_PDEATHSIG), so no JVM outlives
-    it.  libc is looked up here, before the fork, so the child only calls."""
-    if not sys.platform.startswith("linux"):
-        return None
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-    parent = os.getpid()
-
-    def guard() -> None:
-        prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before the guard was set
-            os._exit(1)
-
-    return guard
 
 
 def _accepts(host: str, port: int) -> bool:
@@ -122,7 +104,7 @@ def serve(*, host: str = "127.0.0.1", port: int = DEFAULT_PORT, master: str = "l
     try:
         proc = subprocess.Popen(server_command(host, port, master, extra), env=env, stdin=subprocess.DEVNULL,
                                 stdout=relay.write, stderr=relay.write,
-                                preexec_fn=_death_guard())  # noqa: PLW1509 - the parent-death guard
+                                preexec_fn=death_guard(signal.SIGTERM))  # noqa: PLW1509 - the parent-death guard
     except OSError as exc:
         relay.cause()
         raise SparkSetupError(f"cannot start spark-submit: {exc.strerror or exc}") from None
