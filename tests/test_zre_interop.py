@@ -157,6 +157,13 @@ def test_pyre_and_huddle_enter_join_and_shout_both_ways(tmp_path: Path, zre_port
         assert heard_whisper.msg == [b"psst back"]
         assert http(node.api, "/api/v1/zre/whisper", {"to": "nobody", "text": "x"})[0] == 404
         assert http(node.api, "/api/v1/zre/whisper", {"to": "py1"})[0] == 400
+        # An addressed message (POST /api/v1/messages) to a peer no mesh member answers to, but pyre: a WHISPER.
+        assert http(node.api, "/api/v1/messages", {"to": "py1", "text": "as a message"}) == (
+            202, {"sent": [{"peer": py.node.uuid().hex, "via": "zre"}]})
+        wait_for(lambda: [e for e in py.poll() if e.type == "WHISPER" and e.msg == [b"as a message"]], 20,
+                 "pyre's WHISPER from an addressed message")
+        assert http(node.api, "/api/v1/messages", {"to": "nobody", "text": "x"})[0] == 404  # neither: still refused
+        assert http(node.api, "/api/v1/messages", {"to": "py1", "text": "x" * (64 * 1024 + 1)})[0] == 413
         # The bridged SHOUT is not shouted back (only this node's own events of other kinds are).
         assert [e.msg for e in py.poll() if e.type == "SHOUT"] == [[b"note", b'{"text":"hello from huddle"}']]
     finally:

@@ -27,7 +27,8 @@ from ..wire import MAX_BODY
 from .guard import ApiCounters, BadInput, ConnectionGuard, parse_json
 from .ports import ApiNode
 
-__all__ = ["HOLD_WRITES", "NODE_KEY", "READ_JSON_KEY", "STATE_KEY", "ApiState", "ReadJson", "close_sockets_at_stop",
+__all__ = ["HOLD_WRITES", "NODE_KEY", "OTHER_PEERS_KEY", "READ_JSON_KEY", "STATE_KEY", "ApiState", "OtherPeers",
+           "ReadJson", "close_sockets_at_stop",
            "error_response", "file_response", "page_response", "parse_strict", "read_body"]
 
 log = logging.getLogger("huddle.api")
@@ -67,6 +68,11 @@ STATE_KEY: web.AppKey[ApiState] = web.AppKey("api_state")
 # Reads a request's JSON object under the door's rules (type, size, time, depth): a feature's routes use it.
 ReadJson = Callable[[web.Request], Awaitable[dict[str, Any]]]
 READ_JSON_KEY: web.AppKey[ReadJson] = web.AppKey("read_json")
+# Sends payloads to a peer no mesh member answers to, by another protocol (ZRE's WHISPER, docs/zre.md):
+# (to, payloads) -> the peer's id as sent to, or None when no such peer has entered.  Set by the
+# ZRE feature's routes; ``POST /api/v1/messages`` tries it when ``to`` names no member.
+OtherPeers = Callable[[str, list[bytes]], str | None]
+OTHER_PEERS_KEY: web.AppKey[OtherPeers] = web.AppKey("other_peers")
 
 
 # A write made while the node starts waits this long at most for its start-up window to end

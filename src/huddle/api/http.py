@@ -37,6 +37,7 @@ from ..wire import MAX_BODY, TagError, matches, parse_filter
 from .common import (
     HOLD_WRITES,
     NODE_KEY,
+    OTHER_PEERS_KEY,
     READ_JSON_KEY,
     STATE_KEY,
     ApiState,
@@ -482,7 +483,14 @@ async def _post_messages(request: web.Request) -> web.Response:
     if to == "all":
         targets = node.mesh.alive_peers()
     elif isinstance(to, str):
-        targets = [node_id(request, to, "to")]  # by name or prefix too (api/resolve.py)
+        try:
+            targets = [node_id(request, to, "to")]  # by name or prefix too (api/resolve.py)
+        except Unknown:  # no member: a ZRE peer, as a WHISPER (docs/zre.md, "WHISPER and addressed messages")
+            other = request.app.get(OTHER_PEERS_KEY)
+            sent_to = None if other is None else other(to, payloads)
+            if sent_to is None:
+                raise
+            return web.json_response({"sent": [{"peer": sent_to, "via": "zre"}]}, status=202)
     else:
         return _error(400, "'to' must be a peer's name, UUID, unique UUID prefix or \"all\"")
     sent: list[dict[str, Any]] = []

@@ -6,6 +6,10 @@
                               peer: 202 {"sent_to": UUID-HEX}, 404 no such peer, 400 a malformed body
 
 A node started without ``--zre`` answers 409.
+
+And ``POST /api/v1/messages`` (the addressed messages' route) whose ``to`` names no mesh member
+but an entered ZRE peer sends each message to it as a WHISPER of one frame (``OTHER_PEERS_KEY``):
+202 ``{"sent": [{"peer": UUID-HEX, "via": "zre"}]}``; a message over 64 KiB is a 413.
 """
 
 from __future__ import annotations
@@ -14,7 +18,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from aiohttp import web
 
-from .common import READ_JSON_KEY
+from ..errors import TooLarge
+from .common import OTHER_PEERS_KEY, READ_JSON_KEY
 from .common import error_response as _error
 
 if TYPE_CHECKING:  # the driver loads with --zre alone
@@ -47,6 +52,20 @@ def add_zre_routes(app: web.Application, zre: ZreFacts) -> None:
     """Add the routes (after the API's own: they read a JSON body as ``READ_JSON_KEY`` does)."""
     app[ZRE_KEY] = zre
     read_json = app[READ_JSON_KEY]
+
+    def whisper_to(to: str, payloads: list[bytes]) -> str | None:
+        """An addressed message to a ZRE peer: a WHISPER each (None: no such peer, or no ZRE)."""
+        driver = zre.driver
+        peer = None if driver is None else driver.peer_named(to)
+        if driver is None or peer is None:
+            return None
+        if any(len(p) > MAX_WHISPER for p in payloads):
+            raise TooLarge(f"a WHISPER is at most {MAX_WHISPER} octets")
+        if not all(driver.whisper(peer.uuid, [p]) for p in payloads):
+            return None
+        return peer.uuid.hex()
+
+    app[OTHER_PEERS_KEY] = whisper_to
 
     async def post_whisper(request: web.Request) -> web.Response:
         driver = request.app[ZRE_KEY].driver
