@@ -43,6 +43,17 @@ def load_bench(name: str, monkeypatch: pytest.MonkeyPatch | None = None) -> Modu
     return module
 
 
+def needs_java() -> None:
+    """Java 17+ for Spark, or the test fails saying so: ``make test`` installs a JRE
+    (scripts/system-deps), so a missing one is a machine to fix, not a test to skip."""
+    from huddle.pipeline.session import SparkSetupError, require_java  # the pipeline extra: installed by make test
+
+    try:
+        require_java()
+    except SparkSetupError as exc:
+        pytest.fail(f"{exc} (scripts/system-deps installs a JRE; make test runs it)")
+
+
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.02) -> Any:
     """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout

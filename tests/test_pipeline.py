@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import needs_java
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
@@ -40,10 +41,7 @@ G = "bout"
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[SparkSession]:
-    try:
-        require_java()
-    except SparkSetupError as exc:
-        pytest.skip(str(exc))
+    needs_java()
     # Adaptive execution re-plans every stage: on rows this few that is most of a query's time.
     session = start_session("local[1]", {"spark.sql.shuffle.partitions": "1", "spark.default.parallelism": "1",
                                          "spark.driver.memory": "1g", "spark.sql.adaptive.enabled": "false"})

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from conftest import needs_java
 
 from huddle.log.export import write_tables
-from huddle.pipeline.session import SparkSetupError, require_java
 
 A = "a" * 32
 ROW = {"node": A, "group": "g", "source": A, "seq": 1, "timestamp": 1.0, "kind": "k", "body": "{}", "hops": 0,
@@ -130,10 +130,7 @@ CASES: dict[str, tuple[Setup, int, str, bool]] = {
 def test_a_bad_input_or_setting_is_one_line_and_a_status_by_kind(case: str, tmp_path: Path) -> None:
     setup, status, says, jvm = CASES[case]
     if jvm:
-        try:
-            require_java()
-        except SparkSetupError as exc:
-            pytest.skip(str(exc))
+        needs_java()
     args = setup(tmp_path)
     proc = subprocess.run([sys.executable, "-m", "huddle", "pipeline", "run", "--quiet", *args], capture_output=True,
                           text=True, timeout=240, stdin=subprocess.DEVNULL, check=False, env={**os.environ})

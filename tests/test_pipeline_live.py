@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Cluster, http, wait_for
+from conftest import Cluster, http, needs_java, wait_for
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -33,7 +33,7 @@ from huddle.pipeline import transforms as T
 from huddle.pipeline.live import Live, check_live_inputs, facts
 from huddle.pipeline.livepage import LivePage
 from huddle.pipeline.livestate import LiveState, gaps_of, line, missing_of
-from huddle.pipeline.session import SparkSetupError, require_java, start_session
+from huddle.pipeline.session import start_session
 from huddle.wire import make_record
 
 pytestmark = pytest.mark.spark
@@ -44,10 +44,7 @@ NODES = [f"{i:x}" * 32 for i in range(10, 14)]  # aaaa…, bbbb…, cccc…, ddd
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[SparkSession]:
-    try:
-        require_java()
-    except SparkSetupError as exc:
-        pytest.skip(str(exc))
+    needs_java()
     session = start_session("local[2]", {"spark.sql.shuffle.partitions": "1", "spark.default.parallelism": "1",
                                          "spark.driver.memory": "1g", "spark.sql.adaptive.enabled": "false"})
     yield session

@@ -24,12 +24,13 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
+from conftest import needs_java
 
 from huddle.config import load_config
 from huddle.pipeline.command import pipeline_config
 from huddle.pipeline.remote import DEFAULT_PORT, parse_remote
 from huddle.pipeline.serve import CONNECT_SERVER, server_command
-from huddle.pipeline.session import SparkSetupError, require_java
+from huddle.pipeline.session import SparkSetupError
 from huddle.procs import free_port
 
 HUDDLE = [sys.executable, "-m", "huddle"]
@@ -204,10 +205,7 @@ class _Server:
 
 @pytest.fixture
 def server() -> Iterator[_Server]:
-    try:
-        require_java()
-    except SparkSetupError as exc:
-        pytest.skip(str(exc))
+    needs_java()
     running = _Server(free_port())
     try:
         yield running
@@ -285,10 +283,7 @@ def test_serve_then_run_remote_finds_what_a_local_run_finds(server: _Server, tmp
 @pytest.mark.timeout(600)
 def test_the_same_jobs_run_through_spark_submit(tmp_path: Path) -> None:
     """The third way the jobs run (README, "On a cluster"): spark-submit with submit.py, here on local[1]."""
-    try:
-        require_java()
-    except SparkSetupError as exc:
-        pytest.skip(str(exc))
+    needs_java()
     from huddle.pipeline import submit
     from huddle.pipeline.serve import spark_submit
 
